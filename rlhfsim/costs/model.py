@@ -1,0 +1,164 @@
+"""The CostModel: seconds for each operation of an RLHF step on one model replica spread over ``tp`` GPUs.
+
+Every prediction is the roofline-with-efficiency form, with the parameters of the operation ``op``:
+
+    t(op) = max( F / (tp x peak[dtype] x compute_eff[op]),  B / (tp x mem_bw x memory_eff[op]) )
+            + overhead_s[op] + overhead_per_layer_s[op] x L
+            + C / (link_bw x link_eff)                     (tensor-parallel all-reduce, if tp > 1)
+
+F and B are the FLOPs and bytes of ``rlhfsim.costs.flops`` (from model shapes), peak and mem_bw are
+the device's datasheet numbers (``rlhfsim.hardware``), and the four parameters per operation come from
+a Profile: datasheet-derived defaults (the bundled ``default`` profile) or values fitted to measurements
+(``rlhfsim calibrate``). Because F and B carry the model size, fitted parameters carry over to model
+sizes that were never measured. Units: seconds, FLOP, bytes, FLOP/s, bytes/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlhfsim.costs import flops as fl
+from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
+from rlhfsim.hardware.catalog import GpuSpec
+from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
+
+LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
+LINK_LATENCY_S = 10e-6  # per all-reduce call
+
+
+@dataclass(frozen=True)
+class OpParams:
+    """Fitted (or default) parameters of one operation."""
+
+    compute_eff: float
+    memory_eff: float
+    overhead_s: float
+    overhead_per_layer_s: float
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OpParams":
+        return cls(float(d["compute_eff"]), float(d["memory_eff"]), float(d["overhead_s"]),
+                   float(d["overhead_per_layer_s"]))
+
+
+def roofline_s(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> float:
+    compute = work.flops / (tp * peak * p.compute_eff)
+    memory = work.bytes / (tp * bw * p.memory_eff)
+    return max(compute, memory) + p.overhead_s + p.overhead_per_layer_s * work.layers
+
+
+class CostModel:
+    """Costs of an RLHF step's operations on one device type, parameterized by a Profile.
+
+    This is the interface the simulator calls; a profile from ``rlhfsim calibrate`` plugs in by giving
+    fitted parameters. ``runtime`` selects a scoring runtime's parameters (``score:RUNTIME`` in the
+    profile); without one, scoring uses the ``prefill`` parameters.
+    """
+
+    def __init__(self, gpu: GpuSpec, profile: dict):
+        self.gpu = gpu
+        self.profile = profile
+        self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
+        inter = profile.get("interference", {})
+        self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
+        self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
+
+    @classmethod
+    def load(cls, gpu: GpuSpec, profile_ref: str | None = None) -> "CostModel":
+        if profile_ref is None:
+            # A measured CPU profile ships with the package; GPUs use the datasheet-derived default
+            # until a calibrated profile is given with --profile.
+            bundled_cpu = BUNDLED_DIR / "cpu.json"
+            profile_ref = str(bundled_cpu) if gpu.kind == "cpu" and bundled_cpu.is_file() else DEFAULT_PROFILE
+        return cls(gpu, load_profile(profile_ref))
+
+    @property
+    def name(self) -> str:
+        return self.profile["name"]
+
+    @property
+    def runtimes(self) -> list[str]:
+        return sorted(op.split(":", 1)[1] for op in self.ops if op.startswith("score:"))
+
+    def params(self, op: str, runtime: str | None = None) -> OpParams:
+        if runtime is not None:
+            key = f"score:{runtime}"
+            if key not in self.ops:
+                raise KeyError(f"profile {self.name!r} has no scoring runtime {runtime!r} (has: {', '.join(self.runtimes) or 'none'})")
+            return self.ops[key]
+        return self.ops[op]
+
+    # -- communication -------------------------------------------------------------------------------
+    def link_bw(self, inter_node: bool = False) -> float:
+        return (self.gpu.inter_node_bw if inter_node else self.gpu.intra_node_bw) * LINK_EFF
+
+    def allreduce_s(self, n_bytes: float, n: int, inter_node: bool = False) -> float:
+        if n <= 1:
+            return 0.0
+        return fl.allreduce_bytes(n_bytes, n) / self.link_bw(inter_node) + LINK_LATENCY_S
+
+    def transfer_s(self, n_bytes: float, inter_node: bool = False) -> float:
+        return n_bytes / self.link_bw(inter_node) + LINK_LATENCY_S
+
+    def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1) -> float:
+        if tp <= 1:
+            return 0.0
+        nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
+        return nbytes / self.link_bw() + 2 * m.layers * passes * LINK_LATENCY_S
+
+    # -- operations ----------------------------------------------------------------------------------
+    def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                  cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
+                  head: str = "value") -> float:
+        """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
+        scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens."""
+        if n_tokens <= 0:
+            return 0.0
+        logits = n_seqs if head == "lm" else 0.0
+        w = fl.forward_work(m, dtype, n_tokens, n_seqs, cached_tokens, logits, head)
+        return roofline_s(w, self.params(op, runtime), self.gpu.peak(dtype), self.gpu.mem_bw, tp) + \
+            self._tp_comm_s(m, dtype, n_tokens, tp)
+
+    def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
+                        prefix_tokens: float, tp: int = 1) -> float:
+        """Incremental scoring: prefill ``chunk_tokens`` new tokens on top of ``prefix_tokens`` cached."""
+        return self.forward_s(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill")
+
+    def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
+                       tp: int = 1, overhead_s: float | None = None) -> float:
+        """Sum of ``n_steps`` decode steps of a fixed batch (closed form over numpy arrays; no loop in
+        Python). ``kv_tokens0`` is the total cached tokens over the batch at the first step."""
+        if n_steps <= 0 or batch <= 0:
+            return 0.0
+        p = self.ops["decode"]
+        f, b = fl.decode_steps_arrays(m, dtype, batch, kv_tokens0, n_steps)
+        peak = tp * self.gpu.peak(dtype) * p.compute_eff
+        bw = tp * self.gpu.mem_bw * p.memory_eff
+        step_over = p.overhead_s + p.overhead_per_layer_s * m.layers if overhead_s is None else overhead_s
+        total = float(np.maximum(f / peak, b / bw).sum()) + n_steps * step_over
+        return total + n_steps * self._tp_comm_s(m, dtype, batch, tp)
+
+    def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                head: str = "lm") -> float:
+        """Forward + backward of one minibatch on one data-parallel replica."""
+        if n_tokens <= 0:
+            return 0.0
+        w = fl.train_work(m, dtype, n_tokens, n_seqs, head)
+        return roofline_s(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp) + \
+            self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
+
+    def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
+                    inter_node: bool = False) -> float:
+        """Gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard."""
+        shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
+        w = fl.optimizer_work(m, shards, head)
+        grads = m.params(head) / tp * DTYPE_BYTES[dtype]
+        return roofline_s(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw) + \
+            self.allreduce_s(grads, dp, inter_node)
+
+    def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False) -> float:
+        """Broadcast the trained actor's weights to a separate generation engine (a ring broadcast
+        costs about one copy per receiver link)."""
+        return self.transfer_s(m.params("lm") * DTYPE_BYTES[dtype] / max(n_gpus, 1), inter_node)

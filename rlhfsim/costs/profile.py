@@ -1,0 +1,118 @@
+"""The Profile: a versioned JSON document, the only thing that crosses from ``calibrate/`` to ``rlhfsim/``.
+
+Pure Python (json, os): ``calibrate/`` imports this module to write profiles on machines that have torch
+but not pydantic or simpy.
+
+Layout (``schema_version`` 1)::
+
+    {
+      "schema_version": 1,
+      "name": "cpu",                     # what --profile NAME finds
+      "gpu": "cpu",                      # hardware catalog entry whose datasheet peaks the fit is relative to
+      "dtype": "float32",                # dtype the measurements ran in
+      "device": {"kind": "cpu"|"cuda", "name": ..., "memory_bytes": ..., "driver": ..., "cuda": ...,
+                 "torch": ..., "cpu_model": ..., "threads": ...},
+      "provenance": {"source": "measured"|"derived", "date": ISO-8601, "command": ..., "rlhfsim_version": ...},
+      "operations": {                    # fitted parameters per operation (see docs/cost-model.md)
+        OP: {"compute_eff": f, "memory_eff": f, "overhead_s": f, "overhead_per_layer_s": f,
+             "heldout_mape": f|null, "n_points": int}
+      },                                 # OP in prefill, decode, chunk_prefill, train, optimizer, score:RUNTIME
+      "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default"},
+      "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
+      "points": [ {...one measured point...} ]
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from rlhfsim.errors import ProfileError
+
+SCHEMA_VERSION = 1
+OPERATIONS = ("prefill", "decode", "chunk_prefill", "train", "optimizer")
+EFF_KEYS = ("compute_eff", "memory_eff", "overhead_s", "overhead_per_layer_s")
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
+DEFAULT_PROFILE = "default"
+
+
+def user_profile_dir() -> Path:
+    """Where ``rlhfsim calibrate`` writes profiles without ``--out``: $RLHFSIM_PROFILE_DIR, else
+    $XDG_DATA_HOME/rlhfsim/profiles, else ~/.local/share/rlhfsim/profiles."""
+    env = os.environ.get("RLHFSIM_PROFILE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "rlhfsim" / "profiles"
+
+
+def resolve_profile_path(ref: str) -> Path:
+    """A path to a JSON file, or a name looked up in the user profile directory, then the bundled ones."""
+    p = Path(ref)
+    if p.suffix == ".json" or os.sep in ref:
+        if not p.is_file():
+            raise ProfileError(f"profile: expected a profile JSON file, got {ref!r} (no such file)")
+        return p
+    for d in (user_profile_dir(), BUNDLED_DIR):
+        cand = d / f"{ref}.json"
+        if cand.is_file():
+            return cand
+    names = sorted({q.stem for d in (user_profile_dir(), BUNDLED_DIR) if d.is_dir() for q in d.glob("*.json")})
+    raise ProfileError(f"profile: expected a profile name ({', '.join(names) or 'none found'}) or a path, got {ref!r}")
+
+
+def validate_profile(doc: dict, where: str = "profile") -> dict:
+    if not isinstance(doc, dict):
+        raise ProfileError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    ver = doc.get("schema_version")
+    if ver != SCHEMA_VERSION:
+        raise ProfileError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {ver!r} "
+                           f"(re-run `rlhfsim calibrate` with this version of rlhfsim)")
+    for key in ("name", "gpu", "operations", "provenance"):
+        if key not in doc:
+            raise ProfileError(f"{where}.{key}: expected a value, got nothing")
+    ops = doc["operations"]
+    if not isinstance(ops, dict):
+        raise ProfileError(f"{where}.operations: expected an object, got {type(ops).__name__}")
+    for op, params in ops.items():
+        for k in EFF_KEYS:
+            v = params.get(k) if isinstance(params, dict) else None
+            if not isinstance(v, (int, float)) or v < 0 or (k.endswith("_eff") and not 0 < v <= 1.5):
+                raise ProfileError(f"{where}.operations.{op}.{k}: expected a non-negative number "
+                                   f"(efficiencies in (0, 1.5]), got {v!r}")
+    return doc
+
+
+def load_profile(ref: str) -> dict:
+    path = resolve_profile_path(ref)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ProfileError(f"profile: expected valid JSON in {str(path)!r}, got {e}") from None
+    doc = validate_profile(doc, f"profile {path.name}")
+    doc.setdefault("_path", str(path))
+    return doc
+
+
+def write_json_atomic(path: str | Path, doc: dict) -> None:
+    """Write JSON so that a reader (or a crash) never sees a half-written file: temp file in the same
+    directory, fsync, then rename over the target."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,149 @@
+"""Transformer shapes with the numbers that decide cost: layers, hidden, intermediate, heads, KV heads,
+vocabulary, tied embeddings. Shapes are copied from the models' published ``config.json`` files.
+
+Pure Python (no pydantic, no torch): ``calibrate/`` imports it to build random-weight models of the same
+shapes and to compute the FLOP/byte counts its fits are expressed in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from rlhfsim.errors import ScenarioError
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture of one transformer. ``arch`` is ``decoder`` (causal LM, Qwen2/Llama) or
+    ``encoder`` (bidirectional, DeBERTa-v3-like). ``gated_mlp`` is True for SwiGLU MLPs (3 matrices)."""
+
+    name: str
+    arch: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool
+    gated_mlp: bool = True
+    hf_model_type: str = "qwen2"
+    max_positions: int = 32768
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        h = self.hidden
+        attn = 2 * h * h + 2 * h * self.kv_dim
+        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate
+        return attn + mlp
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    def params(self, head: str = "lm") -> int:
+        """Parameter count with a language-model head (``lm``) or a scalar value/score head
+        (``value``)."""
+        body = self.layers * self.layer_params + self.embedding_params
+        if head == "lm":
+            return body + (0 if self.tied_embeddings else self.embedding_params)
+        return body + self.hidden
+
+    def kv_bytes_per_token(self, dtype: str) -> int:
+        """Bytes of K and V cache one token occupies across all layers."""
+        return 2 * self.layers * self.kv_dim * DTYPE_BYTES[dtype]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _q(name, layers, hidden, inter, heads, kv, vocab, tied, maxpos=32768):
+    return ModelShape(name, "decoder", layers, hidden, inter, heads, kv, vocab, tied, True, "qwen2", maxpos)
+
+
+def _l(name, layers, hidden, inter, heads, kv):
+    return ModelShape(name, "decoder", layers, hidden, inter, heads, kv, 128256, False, True, "llama", 131072)
+
+
+CATALOG: dict[str, ModelShape] = {
+    m.name: m
+    for m in [
+        _q("qwen2.5-0.5b", 24, 896, 4864, 14, 2, 151936, True),
+        _q("qwen2.5-1.5b", 28, 1536, 8960, 12, 2, 151936, True),
+        _q("qwen2.5-3b", 36, 2048, 11008, 16, 2, 151936, True),
+        _q("qwen2.5-7b", 28, 3584, 18944, 28, 4, 152064, False),
+        _q("qwen2.5-14b", 48, 5120, 13824, 40, 8, 152064, False),
+        _q("qwen2.5-32b", 64, 5120, 27648, 40, 8, 152064, False),
+        _q("qwen2.5-72b", 80, 8192, 29568, 64, 8, 152064, False),
+        _l("llama-3.1-8b", 32, 4096, 14336, 32, 8),
+        _l("llama-3.1-70b", 80, 8192, 28672, 64, 8),
+        ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512),
+        # Tiny shapes for CPU calibration, validation and CI: same architecture families, small sizes.
+        _q("tiny-qwen2", 2, 128, 512, 4, 2, 1024, True, 4096),
+        _q("small-qwen2", 4, 256, 1024, 8, 2, 4096, True, 4096),
+        ModelShape("tiny-deberta", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "deberta-v2", 512),
+    ]
+}
+
+
+def shape_from_hf_config(path: str | Path, yaml_path: str = "") -> ModelShape:
+    """Read a local Hugging Face ``config.json`` (or a directory holding one) into a ModelShape."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ScenarioError(yaml_path, f"expected a catalog model name or a path to a config.json, got {str(path)!r} (no such file)")
+    try:
+        cfg = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ScenarioError(yaml_path, f"expected a valid Hugging Face config.json, got unreadable {str(p)!r} ({e})") from None
+    try:
+        mtype = cfg.get("model_type", "llama")
+        hidden = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+        encoder = mtype in ("deberta", "deberta-v2", "bert", "roberta", "electra")
+        return ModelShape(
+            name=cfg.get("_name_or_path") or p.parent.name,
+            arch="encoder" if encoder else "decoder",
+            layers=int(cfg["num_hidden_layers"]),
+            hidden=hidden,
+            intermediate=int(cfg["intermediate_size"]),
+            heads=heads,
+            kv_heads=int(cfg.get("num_key_value_heads", heads)),
+            vocab=int(cfg["vocab_size"]),
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", encoder)),
+            gated_mlp=not encoder,
+            hf_model_type=mtype,
+            max_positions=int(cfg.get("max_position_embeddings", 32768)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ScenarioError(yaml_path, f"expected a config.json with hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size; {str(p)!r} lacks {e}") from None
+
+
+def load_model(ref: str, yaml_path: str = "", base_dir: Path | None = None) -> ModelShape:
+    """A catalog name (case-insensitive) or a path to a local config.json / checkpoint directory."""
+    key = ref.lower()
+    if key in CATALOG:
+        return CATALOG[key]
+    if "/" in ref or ref.endswith(".json") or (base_dir and (base_dir / ref).exists()):
+        p = Path(ref)
+        if not p.is_absolute() and base_dir is not None and (base_dir / p).exists():
+            p = base_dir / p
+        return shape_from_hf_config(p, yaml_path)
+    raise ScenarioError(yaml_path, f"expected a catalog model ({', '.join(CATALOG)}) or a path to a config.json, got {ref!r}")
+
+
+def with_name(shape: ModelShape, name: str) -> ModelShape:
+    return replace(shape, name=name)
