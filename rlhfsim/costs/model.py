@@ -43,6 +43,23 @@ class OpParams:
                    float(d["overhead_per_layer_s"]))
 
 
+def _series(a: float, s: float, i0: int, i1: int) -> float:
+    """sum_{i=i0}^{i1-1} (a + s i)."""
+    n = i1 - i0
+    return a * n + s * (i0 + i1 - 1) * n / 2.0 if n > 0 else 0.0
+
+
+def _sum_max_linear(a1: float, s1: float, a2: float, s2: float, n: int) -> float:
+    """sum_{i=0}^{n-1} max(a1 + s1 i, a2 + s2 i) for two lines (they cross at most once)."""
+    if s1 == s2:
+        return _series(max(a1, a2), s1, 0, n)
+    cross = (a2 - a1) / (s1 - s2)  # line 1 is above line 2 for i > cross when s1 > s2
+    k = int(min(max(np.floor(cross) + 1, 0), n))  # first index at or past the crossing
+    if s1 > s2:
+        return _series(a2, s2, 0, k) + _series(a1, s1, k, n)
+    return _series(a1, s1, 0, k) + _series(a2, s2, k, n)
+
+
 def roofline_s(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> float:
     compute = work.flops / (tp * peak * p.compute_eff)
     memory = work.bytes / (tp * bw * p.memory_eff)
@@ -128,17 +145,28 @@ class CostModel:
 
     def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
                        tp: int = 1, overhead_s: float | None = None) -> float:
-        """Sum of ``n_steps`` decode steps of a fixed batch (closed form over numpy arrays; no loop in
-        Python). ``kv_tokens0`` is the total cached tokens over the batch at the first step."""
+        """Sum of ``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total
+        cached tokens over the batch at the first step; each step adds ``batch`` tokens.
+
+        Step i's compute time c(i) = c0 + cs x i and memory time u(i) = u0 + us x i are both linear in i
+        (FLOPs and KV bytes grow with the cache), so sum_i max(c(i), u(i)) is two arithmetic series split
+        at the single crossing point: O(1), however many steps."""
         if n_steps <= 0 or batch <= 0:
             return 0.0
         p = self.ops["decode"]
-        f, b = fl.decode_steps_arrays(m, dtype, batch, kv_tokens0, n_steps)
+        b = DTYPE_BYTES[dtype]
+        body = m.layers * m.layer_params
         peak = tp * self.gpu.peak(dtype) * p.compute_eff
         bw = tp * self.gpu.mem_bw * p.memory_eff
+        attn_f = 4.0 * m.layers * m.hidden  # FLOPs per cached token per step
+        kv_b = 2.0 * m.layers * m.kv_dim * b  # bytes per cached token per step
+        c0 = (2.0 * body * batch + 2.0 * m.hidden * m.vocab * batch + attn_f * kv_tokens0) / peak
+        cs = attn_f * batch / peak
+        u0 = (m.params("lm") * b + kv_b * kv_tokens0) / bw
+        us = kv_b * batch / bw
+        total = _sum_max_linear(c0, cs, u0, us, n_steps)
         step_over = p.overhead_s + p.overhead_per_layer_s * m.layers if overhead_s is None else overhead_s
-        total = float(np.maximum(f / peak, b / bw).sum()) + n_steps * step_over
-        return total + n_steps * self._tp_comm_s(m, dtype, batch, tp)
+        return total + n_steps * (step_over + self._tp_comm_s(m, dtype, batch, tp))
 
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                 head: str = "lm") -> float:

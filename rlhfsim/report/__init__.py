@@ -1,0 +1,1 @@
+"""Reports: terminal tables (text.py), plotly figures and HTML, Chrome trace."""

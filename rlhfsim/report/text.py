@@ -1,0 +1,49 @@
+"""Terminal tables (rich) for simulation summaries and comparisons."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def print_summary(s: dict, console: Console | None = None) -> None:
+    c = console or Console()
+    steady = s["steady_steps"]
+    c.print(f"[bold]{s['scenario']}[/bold]  schedule={s['schedule']}  profile={s['profile']} ({s['profile_source']})  "
+            f"steps={s['steps']} (first {s['warmup_steps']} excluded as warm-up; {steady} steady)")
+    t = Table(title="step time (s)")
+    for col in ("mean", "p50", "p90", "tokens/s"):
+        t.add_column(col, justify="right")
+    t.add_row(f"{s['step_time_s']:.3f}", f"{s['step_time_p50_s']:.3f}", f"{s['step_time_p90_s']:.3f}", f"{s['tokens_per_s']:.0f}")
+    c.print(t)
+    t = Table(title="phases (span per step; overlapped phases overlap)")
+    t.add_column("phase")
+    t.add_column("s", justify="right")
+    t.add_column("% of step", justify="right")
+    for ph, v in s["phases_s"].items():
+        t.add_row(ph, f"{v:.3f}", f"{100 * v / s['step_time_s']:.1f}")
+    c.print(t)
+    t = Table(title="GPU utilization")
+    t.add_column("pool")
+    t.add_column("GPUs", justify="right")
+    t.add_column("roles")
+    t.add_column("busy", justify="right")
+    for pool, u in s["gpu_utilization"].items():
+        info = s["pools"][pool]
+        t.add_row(pool, str(info["gpus"]), ",".join(info["roles"]), f"{100 * u:.1f}%")
+    c.print(t)
+
+
+def print_comparison(v: dict, console: Console | None = None) -> None:
+    c = console or Console()
+    t = Table(title="schedule comparison (same seed, same sampled lengths)")
+    t.add_column("variant")
+    t.add_column("step time s", justify="right")
+    t.add_column("speedup vs sync", justify="right")
+    t.add_column("GPU utilization")
+    t.add_column("off-policy tokens", justify="right")
+    for name, r in v["variants"].items():
+        sp = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
+        util = "  ".join(f"{p} {100 * u:.0f}%" for p, u in r["gpu_utilization"].items())
+        t.add_row(name, f"{r['step_time_s']:.2f}", sp, util, f"{100 * r['off_policy_token_frac']:.1f}%")
+    c.print(t)

@@ -1,0 +1,203 @@
+"""Cross-field checks and the resolved view of a scenario (``Setup``): model shapes, the device, pools
+with their roles, tensor-parallel degrees, generation replicas, KV-cache capacity, length samplers.
+
+Memory check per GPU of a pool (bytes):
+
+    resident = sum over models on the pool of params x dtype_bytes / tp[role]
+             + sum over trained models (actor, critic) of 14 x params / pool_gpus   (bf16 grads + fp32
+               master weights and Adam moments, ZeRO-3 sharded over the pool)
+    resident + one full-length sequence of KV (max_prompt + max_response tokens) / tp  <=  GPU memory
+
+KV capacity of a generation replica (tokens) = (memory - resident) x tp x kv_cache_fraction /
+kv_bytes_per_token(actor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlhfsim.errors import ScenarioError
+from rlhfsim.hardware.catalog import GpuSpec, get_gpu
+from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape, load_model
+from rlhfsim.scenario.schema import Colocated, CustomPlacement, DedicatedReward, RuleReward, Scenario
+from rlhfsim.workload.lengths import Sampler, sampler_for
+
+TRAINED = ("actor", "critic")
+OPTIMIZER_BYTES_PER_PARAM = 14  # bf16 gradient (2) + fp32 master weight (4) + Adam m, v (4 + 4)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A group of GPUs and the roles that run on them."""
+
+    name: str
+    gpus: int
+    roles: tuple[str, ...]
+    first_gpu: int  # global index of its first GPU (pools are laid out in order)
+    spans_nodes: bool
+
+
+@dataclass
+class Setup:
+    """Everything the simulator needs, resolved from a Scenario and the catalogs."""
+
+    scenario: Scenario
+    gpu: GpuSpec
+    shapes: dict[str, ModelShape]
+    dtypes: dict[str, str]
+    pools: list[PoolSpec]
+    role_pool: dict[str, int]
+    tp: dict[str, int]
+    replicas: int
+    kv_capacity_tokens: int
+    prompt_sampler: Sampler
+    response_sampler: Sampler
+    rule_reward: RuleReward | None
+    rollouts_per_step: int
+    resident_bytes: list[float] = field(default_factory=list)
+
+    def pool_of(self, role: str) -> PoolSpec:
+        return self.pools[self.role_pool[role]]
+
+    def head(self, role: str) -> str:
+        return role_head(role)
+
+
+def role_head(role: str) -> str:
+    """Actor, reference and the generation engine carry an LM head; critic and reward a scalar head."""
+    return "lm" if role in ("actor", "reference", "rollout") else "value"
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f} GB"
+
+
+def _expand_pools(sc: Scenario, roles: list[str], total: int) -> list[tuple[str, int, list[str], str]]:
+    """(name, gpus, roles, yaml path) per pool."""
+    pl = sc.placement
+    if isinstance(pl, Colocated):
+        return [("all", total, roles + ["rollout"], "placement")]
+    if isinstance(pl, DedicatedReward):
+        if "reward" not in roles:
+            raise ScenarioError("placement.kind", "expected a reward model for dedicated_reward placement, got models.reward.kind: rule (use colocated or pools)")
+        if pl.reward_gpus >= total:
+            raise ScenarioError("placement.reward_gpus", f"expected fewer than the cluster's {total} GPUs, got {pl.reward_gpus}")
+        rest = [r for r in roles if r != "reward"] + ["rollout"]
+        return [("actor", total - pl.reward_gpus, rest, "placement"), ("reward", pl.reward_gpus, ["reward"], "placement.reward_gpus")]
+    assert isinstance(pl, CustomPlacement)
+    return [(p.name, p.gpus, list(p.roles), f"placement.pools[{i}]") for i, p in enumerate(pl.pools)]
+
+
+def build_setup(sc: Scenario) -> Setup:
+    base = sc.base_dir
+    gpu = get_gpu(sc.cluster.gpu)
+    m = sc.models
+    shapes: dict[str, ModelShape] = {"actor": load_model(m.actor.model, "models.actor.model", base)}
+    dtypes = {"actor": m.actor.dtype}
+    for role in ("critic", "reference"):
+        ref = getattr(m, role)
+        if ref is not None:
+            shapes[role] = load_model(ref.model, f"models.{role}.model", base)
+            dtypes[role] = ref.dtype
+    rule = m.reward if isinstance(m.reward, RuleReward) else None
+    if rule is None:
+        shapes["reward"] = load_model(m.reward.model, "models.reward.model", base)
+        dtypes["reward"] = m.reward.dtype
+    shapes["rollout"], dtypes["rollout"] = shapes["actor"], dtypes["actor"]
+    if shapes["actor"].arch != "decoder":
+        raise ScenarioError("models.actor.model", f"expected a decoder (causal LM) actor, got encoder {shapes['actor'].name!r}")
+    for role in ("critic", "reference"):
+        if role in shapes and shapes[role].arch != "decoder":
+            raise ScenarioError(f"models.{role}.model", f"expected a decoder model, got encoder {shapes[role].name!r}")
+    if sc.algorithm.kind == "grpo" and "critic" in shapes:
+        raise ScenarioError("models.critic", "expected no critic with algorithm.kind grpo (GRPO uses group-normalized advantages), got a critic")
+    if sc.algorithm.kind == "ppo" and sc.algorithm.group_size != 1:
+        raise ScenarioError("algorithm.group_size", f"expected 1 for ppo (use kind: grpo for groups), got {sc.algorithm.group_size}")
+
+    roles = [r for r in ("actor", "critic", "reference", "reward") if r in shapes]
+    total = sc.cluster.nodes * sc.cluster.gpus_per_node
+    raw_pools = _expand_pools(sc, roles, total)
+    pools: list[PoolSpec] = []
+    role_pool: dict[str, int] = {}
+    used = 0
+    for i, (name, n, proles, path) in enumerate(raw_pools):
+        used += n
+        if used > total:
+            raise ScenarioError(f"{path}.gpus", f"{used} GPUs placed but the cluster has {total}")
+        for j, r in enumerate(proles):
+            if r != "rollout" and r not in shapes:
+                raise ScenarioError(f"{path}.roles[{j}]", f"expected a role with a model in `models`, got {r!r}" + (" (the reward is a rule)" if r == "reward" else ""))
+            if r in role_pool:
+                raise ScenarioError(f"{path}.roles[{j}]", f"expected each role on one pool, got {r!r} again (also on pool {pools[role_pool[r]].name!r})")
+            role_pool[r] = i
+        first = used - n
+        spans = first // sc.cluster.gpus_per_node != (used - 1) // sc.cluster.gpus_per_node
+        pools.append(PoolSpec(name, n, tuple(proles), first, spans))
+    for r in roles:
+        if r not in role_pool:
+            raise ScenarioError("placement", f"expected every role placed on a pool, got no pool for {r!r}")
+    role_pool.setdefault("rollout", role_pool["actor"])
+
+    tp = {r: getattr(sc.placement.tp, r) for r in ("actor", "critic", "reference", "reward")}
+    tp["rollout"] = sc.placement.tp.rollout or tp["actor"]
+    for r, t in tp.items():
+        if r not in role_pool:
+            continue
+        pool = pools[role_pool[r]]
+        if t > pool.gpus or pool.gpus % t:
+            raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {pool.gpus} GPUs of pool {pool.name!r}, got {t}")
+        if t > sc.cluster.gpus_per_node:
+            raise ScenarioError(f"placement.tp.{r}", f"expected TP within one node (<= {sc.cluster.gpus_per_node}), got {t}")
+
+    # Memory: weights of every model on the pool, optimizer state of trained ones, one sequence of KV.
+    w = sc.workload
+    resident: list[float] = []
+    for i, pool in enumerate(pools):
+        total_b = 0.0
+        worst_role = None
+        for r in pool.roles:
+            if r == "rollout" and role_pool["actor"] == i:
+                continue  # generation uses the actor's weights in place (TRL / hybrid engine)
+            shape = shapes[r]
+            b = shape.params(role_head(r)) * DTYPE_BYTES[dtypes[r]] / tp[r]
+            if r in TRAINED:
+                b += OPTIMIZER_BYTES_PER_PARAM * shape.params(role_head(r)) / pool.gpus
+            total_b += b
+            worst_role = worst_role or r
+        resident.append(total_b)
+        kv_min = 0.0
+        if role_pool["rollout"] == i:
+            kv_min = shapes["actor"].kv_bytes_per_token(dtypes["actor"]) * (w.max_prompt_tokens + w.max_response_tokens) / tp["rollout"]
+        if total_b + kv_min > gpu.mem_bytes:
+            role = max((r for r in pool.roles if r in shapes), key=lambda r: shapes[r].params() / tp[r])
+            raise ScenarioError(f"placement.tp.{role}", (
+                f"models on pool {pool.name!r} need {_gb(total_b)} per GPU (weights at their TP degrees"
+                f"{', optimizer state' if any(r in TRAINED for r in pool.roles) else ''}) plus {_gb(kv_min)} KV "
+                f"for one {w.max_prompt_tokens + w.max_response_tokens}-token sequence, but a {gpu.name} has {_gb(gpu.mem_bytes)}; "
+                f"raise the TP degree or use more GPUs"))
+
+    rp = pools[role_pool["rollout"]]
+    replicas = sc.generation.replicas or max(rp.gpus // tp["rollout"], 1)
+    if replicas * tp["rollout"] > rp.gpus:
+        raise ScenarioError("generation.replicas", f"expected at most {rp.gpus // tp['rollout']} replicas on {rp.gpus} GPUs at TP {tp['rollout']}, got {replicas}")
+    free = (gpu.mem_bytes - resident[role_pool["rollout"]]) * tp["rollout"] * sc.generation.kv_cache_fraction
+    kv_cap = int(free // shapes["actor"].kv_bytes_per_token(dtypes["actor"]))
+
+    rollouts = sc.workload.prompts_per_step * sc.algorithm.group_size
+    if sc.algorithm.minibatch_size > rollouts:
+        raise ScenarioError("algorithm.minibatch_size", f"expected at most the {rollouts} rollouts per step, got {sc.algorithm.minibatch_size}")
+    sched = sc.schedule
+    if sched.kind == "oppo" and sched.inter.adaptive is not None:
+        a = sched.inter.adaptive
+        if a.min > a.max:
+            raise ScenarioError("schedule.inter.adaptive.min", f"expected min <= max ({a.max}), got {a.min}")
+    if sc.warmup_steps >= sc.steps:
+        raise ScenarioError("warmup_steps", f"expected fewer warm-up steps than steps ({sc.steps}), got {sc.warmup_steps}")
+
+    return Setup(
+        scenario=sc, gpu=gpu, shapes=shapes, dtypes=dtypes, pools=pools, role_pool=role_pool, tp=tp,
+        replicas=replicas, kv_capacity_tokens=kv_cap,
+        prompt_sampler=sampler_for(w.prompt_length, w.max_prompt_tokens, base, "workload.prompt_length"),
+        response_sampler=sampler_for(w.response_length, w.max_response_tokens, base, "workload.response_length"),
+        rule_reward=rule, rollouts_per_step=rollouts, resident_bytes=resident,
+    )

@@ -1,0 +1,258 @@
+"""The scenario: a frozen pydantic model loaded from YAML. Help text lives next to each field, so
+``rlhfsim schema`` and the docs come from one place. Cross-field checks that need catalogs (memory fit,
+GPU counts) live in ``rlhfsim.scenario.checks`` so they can name the exact YAML path."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Dtype = Literal["bfloat16", "float16", "float32"]
+ROLES = ("actor", "critic", "reference", "reward", "rollout")
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- length distributions -------------------------------------------------------------------------
+class Fixed(Frozen):
+    kind: Literal["fixed"] = "fixed"
+    value: PositiveInt = Field(description="Every sample has this many tokens.")
+
+
+class Normal(Frozen):
+    kind: Literal["normal"] = "normal"
+    mean: float = Field(gt=0, description="Mean tokens.")
+    std: float = Field(ge=0, description="Standard deviation in tokens (samples clipped to [1, cap]).")
+
+
+class LogNormal(Frozen):
+    kind: Literal["lognormal"] = "lognormal"
+    median: float = Field(gt=0, description="Median tokens.")
+    p99: float = Field(gt=0, description="99th percentile in tokens (must exceed the median).")
+
+    @model_validator(mode="after")
+    def _p99_above_median(self):
+        if self.p99 <= self.median:
+            raise ValueError(f"expected p99 > median ({self.median}), got p99={self.p99}")
+        return self
+
+
+class Pareto(Frozen):
+    kind: Literal["pareto"] = "pareto"
+    scale: float = Field(gt=0, description="Minimum length x_m in tokens.")
+    alpha: float = Field(gt=0, description="Tail index; smaller is heavier (alpha <= 2 has infinite variance).")
+
+
+class Empirical(Frozen):
+    kind: Literal["empirical"] = "empirical"
+    path: str = Field(description="CSV or JSONL file of observed lengths, relative to the scenario file.")
+
+
+class Component(Frozen):
+    weight: float = Field(gt=0, description="Relative weight of this component.")
+    dist: "LengthDist"
+
+
+class Mixture(Frozen):
+    kind: Literal["mixture"] = "mixture"
+    components: list[Component] = Field(min_length=1, description="Weighted components.")
+
+
+LengthDist = Annotated[Union[Fixed, Normal, LogNormal, Pareto, Empirical, Mixture], Field(discriminator="kind")]
+Component.model_rebuild()
+
+
+# --- models ---------------------------------------------------------------------------------------
+class ModelRef(Frozen):
+    model: str = Field(description="Catalog name (see `rlhfsim models`) or path to a local Hugging Face config.json.")
+    dtype: Dtype = Field("bfloat16", description="Weights and activations dtype.")
+
+
+class ActorModel(ModelRef):
+    pass
+
+
+class RewardModel(ModelRef):
+    kind: Literal["model"] = "model"
+    runtime: Optional[str] = Field(None, description="Scoring runtime whose fitted costs to use (a `score:RUNTIME` entry of the profile, e.g. eager, compile, onnxruntime, aoti_cpp). Default: the prefill costs.")
+
+
+class RuleReward(Frozen):
+    kind: Literal["rule"] = "rule"
+    cpu_s_per_sample: float = Field(0.001, ge=0, description="CPU seconds to check one response (e.g. a GSM8K answer matcher).")
+    workers: PositiveInt = Field(8, description="CPU processes scoring in parallel.")
+
+
+class Models(Frozen):
+    actor: ActorModel
+    critic: Optional[ModelRef] = Field(None, description="Value model (PPO). Omit for GRPO.")
+    reference: Optional[ModelRef] = Field(None, description="Reference policy for the KL penalty.")
+    reward: Annotated[Union[RewardModel, RuleReward], Field(discriminator="kind")] = Field(
+        description="A reward model (`kind: model`, the default), or `kind: rule` for a rule-based checker on the CPU.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reward_kind_defaults_to_model(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("reward"), dict) and "kind" not in data["reward"]:
+            data = {**data, "reward": {**data["reward"], "kind": "model"}}
+        return data
+
+
+# --- cluster and placement ------------------------------------------------------------------------
+class Cluster(Frozen):
+    gpu: str = Field(description="Device type from the hardware catalog (see `rlhfsim gpus`).")
+    nodes: PositiveInt = Field(1, description="Number of nodes.")
+    gpus_per_node: PositiveInt = Field(8, description="GPUs per node.")
+
+
+class Pool(Frozen):
+    name: str = Field(description="Pool name used in outputs.")
+    gpus: PositiveInt = Field(description="GPUs in this pool.")
+    roles: list[Literal["actor", "critic", "reference", "reward", "rollout"]] = Field(
+        min_length=1, description="Roles on this pool. `rollout` (the generation engine) goes with `actor` unless placed elsewhere.")
+
+
+class TensorParallel(Frozen):
+    actor: PositiveInt = 1
+    critic: PositiveInt = 1
+    reference: PositiveInt = 1
+    reward: PositiveInt = 1
+    rollout: Optional[PositiveInt] = Field(None, description="TP of the generation engine; default: actor's.")
+
+
+class Colocated(Frozen):
+    kind: Literal["colocated"] = "colocated"
+    tp: TensorParallel = TensorParallel()
+
+
+class DedicatedReward(Frozen):
+    """OPPO's 7+1: the reward model on its own GPUs, everything else on the rest."""
+
+    kind: Literal["dedicated_reward"] = "dedicated_reward"
+    reward_gpus: PositiveInt = Field(1, description="GPUs given to the reward model.")
+    tp: TensorParallel = TensorParallel()
+
+
+class CustomPlacement(Frozen):
+    kind: Literal["pools"] = "pools"
+    pools: list[Pool] = Field(min_length=1)
+    tp: TensorParallel = TensorParallel()
+
+
+Placement = Annotated[Union[Colocated, DedicatedReward, CustomPlacement], Field(discriminator="kind")]
+
+
+# --- algorithm, workload, generation ---------------------------------------------------------------
+class Algorithm(Frozen):
+    kind: Literal["ppo", "grpo"] = "ppo"
+    group_size: PositiveInt = Field(1, description="Rollouts per prompt (GRPO); 1 for PPO.")
+    ppo_epochs: PositiveInt = Field(1, description="Passes over the batch per step.")
+    minibatch_size: PositiveInt = Field(16, description="Sequences per optimizer step (global, over data-parallel ranks).")
+
+
+class Workload(Frozen):
+    prompts_per_step: PositiveInt = Field(description="Prompts per step B (rollouts = B x group_size).")
+    prompt_length: LengthDist = Field(Fixed(value=256), description="Prompt length distribution (tokens).")
+    response_length: LengthDist = Field(description="Response length distribution (tokens).")
+    max_prompt_tokens: PositiveInt = Field(2048, description="Prompt lengths are clipped to this.")
+    max_response_tokens: PositiveInt = Field(description="Responses are cut at this many tokens.")
+
+
+class Generation(Frozen):
+    engine: Literal["static", "continuous"] = Field(
+        "continuous", description="`static`: Hugging Face generate / TRL, a batch ends when its longest sequence ends; `continuous`: vLLM/SGLang-like, finished slots are refilled.")
+    max_batch: PositiveInt = Field(64, description="Maximum concurrent sequences per generation replica.")
+    replicas: Optional[PositiveInt] = Field(None, description="Data-parallel generation replicas; default: rollout pool GPUs / rollout TP.")
+    kv_cache_fraction: float = Field(0.9, gt=0, le=1, description="Fraction of GPU memory left after weights that the KV cache may use.")
+    step_overhead_s: Optional[float] = Field(None, ge=0, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
+
+
+# --- schedules ------------------------------------------------------------------------------------
+class SyncSchedule(Frozen):
+    kind: Literal["sync"] = "sync"
+
+
+class AdaptiveChunk(Frozen):
+    window_steps: PositiveInt = Field(50, description="Steps per window; each candidate is tried on different steps at the start of a window.")
+    candidates: list[PositiveInt] = Field([128, 256, 512], min_length=1, description="Chunk sizes to try.")
+
+
+class Intra(Frozen):
+    enabled: bool = Field(True, description="Stream responses to the reward model in chunks during generation.")
+    chunk_tokens: PositiveInt = Field(256, description="Tokens per chunk (initial value when adaptive).")
+    adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
+    stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
+
+
+class RewardCurve(Frozen):
+    """Reward the simulator pretends training reaches at step s (it has no real rewards):
+    r(s) = r_max x (1 - exp(-s / tau)) + noise."""
+
+    r_max: float = Field(1.0, description="Asymptotic reward.")
+    tau_steps: float = Field(60.0, gt=0, description="Steps to reach 63% of r_max.")
+    noise_std: float = Field(0.02, ge=0, description="Gaussian noise on each step's reward (so the windowed slope can turn negative once the curve saturates).")
+
+
+class AdaptiveDelta(Frozen):
+    window_steps: PositiveInt = Field(10, description="Window over which the reward slope is measured.")
+    min: int = Field(0, ge=0, description="Lower bound of delta.")
+    max: PositiveInt = Field(32, description="Upper bound of delta.")
+    step: PositiveInt = Field(4, description="Change of delta per window.")
+    curve: RewardCurve = RewardCurve()
+
+
+class Inter(Frozen):
+    enabled: bool = Field(True, description="Keep B + delta prompts in flight and train on the first B to finish.")
+    delta: int = Field(16, ge=0, description="Extra prompts in flight (initial value when adaptive).")
+    adaptive: Optional[AdaptiveDelta] = None
+    keep_kv: bool = Field(True, description="Deferred sequences keep their KV cache; false: pay a re-prefill of prompt + generated tokens.")
+
+
+class OppoSchedule(Frozen):
+    kind: Literal["oppo"] = "oppo"
+    intra: Intra = Intra()
+    inter: Inter = Inter()
+
+
+class PartialSchedule(Frozen):
+    kind: Literal["partial"] = "partial"
+    token_budget: PositiveInt = Field(description="Decode tokens generated per step over all replicas (Kimi k1.5 partial rollouts); unfinished responses continue next step from a buffer.")
+    extra_prompts: int = Field(0, ge=0, description="Prompts admitted beyond B to keep the engine full.")
+
+
+class AsyncSchedule(Frozen):
+    kind: Literal["async"] = "async"
+    max_staleness: int = Field(1, ge=0, description="Generation may run ahead of training by at most this many steps (AReaL); 0 is synchronous.")
+
+
+Schedule = Annotated[Union[SyncSchedule, OppoSchedule, PartialSchedule, AsyncSchedule], Field(discriminator="kind")]
+
+
+class Scenario(Frozen):
+    """One RLHF training setup: models, hardware, placement, algorithm, workload, engine, schedule."""
+
+    name: str = Field("scenario", description="Name used in outputs.")
+    description: str = Field("", description="Free text.")
+    models: Models
+    cluster: Cluster
+    placement: Placement = Field(Colocated(), description="Where each role runs: `colocated`, `dedicated_reward` (OPPO's 7+1) or explicit `pools`.")
+    algorithm: Algorithm = Algorithm()
+    workload: Workload
+    generation: Generation = Generation()
+    schedule: Schedule = SyncSchedule()
+    steps: PositiveInt = Field(10, description="Steps to simulate.")
+    warmup_steps: int = Field(1, ge=0, description="Leading steps excluded from steady-state statistics.")
+    seed: int = Field(0, ge=0, description="Random seed: same seed, same output.")
+    compare: Optional[list[Literal["sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async"]]] = Field(
+        None, description="Schedule variants `rlhfsim simulate` compares when run without --compare.")
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)  # where relative paths in the scenario resolve
+
+    @property
+    def base_dir(self) -> Path:
+        return self._base_dir

@@ -1,0 +1,1 @@
+"""SimPy simulator: generation engines, stages, schedules, the Simulation and its summary."""

@@ -1,0 +1,75 @@
+"""What a simulation records: busy intervals per GPU group and one record per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Interval:
+    """GPUs ``gpu0 .. gpu0 + n_gpus - 1`` of ``pool`` were busy with ``phase`` for ``role``."""
+
+    step: int
+    pool: str
+    gpu0: int
+    n_gpus: int
+    role: str
+    phase: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class StepRecord:
+    """One training step. ``phases_s`` holds each phase's span (first start to last end)."""
+
+    step: int
+    start_s: float
+    end_s: float
+    generated_tokens: int = 0
+    trained_rollouts: int = 0
+    trained_ids: list = field(default_factory=list)
+    deferred: int = 0
+    deferred_in: int = 0
+    off_policy_tokens: int = 0
+    response_tokens: int = 0
+    chunk_tokens: int = 0
+    delta: int = 0
+    chunks_scored: int = 0
+    scored_tokens: int = 0
+    staleness: int = 0
+    deferral_ages: list = field(default_factory=list)
+    phases_s: dict = field(default_factory=dict)
+    lengths: list = field(default_factory=list)  # (rollout_id, prompt_len, response_len) trained
+
+    @property
+    def step_time_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def off_policy_token_frac(self) -> float:
+        return self.off_policy_tokens / self.response_tokens if self.response_tokens else 0.0
+
+
+class Recorder:
+    """Collects intervals and step records. Phase spans per step are derived from the intervals."""
+
+    def __init__(self):
+        self.intervals: list[Interval] = []
+        self.steps: list[StepRecord] = []
+        self._spans: dict[tuple[int, str], list[float]] = {}
+
+    def busy(self, step: int, pool: str, gpu0: int, n_gpus: int, role: str, phase: str, start: float, end: float) -> None:
+        if end < start:
+            raise ValueError(f"negative interval {phase} {start}..{end}")
+        self.intervals.append(Interval(step, pool, gpu0, n_gpus, role, phase, start, end))
+        key = (step, phase)
+        span = self._spans.get(key)
+        if span is None:
+            self._spans[key] = [start, end]
+        else:
+            span[0] = min(span[0], start)
+            span[1] = max(span[1], end)
+
+    def spans(self, step: int) -> dict[str, tuple[float, float]]:
+        return {ph: (s[0], s[1]) for (st, ph), s in self._spans.items() if st == step}

@@ -1,0 +1,178 @@
+"""The Simulation: owns its SimPy environment, its random generators and its recorder (no global state;
+same seed, same result, bit for bit). A Schedule drives the steps; this module holds the per-step
+pipeline that sync, OPPO and partial rollouts share, and the summary statistics."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from rlhfsim.costs.model import CostModel
+from rlhfsim.scenario.checks import Setup
+from rlhfsim.sim import stages
+from rlhfsim.sim.generation import GenRequest, Generation
+from rlhfsim.sim.recorder import Recorder, StepRecord
+from rlhfsim.sim.rollouts import Rollout, RolloutStream
+
+PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
+
+
+class Simulation:
+    """One simulated training run of ``steps`` steps of a scenario under its schedule."""
+
+    def __init__(self, setup: Setup, cost: CostModel, *, seed: int | None = None,
+                 rollouts: list[tuple[int, int]] | None = None):
+        from rlhfsim.sim.schedules import SCHEDULES
+
+        self.setup = setup
+        self.cost = cost
+        sc = setup.scenario
+        self.seed = sc.seed if seed is None else seed
+        self.env = simpy.Environment()
+        # Separate streams so that changing the schedule never changes the sampled lengths.
+        self.rng = np.random.default_rng([self.seed, 0])
+        self.reward_rng = np.random.default_rng([self.seed, 1])
+        self.rec = Recorder()
+        self.stream = RolloutStream(setup, self.rng, rollouts)
+        self.locks = {p.name: simpy.Resource(self.env, capacity=1) for p in setup.pools}
+        self.active: dict = defaultdict(int)
+        self.scorers: dict[str, stages.ChunkScorer] = {}
+        self.runtime = None if sc.models.reward.kind == "rule" else sc.models.reward.runtime
+        self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
+
+    def corun(self, pool: str, kind: str) -> bool:
+        """Is the other kind of work (decode vs chunk prefill) running on this pool right now?"""
+        other = "prefill" if kind == "decode" else "decode"
+        return self.active[(pool, other)] > 0
+
+    def scorer(self, role: str) -> stages.ChunkScorer:
+        if role not in self.scorers:
+            self.scorers[role] = stages.ChunkScorer(self, role)
+        return self.scorers[role]
+
+    def run(self, steps: int | None = None) -> list[StepRecord]:
+        steps = steps or self.setup.scenario.steps
+        proc = self.env.process(self.schedule.run(steps))
+        self.env.run(until=proc)
+        return self.rec.steps
+
+    # -- the shared step pipeline --------------------------------------------------------------------
+    def generate(self, req: GenRequest):
+        """Process: run one step's generation; returns a GenResult."""
+        if not req.rollouts:
+            from rlhfsim.sim.generation import GenResult
+
+            return GenResult([], [], 0, self.env.now, self.env.now)
+        gen = Generation(self, req)
+        result = yield self.env.process(gen.run())
+        return result
+
+    def after_generation(self, step: int, rows: list[Rollout], streamed: tuple[str, ...] = ()):
+        """Process: scoring, reference and critic passes, training, weight sync (the sync order)."""
+        env, s = self.env, self.setup
+        if "reward" in streamed:
+            yield self.scorers["reward"].wait_drained()
+        elif s.rule_reward is not None:
+            yield from stages.rule_reward(env, self, step, rows)
+        else:
+            yield from stages.forward_pass(env, self, step, "reward", rows)
+        for role in ("reference", "critic"):
+            if role not in s.shapes:
+                continue
+            if role in streamed:
+                yield self.scorers[role].wait_drained()
+            else:
+                yield from stages.forward_pass(env, self, step, role, rows)
+        trains = [env.process(stages.train(env, self, step, r, rows)) for r in ("actor", "critic") if r in s.shapes]
+        yield simpy.AllOf(env, trains)
+        yield from stages.weight_sync(env, self, step)
+
+    def record_step(self, step: int, start: float, trained: list[Rollout], generated: int, **extra) -> StepRecord:
+        rec = StepRecord(step=step, start_s=start, end_s=self.env.now, generated_tokens=generated,
+                         trained_rollouts=len(trained), trained_ids=[r.id for r in trained], **extra)
+        for r in trained:
+            rec.response_tokens += r.response_len
+            rec.off_policy_tokens += sum(n for k, n in r.tokens_by_step.items() if k < step)
+            rec.deferral_ages.append(step - r.admitted_step)
+            rec.lengths.append((r.id, r.prompt_len, r.response_len))
+        rec.phases_s = {ph: e - s for ph, (s, e) in self.rec.spans(step).items()}
+        self.rec.steps.append(rec)
+        return rec
+
+
+@dataclass
+class SimResult:
+    """A finished simulation: step records, busy intervals and the summary."""
+
+    setup: Setup
+    steps: list[StepRecord]
+    intervals: list
+    summary: dict
+
+
+def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
+    s = sim.setup
+    sc = s.scenario
+    warm = min(sc.warmup_steps, max(len(steps) - 1, 0))
+    steady = steps[warm:]
+    times = np.array([r.step_time_s for r in steady])
+    t0, t1 = steady[0].start_s, steady[-1].end_s
+    window = max(t1 - t0, 1e-12)
+    phases = {ph: float(np.mean([r.phases_s.get(ph, 0.0) for r in steady])) for ph in PHASES
+              if any(ph in r.phases_s for r in steady)}
+    util = pool_utilization(sim, t0, t1)
+    gen_tokens = sum(r.generated_tokens for r in steady)
+    ages = Counter(a for r in steady for a in r.deferral_ages)
+    stal = Counter(r.staleness for r in steady)
+    stats = {
+        "deferred_per_step": [r.deferred for r in steps],
+        "deferral_age_hist": {str(k): v for k, v in sorted(ages.items())},
+        "off_policy_token_frac": float(np.mean([r.off_policy_token_frac for r in steady])),
+        "staleness_hist": {str(k): v for k, v in sorted(stal.items())},
+        "chunk_tokens": [r.chunk_tokens for r in steps],
+        "delta": [r.delta for r in steps],
+        "chunks_scored": int(sum(r.chunks_scored for r in steps)),
+    }
+    return {
+        "scenario": sc.name,
+        "schedule": sc.schedule.kind,
+        "profile": sim.cost.name,
+        "profile_source": sim.cost.profile["provenance"].get("source"),
+        "steps": len(steps),
+        "warmup_steps": warm,
+        "steady_steps": len(steady),
+        "step_time_s": float(times.mean()),
+        "step_time_p50_s": float(np.percentile(times, 50)),
+        "step_time_p90_s": float(np.percentile(times, 90)),
+        "phases_s": phases,
+        "gpu_utilization": util,
+        "tokens_per_s": gen_tokens / window,
+        "pools": {p.name: {"gpus": p.gpus, "roles": list(p.roles)} for p in s.pools},
+        "schedule_stats": stats,
+    }
+
+
+def pool_utilization(sim: Simulation, t0: float, t1: float) -> dict[str, float]:
+    """Fraction of GPU-time each pool was busy in [t0, t1] (union of overlapping work per GPU)."""
+    per_gpu: dict[tuple[str, int], list] = defaultdict(list)
+    for iv in sim.rec.intervals:
+        if iv.pool not in sim.locks or iv.end_s <= t0 or iv.start_s >= t1:
+            continue
+        for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus):
+            per_gpu[(iv.pool, g)].append((max(iv.start_s, t0), min(iv.end_s, t1)))
+    busy: dict[str, float] = defaultdict(float)
+    for (pool, _), ivs in per_gpu.items():
+        ivs.sort()
+        cur_s, cur_e = ivs[0]
+        for a, b in ivs[1:]:
+            if a > cur_e:
+                busy[pool] += cur_e - cur_s
+                cur_s, cur_e = a, b
+            else:
+                cur_e = max(cur_e, b)
+        busy[pool] += cur_e - cur_s
+    span = max(t1 - t0, 1e-12)
+    return {p.name: busy[p.name] / (p.gpus * span) for p in sim.setup.pools}

@@ -1,0 +1,187 @@
+"""The stages of a step after (or beside) generation, as SimPy processes on their pools.
+
+Forward passes (reward scoring, reference log-probs, critic values) run data-parallel over the replicas
+of their pool (pool GPUs / TP), in padded micro-batches of ``generation.max_batch`` sequences (Hugging
+Face style: every sequence padded to the longest in its micro-batch). Training runs ``ppo_epochs`` passes
+of minibatches of ``minibatch_size`` sequences split over the data-parallel ranks, each minibatch a
+forward+backward (padded) plus a gradient all-reduce and an AdamW step. The chunk scorer serves OPPO's
+intra-step overlap: each streamed chunk is prefilled on top of that sequence's cached prefix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from rlhfsim.models.catalog import DTYPE_BYTES
+from rlhfsim.sim.rollouts import Rollout
+
+ROLE_PHASE = {"reward": "reward", "reference": "reference", "critic": "critic_fwd"}
+
+
+def _replicas(sim, role: str) -> tuple[int, int]:
+    pool = sim.setup.pool_of(role)
+    tp = sim.setup.tp[role]
+    return max(pool.gpus // tp, 1), tp
+
+
+def _padded_microbatches(rows: list[Rollout], mb: int):
+    for i in range(0, len(rows), mb):
+        part = rows[i:i + mb]
+        yield len(part), max(r.prompt_len + r.response_len for r in part)
+
+
+def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
+    """Process: one forward pass of ``role`` over every row (prompt + response), padded micro-batches,
+    rows dealt round-robin over the pool's replicas; each replica records its busy interval."""
+    if not rows:
+        return
+    s = sim.setup
+    n_rep, tp = _replicas(sim, role)
+    pool = s.pool_of(role)
+    mb = s.scenario.generation.max_batch
+    model, dtype = s.shapes[role], s.dtypes[role]
+    with sim.locks[pool.name].request() as req:
+        yield req
+        start = env.now
+        durs = []
+        for k in range(n_rep):
+            mine = rows[k::n_rep]
+            t = 0.0
+            for n, length in _padded_microbatches(mine, mb):
+                t += sim.cost.forward_s(model, dtype, n * length, n, tp, op="prefill",
+                                        runtime=sim.runtime if role == "reward" else None,
+                                        head=s.head(role))
+            durs.append(t)
+            if t > 0:
+                sim.rec.busy(step, pool.name, k * tp, tp, role, ROLE_PHASE[role], start, start + t)
+        yield env.timeout(max(durs))
+
+
+def rule_reward(env, sim, step: int, rows: list[Rollout]):
+    """Process: a rule-based checker on CPU workers (no GPU); recorded on the pseudo-pool ``cpu``."""
+    rule = sim.setup.rule_reward
+    t = math.ceil(len(rows) / rule.workers) * rule.cpu_s_per_sample
+    start = env.now
+    yield env.timeout(t)
+    if t > 0:
+        sim.rec.busy(step, "cpu", 0, 1, "reward", "reward", start, env.now)
+
+
+def train(env, sim, step: int, role: str, rows: list[Rollout]):
+    """Process: ``ppo_epochs`` x minibatches of forward+backward, all-reduce and optimizer step."""
+    s = sim.setup
+    alg = s.scenario.algorithm
+    pool = s.pool_of(role)
+    tp = s.tp[role]
+    dp = max(pool.gpus // tp, 1)
+    model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
+    phase = "actor_train" if role == "actor" else "critic_train"
+    with sim.locks[pool.name].request() as req:
+        yield req
+        start = env.now
+        t = 0.0
+        opt = sim.cost.optimizer_s(model, dtype, tp, dp, head, pool.spans_nodes)
+        for _ in range(alg.ppo_epochs):
+            for i in range(0, len(rows), alg.minibatch_size):
+                part = rows[i:i + alg.minibatch_size]
+                per_rank = math.ceil(len(part) / dp)
+                length = max(r.prompt_len + r.response_len for r in part)
+                t += sim.cost.train_s(model, dtype, per_rank * length, per_rank, tp, head) + opt
+        yield env.timeout(t)
+        if t > 0:
+            sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now)
+
+
+def weight_sync(env, sim, step: int):
+    """Process: the trained actor's weights reach the generation engine: a copy through device memory
+    when it shares the actor's pool (read + write), a broadcast over the interconnect when separate."""
+    s = sim.setup
+    a, r = s.pool_of("actor"), s.pool_of("rollout")
+    model, dtype = s.shapes["actor"], s.dtypes["actor"]
+    nbytes = model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"]
+    if a is r:
+        t = 2 * nbytes / (s.gpu.mem_bw * sim.cost.ops["prefill"].memory_eff)
+    else:
+        t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes)
+    with sim.locks[r.name].request() as req:
+        yield req
+        start = env.now
+        yield env.timeout(t)
+        sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now)
+
+
+class ChunkScorer:
+    """OPPO intra-step overlap for one role (reward, or reference/critic when streamed): chunks queued by
+    the decode loop are prefilled on top of each sequence's cached prefix. Each replica of the role's pool
+    takes everything queued (up to ``max_batch`` sequences) as one batched chunk prefill. The first chunk
+    of a sequence includes its prompt."""
+
+    def __init__(self, sim, role: str):
+        self.sim = sim
+        self.env: simpy.Environment = sim.env
+        self.role = role
+        self.queue: list = []
+        self.wakeup = self.env.event()
+        self.outstanding = 0
+        self.drained = self.env.event()
+        self.chunks = 0
+        self.tokens = 0
+        n_rep, self.tp = _replicas(sim, role)
+        self.pool = sim.setup.pool_of(role)
+        for k in range(n_rep):
+            self.env.process(self._serve(k))
+
+    def emit(self, step: int, r: Rollout, final: bool) -> None:
+        done = r.scored.get(self.role, 0)
+        new = r.generated - done
+        if new <= 0:
+            return
+        first = done == 0
+        tokens = new + (r.prompt_len if first else 0)
+        prefix = 0 if first else r.prompt_len + done
+        r.scored[self.role] = r.generated
+        self.queue.append((step, tokens, prefix))
+        self.outstanding += 1
+        if self.drained.triggered:
+            self.drained = self.env.event()
+        if not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+    def wait_drained(self):
+        """An event that fires when every chunk emitted so far has been prefilled."""
+        if self.outstanding == 0:
+            ev = self.env.event()
+            ev.succeed()
+            return ev
+        return self.drained
+
+    def _serve(self, k: int):
+        env, sim = self.env, self.sim
+        s = sim.setup
+        model, dtype = s.shapes[self.role], s.dtypes[self.role]
+        mb = s.scenario.generation.max_batch
+        key = (self.pool.name, "prefill")
+        while True:
+            while not self.queue:
+                if self.wakeup.triggered:
+                    self.wakeup = env.event()
+                yield self.wakeup
+            jobs, self.queue = self.queue[:mb], self.queue[mb:]
+            step = jobs[0][0]
+            tokens = sum(j[1] for j in jobs)
+            prefix = sum(j[2] for j in jobs)
+            t = sim.cost.chunk_prefill_s(model, dtype, tokens, len(jobs), prefix, self.tp)
+            if sim.corun(self.pool.name, "prefill"):
+                t *= sim.cost.prefill_slowdown
+            sim.active[key] += 1
+            start = env.now
+            yield env.timeout(t)
+            sim.active[key] -= 1
+            sim.rec.busy(step, self.pool.name, k * self.tp, self.tp, self.role, ROLE_PHASE[self.role], start, env.now)
+            self.chunks += len(jobs)
+            self.tokens += tokens
+            self.outstanding -= len(jobs)
+            if self.outstanding == 0 and not self.drained.triggered:
+                self.drained.succeed()
