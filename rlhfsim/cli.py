@@ -16,7 +16,7 @@ from rlhfsim.errors import RlhfsimError
 LAZY = {
     "calibrate": "calibrate.cli:calibrate_command",
     "runtimes": "calibrate.cli:runtimes_command",
-    "validate": "rlhfsim.validate:validate_command",
+    "validate": "calibrate.validate:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
 }
 

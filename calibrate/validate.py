@@ -1,0 +1,208 @@
+"""``rlhfsim validate``: run real small RLHF steps on the local device and put measured next to predicted.
+
+For each scenario:
+  1. Load it (it must describe the local device: ``cluster.gpu: cpu`` with one device for ``--device
+     cpu``; one GPU with ``--device cuda``) and draw its rollouts (prompt and response lengths) from the
+     simulator's own seeded stream.
+  2. Run the real steps with ``calibrate.executor.run_steps`` on exactly those lengths.
+  3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
+     calibration of exactly the scenario's models, cached), which never sees the validation runs.
+  4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
+     error_pct = 100 x (predicted - measured) / measured.
+
+Needs both sides (torch for the executor; pydantic and simpy for the simulator).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from pathlib import Path
+
+import click
+
+from rlhfsim.errors import RlhfsimError, ScenarioError
+
+PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("RLHFSIM_CACHE_DIR") or str(Path.home() / ".cache" / "rlhfsim")
+    return Path(base) / "validate"
+
+
+def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, int]], threads: int | None):
+    """The executor's config for a scenario (schedules the executor runs: sync and fixed-knob oppo)."""
+    from calibrate.executor import ExecConfig
+
+    sched = sc.schedule
+    intra = inter = False
+    chunk, delta, keep_kv = 1, 0, True
+    if sched.kind == "oppo":
+        if sched.intra.adaptive is not None or sched.inter.adaptive is not None:
+            raise ScenarioError("schedule", "expected fixed chunk size and delta for validation, got an adaptive block")
+        if sched.intra.stream_reference_critic:
+            raise ScenarioError("schedule.intra.stream_reference_critic", "expected false for validation (the executor streams to the reward model only), got true")
+        intra = sched.intra.enabled and setup.rule_reward is None
+        inter = sched.inter.enabled and sched.inter.delta > 0
+        chunk, delta, keep_kv = sched.intra.chunk_tokens, sched.inter.delta if inter else 0, sched.inter.keep_kv
+    elif sched.kind != "sync":
+        raise ScenarioError("schedule.kind", f"expected sync or oppo for validation (the executor runs those), got {sched.kind!r}")
+    if len(setup.pools) != 1 or setup.pools[0].gpus != 1:
+        raise ScenarioError("placement", f"expected every role colocated on one device for validation, got {len(setup.pools)} pool(s) of {[p.gpus for p in setup.pools]} GPUs")
+    m = sc.models
+    return ExecConfig(
+        device=device, dtype=m.actor.dtype, actor=setup.shapes["actor"], critic=setup.shapes.get("critic"),
+        reference=setup.shapes.get("reference"), reward=setup.shapes.get("reward"),
+        rule_reward_s=setup.rule_reward.cpu_s_per_sample if setup.rule_reward else 0.0,
+        algorithm=sc.algorithm.kind, group_size=sc.algorithm.group_size,
+        prompts_per_step=sc.workload.prompts_per_step, ppo_epochs=sc.algorithm.ppo_epochs,
+        minibatch_size=sc.algorithm.minibatch_size, engine=sc.generation.engine,
+        max_batch=sc.generation.max_batch, schedule=sched.kind, intra=intra, chunk_tokens=chunk,
+        inter=inter, delta=delta, keep_kv=keep_kv, steps=steps, rollouts=rollouts, seed=sc.seed,
+        threads=threads)
+
+
+def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
+    """The first n rollouts of the simulator's own stream for this scenario (same generator, same order)."""
+    import numpy as np
+
+    from rlhfsim.sim.rollouts import RolloutStream
+
+    stream = RolloutStream(setup, np.random.default_rng([setup.scenario.seed, 0]))
+    return [(r.prompt_len, r.response_len) for r in stream.take(n, 0)]
+
+
+def quick_profile(device: str, shapes: list, dtype: str, progress: bool) -> str:
+    """Calibrate exactly these model shapes on the local device once; cached by device, shapes, dtype
+    and torch version."""
+    import torch
+
+    from calibrate.run import run_calibration
+
+    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes)])
+    path = cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
+    if not path.is_file():
+        run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=path,
+                        resume=True, dtype=dtype, progress=progress)
+    return str(path)
+
+
+def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
+    out = {}
+    for ph in PHASES:
+        vals = [d.get(ph) for d in phase_dicts]
+        if any(v is not None for v in vals):
+            out[ph] = statistics.fmean(v or 0.0 for v in vals)
+    return out
+
+
+def _err(pred: float, meas: float) -> float | None:
+    return 100.0 * (pred - meas) / meas if meas > 0 else None
+
+
+def validate_scenario(path: Path, device: str, profile: str | None, steps: int | None, threads: int | None,
+                      progress: bool) -> dict:
+    from calibrate.executor import run_steps
+    from rlhfsim.scenario import build_setup, load_scenario
+    from rlhfsim.sim.run import rebuild, simulate
+
+    sc = load_scenario(path)
+    if steps is not None:
+        sc = rebuild(sc, {"steps": steps, "warmup_steps": min(sc.warmup_steps, steps - 1)})
+    setup = build_setup(sc)
+    if device == "cpu" and setup.gpu.kind != "cpu":
+        raise ScenarioError("cluster.gpu", f"expected cpu for --device cpu validation, got {sc.cluster.gpu!r}")
+    probe = exec_config(sc, setup, device, sc.steps, [], threads)
+    rollouts = draw_rollouts(setup, probe.rollouts_needed + 8 * setup.rollouts_per_step)
+    cfg = exec_config(sc, setup, device, sc.steps, rollouts, threads)
+    if profile is None:
+        shapes = list({s.name: s for r, s in setup.shapes.items() if r != "rollout"}.values())
+        profile = quick_profile(device, shapes, sc.models.actor.dtype, progress)
+    measured = run_steps(cfg, progress=progress)
+    from rlhfsim.costs.model import CostModel
+
+    cost = CostModel.load(setup.gpu, profile)
+    if sc.models.reward.kind == "model" and sc.models.reward.runtime is None and "eager" in cost.runtimes:
+        # The executor scores with the Hugging Face model in eager mode: use that runtime's fit.
+        sc = rebuild(sc, {"models": {**sc.models.model_dump(mode="json"), "reward": {**sc.models.reward.model_dump(mode="json"), "runtime": "eager"}}})
+    predicted = simulate(sc, cost=cost, rollouts=rollouts)
+    warm = sc.warmup_steps
+    m_steps = measured[warm:]
+    p_steps = predicted.steps[warm:]
+    m_time = statistics.fmean(r.step_time_s for r in m_steps)
+    p_time = statistics.fmean(r.step_time_s for r in p_steps)
+    m_ph = _mean_phases([{k: b - a for k, (a, b) in r.phases.items()} for r in m_steps])
+    p_ph = _mean_phases([r.phases_s for r in p_steps])
+    phases = {ph: {"measured_s": m_ph.get(ph, 0.0), "predicted_s": p_ph.get(ph, 0.0),
+                   "error_pct": _err(p_ph.get(ph, 0.0), m_ph.get(ph, 0.0))} for ph in PHASES if ph in m_ph or ph in p_ph}
+    checks = {
+        "measured_generated_tokens": sum(r.generated_tokens for r in measured),
+        "predicted_generated_tokens": sum(r.generated_tokens for r in predicted.steps),
+        "measured_trained_ids": [r.rollout_ids for r in measured],
+        "predicted_trained_ids": [r.trained_ids for r in predicted.steps],
+        "measured_chunks_scored": sum(r.chunks_scored for r in measured),
+        "measured_deferred": [r.deferred_out for r in measured],
+        "predicted_deferred": [r.deferred for r in predicted.steps],
+    }
+    return {"name": sc.name, "path": str(path), "steps": sc.steps, "warmup_steps": warm,
+            "profile": cost.name if not str(profile).endswith(".json") else str(profile),
+            "measured_step_time_s": m_time, "predicted_step_time_s": p_time, "error_pct": _err(p_time, m_time),
+            "phases": phases, "checks": checks}
+
+
+def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
+             threads: int | None = None, progress: bool = True) -> dict:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RlhfsimError("--device: expected a CUDA device, found none (torch.cuda.is_available() is False)")
+    out = [validate_scenario(p, device, profile, steps, threads, progress) for p in scenarios]
+    errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
+    return {"device": device, "scenarios": out,
+            "median_abs_error_pct": statistics.median(errs) if errs else None}
+
+
+def print_table(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    for s in doc["scenarios"]:
+        t = Table(title=f"{s['name']}  ({s['steps']} steps, first {s['warmup_steps']} excluded)  profile {s['profile']}")
+        for col in ("", "measured s", "predicted s", "error"):
+            t.add_column(col, justify="right" if col else "left")
+        t.add_row("[bold]step[/bold]", f"{s['measured_step_time_s']:.3f}", f"{s['predicted_step_time_s']:.3f}", f"{s['error_pct']:+.1f}%")
+        for ph, v in s["phases"].items():
+            e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
+            t.add_row(ph, f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e)
+        c.print(t)
+    if doc["median_abs_error_pct"] is not None:
+        c.print(f"median |step-time error| over {len(doc['scenarios'])} scenario(s): {doc['median_abs_error_pct']:.1f}%")
+
+
+@click.command("validate")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--scenario", "scenarios", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Scenario YAML (repeatable).")
+@click.option("--profile", help="Calibration profile name or path (default: quick calibration of the scenario's models, cached).")
+@click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
+@click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads on CPU (default: torch's).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON document here.")
+def validate_command(device, scenarios, profile, steps, threads, fmt, out):
+    """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
+    doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table")
+    if out:
+        from rlhfsim.costs.profile import write_json_atomic
+
+        write_json_atomic(out, doc)
+    if fmt == "json":
+        slim = {"scenarios": [{k: v for k, v in s.items() if k != "checks"} for s in doc["scenarios"]],
+                "median_abs_error_pct": doc["median_abs_error_pct"], "device": device}
+        click.echo(json.dumps(slim))
+    else:
+        print_table(doc)
