@@ -61,7 +61,7 @@ def timeline_figure(intervals: Intervals, pools: dict, *, max_bars: int = 6000,
         if not items:
             continue
         # The legend shows a solid swatch per role (a bar's own swatch would show its phase pattern).
-        fig.add_trace(go.Bar(name=role, orientation="h", x=[None], y=[labels[0]], legendgroup=role,
+        fig.add_trace(go.Bar(name=role, orientation="h", x=[None], y=[None], legendgroup=role,
                              marker_color=ROLE_COLOURS[role], hoverinfo="skip"))
         fig.add_trace(go.Bar(
             name=role, orientation="h", legendgroup=role, showlegend=False,
@@ -80,17 +80,18 @@ def timeline_figure(intervals: Intervals, pools: dict, *, max_bars: int = 6000,
     present = [p for p in PHASES if np.any(intervals.phase == p)]
     for phase in present:  # legend entries explaining the patterns (no data)
         fig.add_trace(go.Bar(
-            name=f"{phase} (pattern)", orientation="h", x=[None], y=[labels[0]], legendgroup=f"phase {phase}",
+            name=f"{phase} (pattern)", orientation="h", x=[None], y=[None], legendgroup=f"phase {phase}",
             hoverinfo="skip", marker={"color": "#bbbbbb", "pattern": {"shape": PHASE_PATTERNS[phase],
                                                                     "fgcolor": "#333333", "solidity": 0.3}},
         ))
     note = layout.note or f"{layout.intervals} intervals"
     fig.update_layout(
         template=TEMPLATE, barmode="overlay", bargap=0.25, title=_title("Per-GPU timeline", note),
-        height=max(420, 140 + 22 * len(labels)), legend={"title": {"text": "role / phase"}},
-        xaxis={"title": "simulated time (s)"},
+        height=210 + 22 * len(labels), xaxis={"title": "simulated time (s)"},
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 0, "yanchor": "bottom",
+                "font": {"size": 11}},
         yaxis={"categoryorder": "array", "categoryarray": labels, "autorange": "reversed", "type": "category"},
-        margin={"l": 150, "r": 20, "t": 80, "b": 50},
+        margin={"l": 150, "r": 20, "t": 70, "b": 130},
     )
     return fig
 
@@ -196,7 +197,7 @@ def schedule_comparison_figure(summary: dict) -> go.Figure:
                         subplot_titles=("step time (s)", "phase span (s)", "GPU utilization"))
     fig.add_trace(go.Bar(
         x=names, y=[variants[n]["step_time_s"] for n in names], marker_color=[colours[n] for n in names],
-        text=["" if variants[n]["speedup"] is None else f"{variants[n]['speedup']:.2f}×" for n in names],
+        text=["" if variants[n].get("speedup") is None else f"{variants[n]['speedup']:.2f}×" for n in names],
         textposition="outside", showlegend=False, hovertemplate="%{x}: %{y:.4f} s %{text}<extra></extra>",
     ), row=1, col=1)
     phases = [p for p in PHASES if any(p in variants[n]["phases_s"] for n in names)]
@@ -212,7 +213,7 @@ def schedule_comparison_figure(summary: dict) -> go.Figure:
         ), row=1, col=3)
     fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=3)
     fig.update_layout(template=TEMPLATE, height=420, barmode="group",
-                      title=_title("Schedule comparison", "same scenario under each schedule; label: speedup"))
+                      title=_title("Schedule comparison", "same scenario and seed under each schedule; label: speedup over sync"))
     return fig
 
 
@@ -263,6 +264,9 @@ def pareto_figure(plan: PlanRecords) -> go.Figure:
             marker={"symbol": "star", "size": 18, "color": "#e45756", "line": {"width": 1, "color": "#222222"}},
             text=[_row_text(plan, best)], hovertemplate="best<br>%{text}<extra></extra>",
         ))
+    bound = plan.plan.get("max_step_time_s")
+    if isinstance(bound, (int, float)) and not isinstance(bound, bool):
+        fig.add_hline(y=bound, line_dash="dot", line_color="#888888", annotation_text=f"max step time {bound:g} s")
     infeasible = len(plan.rows) - len(feasible)
     fig.update_layout(template=TEMPLATE, height=460,
                       title=_title("Step time vs cost", f"{len(feasible)} feasible configurations, "
@@ -271,12 +275,17 @@ def pareto_figure(plan: PlanRecords) -> go.Figure:
     return fig
 
 
+# Objective names of plan files (rlhfsim/plan/spec.py OBJECTIVES; a unit test keeps the two equal).
+OBJECTIVE_METRICS = {"min_step_time": "step_time_s", "min_cost": "cost_per_1000_steps", "min_gpus": "gpus"}
+
+
 def objective_metric(plan: PlanRecords) -> str:
     """The results.csv column the heatmap colours by: plan.json "objective" when it names a metric column
-    (as a string, or as {"metric": ...} / {"minimize": ...}), otherwise step_time_s."""
+    (as {"metric": column}, a column name or an objective name like "min_cost"), otherwise step_time_s."""
     objective = plan.plan.get("objective")
     if isinstance(objective, dict):
-        objective = objective.get("metric", objective.get("minimize"))
+        objective = objective.get("metric", objective.get("kind"))
+    objective = OBJECTIVE_METRICS.get(objective, objective) if isinstance(objective, str) else objective
     metrics = ("step_time_s", "cost_per_1000_steps", "gpus", *plan.phase_columns, *plan.util_columns)
     return objective if isinstance(objective, str) and objective in metrics else "step_time_s"
 

@@ -31,6 +31,11 @@ section { margin-bottom: 18px; } code { background: #f4f4f4; padding: 0 3px; }
 """
 
 
+_SHOWN_SUMMARY_KEYS = {"scenario", "schedule", "profile", "steps", "warmup_steps", "step_time_s", "step_time_p50_s",
+                       "step_time_p90_s", "tokens_per_s", "pools", "phases_s", "gpu_utilization", "schedule_stats",
+                       "variants"}
+
+
 @dataclass(frozen=True)
 class Section:
     """One block of the page: a heading, an optional note, and a figure and/or an HTML table."""
@@ -39,6 +44,15 @@ class Section:
     figure: go.Figure | None = None
     note: str = ""
     table_html: str = ""
+
+
+def _stat_value(value) -> object:
+    """Long numeric lists (one value per step) shortened to count, range and mean."""
+    if isinstance(value, list) and len(value) > 12 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return (f"{len(value)} values: min {min(value):.4g}, mean {sum(value) / len(value):.4g}, "
+                f"max {max(value):.4g}; first {', '.join(f'{v:.4g}' for v in value[:6])}, ...")
+    return value
 
 
 def _cell(value) -> str:
@@ -100,12 +114,14 @@ def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
         ("step time p50 / p90", f"{s['step_time_p50_s']:.4f} s / {s['step_time_p90_s']:.4f} s"),
         ("tokens per second", f"{s['tokens_per_s']:.1f}"),
         *((f"pool {name}", f"{p['gpus']} GPUs: {', '.join(p['roles'])}") for name, p in s["pools"].items()),
+        # Further scalar fields the simulator adds (e.g. profile_source, steady_steps).
+        *((k, v) for k, v in s.items() if k not in _SHOWN_SUMMARY_KEYS and isinstance(v, (str, int, float))),
     ])
     stats = s["schedule_stats"]
     sections = [
         Section("Summary", table_html=overview),
         Section(f"Schedule statistics ({s['schedule']})",
-                table_html=table(list(stats.items())) if stats else "<p class=\"note\">none recorded</p>"),
+                table_html=table([(k, _stat_value(v)) for k, v in stats.items()]) if stats else "<p class=\"note\">none recorded</p>"),
         Section("Per-GPU timeline", figures.timeline_figure(run.intervals, s["pools"], max_bars=max_bars),
                 note="Bars are busy intervals, coloured by role, patterned by phase; hover for phase and step. "
                      "Zoom by dragging; double-click to reset."),
@@ -139,6 +155,12 @@ def _config_rows(plan: PlanRecords, rows: list[dict]) -> list[list[object]]:
             + [r.get("step_time_s", ""), r.get("cost_per_1000_steps", ""), r.get("gpus", "")] for r in rows]
 
 
+def _objective_text(objective) -> object:
+    if isinstance(objective, dict) and isinstance(objective.get("kind"), str) and isinstance(objective.get("metric"), str):
+        return f"{objective['kind']} ({objective['metric']})"
+    return "" if objective is None else objective
+
+
 def plan_sections(plan: PlanRecords) -> list[Section]:
     feasible = sum(r["feasible"] for r in plan.rows)
     header = [*plan.axes, "step_time_s", "cost_per_1000_steps", "gpus"]
@@ -147,10 +169,11 @@ def plan_sections(plan: PlanRecords) -> list[Section]:
     sections = [
         Section("Plan", table_html=table([
             ("configurations", f"{len(plan.rows)} ({feasible} feasible)"),
-            ("objective", plan.plan.get("objective", "")),
+            ("objective", _objective_text(plan.plan.get("objective"))),
             *((f"axis {a}", ", ".join(axis_label(axis_key(v)) for v in plan.plan["axes"][a])) for a in plan.axes),
         ])),
-        Section("Best configuration", table_html=grid(header, _config_rows(plan, [best])) if best
+        Section("Best configuration", note=str(best.get("why", "")) if best else "",
+                table_html=grid(header, _config_rows(plan, [best])) if best
                 else "<p class=\"note\">no feasible configuration</p>"),
         Section("Pareto configurations (step time vs cost)", table_html=grid(header, _config_rows(plan, pareto))),
         Section("Pareto scatter", figures.pareto_figure(plan)),
@@ -167,4 +190,6 @@ def plan_sections(plan: PlanRecords) -> list[Section]:
 
 def plan_report_html(plan: PlanRecords) -> str:
     """The plan report page."""
-    return assemble("rlhfsim plan", f"from {plan.path}", plan_sections(plan))
+    name = plan.plan.get("name")
+    return assemble(f"rlhfsim plan: {name}" if isinstance(name, str) else "rlhfsim plan", f"from {plan.path}",
+                    plan_sections(plan))

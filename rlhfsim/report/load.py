@@ -8,9 +8,10 @@ Run directory:
   summary.json    {"scenario", "schedule", "steps", "warmup_steps", "step_time_s", "step_time_p50_s",
                    "step_time_p90_s", "phases_s": {phase: s}, "gpu_utilization": {pool: fraction},
                    "tokens_per_s", "profile", "pools": {pool: {"gpus", "roles"}}, "schedule_stats": {...},
-                   optional "variants": {name: {"step_time_s", "speedup", "gpu_utilization", "phases_s"}}}
+                   optional "variants": {name: {"step_time_s", "speedup" (vs sync, or null), "gpu_utilization",
+                   "phases_s", ...}}}
   steps.csv       step,start_s,end_s,step_time_s,generated_tokens,trained_rollouts,deferred,
-                  off_policy_token_frac,chunk_tokens,delta,<phase>_s...
+                  off_policy_token_frac,chunk_tokens,delta,<phase>_s..., other numeric columns
   intervals.csv   step,pool,gpu,role,phase,start_s,end_s          (one row per busy interval)
   lengths.csv     step,rollout_id,prompt_len,response_len
 Plan directory (recognised by plan.json):
@@ -161,9 +162,11 @@ def check_summary(doc: dict, where: str) -> dict:
             vwhere = f"{where}: field 'variants.{name}'"
             if not isinstance(variant, dict):
                 raise RlhfsimError(f"{vwhere}: expected an object, got {variant!r}")
-            for key in ("step_time_s", "speedup"):
-                if not _is_number(variant.get(key)) or variant[key] < 0:
-                    raise RlhfsimError(f"{vwhere}.{key}: expected a non-negative number, got {variant.get(key)!r}")
+            if not _is_number(variant.get("step_time_s")) or variant["step_time_s"] < 0:
+                raise RlhfsimError(f"{vwhere}.step_time_s: expected a non-negative number, got {variant.get('step_time_s')!r}")
+            # speedup is relative to the "sync" variant, so null when sync was not compared.
+            if variant.get("speedup") is not None and not (_is_number(variant["speedup"]) and variant["speedup"] >= 0):
+                raise RlhfsimError(f"{vwhere}.speedup: expected a non-negative number or null, got {variant['speedup']!r}")
             _check_number_map(variant, "gpu_utilization", f"{where}: variant '{name}'")
             _check_number_map(variant, "phases_s", f"{where}: variant '{name}'", PHASES)
     return doc
@@ -192,11 +195,19 @@ def _column(path: Path, header: list[str], rows: list[list[str]], name: str, kin
             allow_empty: bool = False) -> np.ndarray:
     """Parse one column: kind "int", "float" (finite, or NaN where empty is allowed) or "str"."""
     j = header.index(name)
-    raw = [row[j].strip() for row in rows]
     if kind == "str":
-        return np.array(raw, dtype=object)
+        return np.array([row[j].strip() for row in rows], dtype=object)
+    raw = [row[j] for row in rows]
+    try:  # fast path: numpy parses the whole column (surrounding blanks allowed)
+        values = np.array(raw, dtype=np.float64)
+        ok = np.isfinite(values) & ((values == np.round(values)) if kind == "int" else True)
+        if ok.all():
+            return values.astype(np.int64) if kind == "int" else values
+    except ValueError:
+        pass
     out = np.empty(len(raw), dtype=np.int64 if kind == "int" else np.float64)
     for i, text in enumerate(raw):
+        text = text.strip()
         if text == "" and allow_empty:
             out[i] = np.nan
             continue
@@ -217,11 +228,10 @@ def _first_bad(mask: np.ndarray) -> int | None:
 
 
 def load_steps(path: Path) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """steps.csv: STEP_COLUMNS, "<phase>_s" columns, and any further numeric columns (e.g. staleness),
+    all as float arrays; empty cells are NaN except in STEP_REQUIRED_VALUES."""
     header, rows = _read_csv(path, STEP_COLUMNS)
     extra = [c for c in header if c not in STEP_COLUMNS]
-    for name in extra:
-        if not (name.endswith("_s") and name[:-2] in PHASES):
-            raise _fail(str(path), f"column '{name}': expected a phase column '<phase>_s' with phase in {list(PHASES)}")
     steps = {name: _column(path, header, rows, name, "float", allow_empty=name not in STEP_REQUIRED_VALUES)
              for name in (*STEP_COLUMNS, *extra)}
     bad = _first_bad(steps["end_s"] < steps["start_s"])

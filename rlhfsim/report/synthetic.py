@@ -149,14 +149,14 @@ def write_plan_dir(out: Path, *, seed: int = 0, heatmap: dict | None = None) -> 
     price = {"h100": 4.0, "a100": 2.0}
     speed = {"h100": 1.0, "a100": 1.9}
     rows = []
-    for gpu, train, kind in itertools.product(*axes.values()):
+    for index, (gpu, train, kind) in enumerate(itertools.product(*axes.values())):
         gpus = train + 4
         feasible = not (gpu == "a100" and train == 2)
         phase = {"generate_s": 6.0 * speed[gpu], "reward_s": 0.8 * speed[gpu],
                  "actor_train_s": 16.0 * speed[gpu] / train, "weight_sync_s": 0.25}
         step = sum(phase.values()) * (0.75 if kind == "oppo" else 1.0) * float(rng.uniform(0.97, 1.03))
-        row = {"cluster.gpu": gpu, "placement.train_gpus": train, "schedule.kind": kind,
-               "step_time_s": step if feasible else "", "gpus": gpus,
+        row = {"config": f"c{index:03d}", "cluster.gpu": gpu, "placement.train_gpus": train, "schedule.kind": kind,
+               "step_time_s": step if feasible else "", "gpus": gpus, "gpu_type": gpu,
                "cost_per_1000_steps": step * 1000 / 3600 * gpus * price[gpu] if feasible else "",
                "feasible": "true" if feasible else "false",
                "reason": "" if feasible else "actor_train: 93.1 GB needed > 80 GB per GPU",
@@ -171,7 +171,9 @@ def write_plan_dir(out: Path, *, seed: int = 0, heatmap: dict | None = None) -> 
                                        for o in ok)]
     as_json = [{**r, "feasible": True} for r in pareto]
     best = min(as_json, key=lambda r: r["step_time_s"])
-    plan = {"axes": axes, "objective": "step_time_s", "best": best, "pareto": as_json}
+    plan = {"name": "synthetic-sweep", "axes": axes, "objective": {"kind": "min_step_time", "metric": "step_time_s"},
+            "max_step_time_s": 18.0, "best": {**best, "why": "generate dominates the step (synthetic)"},
+            "pareto": as_json}
     if heatmap is not None:
         plan["heatmap"] = heatmap
     (out / "plan.json").write_text(json.dumps(plan, indent=1))

@@ -53,26 +53,32 @@ class TimelineRows:
 
 
 def merge_intervals(iv: Intervals, merge_gap_s: float) -> list[Bar]:
-    """Step 1: merge same-(pool, gpu, role, phase) intervals whose gap is <= merge_gap_s."""
-    if len(iv) == 0:
+    """Step 1: merge same-(pool, gpu, role, phase) intervals whose gap is <= merge_gap_s.
+
+    The gap is measured from the furthest end so far of the bar being built (an interval inside an
+    earlier, longer one never splits it)."""
+    n = len(iv)
+    if n == 0:
         return []
     order = np.lexsort((iv.start_s, iv.phase, iv.role, iv.gpu, iv.pool))
-    bars: list[Bar] = []
-    cur = None  # [pool, gpu, role, phase, step_lo, step_hi, start, end, n]
-    for i in order:
-        key = (iv.pool[i], int(iv.gpu[i]), iv.role[i], iv.phase[i])
-        start, end, step = float(iv.start_s[i]), float(iv.end_s[i]), int(iv.step[i])
-        if cur is not None and tuple(cur[:4]) == key and start - cur[7] <= merge_gap_s:
-            cur[4] = min(cur[4], step)
-            cur[5] = max(cur[5], step)
-            cur[7] = max(cur[7], end)
-            cur[8] += 1
-            continue
-        if cur is not None:
-            bars.append(Bar(*cur))
-        cur = [*key, step, step, start, end, 1]
-    bars.append(Bar(*cur))
-    return bars
+    pool, gpu, role, phase = iv.pool[order], iv.gpu[order], iv.role[order], iv.phase[order]
+    start, end, step = iv.start_s[order], iv.end_s[order], iv.step[order]
+    new_key = np.ones(n, dtype=bool)
+    new_key[1:] = (pool[1:] != pool[:-1]) | (gpu[1:] != gpu[:-1]) | (role[1:] != role[:-1]) | (phase[1:] != phase[:-1])
+    running_end = np.empty(n)
+    key_starts = np.flatnonzero(new_key)
+    for a, b in zip(key_starts, [*key_starts[1:], n]):  # one numpy pass per (pool, gpu, role, phase)
+        running_end[a:b] = np.maximum.accumulate(end[a:b])
+    new_bar = new_key.copy()
+    new_bar[1:] |= start[1:] - running_end[:-1] > merge_gap_s
+    firsts = np.flatnonzero(new_bar)
+    lasts = np.append(firsts[1:], n) - 1
+    bar_end = np.maximum.reduceat(end, firsts)
+    step_lo, step_hi = np.minimum.reduceat(step, firsts), np.maximum.reduceat(step, firsts)
+    counts = lasts - firsts + 1
+    return [Bar(str(pool[f]), int(gpu[f]), str(role[f]), str(phase[f]), int(lo), int(hi), float(start[f]),
+                float(e), int(c))
+            for f, lo, hi, e, c in zip(firsts, step_lo, step_hi, bar_end, counts)]
 
 
 def assign_lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -165,7 +171,7 @@ def timeline_rows(iv: Intervals, pools: dict, *, max_bars: int = 6000,
             bars_drawn += len(lane_bars)
     merged = len(iv) - len(bars)
     if merged:
-        note_parts.insert(0, f"{len(iv)} intervals drawn as {len(bars)} bars (gaps ≤ {merge_gap_s * 1e3:.3g} ms merged)")
+        note_parts.insert(0, f"{len(iv)} intervals merged into {len(bars)} bars (gaps ≤ {merge_gap_s * 1e3:.3g} ms)")
     if any(hi > lo for _, lo, hi, _ in groups):
         note_parts.append("identical GPUs share a row")
     return TimelineRows(rows=rows, bars_drawn=bars_drawn, intervals=len(iv), note="; ".join(note_parts))

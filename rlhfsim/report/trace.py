@@ -55,9 +55,15 @@ def chrome_trace(run: RunRecords) -> dict:
                 label = f"gpu {gpu}" if lane == 0 else f"gpu {gpu} (overlap {lane})"
                 events.append(_meta("thread_name", pid, tid, {"name": label}))
                 events.append(_meta("thread_sort_index", pid, tid, {"sort_index": gpu * 1000 + lane}))
-            for r, lane in zip(rows, lanes):
-                events.append(_complete(iv.phase[r], iv.role[r], float(iv.start_s[r]), float(iv.end_s[r]),
-                                        pid, int(gpu + lane * gpus), {"step": int(iv.step[r])}))
+            # Vectorised form of _complete for the bulk of the events.
+            ts = np.round(iv.start_s[rows] * US_PER_S, 3)
+            dur = np.maximum(np.round(iv.end_s[rows] * US_PER_S, 3) - ts, 0.0)
+            tids = gpu + lanes * gpus
+            events.extend({"ph": "X", "name": name, "cat": cat, "ts": t, "dur": d, "pid": pid, "tid": tid,
+                           "args": {"step": step}}
+                          for name, cat, t, d, tid, step in zip(iv.phase[rows].tolist(), iv.role[rows].tolist(),
+                                                                ts.tolist(), dur.tolist(), tids.tolist(),
+                                                                iv.step[rows].tolist()))
     s = run.steps
     lanes = assign_lanes(s["start_s"], s["end_s"])
     for lane in range(int(lanes.max()) + 1 if lanes.size else 1):
