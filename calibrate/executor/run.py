@@ -1,0 +1,262 @@
+"""``run_steps``: real PPO/GRPO steps on the local device, timed phase by phase.
+
+Step timeline (t = 0 when generation starts; every role time-shares the one device):
+
+    generate      decode until B*g rollouts have finished (generation.py)
+    reward        sync: after generate, the HF reward model over the B*g trained rollouts in batches of
+                  max_batch (prompt + response, right-padded), or rule_reward_s per rollout on the CPU;
+                  intra: chunks scored during generation by the scorer thread, then the queue is drained
+    reference     reference log-probs, batches of max_batch                      (skipped without one)
+    critic_fwd    critic values per response token, batches of max_batch         (skipped without one)
+    actor_train   ppo_epochs x ceil(B*g / minibatch_size) minibatches: forward, PPO loss, backward, AdamW
+    critic_train  the same minibatches for the critic's clipped value loss         (skipped without one)
+    weight_sync   copy the trained actor into the generation decoder (load_hf_state_dict)
+
+Minibatches are a seeded shuffle of the B*g trained rollouts per epoch, cut into slices of
+minibatch_size. Old log-probs are the sampling log-probs recorded during generation (no extra actor
+forward). Reward model, reference, critic and actor all run through HF transformers models built by
+``calibrate.models.build_hf_model``; the reference starts from the actor's weights (same seed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import torch
+
+from calibrate.decoder import StaticKVDecoder
+from calibrate.executor import training as T
+from calibrate.executor.config import ExecConfig, StepResult, validate
+from calibrate.executor.generation import Generator, Sequence
+from calibrate.executor.scorer import Scorer, rule_reward
+from calibrate.executor.timing import Clock, StepLog
+from calibrate.models import build_hf_model, torch_dtype
+
+LR = 1e-5
+
+
+@contextlib.contextmanager
+def _threads(n: int | None):
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_steps(cfg: ExecConfig, progress: bool = False) -> list[StepResult]:
+    """Run ``cfg.steps`` real steps; one StepResult per step."""
+    validate(cfg)
+    with _threads(cfg.threads):
+        ex = _Executor(cfg)
+        try:
+            results = []
+            for i in range(cfg.steps):
+                r = ex.step(i)
+                results.append(r)
+                if progress:
+                    ph = " ".join(f"{k}={b - a:.3f}s" for k, (a, b) in r.phases.items())
+                    print(f"step {i}: {r.step_time_s:.3f}s  {ph}  gen={r.generated_tokens} "
+                          f"chunks={r.chunks_scored} carried={r.deferred_in}->{r.deferred_out}", file=sys.stderr)
+            return results
+        finally:
+            ex.close()
+
+
+class _Executor:
+    def __init__(self, cfg: ExecConfig):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        self.dtype = torch_dtype(cfg.dtype)
+        self.clock = Clock(self.device)
+        used = cfg.rollouts[:cfg.rollouts_needed]
+        p_max = max(int(p) for p, _ in used)
+        r_max = max(int(r) for _, r in used)
+        # static: a finished row keeps decoding (padding) for up to r_max more positions
+        max_len = p_max + (2 * r_max if cfg.engine == "static" else r_max) + 1
+        dev, dt, seed = self.device, self.dtype, cfg.seed
+
+        self.actor = build_hf_model(cfg.actor, "lm", dt, dev, seed).train()
+        self.actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=LR)
+        self.decoder = StaticKVDecoder(cfg.actor, dtype=dt, device=str(dev), max_slots=cfg.max_batch,
+                                       max_len=max_len, head="lm", seed=seed)
+        self.decoder.load_hf_state_dict(self.actor.state_dict())
+        self.reference = self._frozen(cfg.reference, "lm", seed)
+        self.reward_model = self._frozen(cfg.reward, "value", seed + 3)
+        self.critic = self.critic_opt = None
+        if cfg.critic is not None:
+            self.critic = build_hf_model(cfg.critic, "value", dt, dev, seed + 1).train()
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=LR)
+
+        self.scorer = None
+        if cfg.intra:
+            rdec = None
+            if self.reward_model is not None:
+                rdec = StaticKVDecoder(cfg.reward, dtype=dt, device=str(dev), max_slots=cfg.pool_rollouts,
+                                       max_len=p_max + r_max + 1, head="value", seed=seed + 3)
+                rdec.load_hf_state_dict(self.reward_model.state_dict())
+            if self.clock.cuda:
+                torch.cuda.synchronize(dev)   # weights in place before the scorer stream reads them
+            self.scorer = Scorer(rdec, cfg.chunk_tokens, cfg.rule_reward_s, self.clock)
+        self.gen = Generator(self.decoder, cfg.engine, self.clock, seed,
+                             on_token=self.scorer.offer if self.scorer is not None else None)
+        self.shuffle = torch.Generator().manual_seed(seed + 7)
+        self.next_rid = 0
+        self.carried: list[Sequence] = []
+        self._prompt: tuple[int, list[int]] = (-1, [])   # (group, prompt tokens) of the latest group
+
+    def _frozen(self, shape, head, seed):
+        if shape is None:
+            return None
+        m = build_hf_model(shape, head, self.dtype, self.device, seed)
+        m.requires_grad_(False)
+        return m
+
+    def close(self) -> None:
+        if self.scorer is not None:
+            self.scorer.close()
+
+    # ---------------------------------------------------------------------------------- rollouts
+    def _new_sequence(self) -> Sequence:
+        """The next rollout in arrival order. GRPO groups (g consecutive rollouts) share one prompt; a
+        member with a shorter prompt_len uses its prefix."""
+        cfg, rid = self.cfg, self.next_rid
+        self.next_rid += 1
+        p_len, r_len = (int(x) for x in cfg.rollouts[rid])
+        group = rid // cfg.group_size
+        if self._prompt[0] != group:
+            members = cfg.rollouts[group * cfg.group_size:(group + 1) * cfg.group_size]
+            width = max(int(p) for p, _ in members)
+            g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + group)
+            self._prompt = (group, torch.randint(1, cfg.actor.vocab, (width,), generator=g).tolist())
+        return Sequence(rid=rid, group=group, prompt=self._prompt[1][:p_len], response_len=r_len)
+
+    # -------------------------------------------------------------------------------------- step
+    def step(self, index: int) -> StepResult:
+        cfg = self.cfg
+        pool = list(self.carried)
+        deferred_in = len(pool)
+        while len(pool) < cfg.pool_rollouts:
+            pool.append(self._new_sequence())
+        target = cfg.batch_rollouts
+
+        t0 = self.clock.now()
+        log = StepLog(t0)
+        if self.scorer is not None:
+            self.scorer.log = log
+        finished = self.gen.generate(pool, target, log)
+        trained = finished[:target]
+        taken = {id(s) for s in trained}
+        self.carried = [s for s in pool if id(s) not in taken]
+        self.gen.end_step(self.carried, cfg.keep_kv)
+
+        rewards = self._reward(trained, log)
+        ref_lp = self._inference(self.reference, trained, log, "reference", "reference", T.token_logprobs)
+        values = self._inference(self.critic, trained, log, "critic", "critic_fwd", T.token_values)
+        self._train(trained, rewards, ref_lp, values, log)
+        start = self.clock.now()
+        self.decoder.load_hf_state_dict(self.actor.state_dict())
+        log.add("actor", "weight_sync", start, self.clock.now())
+
+        phases = log.phases()
+        c = log.counts
+        return StepResult(
+            step=index, step_time_s=max(b for _, b in phases.values()), phases=phases,
+            intervals=sorted(log.intervals, key=lambda x: x[2]), rollout_ids=[s.rid for s in trained],
+            generated_tokens=c["generated_tokens"], scored_tokens=c["scored_tokens"],
+            chunks_scored=c["chunks_scored"], deferred_out=len(self.carried), deferred_in=deferred_in,
+            decoded_tokens=c["decoded_tokens"], decode_steps=c["decode_steps"], prefill_calls=c["prefill_calls"],
+            prefill_tokens=c["prefill_tokens"], scored_prompt_tokens=c["scored_prompt_tokens"],
+            score_calls=c["score_calls"], deferred_tokens=sum(len(s.tokens) for s in self.carried), deferred_ids=[s.rid for s in self.carried],
+            rewards=[float(x) for x in rewards.tolist()])
+
+    # ----------------------------------------------------------------------------------- phases
+    def _batches(self, seqs: list[Sequence], size: int):
+        for i in range(0, len(seqs), size):
+            yield seqs[i:i + size]
+
+    def _reward(self, trained: list[Sequence], log: StepLog) -> torch.Tensor:
+        cfg = self.cfg
+        if self.scorer is not None:
+            self.scorer.drain()
+        elif self.reward_model is None:
+            for s in trained:
+                start = self.clock.now()
+                s.reward = rule_reward(s.prompt, s.tokens, cfg.rule_reward_s)
+                log.add("reward", "reward", start, self.clock.now(), score_calls=1)
+        else:
+            with torch.no_grad():
+                for chunk in self._batches(trained, cfg.max_batch):
+                    start = self.clock.now()
+                    b = T.pack(chunk, self.device)
+                    scores = T.reward_scores(self.reward_model, b).tolist()
+                    log.add("reward", "reward", start, self.clock.now(), score_calls=1,
+                            scored_tokens=sum(b.response_lens), scored_prompt_tokens=sum(b.prompt_lens))
+                    for s, r in zip(chunk, scores):
+                        s.reward = r
+        missing = [s.rid for s in trained if s.reward is None]
+        if missing:
+            raise RuntimeError(f"rollouts {missing} were trained without a reward")
+        return torch.tensor([s.reward for s in trained], dtype=torch.float32, device=self.device)
+
+    def _inference(self, model, trained, log, role, phase, fn) -> list[torch.Tensor] | None:
+        """Per-rollout response vectors (reference logprobs or values) in batches of max_batch."""
+        if model is None:
+            return None
+        out: list[torch.Tensor] = []
+        with torch.no_grad():
+            for chunk in self._batches(trained, self.cfg.max_batch):
+                start = self.clock.now()
+                b = T.pack(chunk, self.device)
+                out.extend(b.gather(fn(model, b)))
+                log.add(role, phase, start, self.clock.now())
+        return out
+
+    def _advantages(self, trained, rewards, values) -> list[torch.Tensor]:
+        """Per-rollout advantage vectors (length R_i); see training.py."""
+        cfg = self.cfg
+        if values is not None:
+            return [rewards[i] - values[i] for i in range(len(trained))]
+        if cfg.algorithm == "grpo":
+            adv = T.group_advantages(rewards, [s.group for s in trained])
+        else:
+            adv = rewards - rewards.mean()
+        return [adv[i].expand(len(s.tokens)) for i, s in enumerate(trained)]
+
+    def _train(self, trained, rewards, ref_lp, values, log: StepLog) -> None:
+        cfg = self.cfg
+        n = len(trained)
+        old_lp = [torch.tensor(s.logprobs, dtype=torch.float32, device=self.device) for s in trained]
+        ref_lp = ref_lp if ref_lp is not None else old_lp
+        adv = self._advantages(trained, rewards, values)
+        plan = []
+        for _ in range(cfg.ppo_epochs):
+            perm = torch.randperm(n, generator=self.shuffle).tolist()
+            plan.extend(perm[i:i + cfg.minibatch_size] for i in range(0, n, cfg.minibatch_size))
+
+        for idx in plan:
+            start = self.clock.now()
+            b = T.pack([trained[i] for i in idx], self.device)
+            logp = T.token_logprobs(self.actor, b)
+            loss = T.actor_loss(logp, b.scatter([old_lp[i] for i in idx]), b.scatter([ref_lp[i] for i in idx]),
+                                b.scatter([adv[i] for i in idx]), b.resp)
+            self.actor_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.actor_opt.step()
+            log.add("actor", "actor_train", start, self.clock.now())
+        if self.critic is None:
+            return
+        for idx in plan:
+            start = self.clock.now()
+            b = T.pack([trained[i] for i in idx], self.device)
+            v = T.token_values(self.critic, b)
+            ret = b.scatter([rewards[i].expand(len(trained[i].tokens)) for i in idx])
+            loss = T.critic_loss(v, b.scatter([values[i] for i in idx]), ret, b.resp)
+            self.critic_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.critic_opt.step()
+            log.add("critic", "critic_train", start, self.clock.now())
+

@@ -1,0 +1,129 @@
+"""OPPO intra-step scoring: a scorer thread fed by the decode loop through a FIFO queue.
+
+Chunking: for a response of R tokens and chunk size c, the decode loop queues an item when the rollout's
+k-th chunk of c tokens is complete (after token k*c) and the final partial chunk when the rollout ends:
+ceil(R / c) items. The first item carries the prompt too (prompt + first chunk in one call). The scorer
+takes items one at a time, in queue order, and prefills each on top of that rollout's cached prefix with
+``StaticKVDecoder(head="value").extend`` (batch 1, one call per item); the score returned with the final
+chunk is the rollout's reward. A rollout holds a reward-cache slot from its first chunk to its final one,
+across steps if it is carried (the reward cache is kept even when the actor's is not).
+
+Rule reward (no reward model): nothing to prefill, so one item per rollout when it ends, scored by
+``rule_reward`` on the CPU in the scorer thread.
+
+On CUDA the scorer runs on its own stream and synchronises only that stream before reading the clock.
+At the end of generation the step waits until the queue is empty (every queued item scored, including
+chunks of rollouts that will be carried); that is the end of the reward phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+
+import torch
+
+from calibrate.decoder import StaticKVDecoder
+from calibrate.executor.timing import Clock, StepLog
+
+
+def rule_reward(prompt: list[int], tokens: list[int], cost_s: float) -> float:
+    """A deterministic rule-based checker standing in for a verifier: a score in [-1, 1] from a hash of
+    the response, keeping the CPU busy (holding the GIL, like a Python checker) for ``cost_s``."""
+    def digest() -> int:
+        acc = len(prompt)
+        for t in tokens:
+            acc = (acc * 1000003 + t) & 0xFFFFFFFF
+        return acc
+
+    deadline = time.perf_counter() + cost_s
+    acc = digest()
+    while time.perf_counter() < deadline:
+        digest()
+    return ((acc % 2001) - 1000) / 1000.0
+
+
+class Scorer:
+    """The intra-step scorer thread. ``offer(seq)`` is called by the decode loop after every token."""
+
+    def __init__(self, decoder: StaticKVDecoder | None, chunk_tokens: int, rule_reward_s: float, clock: Clock):
+        self.dec = decoder
+        self.chunk = chunk_tokens
+        self.rule_reward_s = rule_reward_s
+        self.clock = clock
+        self.log: StepLog | None = None
+        self.error: BaseException | None = None
+        self.free = list(range(decoder.max_slots)) if decoder is not None else []
+        self.slot_of: dict[int, int] = {}
+        self.q: queue.Queue = queue.Queue()
+        self.stream = torch.cuda.Stream(device=clock.device) if clock.cuda else None
+        self.thread = threading.Thread(target=self._run, name="rlhf-scorer", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------------- decode-loop side
+    def offer(self, seq) -> None:
+        n = len(seq.tokens)
+        final = n >= seq.response_len
+        if self.dec is None:
+            if final:
+                self.q.put((seq, 0, n, True, True, list(seq.tokens)))
+                seq.queued = n
+            return
+        if n - seq.queued >= self.chunk or (final and n > seq.queued):
+            first = seq.queued == 0
+            self.q.put((seq, seq.queued, n, first, final, seq.tokens[seq.queued:n]))
+            seq.queued = n
+
+    def drain(self) -> None:
+        """Block until every queued item is scored; re-raise a scorer failure here."""
+        self.q.join()
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+
+    # ----------------------------------------------------------------------------- thread side
+    def _run(self) -> None:
+        ctx = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        with ctx:
+            while True:
+                item = self.q.get()
+                try:
+                    if item is None:
+                        return
+                    if self.error is None:
+                        self._score(*item)
+                except BaseException as e:   # noqa: BLE001 - handed to the main thread by drain()
+                    self.error = e
+                finally:
+                    self.q.task_done()
+
+    def _score(self, seq, a: int, b: int, first: bool, final: bool, toks: list[int]) -> None:
+        log = self.log
+        if self.dec is None:
+            start = self.clock.now()
+            seq.reward = rule_reward(seq.prompt, toks, self.rule_reward_s)
+            log.add("reward", "reward", start, self.clock.now(), score_calls=1)
+            return
+        if first:
+            slot = self.free.pop(0)
+            self.slot_of[seq.rid] = slot
+            self.dec.reset(torch.tensor([slot]))
+            ids = seq.prompt + toks
+        else:
+            slot = self.slot_of[seq.rid]
+            ids = toks
+        start = self.clock.now()
+        out = self.dec.extend(torch.tensor([slot]), torch.tensor([ids], device=self.dec.device))
+        if final:
+            seq.reward = float(out[0])
+        end = self.clock.now()
+        if final:
+            self.free.append(self.slot_of.pop(seq.rid))
+        log.add("reward", "reward", start, end, score_calls=1, chunks_scored=1, scored_tokens=b - a,
+                scored_prompt_tokens=len(seq.prompt) if first else 0)

@@ -1,0 +1,61 @@
+"""Clocks and the per-step log of timed work.
+
+Every piece of work is timed with ``time.perf_counter`` after synchronising the calling thread's
+current CUDA stream (the decode loop and the training phases run on the default stream, the scorer on
+its own stream, so one never waits for the other's queued work). Times are stored relative to the
+step's start ``t0`` (the moment generation starts), in seconds.
+
+A phase's span in a step = (min start, max end) over that phase's intervals; ``generate`` spans from
+0 to the end of the last generation call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import torch
+
+
+class Clock:
+    """``now()``: perf_counter after the calling thread's CUDA stream has finished its queued work."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+        return time.perf_counter()
+
+
+class StepLog:
+    """Intervals (role, phase, start_s, end_s) and counters of one step; appended from the decode
+    thread and the scorer thread."""
+
+    def __init__(self, t0_at: float):
+        self.t0_at = t0_at
+        self.intervals: list[tuple[str, str, float, float]] = []
+        self.counts: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, role: str, phase: str, start_at: float, end_at: float, **counts: int) -> None:
+        with self._lock:
+            self.intervals.append((role, phase, start_at - self.t0_at, end_at - self.t0_at))
+            self.counts.update(counts)
+
+    def count(self, **counts: int) -> None:
+        with self._lock:
+            self.counts.update(counts)
+
+    def phases(self) -> dict[str, tuple[float, float]]:
+        spans: dict[str, tuple[float, float]] = {}
+        with self._lock:
+            for _, phase, s, e in self.intervals:
+                a, b = spans.get(phase, (s, e))
+                spans[phase] = (min(a, s), max(b, e))
+        # generate always starts the step (it may be empty when carried rollouts alone fill the batch)
+        spans["generate"] = (0.0, spans.get("generate", (0.0, 0.0))[1])
+        return spans
