@@ -153,10 +153,13 @@ class _Executor:
         self.carried = [s for s in pool if id(s) not in taken]
         self.gen.end_step(self.carried, cfg.keep_kv)
 
-        rewards = self._reward(trained, log)
-        ref_lp = self._inference(self.reference, trained, log, "reference", "reference", T.token_logprobs)
-        values = self._inference(self.critic, trained, log, "critic", "critic_fwd", T.token_values)
-        self._train(trained, rewards, ref_lp, values, log)
+        # The batch in prompt order, as frameworks gather it (and as the simulator does): which
+        # micro-batch a rollout lands in must not depend on the order rollouts happened to finish in.
+        batch = sorted(trained, key=lambda s: s.rid)
+        rewards = self._reward(batch, log)
+        ref_lp = self._inference(self.reference, batch, log, "reference", "reference", T.token_logprobs)
+        values = self._inference(self.critic, batch, log, "critic", "critic_fwd", T.token_values)
+        self._train(batch, rewards, ref_lp, values, log)
         start = self.clock.now()
         self.decoder.load_hf_state_dict(self.actor.state_dict())
         log.add("actor", "weight_sync", start, self.clock.now())

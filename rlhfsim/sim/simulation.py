@@ -35,6 +35,7 @@ class Simulation:
         # Separate streams so that changing the schedule never changes the sampled lengths.
         self.rng = np.random.default_rng([self.seed, 0])
         self.reward_rng = np.random.default_rng([self.seed, 1])
+        self.shuffle_rng = np.random.default_rng([self.seed, 2])
         self.rec = Recorder()
         self.stream = RolloutStream(setup, self.rng, rollouts)
         self.locks = {p.name: simpy.Resource(self.env, capacity=1) for p in setup.pools}
@@ -73,6 +74,9 @@ class Simulation:
     def after_generation(self, step: int, rows: list[Rollout], streamed: tuple[str, ...] = ()):
         """Process: scoring, reference and critic passes, training, weight sync (the sync order)."""
         env, s = self.env, self.setup
+        # The batch in prompt order, as frameworks gather it: which replica and which minibatch a row
+        # lands in must not depend on the order rows happened to finish in.
+        rows = sorted(rows, key=lambda r: r.id)
         if "reward" in streamed:
             yield self.scorers["reward"].wait_drained()
         elif s.rule_reward is not None:

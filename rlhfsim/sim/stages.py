@@ -3,7 +3,7 @@
 Forward passes (reward scoring, reference log-probs, critic values) run data-parallel over the replicas
 of their pool (pool GPUs / TP), in padded micro-batches of ``generation.max_batch`` sequences (Hugging
 Face style: every sequence padded to the longest in its micro-batch). Training runs ``ppo_epochs`` passes
-of minibatches of ``minibatch_size`` sequences split over the data-parallel ranks, each minibatch a
+of minibatches of ``minibatch_size`` sequences (a seeded shuffle per epoch) split over the data-parallel ranks, each minibatch a
 forward+backward (padded) plus a gradient all-reduce and an AdamW step. The chunk scorer serves OPPO's
 intra-step overlap: each streamed chunk is prefilled on top of that sequence's cached prefix.
 """
@@ -84,8 +84,10 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         t = 0.0
         opt = sim.cost.optimizer_s(model, dtype, tp, dp, head, pool.spans_nodes)
         for _ in range(alg.ppo_epochs):
-            for i in range(0, len(rows), alg.minibatch_size):
-                part = rows[i:i + alg.minibatch_size]
+            # PPO trainers shuffle the batch each epoch; padding per minibatch depends on who lands together.
+            order = [rows[j] for j in sim.shuffle_rng.permutation(len(rows))]
+            for i in range(0, len(order), alg.minibatch_size):
+                part = order[i:i + alg.minibatch_size]
                 per_rank = math.ceil(len(part) / dp)
                 length = max(r.prompt_len + r.response_len for r in part)
                 t += sim.cost.train_s(model, dtype, per_rank * length, per_rank, tp, head) + opt
@@ -114,9 +116,10 @@ def weight_sync(env, sim, step: int):
 
 class ChunkScorer:
     """OPPO intra-step overlap for one role (reward, or reference/critic when streamed): chunks queued by
-    the decode loop are prefilled on top of each sequence's cached prefix. Each replica of the role's pool
-    takes everything queued (up to ``max_batch`` sequences) as one batched chunk prefill. The first chunk
-    of a sequence includes its prompt."""
+    the decode loop are prefilled on top of each sequence's cached prefix, first in, first out. Each replica
+    of the role's pool takes up to ``intra.max_chunk_batch`` queued chunks as one batched chunk prefill
+    (default 1: one call per chunk, as the real executor does). The first chunk of a sequence includes
+    its prompt."""
 
     def __init__(self, sim, role: str):
         self.sim = sim
@@ -161,7 +164,7 @@ class ChunkScorer:
         env, sim = self.env, self.sim
         s = sim.setup
         model, dtype = s.shapes[self.role], s.dtypes[self.role]
-        mb = s.scenario.generation.max_batch
+        mb = s.scenario.schedule.intra.max_chunk_batch
         key = (self.pool.name, "prefill")
         while True:
             while not self.queue:

@@ -1,0 +1,156 @@
+"""Benchmark: a 1,000-configuration sweep (5 steps each, 512 rollouts per step), locally and on Ray.
+
+    python benchmarks/plan_speed.py                       # local backend, 2 workers, all 1,000 configs
+    python benchmarks/plan_speed.py --backend both        # also Ray (a local 2-CPU cluster) -> Ray overhead
+    python benchmarks/plan_speed.py --configs 100         # the first 100 configurations only (quicker)
+    python benchmarks/plan_speed.py --profile 20          # cProfile 20 sampled configurations in-process
+
+Target (issue 6): 1,000 configurations in at most 2 minutes on 2 cores. The sweep: a PPO setup (Qwen2.5-1.5B
+actor, critic and reference, Qwen2.5-0.5B reward model, 512 prompts per step) over 4 GPU types x 5 node sizes
+x 5 engine batch sizes x 2 engines x 5 schedules; every configuration is distinct and feasible, so all
+1,000 are simulated. Prints wall time, configurations per second and, with --profile, where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+BASE = {
+    "name": "bench",
+    "models": {"actor": {"model": "qwen2.5-1.5b"}, "critic": {"model": "qwen2.5-1.5b"},
+               "reference": {"model": "qwen2.5-1.5b"}, "reward": {"model": "qwen2.5-0.5b"}},
+    "cluster": {"gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+    "placement": {"kind": "colocated"},
+    "algorithm": {"kind": "ppo", "minibatch_size": 64},
+    "workload": {"prompts_per_step": 512, "prompt_length": {"kind": "normal", "mean": 256, "std": 64},
+                 "response_length": {"kind": "lognormal", "median": 400, "p99": 3000},
+                 "max_response_tokens": 4096},
+    "generation": {"engine": "continuous", "max_batch": 64},
+    "schedule": {"kind": "sync"},
+    "steps": 5,
+    "warmup_steps": 1,
+    "seed": 0,
+}
+AXES = {
+    "cluster.gpu": ["a100-80gb", "h100", "h200", "a100-40gb"],
+    "cluster.gpus_per_node": [2, 3, 4, 6, 8],
+    "generation.max_batch": [32, 64, 128, 256, 512],
+    "generation.engine": ["static", "continuous"],
+    "schedule.kind": ["sync", "oppo", "oppo-inter", "partial", "async"],
+}
+
+
+def write_plan(d: Path, configs: int) -> Path:
+    axes = json.loads(json.dumps(AXES))
+    # Trim the slowest-varying axes until the product is at most `configs` (for quick runs).
+    def size():
+        n = 1
+        for v in axes.values():
+            n *= len(v)
+        return n
+    for key in axes:
+        while size() > configs and len(axes[key]) > 1:
+            axes[key].pop()
+    path = d / "plan-bench.yaml"
+    path.write_text(yaml.safe_dump({"name": "bench", "base": BASE, "axes": axes, "objective": "min_cost"}, sort_keys=False))
+    return path
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (the local backend's workers)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def run(backend: str, workers: int, plan_path: Path, out: Path) -> float:
+    from rlhfsim.plan import load_plan, run_plan
+
+    t0, c0 = time.perf_counter(), _cpu_s()
+    plan = load_plan(plan_path)
+    t_load = time.perf_counter() - t0
+    o = run_plan(plan, backend=backend, workers=workers, out=out)
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    line = (f"{backend:5}  workers={workers}  configs={len(o.rows)} (feasible {o.feasible}, simulated {o.simulated})  "
+            f"load+check {t_load:.2f} s  wall {wall:.1f} s  {len(o.rows) / wall:.1f} configs/s")
+    if backend == "local":
+        # On a shared machine the wall time includes waiting for the CPU; CPU time / workers is what the
+        # sweep would take on `workers` idle cores (the work is spread evenly over many chunks).
+        line += f"  cpu {cpu:.1f} s -> {cpu / workers:.1f} s on {workers} idle cores ({cpu / max(o.simulated, 1) * 1000:.0f} cpu-ms per config)"
+    print(line, flush=True)
+    return wall
+
+
+def ray_fixed_overhead(workers: int) -> None:
+    """Start and stop a local Ray cluster the way --backend ray does, with one trivial task."""
+    from rlhfsim.plan.backends import RayBackend
+
+    t0 = time.perf_counter()
+    with RayBackend(workers) as be:
+        t1 = time.perf_counter()
+        list(be.run([[]], {}))
+        t2 = time.perf_counter()
+    t3 = time.perf_counter()
+    print(f"ray fixed overhead: start {t1 - t0:.1f} s, first (empty) task {t2 - t1:.2f} s, shutdown {t3 - t2:.1f} s")
+
+
+def profile(plan_path: Path, n: int) -> None:
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.plan import load_plan
+    from rlhfsim.plan.backends import run_one
+
+    plan = load_plan(plan_path)
+    step = max(len(plan.configs) // n, 1)
+    sample = plan.configs[::step][:n]
+    costs = {g: CostModel(get_gpu(g), p) for g, p in plan.profiles.items()}
+    pr = cProfile.Profile()
+    t0 = time.perf_counter()
+    pr.enable()
+    for c in sample:
+        run_one(c.doc, str(plan.base_dir), costs[c.gpu_type])
+    pr.disable()
+    wall = time.perf_counter() - t0
+    print(f"profiled {len(sample)} configurations: {wall / len(sample) * 1000:.0f} ms each under cProfile")
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats(key).print_stats(18)
+        print(s.getvalue())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=["local", "ray", "both"], default="local")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--configs", type=int, default=1000, help="at most this many configurations (axes trimmed)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N sampled configurations instead")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="plan-bench-") as tmp:
+        d = Path(tmp)
+        plan_path = write_plan(d, args.configs)
+        if args.profile:
+            profile(plan_path, args.profile)
+            return 0
+        walls = {}
+        for be in (["local", "ray"] if args.backend == "both" else [args.backend]):
+            walls[be] = run(be, args.workers, plan_path, d / f"out-{be}")
+        if len(walls) == 2:
+            a = (d / "out-local" / "results.csv").read_text()
+            b = (d / "out-ray" / "results.csv").read_text()
+            print(f"ray - local wall: {walls['ray'] - walls['local']:+.1f} s; results identical: {a == b}")
+            ray_fixed_overhead(args.workers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
