@@ -38,6 +38,8 @@ def read_yaml(path: Path, what: str = "scenario") -> dict:
         raise ScenarioError("", f"{path.name}: expected valid YAML, got a syntax error{where}: {problem}") from None
     except OSError as e:
         raise ScenarioError("", f"{what}: expected a readable file, got {str(path)!r} ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError("", f"{path.name}: expected a UTF-8 text YAML file, got undecodable bytes") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -71,21 +73,46 @@ def resolve_defaults(doc: dict, base_dir: Path, seen: tuple = ()) -> dict:
 
 
 def _fmt_path(loc: tuple, data: Any) -> str:
-    """Turn a pydantic location into a YAML path, dropping the union tags pydantic inserts."""
-    parts: list[str] = []
-    node = data
-    for el in loc:
-        if isinstance(el, int):
-            parts.append(f"[{el}]")
-            node = node[el] if isinstance(node, list) and el < len(node) else None
-            continue
-        if isinstance(node, dict) and el not in node and node.get("kind") == el:
-            continue  # a discriminated-union tag, not a key of the document
-        if isinstance(node, dict) and el not in node and el in ("function-after", "function-before"):
-            continue
-        parts.append(("." if parts else "") + str(el))
-        node = node.get(el) if isinstance(node, dict) else None
-    return "".join(parts)
+    """Turn a pydantic location into a YAML path, dropping the union tags pydantic inserts.
+
+    A tag (``pools`` of ``kind: pools``, ``model`` of a reward whose kind defaults to ``model``) can
+    also be a key of the same mapping, so each element is read as a key first unless it equals the
+    mapping's ``kind``, and the other reading is used when the rest of the location does not fit the
+    document."""
+    parts = _resolve(tuple(loc), data, False)
+    if parts is None:  # the document does not have this shape at all: keep every element
+        parts = [f"[{el}]" if isinstance(el, int) else _key(el) for el in loc]
+    return "".join(p if p.startswith("[") or i == 0 else "." + p for i, p in enumerate(parts))
+
+
+def _resolve(loc: tuple, node: Any, tag_skipped: bool) -> list[str] | None:
+    """Path parts for ``loc`` inside ``node``, or None if it does not fit (the last element may be
+    missing: that is what a ``missing`` error points at)."""
+    if not loc:
+        return []
+    el, rest = loc[0], loc[1:]
+    if isinstance(el, int):
+        if isinstance(node, list) and el < len(node):
+            sub = _resolve(rest, node[el], False)
+            return None if sub is None else [f"[{el}]"] + sub
+        return [f"[{el}]"] if not rest else None
+    as_key = None
+    if isinstance(node, dict) and (el in node or not rest):
+        sub = _resolve(rest, node.get(el), False)
+        as_key = None if sub is None else [_key(el)] + sub
+    as_tag = None
+    if isinstance(node, dict) and not tag_skipped and (
+            node.get("kind", el) == el or el in ("function-after", "function-before")):
+        as_tag = _resolve(rest, node, True)
+    if isinstance(node, dict) and node.get("kind") == el:
+        return as_tag if as_tag is not None else as_key
+    return as_key if as_key is not None else as_tag
+
+
+def _key(k: Any) -> str:
+    """A mapping key as it goes into a path: quoted when empty or not printable on one line."""
+    k = str(k)
+    return k if k and k.isprintable() and k.strip() == k else repr(k)
 
 
 def _given(v: Any) -> str:
@@ -150,7 +177,10 @@ def load_scenario(source: str | Path | dict, base_dir: Path | None = None, check
     """Load and validate a scenario from a YAML path or an already-parsed mapping. With ``check`` (the
     default) the cross-field checks of ``rlhfsim.scenario.checks`` run too."""
     if isinstance(source, dict):
-        doc = json.loads(json.dumps(source))  # a deep copy that also rejects non-JSON values early
+        try:
+            doc = json.loads(json.dumps(source))  # a deep copy that also rejects non-JSON values early
+        except (TypeError, ValueError) as e:
+            raise ScenarioError("", f"scenario: expected a mapping of YAML/JSON values, got {e}") from None
         base_dir = base_dir or Path.cwd()
     else:
         path = Path(source)

@@ -188,6 +188,7 @@ class Intra(Frozen):
     chunk_tokens: PositiveInt = Field(256, description="Tokens per chunk (initial value when adaptive).")
     adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
     stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
+    max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
 
 
 class RewardCurve(Frozen):
@@ -200,7 +201,7 @@ class RewardCurve(Frozen):
 
 
 class AdaptiveDelta(Frozen):
-    window_steps: PositiveInt = Field(10, description="Window over which the reward slope is measured.")
+    window_steps: int = Field(10, ge=2, description="Window over which the reward slope is measured (a slope needs at least 2 steps).")
     min: int = Field(0, ge=0, description="Lower bound of delta.")
     max: PositiveInt = Field(32, description="Upper bound of delta.")
     step: PositiveInt = Field(4, description="Change of delta per window.")

@@ -70,7 +70,10 @@ class Generation:
             for j in range(0, len(rs), self.max_batch):
                 self.queues[(j // self.max_batch) % self.n_rep].append(rs[j:j + self.max_batch])
         else:
-            self.shared = deque(req.rollouts)
+            # Each data-parallel engine gets its share up front, dealt round-robin (verl and OpenRLHF
+            # split the batch over their engines). One shared queue would let the first replicas take
+            # max_batch rows each and leave the others idle whenever rollouts < replicas x max_batch.
+            self.shared = [deque(req.rollouts[i::self.n_rep]) for i in range(self.n_rep)]
 
     def run(self):
         """Process: start the replicas, wait for all of them, return a GenResult."""
@@ -82,7 +85,8 @@ class Generation:
                 for batch in q:
                     self.unfinished.extend(batch)
         else:
-            self.unfinished.extend(self.shared)
+            for q in self.shared:
+                self.unfinished.extend(q)
         return GenResult(self.finished, self.unfinished, self.generated, start, self.env.now)
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -121,39 +125,55 @@ class Generation:
         return lo
 
     def _prefill(self, rows: list[Rollout], pad_to: int | None):
-        """Process: prefill rows whose KV is not resident (prompt plus any tokens generated earlier)."""
+        """Process: prefill rows whose KV is not resident (prompt plus any tokens generated earlier).
+        Static: one call padded to ``pad_to`` tokens per row. Continuous: one call per admitted row.
+        A fresh row's first response token comes from the prefill's logits (as in real engines), so a
+        response of R tokens costs one prefill and R - 1 decode steps."""
         need = [r for r in rows if not r.kv_resident]
         if not need:
             return
+        cost = self.sim.cost
         if pad_to is not None:
-            tokens = pad_to * len(need)
+            t = cost.forward_s(self.model, self.dtype, pad_to * len(need), len(need), self.tp, op="prefill", head="lm")
         else:
-            tokens = sum(r.prompt_len + r.generated for r in need)
-        t = self.sim.cost.forward_s(self.model, self.dtype, tokens, len(need), self.tp, op="prefill", head="lm")
-        if self.sim.corun(self.pool.name, "prefill"):
-            t *= self.sim.cost.prefill_slowdown
+            t = sum(cost.forward_s(self.model, self.dtype, r.prompt_len + r.generated, 1, self.tp, op="prefill", head="lm")
+                    for r in need)
+        # No interference factor: that applies to chunk (scoring) prefills meeting decode on the same pool
+        # (docs/cost-model.md); this replica's own decode flag is always up here and must not count.
         yield self.env.timeout(t)
+        fresh = [r for r in need if r.generated == 0]
         for r in need:
             r.kv_resident = True
+        for r in self._advance(fresh, 1, self.req.stream):
+            self._on_finish(r)
 
     def _advance(self, rows: list[Rollout], n: int, stream: dict) -> list[Rollout]:
-        """Apply n decode steps to the unfinished rows; emit chunks; return rows that finished."""
+        """Apply n decode steps to the unfinished rows; emit chunks; return rows that finished.
+        (The hot loop of the simulator: once per row per event, so properties are inlined.)"""
         step = self.req.step
+        budget = self.req.token_budget
         done = []
+        added = 0
         for r in rows:
-            if r.done or r.paused:
+            g = r.generated
+            if g >= r.response_len or r.paused:
                 continue
-            r.generated += n
+            g += n
+            r.generated = g
             r.step_budget_used += n
-            r.tokens_by_step[step] = r.tokens_by_step.get(step, 0) + n
-            self.generated += n
-            for role, c in stream.items():
-                if r.generated % c == 0 and not r.done:
-                    self.sim.scorers[role].emit(step, r, final=False)
-            if r.done:
+            tbs = r.tokens_by_step
+            tbs[step] = tbs.get(step, 0) + n
+            added += n
+            finished = g >= r.response_len
+            if stream and not finished:
+                for role, c in stream.items():
+                    if g % c == 0:
+                        self.sim.scorers[role].emit(step, r, final=False)
+            if finished:
                 done.append(r)
-            elif self.req.token_budget is not None and r.step_budget_used >= self.req.token_budget:
+            elif budget is not None and r.step_budget_used >= budget:
                 r.paused = True
+        self.generated += added
         return done
 
     def _retire(self, rows: list[Rollout]) -> list[Rollout]:
@@ -161,7 +181,7 @@ class Generation:
         A static batch is retired whole, so nothing stays."""
         keep = []
         for r in rows:
-            if r.done:
+            if r.generated >= r.response_len:
                 continue
             if r.paused:
                 self.unfinished.append(r)
@@ -169,14 +189,16 @@ class Generation:
                 keep.append(r)
         return [] if self.static else keep
 
-    def _next_event(self, rows: list[Rollout], stream: dict, kv: float, live: int) -> int:
-        n = min(r.remaining for r in rows if not r.done and not r.paused)
+    def _next_event(self, live: list[Rollout], stream: dict, kv: float) -> int:
+        """Decode steps until the next event of the live (unfinished, unpaused) rows: a completion,
+        a spent token budget, a chunk boundary, or (continuous) a full KV cache."""
+        n = min([r.response_len - r.generated for r in live])
         if self.req.token_budget is not None:
-            n = min(n, min(self.req.token_budget - r.step_budget_used for r in rows if not r.done and not r.paused))
+            n = min(n, min([self.req.token_budget - r.step_budget_used for r in live]))
         for c in stream.values():
-            n = min(n, min(c - r.generated % c for r in rows if not r.done and not r.paused))
+            n = min(n, min([c - r.generated % c for r in live]))
         if not self.static:
-            room = int((self.kv_cap - kv) // max(live, 1))
+            room = int((self.kv_cap - kv) // max(len(live), 1))
             n = min(n, max(room, 1))
         return max(n, 1)
 
@@ -201,17 +223,22 @@ class Generation:
                         for r in rows:
                             r.paused, r.step_budget_used = False, 0
                         ctx0 = max(r.prompt_len + r.generated for r in rows)
-                        steps_in_batch = 0
+                        # The prefill gives fresh rows their first token: the padded batch is then one
+                        # position past ctx0 (as the continuous engine's prompt + generated counts it).
+                        steps_in_batch = 1 if any(r.generated == 0 for r in rows) else 0
                         admitted = rows
                 else:
                     rows = self._retire(rows)
-                    kv = sum(r.prompt_len + r.generated for r in rows)
-                    while self.shared and len(rows) < self.max_batch:
-                        r = self.shared[0]
+                    # Count one token of room per row already in, as the preemption test below does;
+                    # otherwise a preempted sequence is readmitted at once and preempted again (livelock).
+                    kv = sum([r.prompt_len + r.generated for r in rows]) + len(rows)
+                    queue = self.shared[idx]
+                    while queue and len(rows) < self.max_batch:
+                        r = queue[0]
                         need = r.prompt_len + r.generated + 1
                         if rows and kv + need > self.kv_cap:
                             break
-                        self.shared.popleft()
+                        queue.popleft()
                         r.paused, r.step_budget_used = False, 0
                         rows.append(r)
                         admitted.append(r)
@@ -223,20 +250,26 @@ class Generation:
                         yield from self._prefill(admitted, ctx0 if self.static else None)
                     except simpy.Interrupt:
                         break
-                live = [r for r in rows if not r.done and not r.paused]
+                live = []
+                kv0 = 0  # continuous: the cached tokens of the live rows
+                for r in rows:
+                    if r.generated < r.response_len and not r.paused:
+                        live.append(r)
+                        kv0 += r.prompt_len + r.generated
                 if not live:
                     rows = self._retire(rows)
                     continue
                 batch = len(rows) if self.static else len(live)
-                kv0 = batch * (ctx0 + steps_in_batch) if self.static else sum(r.prompt_len + r.generated for r in live)
+                if self.static:
+                    kv0 = batch * (ctx0 + steps_in_batch)
                 if not self.static and kv0 + len(live) > self.kv_cap and len(live) > 1:
                     # Recompute preemption (vLLM): the newest sequence gives up its cache and requeues.
                     victim = live[-1]
                     victim.kv_resident = False
                     rows.remove(victim)
-                    self.shared.appendleft(victim)
+                    self.shared[idx].appendleft(victim)
                     continue
-                n = self._next_event(rows, self.req.stream, kv0, len(live))
+                n = self._next_event(live, self.req.stream, kv0)
                 dur = self._decode_s(batch, kv0, n)
                 t0 = env.now
                 try:
@@ -244,7 +277,9 @@ class Generation:
                 except simpy.Interrupt:
                     k = self._steps_done(batch, kv0, n, env.now - t0)
                     if k:
-                        self._advance(rows, k, self.req.stream)
+                        # Rows that finish exactly at the stop (k == n) are finished, not dropped.
+                        for r in self._advance(rows, k, self.req.stream):
+                            self._on_finish(r)
                     break
                 steps_in_batch += n
                 for r in self._advance(rows, n, self.req.stream):

@@ -37,6 +37,8 @@ def read_lengths_file(path: Path, yaml_path: str) -> np.ndarray:
         text = path.read_text()
     except OSError as e:
         raise ScenarioError(yaml_path, f"expected a readable lengths file, got {str(path)!r} ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(yaml_path, f"expected a CSV or JSONL text file of lengths, got {str(path)!r} (not UTF-8 text)") from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         raise ScenarioError(yaml_path, f"expected at least one length, got an empty file {str(path)!r}")
@@ -62,13 +64,13 @@ def read_lengths_file(path: Path, yaml_path: str) -> np.ndarray:
                 if len(row) <= col or not _is_number(row[col]):
                     raise ValueError(f"line {i}: {row!r} is not a number in column {col + 1}")
                 values.append(float(row[col]))
-    except (ValueError, json.JSONDecodeError) as e:
+    except (ValueError, TypeError) as e:  # json.JSONDecodeError is a ValueError; TypeError: null, lists
         raise ScenarioError(yaml_path, f"expected one positive length per line, got malformed {str(path)!r} ({e})") from None
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
         raise ScenarioError(yaml_path, f"expected at least one length, got none in {str(path)!r}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 1):
-        raise ScenarioError(yaml_path, f"expected lengths >= 1, got {arr[~(np.isfinite(arr) & (arr >= 1))][0]!r} in {str(path)!r}")
+        raise ScenarioError(yaml_path, f"expected lengths >= 1, got {float(arr[~(np.isfinite(arr) & (arr >= 1))][0])!r} in {str(path)!r}")
     return np.rint(arr).astype(np.int64)
 
 

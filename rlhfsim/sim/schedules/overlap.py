@@ -38,6 +38,7 @@ class OverlapLoop(Schedule):
         B = sim.setup.rollouts_per_step
         g = sim.setup.scenario.algorithm.group_size
         carry = []
+        chunks_before = tokens_before = 0  # scorer totals at the end of the previous step
         for step in range(steps):
             self.setup_step(step)
             k = self.knobs(step)
@@ -70,8 +71,11 @@ class OverlapLoop(Schedule):
                                   deferred_in=len(pending) + len(ready),
                                   chunk_tokens=min(k["stream"].values()) if k["stream"] else 0,
                                   delta=k["delta"])
-            rec.chunks_scored = sum(sc.chunks for sc in sim.scorers.values())
-            rec.scored_tokens = sum(sc.tokens for sc in sim.scorers.values())
+            # The scorers count over the whole run; the record holds this step's share.
+            chunks = sum(sc.chunks for sc in sim.scorers.values())
+            tokens = sum(sc.tokens for sc in sim.scorers.values())
+            rec.chunks_scored, rec.scored_tokens = chunks - chunks_before, tokens - tokens_before
+            chunks_before, tokens_before = chunks, tokens
             self.after_step(step, rec)
 
 

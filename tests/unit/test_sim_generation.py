@@ -1,0 +1,143 @@
+"""Generation engines against hand-computed cost sums, the interrupted-segment inversion, the recorder."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlhfsim.scenario import load_scenario
+from rlhfsim.scenario.checks import build_setup
+from rlhfsim.costs.model import CostModel
+from rlhfsim.sim.generation import Generation, GenRequest
+from rlhfsim.sim.recorder import Recorder
+from rlhfsim.sim.simulation import Simulation
+
+REL = 1e-9
+
+
+def _two_rollout_dict(scenario_dict, engine: str, max_batch: int = 2, prompts: int = 2) -> dict:
+    """CPU, PPO without critic, ``prompts`` rollouts per step, one generation replica."""
+    d = scenario_dict("cpu", {"generation": {"engine": engine, "max_batch": max_batch}})
+    d["algorithm"] = {"kind": "ppo", "minibatch_size": prompts}
+    d["workload"]["prompts_per_step"] = prompts
+    return d
+
+
+def _gen_time(run, step: int = 0) -> float:
+    return run.records[step].phases_s["generate"]
+
+
+def _parts(run):
+    s = run.sim.setup
+    return run.sim.cost, s.shapes["actor"], s.dtypes["actor"]
+
+
+# Engine semantics (as in vLLM and HF generate): the prefill's logits give a fresh row its first response
+# token, so a response of R tokens costs one prefill and R - 1 decode steps, and a decode step's
+# attention spans every token of the row so far (prompt + generated). Static: one padded prefill per
+# batch. Continuous: one prefill call per admitted row.
+def _prefill_row(cost, m, dt, tokens):
+    return cost.forward_s(m, dt, tokens, 1, 1, op="prefill", head="lm")
+
+
+def test_static_equal_lengths_is_padded_prefill_plus_decode_sum(scenario_dict, tracked):
+    run = tracked(_two_rollout_dict(scenario_dict, "static", max_batch=4, prompts=4), steps=2, rollouts=[(32, 48)] * 8)
+    cost, m, dt = _parts(run)
+    want = cost.forward_s(m, dt, 4 * 32, 4, 1, op="prefill", head="lm") + cost.decode_steps_s(m, dt, 4, 4 * 33, 47)
+    assert _gen_time(run) == pytest.approx(want, rel=REL)
+    assert _gen_time(run, 1) == pytest.approx(want, rel=REL)
+
+
+def test_continuous_equal_lengths_is_row_prefills_plus_decode_sum(scenario_dict, tracked):
+    run = tracked(_two_rollout_dict(scenario_dict, "continuous", max_batch=4, prompts=4), steps=2,
+                  rollouts=[(32, 48)] * 8)
+    cost, m, dt = _parts(run)
+    want = 4 * _prefill_row(cost, m, dt, 32) + cost.decode_steps_s(m, dt, 4, 4 * 33, 47)
+    assert _gen_time(run) == pytest.approx(want, rel=REL)
+
+
+def test_static_batch_decodes_until_its_longest_member_ends(scenario_dict, tracked):
+    run = tracked(_two_rollout_dict(scenario_dict, "static"), steps=1, rollouts=[(20, 10), (32, 50)])
+    cost, m, dt = _parts(run)
+    # Both rows are padded to the longest prompt; the short one keeps decoding as padding.
+    want = cost.forward_s(m, dt, 2 * 32, 2, 1, op="prefill", head="lm") + cost.decode_steps_s(m, dt, 2, 2 * 33, 49)
+    assert _gen_time(run) == pytest.approx(want, rel=REL)
+
+
+def test_continuous_batch_shrinks_when_a_sequence_ends(scenario_dict, tracked):
+    run = tracked(_two_rollout_dict(scenario_dict, "continuous"), steps=1, rollouts=[(20, 10), (32, 50)])
+    cost, m, dt = _parts(run)
+    want = (_prefill_row(cost, m, dt, 20) + _prefill_row(cost, m, dt, 32)
+            + cost.decode_steps_s(m, dt, 2, 21 + 33, 9)
+            + cost.decode_steps_s(m, dt, 1, 32 + 10, 40))
+    assert _gen_time(run) == pytest.approx(want, rel=REL)
+
+
+def test_continuous_batch_refills_a_freed_slot(scenario_dict, tracked):
+    # Three rollouts, two slots: the third enters (and is prefilled) when the first ends.
+    d = _two_rollout_dict(scenario_dict, "continuous", max_batch=2, prompts=3)
+    run = tracked(d, steps=1, rollouts=[(16, 10), (16, 30), (8, 5)])
+    cost, m, dt = _parts(run)
+    want = (2 * _prefill_row(cost, m, dt, 16)
+            + cost.decode_steps_s(m, dt, 2, 2 * 17, 9)
+            + _prefill_row(cost, m, dt, 8)
+            + cost.decode_steps_s(m, dt, 2, 16 + 10 + 8 + 1, 4)
+            + cost.decode_steps_s(m, dt, 1, 16 + 14, 16))
+    assert _gen_time(run) == pytest.approx(want, rel=REL)
+
+
+def test_one_token_responses_need_no_decode(scenario_dict, tracked):
+    for engine in ("static", "continuous"):
+        run = tracked(_two_rollout_dict(scenario_dict, engine), steps=1, rollouts=[(16, 1), (16, 1)])
+        cost, m, dt = _parts(run)
+        want = (cost.forward_s(m, dt, 32, 2, 1, op="prefill", head="lm") if engine == "static"
+                else 2 * _prefill_row(cost, m, dt, 16))
+        assert _gen_time(run) == pytest.approx(want, rel=REL), engine
+        assert run.records[0].generated_tokens == 2
+
+
+def test_static_engine_pads_and_continuous_engine_does_not(scenario_dict, tracked):
+    # Each static batch of four holds one long response, so every batch decodes for its whole length;
+    # the continuous engine refills the short rows' slots and runs the long ones side by side.
+    lengths = ([(32, 8)] * 3 + [(32, 400)]) * 4
+    st = tracked(_two_rollout_dict(scenario_dict, "static", max_batch=4, prompts=16), steps=1, rollouts=lengths)
+    co = tracked(_two_rollout_dict(scenario_dict, "continuous", max_batch=4, prompts=16), steps=1, rollouts=lengths)
+    assert _gen_time(st) > 2 * _gen_time(co)
+    assert st.records[0].generated_tokens == co.records[0].generated_tokens == 12 * 8 + 4 * 400
+
+
+@pytest.mark.parametrize("engine", ["static", "continuous"])
+def test_chunk_boundaries_do_not_change_decode_time(engine, scenario_dict, tracked, free_cost):
+    # Streaming splits the decode into segments at chunk boundaries; with free scoring the closed-form
+    # sums over the pieces must add up to the unsplit sum.
+    d = _two_rollout_dict(scenario_dict, engine, max_batch=4, prompts=4)
+    lengths = [(24, 37), (30, 100), (12, 64), (40, 5)]
+    sync = load_scenario(d)
+    d["schedule"] = {"kind": "oppo", "intra": {"chunk_tokens": 16}, "inter": {"enabled": False}}
+    cost = free_cost(sync)
+    a = tracked(sync, steps=1, rollouts=lengths, cost=cost)
+    b = tracked(load_scenario(d), steps=1, rollouts=lengths, cost=cost)
+    assert b.sim.scorers["reward"].chunks >= sum(-(-n // 16) for _, n in lengths)
+    assert _gen_time(b) == pytest.approx(_gen_time(a), rel=REL)
+
+
+@pytest.mark.parametrize("k", [0, 1, 7, 63, 64])
+def test_steps_done_inverts_the_decode_sum(k, scenario_dict):
+    sc = load_scenario(scenario_dict("gpu"))
+    setup = build_setup(sc)
+    sim = Simulation(setup, CostModel.load(setup.gpu))
+    gen = Generation(sim, GenRequest(0, []))
+    elapsed = gen._decode_s(8, 4000, k)
+    assert gen._steps_done(8, 4000, 64, elapsed) == k
+    if k:
+        assert gen._steps_done(8, 4000, 64, elapsed * (1 - 1e-6)) == k - 1
+
+
+def test_recorder_spans_and_negative_intervals():
+    rec = Recorder()
+    rec.busy(0, "p", 0, 2, "actor", "generate", 1.0, 3.0)
+    rec.busy(0, "p", 2, 2, "actor", "generate", 0.5, 2.0)
+    rec.busy(1, "p", 0, 4, "actor", "actor_train", 4.0, 5.0)
+    assert rec.spans(0) == {"generate": (0.5, 3.0)}
+    assert rec.spans(1) == {"actor_train": (4.0, 5.0)}
+    with pytest.raises(ValueError):
+        rec.busy(0, "p", 0, 1, "actor", "generate", 2.0, 1.0)
