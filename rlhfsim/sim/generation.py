@@ -12,6 +12,7 @@ recovered by inverting the same sum (bisection).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -127,11 +128,12 @@ class Generation:
     def _prefill(self, rows: list[Rollout], pad_to: int | None):
         """Process: prefill rows whose KV is not resident (prompt plus any tokens generated earlier).
         Static: one call padded to ``pad_to`` tokens per row. Continuous: one call per admitted row.
-        A fresh row's first response token comes from the prefill's logits (as in real engines), so a
-        response of R tokens costs one prefill and R - 1 decode steps."""
+        Returns the fresh rows (nothing generated yet): the caller gives each its first response token
+        from the prefill's logits (as real engines do), so a response of R tokens costs one prefill and
+        R - 1 decode steps."""
         need = [r for r in rows if not r.kv_resident]
         if not need:
-            return
+            return []
         cost = self.sim.cost
         if pad_to is not None:
             t = cost.forward_s(self.model, self.dtype, pad_to * len(need), len(need), self.tp, op="prefill", head="lm")
@@ -141,73 +143,95 @@ class Generation:
         # No interference factor: that applies to chunk (scoring) prefills meeting decode on the same pool
         # (docs/cost-model.md); this replica's own decode flag is always up here and must not count.
         yield self.env.timeout(t)
-        fresh = [r for r in need if r.generated == 0]
         for r in need:
             r.kv_resident = True
-        for r in self._advance(fresh, 1, self.req.stream):
-            self._on_finish(r)
+        return [r for r in need if r.generated == 0]
 
-    def _advance(self, rows: list[Rollout], n: int, stream: dict) -> list[Rollout]:
-        """Apply n decode steps to the unfinished rows; emit chunks; return rows that finished.
-        (The hot loop of the simulator: once per row per event, so properties are inlined.)"""
-        step = self.req.step
-        budget = self.req.token_budget
-        done = []
-        added = 0
-        for r in rows:
-            g = r.generated
-            if g >= r.response_len or r.paused:
-                continue
-            g += n
+    # -- the event clock -----------------------------------------------------------------------------
+    # A replica counts its decode steps in T. A live row's generated tokens are T - r.clock_offset, so
+    # advancing the batch by n steps touches no row: only rows with an event at the new T (completion,
+    # chunk boundary, spent budget) are popped from a heap and brought up to date. O(log batch) per
+    # event instead of O(batch).
+    def _sync(self, r: Rollout, T: int) -> None:
+        """Bring a live row's counters up to replica step T."""
+        g = T - r.clock_offset
+        d = g - r.generated
+        if d:
             r.generated = g
-            r.step_budget_used += n
+            r.step_budget_used += d
             tbs = r.tokens_by_step
-            tbs[step] = tbs.get(step, 0) + n
-            added += n
-            finished = g >= r.response_len
-            if stream and not finished:
-                for role, c in stream.items():
-                    if g % c == 0:
-                        self.sim.scorers[role].emit(step, r, final=False)
-            if finished:
-                done.append(r)
-            elif budget is not None and r.step_budget_used >= budget:
-                r.paused = True
-        self.generated += added
-        return done
+            tbs[self.req.step] = tbs.get(self.req.step, 0) + d
 
-    def _retire(self, rows: list[Rollout]) -> list[Rollout]:
-        """Drop finished rows and hand paused ones (budget spent) to the carry list; keep live rows.
-        A static batch is retired whole, so nothing stays."""
-        keep = []
-        for r in rows:
+    def _push(self, heap: list, r: Rollout, T: int) -> None:
+        """Schedule a live row's next event after step T."""
+        off = r.clock_offset
+        ev = off + r.response_len
+        g = T - off
+        for c in self.req.stream.values():
+            b = off + (g // c + 1) * c
+            if b < ev:
+                ev = b
+        if r.budget_at < ev:
+            ev = r.budget_at
+        r.heap_version += 1
+        heapq.heappush(heap, (ev, r.id, r.heap_version, r))
+
+    def _activate(self, heap: list, r: Rollout, T: int) -> bool:
+        """Start the clock of a row joining the live batch at step T. Returns False if the row has
+        nothing to decode in this step (it finished on its first token, or its budget is spent)."""
+        r.clock_offset = T - r.generated
+        budget = self.req.token_budget
+        r.budget_at = T + (budget - r.step_budget_used) if budget is not None else 1 << 62
+        if r.generated >= r.response_len or r.budget_at <= T:
+            return False
+        self._push(heap, r, T)
+        return True
+
+    def _first_token(self, r: Rollout) -> None:
+        """The token a fresh row gets from its prefill."""
+        step = self.req.step
+        r.generated += 1
+        r.step_budget_used += 1
+        r.tokens_by_step[step] = r.tokens_by_step.get(step, 0) + 1
+        self.generated += 1
+        if r.generated < r.response_len:
+            for role, c in self.req.stream.items():
+                if r.generated % c == 0:
+                    self.sim.scorers[role].emit(step, r, final=False)
+
+    def _events(self, heap: list, T: int) -> list[tuple[Rollout, str]]:
+        """Pop every row whose event is at or before T; emit chunks; returns (row, "done"|"paused")
+        for rows that leave the live batch."""
+        out = []
+        step = self.req.step
+        stream = self.req.stream
+        while heap and heap[0][0] <= T:
+            _, _, ver, r = heapq.heappop(heap)
+            if ver != r.heap_version:
+                continue  # stale: the row left the batch (preempted) after this was pushed
+            self._sync(r, T)
             if r.generated >= r.response_len:
-                continue
-            if r.paused:
-                self.unfinished.append(r)
+                out.append((r, "done"))
+            elif T >= r.budget_at:
+                r.paused = True
+                out.append((r, "paused"))
             else:
-                keep.append(r)
-        return [] if self.static else keep
-
-    def _next_event(self, live: list[Rollout], stream: dict, kv: float) -> int:
-        """Decode steps until the next event of the live (unfinished, unpaused) rows: a completion,
-        a spent token budget, a chunk boundary, or (continuous) a full KV cache."""
-        n = min([r.response_len - r.generated for r in live])
-        if self.req.token_budget is not None:
-            n = min(n, min([self.req.token_budget - r.step_budget_used for r in live]))
-        for c in stream.values():
-            n = min(n, min([c - r.generated % c for r in live]))
-        if not self.static:
-            room = int((self.kv_cap - kv) // max(len(live), 1))
-            n = min(n, max(room, 1))
-        return max(n, 1)
+                for role, c in stream.items():
+                    if r.generated % c == 0:
+                        self.sim.scorers[role].emit(step, r, final=False)
+                self._push(heap, r, T)
+        return out
 
     # -- the replica process -------------------------------------------------------------------------
     def _replica(self, idx: int):
         env, sim = self.env, self.sim
         gpu0 = idx * self.tp
         start = env.now
-        rows: list[Rollout] = []
+        T = 0  # decode steps this replica has run in this step
+        heap: list = []
+        live: dict[int, Rollout] = {}  # admission order (continuous preempts the newest)
+        rows: list[Rollout] = []  # static: the whole batch, finished rows included (they pad)
+        kv_live = 0  # continuous: cached tokens of the live rows at step T
         ctx0 = 0  # static: padded context length at batch start
         steps_in_batch = 0
         sim.active[(self.pool.name, "decode")] += 1
@@ -216,7 +240,11 @@ class Generation:
                 # Admission.
                 admitted: list[Rollout] = []
                 if self.static:
-                    if not rows:
+                    if not live:
+                        for r in rows:  # the batch ends when its longest member ends
+                            if r.paused and r.generated < r.response_len:
+                                self.unfinished.append(r)
+                        rows = []
                         if not self.queues[idx]:
                             break
                         rows = list(self.queues[idx].popleft())
@@ -228,68 +256,95 @@ class Generation:
                         steps_in_batch = 1 if any(r.generated == 0 for r in rows) else 0
                         admitted = rows
                 else:
-                    rows = self._retire(rows)
+                    queue = self.shared[idx]
                     # Count one token of room per row already in, as the preemption test below does;
                     # otherwise a preempted sequence is readmitted at once and preempted again (livelock).
-                    kv = sum([r.prompt_len + r.generated for r in rows]) + len(rows)
-                    queue = self.shared[idx]
-                    while queue and len(rows) < self.max_batch:
+                    kv = kv_live + len(live)
+                    while queue and len(live) + len(admitted) < self.max_batch:
                         r = queue[0]
                         need = r.prompt_len + r.generated + 1
-                        if rows and kv + need > self.kv_cap:
+                        if (live or admitted) and kv + need > self.kv_cap:
                             break
                         queue.popleft()
                         r.paused, r.step_budget_used = False, 0
-                        rows.append(r)
                         admitted.append(r)
                         kv += need
-                    if not rows:
+                    if not live and not admitted:
                         break
                 if admitted:
+                    if not self.static:
+                        rows = admitted  # held here so that a stop during the prefill carries them
                     try:
-                        yield from self._prefill(admitted, ctx0 if self.static else None)
+                        fresh = yield from self._prefill(admitted, ctx0 if self.static else None)
                     except simpy.Interrupt:
                         break
-                live = []
-                kv0 = 0  # continuous: the cached tokens of the live rows
-                for r in rows:
-                    if r.generated < r.response_len and not r.paused:
-                        live.append(r)
-                        kv0 += r.prompt_len + r.generated
+                    for r in fresh:
+                        self._first_token(r)
+                    for r in admitted:
+                        if self._activate(heap, r, T):
+                            live[r.id] = r
+                            kv_live += r.prompt_len + r.generated
+                        elif r.generated >= r.response_len:
+                            self._on_finish(r)
+                        else:
+                            r.paused = True
+                            if not self.static:
+                                self.unfinished.append(r)
+                    if not self.static:
+                        rows = []
+                    if self.stopped:
+                        break
                 if not live:
-                    rows = self._retire(rows)
                     continue
-                batch = len(rows) if self.static else len(live)
+                n_live = len(live)
                 if self.static:
+                    batch = len(rows)
                     kv0 = batch * (ctx0 + steps_in_batch)
-                if not self.static and kv0 + len(live) > self.kv_cap and len(live) > 1:
-                    # Recompute preemption (vLLM): the newest sequence gives up its cache and requeues.
-                    victim = live[-1]
-                    victim.kv_resident = False
-                    rows.remove(victim)
-                    self.shared[idx].appendleft(victim)
-                    continue
-                n = self._next_event(live, self.req.stream, kv0)
+                else:
+                    batch = n_live
+                    kv0 = kv_live
+                    if kv0 + n_live > self.kv_cap and n_live > 1:
+                        # Recompute preemption (vLLM): the newest sequence gives up its cache and requeues.
+                        victim = live.pop(next(reversed(live)))
+                        self._sync(victim, T)
+                        victim.heap_version += 1  # its heap entry is stale now
+                        kv_live -= victim.prompt_len + victim.generated
+                        victim.kv_resident = False
+                        self.shared[idx].appendleft(victim)
+                        continue
+                n = heap[0][0] - T
+                if not self.static:
+                    room = int((self.kv_cap - kv0) // n_live)
+                    n = min(n, max(room, 1))
                 dur = self._decode_s(batch, kv0, n)
                 t0 = env.now
                 try:
                     yield env.timeout(dur)
                 except simpy.Interrupt:
-                    k = self._steps_done(batch, kv0, n, env.now - t0)
-                    if k:
-                        # Rows that finish exactly at the stop (k == n) are finished, not dropped.
-                        for r in self._advance(rows, k, self.req.stream):
-                            self._on_finish(r)
-                    break
+                    n = self._steps_done(batch, kv0, n, env.now - t0)
+                    if not n:
+                        break
+                T += n
                 steps_in_batch += n
-                for r in self._advance(rows, n, self.req.stream):
-                    self._on_finish(r)
-                if self.static and all(r.done or r.paused for r in rows):
-                    rows = self._retire(rows)  # the batch ends when its longest member ends
+                self.generated += n * n_live
+                kv_live += n * n_live
+                for r, what in self._events(heap, T):
+                    del live[r.id]
+                    if not self.static:
+                        kv_live -= r.prompt_len + r.generated
+                    if what == "done":
+                        # Rows that finish exactly at a stop (the interrupted segment) count as finished.
+                        self._on_finish(r)
+                    elif not self.static:
+                        self.unfinished.append(r)
         finally:
             sim.active[(self.pool.name, "decode")] -= 1
-            for r in rows:
-                if not r.done:
+            for r in live.values():
+                self._sync(r, T)
+                r.heap_version += 1
+            carried = rows if self.static else list(live.values()) + rows
+            for r in carried:
+                if r.generated < r.response_len:
                     self.unfinished.append(r)
             end = env.now
             if end > start:
