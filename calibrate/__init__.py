@@ -1,0 +1,13 @@
+"""The hardware side of rlhfsim: measure the costs the simulator predicts, on this machine, and write them
+as a Profile (``rlhfsim/costs/profile.py``), the only thing that crosses over to ``rlhfsim/``.
+
+Needs torch, transformers, onnxruntime, click and numpy only (no pydantic, simpy, scipy, plotly; rich is
+optional), so it runs on bare GPU images: ``python -m calibrate calibrate --gpu h200 --quick --out X``.
+
+Modules: ``run`` (one calibration, ``run_calibration``), ``grid`` (what is measured), ``session`` (the
+measuring context), ``measure`` (timing discipline), ``journal`` (crash-safe JSONL of measured points),
+``bench`` (generation, chunked scoring, training, interference), ``scoring`` (runtimes and batching
+strategies), ``runtimes`` (scoring runtimes), ``models`` (random-weight HF models from shapes), ``fit``
+(roofline-with-efficiency fits with held-out error), ``assemble`` (points -> Profile), ``report`` (runtime
+comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
+"""

@@ -1,0 +1,145 @@
+"""Click commands ``calibrate`` and ``runtimes`` (added to the ``rlhfsim`` group by rlhfsim/cli.py, and to
+``python -m calibrate``). Each parses its options, calls one library function and prints the result;
+a user error is one line ``error: ...`` on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from rlhfsim.errors import RlhfsimError
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    raise click.exceptions.Exit(2)
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _command_line() -> str:
+    prog = "python -m calibrate" if sys.argv and sys.argv[0].endswith("__main__.py") else "rlhfsim"
+    return " ".join([prog, *map(shlex.quote, sys.argv[1:])])
+
+
+def _grid_overrides(text: str | None) -> dict | None:
+    if not text:
+        return None
+    src = Path(text).read_text() if not text.lstrip().startswith("{") and Path(text).is_file() else text
+    try:
+        doc = json.loads(src)
+    except json.JSONDecodeError as e:
+        raise RlhfsimError(f"--grid: expected a JSON object or a JSON file, got {text[:60]!r} ({e.msg})") from None
+    if not isinstance(doc, dict):
+        raise RlhfsimError(f"--grid: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal is already durable
+    raise KeyboardInterrupt
+
+
+@click.command("calibrate")
+@click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate the local CUDA device as this catalog GPU "
+              "(a100, h100, h200, l40s, ...); the profile gets this name. Fails if there is no such device.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Calibrate the CPU, or the local CUDA "
+              "device under the catalog name its device name matches.")
+@click.option("--force", is_flag=True, help="With --gpu: skip the check that the local device is that GPU.")
+@click.option("--quick", is_flag=True, help="Small shapes and a short grid (CPU: about 5 minutes on 2 cores).")
+@click.option("--models", multiple=True, metavar="NAMES", help="Model shapes to measure: catalog names or "
+              "config.json paths, comma-separated or repeated (default: a set per device and --quick).")
+@click.option("--model-path", "model_paths", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="A local checkpoint directory to measure with its real weights (repeatable).")
+@click.option("--runtimes", multiple=True, metavar="NAMES", help="Scoring runtimes (comma-separated or repeated; "
+              "default all): eager, compile, onnxruntime, aoti_cpp, tensorrt. eager always runs (the baseline).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Profile path (default: the user profile directory, "
+              "where `rlhfsim simulate --profile NAME` finds it).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run: points already in the journal are skipped.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), help="Default: float32 on CPU, "
+              "bfloat16 on CUDA.")
+@click.option("--threads", type=click.IntRange(min=1), help="torch threads (default: the usable cores).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Where exported/compiled artifacts and the "
+              "C++ program are cached (default: $RLHFSIM_CACHE_DIR or ~/.cache/rlhfsim).")
+@click.option("--grid", "grid_json", metavar="JSON|PATH", help="Override grid fields (calibrate/grid.py), as a JSON "
+              "object or a JSON file, e.g. '{\"score\": [[1, 64], [8, 256]], \"max_iters\": 10}'.")
+@click.option("--no-progress", is_flag=True, help="No progress display (warnings still print).")
+def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
+                      cache_dir, grid_json, no_progress):
+    """Measure this machine's costs and write a calibration profile."""
+    if gpu_name and device == "cpu":
+        raise click.UsageError("--gpu and --device cpu contradict each other; give one")
+    if not gpu_name and not device:
+        raise click.UsageError("expected --gpu NAME (a CUDA GPU) or --device cpu|cuda")
+    from rlhfsim.models.catalog import load_model, shape_from_hf_config, with_name
+
+    try:
+        grid = _grid_overrides(grid_json)
+        shapes = [load_model(ref, "--models") for ref in _split(models)] or None
+        checkpoints: dict[str, Path] = {}
+        for d in model_paths:
+            shape = with_name(shape_from_hf_config(d, "--model-path"), Path(d).resolve().name)
+            checkpoints[shape.name] = Path(d)
+            shapes = (shapes or []) + [shape]
+    except RlhfsimError as e:
+        _fail(str(e))
+    from calibrate.journal import journal_path
+    from calibrate.report import fit_table, interference_line, runtime_table
+    from calibrate.run import run_calibration
+
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    t0 = time.perf_counter()
+    try:
+        profile = run_calibration(device or "cuda", gpu_name=gpu_name, models=shapes, runtimes=_split(runtimes) or None,
+                                  quick=quick, out=Path(out) if out else None, resume=resume, dtype=dtype,
+                                  grid=grid, progress=not no_progress, threads=threads, checkpoints=checkpoints, force=force,
+                                  cache_dir=Path(cache_dir) if cache_dir else None, command=_command_line())
+    except RlhfsimError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        where = f" in {journal_path(Path(out))}" if out else ""
+        click.echo(f"interrupted: measured points are kept{where}; rerun with --resume to continue", err=True)
+        raise click.exceptions.Exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    click.echo(runtime_table(profile))
+    click.echo("")
+    click.echo(fit_table(profile))
+    click.echo(interference_line(profile))
+    click.echo(f"profile {profile['name']!r} written to {profile['_path']} ({time.perf_counter() - t0:.0f} s)")
+
+
+@click.command("runtimes")
+@click.option("--profile", "profile_ref", required=True, metavar="NAME|PATH", help="A profile name or JSON path.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def runtimes_command(profile_ref, fmt):
+    """Compare the scoring runtimes (and batching strategies) a profile measured."""
+    from calibrate.report import batching_table, chunk_table, runtime_json, runtime_table
+    from rlhfsim.costs.profile import load_profile
+
+    try:
+        profile = load_profile(profile_ref)
+        for key in ("runtimes", "points"):
+            if key not in profile:
+                raise RlhfsimError(f"profile {profile['name']}.{key}: expected a measured profile from `rlhfsim calibrate`, got none")
+    except RlhfsimError as e:
+        _fail(str(e))
+    if fmt == "json":
+        click.echo(json.dumps(runtime_json(profile), indent=1))
+        return
+    click.echo(f"profile {profile['name']} ({profile['device'].get('name')}, {profile['dtype']}, "
+               f"{profile['device'].get('threads')} threads)")
+    click.echo(runtime_table(profile))
+    if profile.get("batching"):
+        click.echo("\nbatching strategies (eager):")
+        click.echo(batching_table(profile))
+    if profile.get("chunked_scoring"):
+        click.echo("\nchunked scoring (chunk on a cached prefix vs one-shot prefill):")
+        click.echo(chunk_table(profile))

@@ -1,0 +1,143 @@
+"""What was measured on: device name and memory, driver and CUDA versions, torch version, CPU model and
+the thread count the measurements used; and the check that ``--gpu NAME`` names the local GPU."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+
+import torch
+
+from rlhfsim.errors import RlhfsimError
+from rlhfsim.hardware.catalog import GPUS, GpuSpec, get_gpu
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def load_avg() -> float | None:
+    """The 1-minute load average: other processes competing for the cores the measurements used."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
+def _driver_version() -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def describe(device: str, threads: int) -> dict:
+    """The profile's ``device`` block."""
+    dev = torch.device(device)
+    info = {"kind": dev.type, "torch": torch.__version__, "cpu_model": cpu_model(), "threads": threads,
+            "cpu_cores": usable_cores(), "load_avg_1m_at_start": load_avg()}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info.update(name=props.name, memory_bytes=int(props.total_memory), driver=_driver_version(),
+                    cuda=torch.version.cuda, capability=f"{props.major}.{props.minor}",
+                    multiprocessors=props.multi_processor_count)
+    else:
+        try:
+            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            mem = None
+        info.update(name=cpu_model(), memory_bytes=mem, driver=None, cuda=None)
+    return info
+
+
+def contention_ratio(threads: int, calls: int = 20) -> float:
+    """Median time of a small float32 matmul (64x256 by 256x256, ~50 us on one core) with ``threads``
+    torch threads over its time with one thread: at most about 1 on an idle machine, far above 1 when
+    other processes hold the cores and every OpenMP region waits for descheduled workers (then a measured
+    point times the scheduler, not the operation). Small on purpose: that wait hurts small ops most."""
+    import time
+
+    x, w = torch.randn(64, 256), torch.randn(256, 256)
+
+    def median_s(n: int) -> float:
+        torch.set_num_threads(n)
+        torch.nn.functional.linear(x, w)
+        ts = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            ts.append(time.perf_counter() - t0)
+        return sorted(ts)[len(ts) // 2]
+
+    try:
+        return median_s(threads) / median_s(1)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", s.lower())
+
+
+def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
+    """Does the local device look like catalog entry ``spec``? The family (a100, h100, h200, l40s) must
+    appear in the device name; a memory size in the entry's name (a100-40gb) must match within 25%;
+    an SXM entry rejects a PCIe part."""
+    family, *rest = spec.name.split("-")
+    name = _norm(device_name)
+    if _norm(family) not in name:
+        return False
+    for part in rest:
+        m = re.fullmatch(r"(\d+)gb", part)
+        if m and abs(memory_bytes / 1e9 - int(m.group(1))) > 0.25 * int(m.group(1)):
+            return False
+        if part == "sxm" and "pcie" in name:
+            return False
+    return True
+
+
+def resolve_cuda_gpu(gpu_name: str | None, device: str, force: bool) -> GpuSpec:
+    """The catalog entry of the local CUDA device: ``gpu_name`` checked against it (unless ``force``),
+    or found from the device's name. Errors are one line saying what was found."""
+    if not torch.cuda.is_available():
+        found = "torch reports no CUDA device"
+        if torch.version.cuda is None:
+            found += f" (torch {torch.__version__} is a CPU-only build)"
+        want = f"--gpu {gpu_name}" if gpu_name else "--device cuda"
+        raise RlhfsimError(f"{want}: expected a local CUDA device, found none: {found}; use --device cpu to calibrate the CPU")
+    props = torch.cuda.get_device_properties(torch.device(device))
+    if gpu_name is not None:
+        spec = get_gpu(gpu_name, "--gpu")
+        if spec.kind != "cuda":
+            raise RlhfsimError(f"--gpu: expected a GPU name ({', '.join(n for n, g in GPUS.items() if g.kind == 'cuda')}), got {gpu_name!r}; use --device cpu for the CPU")
+        if not force and not matches(spec, props.name, props.total_memory):
+            raise RlhfsimError(f"--gpu {gpu_name}: expected a local {spec.name}, found {props.name!r} "
+                               f"({props.total_memory / 2**30:.0f} GiB); pass --force to calibrate it under that name anyway")
+        return spec
+    for spec in GPUS.values():
+        if spec.kind == "cuda" and matches(spec, props.name, props.total_memory):
+            return spec
+    raise RlhfsimError(f"--device cuda: found {props.name!r}, which is not in the hardware catalog "
+                       f"({', '.join(n for n, g in GPUS.items() if g.kind == 'cuda')}); pass --gpu NAME --force to name it")

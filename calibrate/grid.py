@@ -1,0 +1,176 @@
+"""What a calibration measures: the grid of (batch, length) points per operation, and the default models.
+
+Shapes are (batch, tokens per sequence). Decode contexts are cached tokens per sequence; chunk points are
+(batch, prefix tokens already cached, chunk tokens). Quick grids cover what the validation scenarios use
+(batch 1-16, prompts and responses up to ~512 tokens); full grids add larger batches and lengths.
+
+``quiet_wait_s`` (CPU) bounds how long a point waits for other processes to leave the cores alone
+(``calibrate.session``). ``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they
+sum past the budget (at most ``max_iters``). ``runtime_models`` limits non-eager scoring runtimes to the
+first N reward models of each family (None: all); the runtimes named in ``static_shape_runtimes``, whose
+compiled artifacts are per input shape (AOTInductor packages: about 25 s of compilation per shape on two
+CPU cores), measure ``runtime_score_static`` instead of ``runtime_score``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from rlhfsim.errors import RlhfsimError
+
+Shape2 = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The measured points of one calibration (see the module docstring)."""
+
+    score: tuple[Shape2, ...]
+    runtime_score: tuple[Shape2, ...]
+    runtime_score_static: tuple[Shape2, ...]
+    strategies: tuple[Shape2, ...]                  # (batch, max length); lengths drawn in [max/8, max]
+    prefill: tuple[Shape2, ...]
+    decode: tuple[Shape2, ...]
+    chunk_batches: tuple[int, ...]
+    chunk_prefixes: tuple[int, ...]
+    chunk_sizes: tuple[int, ...]
+    train: tuple[Shape2, ...]
+    interference: tuple[tuple[int, int, int, int], ...]  # (decode batch, decode context, prefill batch, prefill length)
+    warmup: int = 1
+    min_iters: int = 3
+    max_iters: int = 20
+    point_budget_s: float = 0.5
+    runtime_models: int | None = 1
+    static_shape_runtimes: tuple[str, ...] = ("aoti_cpp",)
+    interference_s: float = 2.0                     # how long the co-running phase lasts
+    quiet_wait_s: float = 0.0                       # CPU: longest wait per point for other processes to calm down
+
+    def chunk_points(self) -> list[tuple[int, int, int]]:
+        """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
+        chunk tokens) it is compared with."""
+        out: list[tuple[int, int, int]] = []
+        for b in self.chunk_batches:
+            for p in self.chunk_prefixes:
+                for c in self.chunk_sizes:
+                    for pt in ((b, p, c), (b, 0, p + c)):
+                        if pt not in out:
+                            out.append(pt)
+        return out
+
+    def max_context(self) -> int:
+        lens = [n for _, n in self.prefill] + [n + self.max_iters + self.warmup + 2 for _, n in self.decode]
+        lens += [p + c for _, p, c in self.chunk_points()] + [n + 2 for _, n, _, _ in self.interference]
+        lens += [n for _, _, _, n in self.interference]
+        return max(lens)
+
+
+SCORE_SMALL = ((1, 32), (1, 128), (1, 512), (4, 32), (4, 128), (4, 512), (16, 32), (16, 128))
+
+QUICK_CPU = Grid(
+    score=SCORE_SMALL,
+    runtime_score=((1, 128), (4, 128), (16, 128), (4, 512)),
+    runtime_score_static=((4, 128),),
+    strategies=((8, 128), (8, 256)),
+    prefill=((1, 32), (1, 128), (1, 512), (4, 32), (4, 128), (4, 512), (16, 32), (16, 128)),
+    decode=((1, 64), (1, 512), (4, 256), (16, 64), (16, 512)),
+    chunk_batches=(1, 8), chunk_prefixes=(0, 128, 384), chunk_sizes=(32, 128),
+    train=((1, 64), (4, 64), (1, 256), (4, 256)),
+    interference=((8, 256, 4, 128),),
+    point_budget_s=0.3, quiet_wait_s=20.0,
+)
+
+FULL_CPU = replace(
+    QUICK_CPU,
+    score=SCORE_SMALL + ((16, 512), (32, 128), (32, 512), (1, 1024), (8, 1024)),
+    runtime_score=SCORE_SMALL,
+    runtime_score_static=((1, 128), (4, 128), (16, 128), (4, 512)),
+    strategies=((8, 128), (8, 512), (32, 256), (32, 1024)),
+    prefill=QUICK_CPU.prefill + ((16, 512), (32, 128), (1, 1024), (8, 1024)),
+    decode=QUICK_CPU.decode + ((1, 1024), (8, 1024), (32, 256), (64, 128)),
+    chunk_batches=(1, 8, 16), chunk_prefixes=(0, 128, 384, 896), chunk_sizes=(16, 32, 128),
+    train=QUICK_CPU.train + ((8, 256), (2, 1024), (16, 128)),
+    interference=((8, 256, 4, 128), (16, 512, 8, 256)),
+    warmup=2, min_iters=5, max_iters=50, point_budget_s=1.5, runtime_models=None, interference_s=4.0,
+    quiet_wait_s=60.0,
+)
+
+QUICK_GPU = Grid(
+    score=((1, 128), (1, 512), (8, 128), (8, 512), (32, 512), (8, 2048), (64, 256)),
+    runtime_score=((1, 128), (8, 512), (32, 512), (8, 2048)),
+    runtime_score_static=((8, 512),),
+    strategies=((32, 512), (32, 2048)),
+    prefill=((1, 128), (1, 1024), (8, 128), (8, 1024), (32, 512), (4, 4096), (64, 256)),
+    decode=((1, 256), (1, 2048), (16, 512), (64, 512), (64, 2048), (256, 256)),
+    chunk_batches=(8, 32), chunk_prefixes=(0, 512, 2048), chunk_sizes=(128, 512),
+    train=((1, 512), (8, 512), (4, 2048), (16, 1024)),
+    interference=((64, 1024, 8, 512),),
+    warmup=3, min_iters=5, max_iters=30, point_budget_s=0.5, runtime_models=1, interference_s=3.0,
+)
+
+FULL_GPU = replace(
+    QUICK_GPU,
+    score=QUICK_GPU.score + ((1, 2048), (32, 128), (64, 1024), (128, 512), (16, 4096)),
+    runtime_score=QUICK_GPU.score,
+    runtime_score_static=QUICK_GPU.runtime_score,
+    strategies=((32, 512), (32, 2048), (128, 1024)),
+    prefill=QUICK_GPU.prefill + ((16, 2048), (128, 512), (1, 8192), (32, 2048)),
+    decode=QUICK_GPU.decode + ((1, 8192), (32, 4096), (128, 1024), (256, 2048), (512, 512)),
+    chunk_batches=(8, 32, 64), chunk_prefixes=(0, 512, 2048, 6144), chunk_sizes=(64, 256, 1024),
+    train=QUICK_GPU.train + ((32, 1024), (8, 4096), (2, 8192)),
+    interference=((64, 1024, 8, 512), (256, 1024, 32, 512), (16, 4096, 8, 2048)),
+    warmup=5, min_iters=10, max_iters=100, point_budget_s=2.0, runtime_models=None, interference_s=6.0,
+)
+
+def within(shapes, max_positions: int) -> tuple[Shape2, ...]:
+    """The (batch, length) shapes a model with ``max_positions`` positions can take (DeBERTa: 512)."""
+    return tuple(x for x in shapes if x[1] <= max_positions)
+
+
+DEFAULT_MODELS = {
+    ("cpu", True): ("tiny-qwen2", "small-qwen2", "tiny-deberta"),
+    ("cpu", False): ("tiny-qwen2", "small-qwen2", "tiny-deberta", "qwen2.5-0.5b"),
+    ("cuda", True): ("qwen2.5-0.5b", "qwen2.5-1.5b", "deberta-v3-large"),
+    ("cuda", False): ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "deberta-v3-large"),
+}
+
+
+def default_grid(kind: str, quick: bool) -> Grid:
+    return {("cpu", True): QUICK_CPU, ("cpu", False): FULL_CPU, ("cuda", True): QUICK_GPU,
+            ("cuda", False): FULL_GPU}[(kind, quick)]
+
+
+def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
+    """The grid with some fields replaced (lists become tuples); unknown fields are an error."""
+    if not overrides:
+        return grid
+    known = {f.name for f in fields(Grid)}
+    bad = sorted(set(overrides) - known)
+    if bad:
+        raise RlhfsimError(f"grid: unknown field(s) {', '.join(bad)}; expected some of {', '.join(sorted(known))}")
+
+    def tup(v):
+        return tuple(tup(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+    def pos_int(x):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    out = {}
+    for k, v in overrides.items():
+        cur = getattr(grid, k)
+        v = tup(v)
+        if isinstance(cur, tuple) and k != "static_shape_runtimes":
+            arity = len(cur[0]) if cur and isinstance(cur[0], tuple) else 0
+            ok = isinstance(v, tuple) and len(v) > 0 and all(
+                (isinstance(x, tuple) and len(x) == arity and all(pos_int(y) for y in x)) if arity else pos_int(x)
+                for x in v)
+            want = f"a non-empty list of [{', '.join(['int'] * arity)}]" if arity else "a non-empty list of ints"
+        elif k == "static_shape_runtimes":
+            ok, want = isinstance(v, tuple) and all(isinstance(x, str) for x in v), "a list of runtime names"
+        elif k == "runtime_models":
+            ok, want = v is None or pos_int(v), "null or an int"
+        else:
+            ok, want = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a non-negative number"
+        if not ok:
+            raise RlhfsimError(f"grid.{k}: expected {want}, got {v!r}")
+        out[k] = v
+    return replace(grid, **out)

@@ -1,0 +1,123 @@
+"""The calibration journal: one JSON object per line, appended, flushed and fsynced as each point is
+measured, so an interruption (Ctrl-C, kill, power loss) loses at most the point in flight.
+
+Records carry ``"kind"``: ``meta`` (first line: device, dtype, command; a resume must match it),
+``point`` (one measured point, with a unique ``key``) and ``runtime`` (a runtime's availability,
+correctness check and setup cost for one model, keyed too). On reading, a torn last line (a write cut
+short) is ignored and cut off the file before anything is appended; a bad line elsewhere is an error,
+since only the last line can be torn by an interrupted append.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rlhfsim.errors import RlhfsimError
+
+META_KEYS = ("device_kind", "device_name", "dtype", "threads")
+
+
+def journal_path(out: Path) -> Path:
+    """``cpu.json`` -> ``cpu.journal.jsonl`` next to it."""
+    out = Path(out)
+    return out.with_name(out.stem + ".journal.jsonl")
+
+
+class Journal:
+    """Append-only JSONL of measured points (see the module docstring)."""
+
+    def __init__(self, path: Path, records: list[dict]):
+        self.path = Path(path)
+        self.records = records
+        self.done: dict[str, dict] = {r["key"]: r for r in records if r.get("kind") in ("point", "runtime")}
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    @classmethod
+    def open(cls, path: Path, meta: dict, resume: bool) -> "Journal":
+        """Start a fresh journal (``resume=False``: an existing one is replaced) or continue one whose
+        meta record matches ``meta`` on device and dtype."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if resume and path.is_file():
+            records = read_journal(path, repair=True)
+            old = next((r for r in records if r.get("kind") == "meta"), None)
+            if old is None:
+                raise RlhfsimError(f"--resume: journal {str(path)!r} has no meta record; remove it or run without --resume")
+            for k in META_KEYS:
+                if old.get(k) != meta.get(k):
+                    raise RlhfsimError(f"--resume: journal {str(path)!r} was measured with {k}={old.get(k)!r}, "
+                                       f"this run has {k}={meta.get(k)!r}; run without --resume to start over")
+            return cls(path, records)
+        tmp = path.with_name(path.name + ".new")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"kind": "meta", **meta}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return cls(path, [{"kind": "meta", **meta}])
+
+    def has(self, key: str) -> bool:
+        return key in self.done
+
+    def get(self, key: str) -> dict | None:
+        return self.done.get(key)
+
+    def append(self, record: dict) -> None:
+        """Write one record durably (one ``write`` of one line, then flush and fsync)."""
+        if "key" not in record or record.get("kind") not in ("point", "runtime"):
+            raise ValueError(f"journal record needs kind point|runtime and a key, got {sorted(record)}")
+        self._f.write(json.dumps(record, allow_nan=True) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self.records.append(record)
+        self.done[record["key"]] = record
+
+    def points(self) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == "point"]
+
+    def runtimes(self) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == "runtime"]
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "Journal":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_journal(path: Path, repair: bool = False) -> list[dict]:
+    """All complete records. A torn last line is skipped (and, with ``repair``, truncated away so the
+    next append starts on a fresh line)."""
+    path = Path(path)
+    data = path.read_bytes()
+    records: list[dict] = []
+    pos = 0
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines):
+        last = i == len(lines) - 1
+        if not raw.strip():
+            pos += len(raw) + 1
+            continue
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+            if last:
+                raise ValueError("no newline after the last record")  # an append cut before its "\n"
+        except ValueError as e:
+            if last or all(not x.strip() for x in lines[i + 1:]):
+                if repair:
+                    with open(path, "r+b") as f:
+                        f.truncate(pos)
+                        f.flush()
+                        os.fsync(f.fileno())
+                return records
+            raise RlhfsimError(f"journal {str(path)}:{i + 1}: expected one JSON object per line, got a corrupt line ({e})") from None
+        records.append(rec)
+        pos += len(raw) + 1
+    return records

@@ -1,0 +1,128 @@
+"""Timing discipline for every measured point.
+
+A point is measured as: one first call, timed on its own (compilation, autotuning, allocator growth land
+there: ``first_call_s``); ``warmup`` untimed calls; then ``iters`` timed calls whose durations are kept raw
+(``samples_s``). The point's value is the median of the samples; its spread is the inter-quartile range
+(IQR = p75 - p25). When IQR / median > 0.1 the point is flagged ``warn_noisy`` (the threshold
+torch.utils.benchmark uses) and a warning is printed.
+
+Clocks: on CUDA each call is bracketed by CUDA events recorded on the current stream (so concurrent
+streams each time their own work), read after the end event synchronizes; on CPU ``time.perf_counter``
+brackets the call. ``host_clock=True`` forces the host clock on CUDA too (with a device synchronize
+before and after), for runtimes that launch work on streams torch does not know about (ONNX Runtime).
+
+``budget_s`` bounds a point's cost: after ``min_iters`` samples, sampling stops once the samples sum past
+the budget. Units: seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+NOISY_IQR_RATIO = 0.1
+
+
+@dataclass
+class Measurement:
+    """Raw samples of one point, its separately timed first call, and the last call's return value."""
+
+    samples_s: list[float]
+    first_call_s: float
+    output: Any = None
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.samples_s))
+
+    @property
+    def iqr_s(self) -> float:
+        q75, q25 = np.percentile(self.samples_s, [75, 25])
+        return float(q75 - q25)
+
+    @property
+    def warn_noisy(self) -> bool:
+        return noisy(self.samples_s)
+
+    def summary(self) -> dict:
+        return summarize(self.samples_s, self.first_call_s)
+
+
+def noisy(samples_s: list[float]) -> bool:
+    med = float(np.median(samples_s))
+    q75, q25 = np.percentile(samples_s, [75, 25])
+    return bool(med > 0 and (q75 - q25) / med > NOISY_IQR_RATIO)
+
+
+def summarize(samples_s: list[float], first_call_s: float) -> dict:
+    """The timing fields every journal point carries."""
+    s = np.asarray(samples_s, dtype=np.float64)
+    q75, q25 = np.percentile(s, [75, 25])
+    return {"median_s": float(np.median(s)), "iqr_s": float(q75 - q25), "p95_s": float(np.percentile(s, 95)),
+            "samples_s": [float(x) for x in s], "first_call_s": float(first_call_s), "warn_noisy": noisy(list(s))}
+
+
+class Clock:
+    """Times one call on ``device`` ("cpu", "cuda", "cuda:N")."""
+
+    def __init__(self, device: str, host_clock: bool = False):
+        self.cuda = str(device).startswith("cuda")
+        self.events = self.cuda and not host_clock
+
+    def call(self, fn: Callable[[], Any]) -> tuple[float, Any]:
+        if self.events:
+            import torch
+
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3, out
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn()
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0, out
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out
+
+
+def time_calls(fn: Callable[[], Any], *, device: str, warmup: int, iters: int, min_iters: int | None = None,
+               budget_s: float | None = None, setup: Callable[[], Any] | None = None,
+               host_clock: bool = False) -> Measurement:
+    """First call, ``warmup`` untimed calls, then up to ``iters`` timed calls (``setup`` runs untimed
+    before every call, e.g. to rewind a KV cache)."""
+    clock = Clock(device, host_clock)
+    if setup:
+        setup()
+    first_s, out = clock.call(fn)
+    for _ in range(warmup):
+        if setup:
+            setup()
+        out = fn()
+    lo = iters if min_iters is None else min(min_iters, iters)
+    samples: list[float] = []
+    while len(samples) < iters:
+        if setup:
+            setup()
+        dt, out = clock.call(fn)
+        samples.append(dt)
+        if budget_s is not None and len(samples) >= lo and sum(samples) >= budget_s:
+            break
+    return Measurement(samples, first_s, out)
+
+
+def iters_for(estimate_s: float, budget_s: float, lo: int, hi: int) -> int:
+    """How many timed calls fit a per-point budget given an estimate of one call."""
+    if estimate_s <= 0:
+        return hi
+    return int(max(lo, min(hi, budget_s // estimate_s)))

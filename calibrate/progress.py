@@ -1,0 +1,50 @@
+"""Progress display: a rich progress bar when rich is installed and output is a terminal, plain lines
+otherwise (GPU images may lack rich; CI logs want lines). Warnings (noisy points, skipped runtimes)
+always print as lines on stderr."""
+
+from __future__ import annotations
+
+import sys
+
+
+class Progress:
+    """``advance(label)`` after each point; ``note(text)`` for warnings; use as a context manager."""
+
+    def __init__(self, total: int, enabled: bool = True, stream=None):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.stream = stream or sys.stderr
+        self._rich = None
+        if enabled and self.stream.isatty():
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
+                    TimeElapsedColumn
+            except ImportError:
+                pass
+            else:
+                self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                          TimeElapsedColumn(), transient=False)
+                self._task = self._rich.add_task("calibrating", total=total)
+
+    def __enter__(self) -> "Progress":
+        if self._rich:
+            self._rich.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._rich:
+            self._rich.stop()
+
+    def advance(self, label: str, skipped: bool = False) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        if self._rich:
+            self._rich.update(self._task, advance=1, description=label[:60])
+        else:
+            print(f"[{self.done}/{self.total}] {'skip ' if skipped else ''}{label}", file=self.stream, flush=True)
+
+    def note(self, text: str) -> None:
+        if self._rich:
+            self._rich.console.print(f"[yellow]{text}[/yellow]", highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)

@@ -1,0 +1,123 @@
+"""Reports of a profile: the scoring-runtime comparison (per model, batch and length: median, p95,
+speedup over eager, max abs difference; like the tables of the runtime study), batching strategies,
+chunked scoring, and the fitted parameters with held-out error. Plain text, no dependencies.
+
+``runtime_json`` picks a reference shape: the padded (model, batch, length) point measured by the most
+valid runtimes, ties broken by more tokens; runtimes not measured there report nulls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _fmt_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) if i >= 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return "\n".join(out)
+
+
+def _padded_points(profile: dict) -> list[dict]:
+    return [p for p in profile["points"] if p["op"] == "score" and p.get("strategy") == "padded"
+            and not p.get("varlen") and "skipped" not in p]
+
+
+def runtime_rows(profile: dict) -> list[dict]:
+    """One row per (model, batch, length, runtime) with the eager median of the same shape."""
+    pts = _padded_points(profile)
+    eager = {(p["model"], p["batch"], p["seq_len"]): p["median_s"] for p in pts if p["runtime"] == "eager"}
+    rows = []
+    for p in sorted(pts, key=lambda p: (p["model"], p["batch"], p["seq_len"], p["runtime"] != "eager", p["runtime"])):
+        e = eager.get((p["model"], p["batch"], p["seq_len"]))
+        rows.append({"model": p["model"], "batch": p["batch"], "seq_len": p["seq_len"], "runtime": p["runtime"],
+                     "median_ms": p["median_s"] * 1e3, "p95_ms": float(np.percentile(p["samples_s"], 95)) * 1e3,
+                     "speedup_vs_eager": e / p["median_s"] if e else None, "max_abs_diff": p["max_abs_diff"],
+                     "valid": p["valid"] and profile["runtimes"].get(p["runtime"], {}).get("valid", False),
+                     "first_call_ms": p["first_call_s"] * 1e3, "setup_s": p["setup_s"]})
+    return rows
+
+
+def runtime_table(profile: dict) -> str:
+    rows = runtime_rows(profile)
+    shown = {r["runtime"] for r in rows}
+    t = _fmt_table(["model", "batch", "len", "runtime", "median ms", "p95 ms", "vs eager", "max|diff|", "valid"],
+                   [[r["model"], str(r["batch"]), str(r["seq_len"]), r["runtime"], f"{r['median_ms']:.3f}",
+                     f"{r['p95_ms']:.3f}", "-" if r["speedup_vs_eager"] is None else f"{r['speedup_vs_eager']:.2f}x",
+                     f"{r['max_abs_diff']:.1e}", "yes" if r["valid"] else "NO"] for r in rows])
+    notes = [f"{name}: not measured ({info['reason']})" for name, info in sorted(profile["runtimes"].items())
+             if name not in shown]
+    notes += [f"{name}: invalid ({info['reason']})" for name, info in sorted(profile["runtimes"].items())
+              if name in shown and not info["valid"]]
+    setup = [f"{name} on {m}: setup {mi['setup_s']:.1f} s, first call {mi['first_point']['first_call_s'] * 1e3:.0f} ms "
+             f"(steady {mi['first_point']['median_s'] * 1e3:.2f} ms)"
+             for name, info in sorted(profile["runtimes"].items()) for m, mi in sorted(info["models"].items())
+             if "first_point" in mi and name != "eager"]
+    return "\n".join([t] + (["", "setup and first calls:"] + ["  " + x for x in setup] if setup else [])
+                     + (["", "runtimes:"] + ["  " + n for n in notes] if notes else []))
+
+
+def reference_shape(profile: dict) -> tuple | None:
+    pts = _padded_points(profile)
+    valid = {n for n, i in profile["runtimes"].items() if i["valid"]}
+    count: dict[tuple, int] = {}
+    for p in pts:
+        if p["runtime"] in valid:
+            k = (p["model"], p["batch"], p["seq_len"])
+            count[k] = count.get(k, 0) + 1
+    if not count:
+        return None
+    return max(count, key=lambda k: (count[k], k[1] * k[2], k[0]))
+
+
+def runtime_json(profile: dict) -> dict:
+    ref = reference_shape(profile)
+    rows = {r["runtime"]: r for r in runtime_rows(profile) if ref and (r["model"], r["batch"], r["seq_len"]) == ref}
+    out = {}
+    for name, info in sorted(profile["runtimes"].items()):
+        r = rows.get(name)
+        out[name] = {"median_ms": r["median_ms"] if r else None, "p95_ms": r["p95_ms"] if r else None,
+                     "speedup_vs_eager": r["speedup_vs_eager"] if r else None,
+                     "max_abs_diff": r["max_abs_diff"] if r else info.get("max_abs_diff"),
+                     "valid": bool(info["valid"]), "reason": info["reason"], "op": info.get("op")}
+    reference = {"model": ref[0], "batch": ref[1], "seq_len": ref[2]} if ref else None
+    return {"profile": profile["name"], "reference": reference, "runtimes": out}
+
+
+def batching_table(profile: dict) -> str:
+    rows = []
+    for r in profile.get("batching", []):
+        st = r["strategies"]
+        base = st.get("padded", {}).get("median_s")
+        cells = [f"{st[k]['median_s'] * 1e3:.2f} ({st[k]['padded_tokens']})" if k in st else "-"
+                 for k in ("padded", "bucketed", "packed")]
+        speed = f"{base / st[r['best']]['median_s']:.2f}x" if base else "-"
+        rows.append([r["model"], str(r["batch"]), str(r["max_len"]), str(r["tokens"]), *cells, r["best"], speed])
+    return _fmt_table(["model", "batch", "max len", "tokens", "padded ms (tok)", "bucketed ms (tok)",
+                       "packed ms (tok)", "best", "vs padded"], rows)
+
+
+def chunk_table(profile: dict) -> str:
+    rows = [[r["model"], str(r["batch"]), str(r["prefix_len"]), str(r["chunk"]), f"{r['chunk_median_s'] * 1e3:.2f}",
+             "-" if r["oneshot_median_s"] is None else f"{r['oneshot_median_s'] * 1e3:.2f}",
+             f"{r['max_abs_diff_vs_oneshot']:.1e}"] for r in profile.get("chunked_scoring", [])]
+    return _fmt_table(["model", "batch", "prefix", "chunk", "chunk ms", "one-shot ms (prefix+chunk)", "max|diff|"], rows)
+
+
+def fit_table(profile: dict) -> str:
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    rows = [[op, f"{p['compute_eff']:.3g}", f"{p['memory_eff']:.3g}", f"{p['overhead_s'] * 1e6:.1f}",
+             f"{p['overhead_per_layer_s'] * 1e6:.2f}", str(p.get("n_points", 0)), pct(p.get("fit_mape")),
+             pct(p.get("heldout_mape")), pct(p.get("heldout_mape_by_model")), p.get("source", "")]
+            for op, p in profile["operations"].items()]
+    return _fmt_table(["operation", "compute_eff", "memory_eff", "overhead us", "per-layer us", "points", "fit MAPE",
+                       "held-out MAPE", "leave-model-out", "source"], rows)
+
+
+def interference_line(profile: dict) -> str:
+    i = profile["interference"]
+    return (f"interference ({i['source']}): decode slowdown {i['decode_slowdown']:.2f}x, "
+            f"prefill slowdown {i['prefill_slowdown']:.2f}x")

@@ -1,0 +1,165 @@
+"""One calibration: measure every operation on this device, journal each point as it is taken, fit, and
+write the Profile atomically.
+
+Roles of the given model shapes: every decoder shape is measured as actor (prefill, decode, training with
+the LM head), as reward model (scoring, chunked scoring) and as critic (training with the value head);
+every encoder shape as reward model (scoring). Interference pairs the first decoder shape as actor with
+the first decoder shape as reward model. Defaults per device and ``quick``: ``calibrate.grid``.
+
+Torch threads are set explicitly (``threads``, default: the cores this process may use) and recorded.
+Dtype: float32 on CPU (bfloat16 matmuls there are slow and unrepresentative), bfloat16 on CUDA.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from calibrate.assemble import build_profile
+from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
+from calibrate.device_info import contention_ratio, describe, load_avg, resolve_cuda_gpu, usable_cores
+from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
+from calibrate.journal import Journal, journal_path
+from calibrate.models import dtype_name
+from calibrate.progress import Progress
+from calibrate.runtimes import RUNTIMES
+from calibrate.runtimes.aoti_cpp import default_cache_dir
+from calibrate.scoring import measure_runtime, measure_strategies
+from calibrate.session import CONTENTION_LIMIT, Session
+from rlhfsim.costs.profile import user_profile_dir, write_json_atomic
+from rlhfsim.errors import RlhfsimError
+from rlhfsim.hardware.catalog import GpuSpec, get_gpu
+from rlhfsim.models.catalog import CATALOG, ModelShape
+
+
+def default_out(name: str) -> Path:
+    return user_profile_dir() / f"{name}.json"
+
+
+def resolve_target(device: str, gpu_name: str | None, force: bool) -> tuple[str, GpuSpec, str]:
+    """(torch device string, catalog entry the fit is relative to, profile name)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        spec = resolve_cuda_gpu(gpu_name, device, force)
+        return device, spec, (gpu_name or spec.name).lower()
+    if kind != "cpu":
+        raise RlhfsimError(f"--device: expected cpu or cuda, got {device!r}")
+    if gpu_name not in (None, "cpu"):
+        raise RlhfsimError(f"--gpu {gpu_name}: expected a CUDA device; --device cpu calibrates the CPU")
+    return "cpu", get_gpu("cpu"), "cpu"
+
+
+def runtime_shapes(grid: Grid, name: str) -> tuple:
+    return grid.runtime_score_static if name in grid.static_shape_runtimes else grid.runtime_score
+
+
+def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: set[str]) -> int:
+    dec = [m for m in models if m.arch == "decoder"]
+    n = len(dec) * (len(grid.prefill) + len(grid.decode) + len(grid.chunk_points()) + 2 * (len(grid.train) + 1))
+    for m in models:
+        n += len(within(grid.score, m.max_positions)) + 3 * len(within(grid.strategies, m.max_positions))
+        if m.name in runtime_models:
+            n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
+    return n + (2 * len(grid.interference) if dec else 0)
+
+
+def pick_runtime_models(models: list[ModelShape], limit: int | None) -> set[str]:
+    out: set[str] = set()
+    for arch in ("decoder", "encoder"):
+        names = [m.name for m in models if m.arch == arch]
+        out.update(names if limit is None else names[:limit])
+    return out
+
+
+def run_calibration(device: str, *, gpu_name: str | None = None, models: list[ModelShape] | None = None,
+                    runtimes: list[str] | None = None, quick: bool = True, out: Path | None = None,
+                    resume: bool = False, dtype: str | None = None, progress: bool = True,
+                    grid: dict | None = None, threads: int | None = None,
+                    checkpoints: dict[str, Path] | None = None, force: bool = False,
+                    cache_dir: Path | None = None, command: str | None = None) -> dict:
+    """Calibrate ``device`` ("cpu", "cuda", "cuda:N") and write the profile to ``out`` (default: the user
+    profile directory, ``<name>.json``); returns the profile. ``grid`` overrides fields of the default
+    ``calibrate.grid.Grid``; ``checkpoints`` maps shape names to local checkpoint directories whose weights
+    replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``."""
+    device, spec, name = resolve_target(device, gpu_name, force)
+    kind = torch.device(device).type
+    dtype = dtype_name(dtype or ("bfloat16" if kind == "cuda" else "float32"))
+    threads = threads or usable_cores()
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _calibrate(device=device, spec=spec, name=name, kind=kind, dtype=dtype, threads=threads,
+                          models=models, runtimes=runtimes, quick=quick, out=out, resume=resume, progress=progress,
+                          grid=grid, checkpoints=checkpoints, cache_dir=cache_dir, command=command)
+    finally:
+        torch.set_num_threads(old_threads)  # a library call leaves the process as it found it
+
+
+def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, threads: int,
+               models: list[ModelShape] | None, runtimes: list[str] | None, quick: bool, out: Path | None,
+               resume: bool, progress: bool, grid: dict | None, checkpoints: dict[str, Path] | None,
+               cache_dir: Path | None, command: str | None) -> dict:
+    if models is None:
+        models = [CATALOG[n] for n in DEFAULT_MODELS[(kind, quick)]]
+    if not models:
+        raise RlhfsimError("--models: expected at least one model shape, got none")
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise RlhfsimError(f"--models: expected distinct model names, got {', '.join(names)}")
+    rt_names = list(RUNTIMES) if runtimes is None else list(dict.fromkeys(["eager", *runtimes]))
+    bad = [r for r in rt_names if r not in RUNTIMES]
+    if bad:
+        raise RlhfsimError(f"--runtimes: expected some of {', '.join(RUNTIMES)}, got {', '.join(bad)}")
+    g = with_overrides(default_grid(kind, quick), grid)
+    out = Path(out) if out is not None else default_out(name)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    info = describe(device, threads)
+    meta = {"device_kind": kind, "device_name": info["name"], "dtype": dtype, "threads": threads,
+            "models": names, "runtimes": rt_names, "quick": quick}
+    rts = {r: RUNTIMES[r]() for r in rt_names}
+    rt_models = pick_runtime_models(models, g.runtime_models)
+    decoders = [m for m in models if m.arch == "decoder"]
+    t0 = time.perf_counter()
+    with Journal.open(journal_path(out), meta, resume) as journal, \
+            Progress(plan_size(g, models, rts, rt_models), enabled=progress) as prog:
+        s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
+        if kind == "cpu" and threads > 1:
+            ratio = info["contention_ratio"] = contention_ratio(threads)
+            if ratio > CONTENTION_LIMIT:
+                prog.note(f"warning: other processes compete for the CPU: a matmul with {threads} threads runs "
+                          f"{ratio:.1f}x the time of 1 thread; each point waits up to {g.quiet_wait_s:.0f} s for "
+                          "them to stop (use a quiet machine, or --threads 1)")
+        with torch.inference_mode(False):
+            for m in decoders:
+                measure_generation(s, m)
+                measure_chunks(s, m)
+            for m in models:
+                model = s.hf_model(m, "value")
+                measure_runtime(s, rts["eager"], model, m, within(g.score, m.max_positions))
+                for b, n in within(g.strategies, m.max_positions):
+                    measure_strategies(s, model, m, b, n)
+                if m.name in rt_models:
+                    for r, rt in rts.items():
+                        if r != "eager":
+                            measure_runtime(s, rt, model, m, within(runtime_shapes(g, r), m.max_positions))
+                del model
+                s.free()
+            for m in decoders:
+                measure_training(s, m, "lm")
+                measure_training(s, m, "value")
+            if decoders:
+                measure_interference(s, decoders[0], decoders[0])
+        points, records = journal.points(), journal.runtimes()
+    profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
+                            command=command or shlex.join(["python", *sys.argv]), points=points,
+                            records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
+    profile["provenance"]["wall_s"] = time.perf_counter() - t0
+    profile["device"]["load_avg_1m_at_end"] = load_avg()
+    write_json_atomic(out, profile)
+    profile["_path"] = str(out)
+    return profile

@@ -1,0 +1,211 @@
+"""A tiny calibration through the CLI on CPU: the profile validates, the simulator's CostModel accepts
+it, the runtime report reads it, --resume skips measured points (also after a torn journal line), and
+bad requests fail with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+from click.testing import CliRunner  # noqa: E402
+
+from calibrate.cli import calibrate_command, runtimes_command  # noqa: E402
+from calibrate.journal import journal_path, read_journal  # noqa: E402
+from rlhfsim.costs.model import CostModel  # noqa: E402
+from rlhfsim.costs.profile import SCHEMA_VERSION, validate_profile  # noqa: E402
+from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
+from rlhfsim.models.catalog import CATALOG  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_GRID = {
+    "score": [[1, 16], [2, 32], [4, 64]], "runtime_score": [[1, 16], [2, 32]], "runtime_score_static": [[2, 32]],
+    "strategies": [[4, 32]], "prefill": [[1, 16], [2, 32], [4, 64]], "decode": [[1, 16], [2, 32], [4, 64]],
+    "chunk_batches": [2], "chunk_prefixes": [0, 16], "chunk_sizes": [8], "train": [[1, 16], [2, 32], [2, 64]],
+    "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
+    "interference_s": 0.2,
+}
+
+
+def calibrate(out: Path, *extra: str, models: str = "tiny-qwen2,tiny-deberta", runtimes: str = "eager,onnxruntime"):
+    args = ["--device", "cpu", "--quick", "--models", models, "--runtimes", runtimes, "--out", str(out),
+            "--grid", json.dumps(TINY_GRID), "--threads", "1", "--cache-dir", str(out.parent / "cache"),
+            "--no-progress", *extra]
+    # One thread: the tests check correctness, and one thread is far less disturbed by other processes
+    # on a small CI machine than an OpenMP team waiting for a descheduled worker.
+    return CliRunner().invoke(calibrate_command, args, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calib") / "tiny.json"
+    res = calibrate(out)
+    assert res.exit_code == 0, res.output
+    return out, res
+
+
+def test_profile_validates_and_the_cost_model_accepts_it(tiny):
+    out, res = tiny
+    prof = json.loads(out.read_text())
+    validate_profile(prof)
+    assert prof["schema_version"] == SCHEMA_VERSION and prof["name"] == "cpu" and prof["gpu"] == "cpu"
+    assert prof["dtype"] == "float32" and prof["provenance"]["source"] == "measured"
+    assert prof["device"]["threads"] == 1 and prof["device"]["kind"] == "cpu" and prof["device"]["torch"]
+    ops = prof["operations"]
+    for op in ("prefill", "decode", "chunk_prefill", "train", "optimizer", "score:eager", "score:onnxruntime"):
+        assert ops[op]["source"] == "measured" and ops[op]["n_points"] >= 2, op
+    assert ops["score:eager"]["source_points"] == "padded uniform-length batches of decoder reward models"
+    assert set(prof["runtimes"]["eager"]["fits"]) == {"decoder", "encoder"}
+    assert ops["prefill"]["heldout_mape"] is not None
+    cm = CostModel(get_gpu("cpu"), prof)
+    assert cm.runtimes == ["eager", "onnxruntime"]
+    m = CATALOG["tiny-qwen2"]
+    assert cm.forward_s(m, "float32", 256, 4, runtime="onnxruntime") > 0
+    assert cm.decode_steps_s(m, "float32", 4, 256, 10) > 0
+    assert prof["interference"]["source"] == "measured"
+    assert prof["interference"]["decode_slowdown"] > 0 and prof["interference"]["prefill_slowdown"] > 0
+    rt = prof["runtimes"]["onnxruntime"]
+    assert rt["valid"] and rt["max_abs_diff"] < 1e-3
+    assert set(rt["models"]) == {"tiny-qwen2", "tiny-deberta"}
+    assert rt["models"]["tiny-qwen2"]["setup_s"] > 0  # export time, kept apart from the samples
+    p = prof["points"][0]
+    assert {"op", "model", "shape", "dtype", "batch", "seq_len", "tokens", "median_s", "iqr_s", "samples_s",
+            "first_call_s", "warn_noisy"} <= set(p)
+    strategies = {q["strategy"] for q in prof["points"] if q.get("varlen")}
+    assert strategies == {"padded", "bucketed", "packed"}
+    assert all(q["max_abs_diff"] < 1e-4 for q in prof["points"] if q.get("varlen"))
+    assert all(q["max_abs_diff_vs_oneshot"] < 1e-4 for q in prof["points"] if q["op"] == "chunk_prefill")
+    assert "score:eager" in res.stdout and "written to" in res.stdout
+
+
+def test_runtimes_report_table_and_json(tiny):
+    out, _ = tiny
+    runner = CliRunner()
+    table = runner.invoke(runtimes_command, ["--profile", str(out)])
+    assert table.exit_code == 0, table.output
+    assert "onnxruntime" in table.stdout and "batching strategies" in table.stdout and "packed" in table.stdout
+    res = runner.invoke(runtimes_command, ["--profile", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["reference"]["batch"] == 2 and doc["reference"]["seq_len"] == 32
+    eager, ort = doc["runtimes"]["eager"], doc["runtimes"]["onnxruntime"]
+    assert eager["speedup_vs_eager"] == 1.0 and eager["valid"] and eager["max_abs_diff"] == 0.0
+    assert ort["median_ms"] > 0 and ort["valid"] and ort["speedup_vs_eager"] > 0
+
+
+def test_resume_skips_measured_points_even_after_a_torn_line(tiny, tmp_path):
+    out, _ = tiny
+    new = tmp_path / "tiny.json"
+    jp = journal_path(new)
+    jp.write_bytes(journal_path(out).read_bytes())
+    recs = read_journal(jp)
+    # Drop the last two records and leave half of the second-to-last, as a kill mid-write would.
+    lines = jp.read_bytes().splitlines(keepends=True)
+    jp.write_bytes(b"".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])
+    res = calibrate(new, "--resume")
+    assert res.exit_code == 0, res.output
+    after = read_journal(jp)
+    assert [r.get("key") for r in after[:-2]] == [r.get("key") for r in recs[:-2]]  # kept, not re-measured
+    assert sorted(r["key"] for r in after[-2:]) == sorted(r["key"] for r in recs[-2:])  # re-measured
+    validate_profile(json.loads(new.read_text()))
+    again = calibrate(new, "--resume")
+    assert again.exit_code == 0 and len(read_journal(jp)) == len(after)
+
+
+def test_gpu_on_a_cpu_machine_fails_with_one_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "calibrate", "calibrate", "--gpu", "h200", "--quick", "--out",
+                           str(tmp_path / "h200.json")], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: --gpu h200: expected a local CUDA device, found none")
+    assert not (tmp_path / "h200.json").exists() and not (tmp_path / "h200.journal.jsonl").exists()
+
+
+def test_neither_gpu_nor_device_is_a_usage_error():
+    res = CliRunner().invoke(calibrate_command, ["--quick"])
+    assert res.exit_code == 2 and "expected --gpu NAME" in res.output
+
+
+def test_wrong_schema_version_is_a_clear_error(tiny, tmp_path):
+    out, _ = tiny
+    bad = json.loads(out.read_text())
+    bad["schema_version"] = SCHEMA_VERSION + 1
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(bad))
+    res = CliRunner().invoke(runtimes_command, ["--profile", str(path)])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "schema_version: expected 1, got 2" in lines[0]
+
+
+def test_bad_grid_and_model_fail_with_one_line(tmp_path):
+    res = CliRunner().invoke(calibrate_command, ["--device", "cpu", "--grid", '{"score": [[1]]}', "--out",
+                                                  str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and res.stderr.strip() == "error: grid.score: expected a non-empty list of [int, int], got ((1,),)"
+    res = CliRunner().invoke(calibrate_command, ["--device", "cpu", "--models", "gpt-9", "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --models: expected a catalog model")
+
+
+def test_aoti_cpp_runs_in_a_tiny_calibration(tmp_path):
+    """The C++ AOTInductor scorer inside a calibration (its build is cached under ~/.cache/rlhfsim)."""
+    from calibrate.runtimes.aoti_cpp import AotiCpp
+
+    ok, why = AotiCpp().available("cpu")
+    if not ok:
+        pytest.skip(why)
+    out = tmp_path / "aoti.json"
+    res = calibrate(out, models="tiny-deberta", runtimes="eager,aoti_cpp")
+    assert res.exit_code == 0, res.output
+    prof = json.loads(out.read_text())
+    rt = prof["runtimes"]["aoti_cpp"]
+    assert rt["valid"], rt
+    assert rt["max_abs_diff"] < 1e-3
+    assert prof["operations"]["score:aoti_cpp"]["source"] == "measured"
+    assert CostModel(get_gpu("cpu"), prof).runtimes == ["aoti_cpp", "eager"]
+
+
+def test_kill_mid_run_keeps_the_journal_and_resume_finishes(tmp_path):
+    """SIGKILL (no handler runs) in the middle of a calibration: every journaled point survives, no profile
+    appears half-written, and --resume measures only what is missing."""
+    out = tmp_path / "killed.json"
+    jp = journal_path(out)
+    grid = {**TINY_GRID, "point_budget_s": 0.3, "max_iters": 50, "min_iters": 20}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "calibrate", "calibrate", "--device", "cpu", "--models", "tiny-qwen2",
+                             "--runtimes", "eager", "--threads", "1", "--out", str(out), "--grid", json.dumps(grid),
+                             "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if jp.is_file() and len(read_journal(jp)) >= 4:  # meta + 3 points
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the calibration finished before it could be killed"
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not out.exists()
+    kept = [r["key"] for r in read_journal(jp) if r.get("kind") == "point"]
+    assert len(kept) >= 3
+    res = calibrate(out, "--resume", models="tiny-qwen2", runtimes="eager")
+    assert res.exit_code == 0, res.output
+    keys = [r["key"] for r in read_journal(jp) if r.get("kind") == "point"]
+    assert keys[: len(kept)] == kept and len(keys) == len(set(keys))
+    validate_profile(json.loads(out.read_text()))
