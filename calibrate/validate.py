@@ -75,19 +75,33 @@ def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
     return [(r.prompt_len, r.response_len) for r in stream.take(n, 0)]
 
 
-def quick_profile(device: str, shapes: list, dtype: str, progress: bool) -> str:
-    """Calibrate exactly these model shapes on the local device once; cached by device, shapes, dtype
-    and torch version."""
+def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None) -> str:
+    """Calibrate exactly these model shapes on the local device once; cached by device, shapes, dtype,
+    torch version and the co-running configurations. ``interference``: (decode batch, decode context,
+    chunk batch, chunk tokens) of the scenarios that stream chunks while decoding, so the slowdowns are
+    measured where the prediction needs them rather than at the grid's default shape."""
     import torch
 
     from calibrate.run import run_calibration
 
-    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes)])
+    grid = {"interference": [list(x) for x in sorted(set(interference))]} if interference else None
+    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid])
     path = cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
     if not path.is_file():
         run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=path,
-                        resume=True, dtype=dtype, progress=progress)
+                        resume=True, dtype=dtype, progress=progress, grid=grid)
     return str(path)
+
+
+def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int] | None:
+    """The co-running configuration of a scenario that streams chunks during decode: the decode batch
+    (max_batch), the mean cached context while decoding (prompt + half the response), the chunk batch
+    and the chunk size."""
+    sched = sc.schedule
+    if sched.kind != "oppo" or not sched.intra.enabled or sc.models.reward.kind != "model":
+        return None
+    ctx = sum(p + r / 2 for p, r in rollouts) / len(rollouts)
+    return (sc.generation.max_batch, int(round(ctx)), sched.intra.max_chunk_batch, sched.intra.chunk_tokens)
 
 
 def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
@@ -103,11 +117,10 @@ def _err(pred: float, meas: float) -> float | None:
     return 100.0 * (pred - meas) / meas if meas > 0 else None
 
 
-def validate_scenario(path: Path, device: str, profile: str | None, steps: int | None, threads: int | None,
-                      progress: bool) -> dict:
-    from calibrate.executor import run_steps
+def prepare(path: Path, device: str, steps: int | None, threads: int | None):
+    """Scenario, setup, the executor config and the shared rollout list of one validation scenario."""
     from rlhfsim.scenario import build_setup, load_scenario
-    from rlhfsim.sim.run import rebuild, simulate
+    from rlhfsim.sim.run import rebuild
 
     sc = load_scenario(path)
     if steps is not None:
@@ -117,10 +130,14 @@ def validate_scenario(path: Path, device: str, profile: str | None, steps: int |
         raise ScenarioError("cluster.gpu", f"expected cpu for --device cpu validation, got {sc.cluster.gpu!r}")
     probe = exec_config(sc, setup, device, sc.steps, [], threads)
     rollouts = draw_rollouts(setup, probe.rollouts_needed + 8 * setup.rollouts_per_step)
-    cfg = exec_config(sc, setup, device, sc.steps, rollouts, threads)
-    if profile is None:
-        shapes = list({s.name: s for r, s in setup.shapes.items() if r != "rollout"}.values())
-        profile = quick_profile(device, shapes, sc.models.actor.dtype, progress)
+    return sc, setup, exec_config(sc, setup, device, sc.steps, rollouts, threads), rollouts
+
+
+def validate_scenario(prepared, profile: str, progress: bool) -> dict:
+    from calibrate.executor import run_steps
+    from rlhfsim.sim.run import rebuild, simulate
+
+    sc, setup, cfg, rollouts = prepared
     measured = run_steps(cfg, progress=progress)
     from rlhfsim.costs.model import CostModel
 
@@ -147,7 +164,7 @@ def validate_scenario(path: Path, device: str, profile: str | None, steps: int |
         "measured_deferred": [r.deferred_out for r in measured],
         "predicted_deferred": [r.deferred for r in predicted.steps],
     }
-    return {"name": sc.name, "path": str(path), "steps": sc.steps, "warmup_steps": warm,
+    return {"name": sc.name, "steps": sc.steps, "warmup_steps": warm,
             "profile": cost.name if not str(profile).endswith(".json") else str(profile),
             "measured_step_time_s": m_time, "predicted_step_time_s": p_time, "error_pct": _err(p_time, m_time),
             "phases": phases, "checks": checks}
@@ -160,7 +177,15 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
 
         if not torch.cuda.is_available():
             raise RlhfsimError("--device: expected a CUDA device, found none (torch.cuda.is_available() is False)")
-    out = [validate_scenario(p, device, profile, steps, threads, progress) for p in scenarios]
+    prepared = [prepare(p, device, steps, threads) for p in scenarios]
+    if profile is None:
+        shapes = {s.name: s for _, setup, _, _ in prepared for r, s in setup.shapes.items() if r != "rollout"}
+        dtypes = {sc.models.actor.dtype for sc, _, _, _ in prepared}
+        if len(dtypes) != 1:
+            raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
+        corun = [c for sc, _, _, rs in prepared if (c := corun_shape(sc, rs)) is not None]
+        profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun)
+    out = [validate_scenario(p, profile, progress) for p in prepared]
     errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
     return {"device": device, "scenarios": out,
             "median_abs_error_pct": statistics.median(errs) if errs else None}

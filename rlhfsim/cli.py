@@ -151,3 +151,7 @@ def _missing(name: str, err: ImportError) -> click.Command:
                            f"pip install -e '.[calibrate]'), got an import error: {err}")
 
     return cmd
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""`rlhfsim validate` end to end on tiny models (seconds): the real run did what the scenario says, and
+the command's JSON has the contracted shape. No timing thresholds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from calibrate.validate import validate  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "validate"
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return validate([FIX / "tiny-sync.yaml", FIX / "tiny-oppo.yaml"], "cpu", "cpu", None, threads=1, progress=False)
+
+
+def test_sync_real_run_generates_scores_and_trains_what_the_scenario_says(doc):
+    s = doc["scenarios"][0]
+    c = s["checks"]
+    # Same rollouts on both sides: 4 per step, each trained once, in the same steps.
+    assert [sorted(x) for x in c["measured_trained_ids"]] == [sorted(x) for x in c["predicted_trained_ids"]]
+    assert all(len(x) == 4 for x in c["measured_trained_ids"])
+    # Synchronous: every token of every trained rollout generated, on both sides.
+    assert c["measured_generated_tokens"] == c["predicted_generated_tokens"]
+    assert c["measured_chunks_scored"] == 0
+    assert c["measured_deferred"] == c["predicted_deferred"] == [0, 0]
+
+
+def test_oppo_real_run_streams_chunks_and_carries_deferred(doc):
+    s = doc["scenarios"][1]
+    c = s["checks"]
+    trained = [i for step in c["measured_trained_ids"] for i in step]
+    assert len(trained) == len(set(trained)) == 3 * 4  # B per step, none twice
+    assert all(d == 2 for d in c["measured_deferred"])  # delta rollouts carried every step
+    assert all(d == 2 for d in c["predicted_deferred"])
+    assert c["measured_chunks_scored"] >= len(trained)  # at least one chunk per trained rollout
+    assert "reward" in s["phases"] and "generate" in s["phases"]
+
+
+def test_json_contract_through_the_cli():
+    out = subprocess.run([sys.executable, "-m", "rlhfsim.cli", "validate", "--device", "cpu", "--scenario",
+                          str(FIX / "tiny-sync.yaml"), "--profile", "cpu", "--threads", "1", "--format", "json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    (s,) = d["scenarios"]
+    assert set(s) >= {"name", "measured_step_time_s", "predicted_step_time_s", "error_pct", "phases"}
+    assert s["error_pct"] == pytest.approx(100 * (s["predicted_step_time_s"] - s["measured_step_time_s"]) / s["measured_step_time_s"])
+    for ph in ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync"):
+        assert set(s["phases"][ph]) == {"measured_s", "predicted_s", "error_pct"}
+
+
+def test_bad_scenario_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((FIX / "tiny-sync.yaml").read_text().replace("schedule: {kind: sync}", "schedule: {kind: partial, token_budget: 4}"))
+    out = subprocess.run([sys.executable, "-m", "rlhfsim.cli", "validate", "--scenario", str(bad), "--profile", "cpu"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "schedule.kind" in out.stderr and "Traceback" not in out.stderr
