@@ -75,9 +75,10 @@ def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
     return [(r.prompt_len, r.response_len) for r in stream.take(n, 0)]
 
 
-def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None) -> str:
+def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None,
+                  threads: int | None = None) -> str:
     """Calibrate exactly these model shapes on the local device once; cached by device, shapes, dtype,
-    torch version and the co-running configurations. ``interference``: (decode batch, decode context,
+    torch version, thread count and the co-running configurations. ``interference``: (decode batch, decode context,
     chunk batch, chunk tokens) of the scenarios that stream chunks while decoding, so the slowdowns are
     measured where the prediction needs them rather than at the grid's default shape."""
     import torch
@@ -85,11 +86,11 @@ def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interfe
     from calibrate.run import run_calibration
 
     grid = {"interference": [list(x) for x in sorted(set(interference))]} if interference else None
-    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid])
+    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid, threads])
     path = cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
     if not path.is_file():
         run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=path,
-                        resume=True, dtype=dtype, progress=progress, grid=grid)
+                        resume=True, dtype=dtype, progress=progress, grid=grid, threads=threads)
     return str(path)
 
 
@@ -184,7 +185,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         if len(dtypes) != 1:
             raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
         corun = [c for sc, _, _, rs in prepared if (c := corun_shape(sc, rs)) is not None]
-        profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun)
+        # Calibrate with the thread count the real runs use: CPU kernels scale with it.
+        profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun, threads)
     out = [validate_scenario(p, profile, progress) for p in prepared]
     errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
     return {"device": device, "scenarios": out,
