@@ -107,8 +107,8 @@ class Models(Frozen):
 # --- cluster and placement ------------------------------------------------------------------------
 class Cluster(Frozen):
     gpu: str = Field(description="Device type from the hardware catalog (see `rlhfsim gpus`).")
-    nodes: PositiveInt = Field(1, description="Number of nodes.")
-    gpus_per_node: PositiveInt = Field(8, description="GPUs per node.")
+    nodes: int = Field(1, ge=1, le=4096, description="Number of nodes.")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per node.")
 
 
 class Pool(Frozen):
@@ -151,17 +151,17 @@ Placement = Annotated[Union[Colocated, DedicatedReward, CustomPlacement], Field(
 # --- algorithm, workload, generation ---------------------------------------------------------------
 class Algorithm(Frozen):
     kind: Literal["ppo", "grpo"] = "ppo"
-    group_size: PositiveInt = Field(1, description="Rollouts per prompt (GRPO); 1 for PPO.")
+    group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt (GRPO); 1 for PPO.")
     ppo_epochs: PositiveInt = Field(1, description="Passes over the batch per step.")
     minibatch_size: PositiveInt = Field(16, description="Sequences per optimizer step (global, over data-parallel ranks).")
 
 
 class Workload(Frozen):
-    prompts_per_step: PositiveInt = Field(description="Prompts per step B (rollouts = B x group_size).")
+    prompts_per_step: int = Field(ge=1, le=1_000_000, description="Prompts per step B (rollouts = B x group_size).")
     prompt_length: LengthDist = Field(Fixed(value=256), description="Prompt length distribution (tokens).")
     response_length: LengthDist = Field(description="Response length distribution (tokens).")
-    max_prompt_tokens: PositiveInt = Field(2048, description="Prompt lengths are clipped to this.")
-    max_response_tokens: PositiveInt = Field(description="Responses are cut at this many tokens.")
+    max_prompt_tokens: int = Field(2048, ge=1, le=4_194_304, description="Prompt lengths are clipped to this.")
+    max_response_tokens: int = Field(ge=1, le=4_194_304, description="Responses are cut at this many tokens.")
 
 
 class Generation(Frozen):
@@ -247,7 +247,7 @@ class Scenario(Frozen):
     workload: Workload
     generation: Generation = Generation()
     schedule: Schedule = SyncSchedule()
-    steps: PositiveInt = Field(10, description="Steps to simulate.")
+    steps: int = Field(10, ge=1, le=100_000, description="Steps to simulate.")
     warmup_steps: int = Field(1, ge=0, description="Leading steps excluded from steady-state statistics.")
     seed: int = Field(0, ge=0, description="Random seed: same seed, same output.")
     compare: Optional[list[Literal["sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async"]]] = Field(
