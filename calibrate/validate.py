@@ -129,9 +129,9 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None):
     setup = build_setup(sc)
     if device == "cpu" and setup.gpu.kind != "cpu":
         raise ScenarioError("cluster.gpu", f"expected cpu for --device cpu validation, got {sc.cluster.gpu!r}")
-    probe = exec_config(sc, setup, device, sc.steps, [], threads)
-    rollouts = draw_rollouts(setup, probe.rollouts_needed + 8 * setup.rollouts_per_step)
-    return sc, setup, exec_config(sc, setup, device, sc.steps, rollouts, threads), rollouts
+    cfg = exec_config(sc, setup, device, sc.steps, [], threads)
+    cfg.rollouts = draw_rollouts(setup, cfg.rollouts_needed + 8 * setup.rollouts_per_step)
+    return sc, setup, cfg, cfg.rollouts
 
 
 def validate_scenario(prepared, profile: str, progress: bool) -> dict:

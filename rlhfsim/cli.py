@@ -73,7 +73,7 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt):
     result = run_sim(sc, **kw)
     variants = None
     if names:
-        variants, _ = compare(sc, names, **kw)
+        variants, _ = compare(sc, names, base=result, **kw)
     if out:
         write_outputs(result, out, variants)
     if fmt == "json":

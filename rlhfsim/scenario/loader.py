@@ -122,6 +122,17 @@ def _given(v: Any) -> str:
     return repr(v)
 
 
+# pydantic error types whose message is just "expected <this>, got <the input>".
+EXPECTED = {
+    **dict.fromkeys(("int_parsing", "int_type", "int_from_float"), "an integer"),
+    **dict.fromkeys(("float_parsing", "float_type"), "a number"),
+    **dict.fromkeys(("bool_parsing", "bool_type"), "true or false"),
+    "string_type": "a string",
+    **dict.fromkeys(("model_type", "model_attributes_type", "dict_type"), "a mapping"),
+    "list_type": "a list",
+}
+
+
 def _message(err: dict) -> str:
     t, ctx, inp = err["type"], err.get("ctx") or {}, err.get("input")
     msg = err["msg"]
@@ -133,24 +144,14 @@ def _message(err: dict) -> str:
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[t]
         bound = next(iter(ctx.values()))
         return f"expected a number {op} {bound}, got {_given(inp)}"
-    if t in ("int_parsing", "int_type", "int_from_float"):
-        return f"expected an integer, got {_given(inp)}"
-    if t in ("float_parsing", "float_type"):
-        return f"expected a number, got {_given(inp)}"
-    if t in ("bool_parsing", "bool_type"):
-        return f"expected true or false, got {_given(inp)}"
-    if t in ("string_type",):
-        return f"expected a string, got {_given(inp)}"
+    if t in EXPECTED:
+        return f"expected {EXPECTED[t]}, got {_given(inp)}"
     if t == "literal_error":
         return f"expected one of {ctx.get('expected')}, got {_given(inp)}"
     if t == "union_tag_invalid":
         return f"expected kind one of {ctx.get('expected_tags')}, got {ctx.get('tag')!r}"
     if t == "union_tag_not_found":
         return f"expected a mapping with a `kind:` key, got {_given(inp)}"
-    if t in ("model_type", "model_attributes_type", "dict_type"):
-        return f"expected a mapping, got {_given(inp)}"
-    if t in ("list_type",):
-        return f"expected a list, got {_given(inp)}"
     if t == "too_short":
         return f"expected at least {ctx.get('min_length')} item(s), got {_given(inp)}"
     if t == "value_error":

@@ -63,7 +63,6 @@ class Generation:
         self.stopped = False
         self.procs: list[simpy.Process] = []
         self.unfinished: list[Rollout] = []
-        self.step_tokens: dict[int, int] = {}
         if self.static:
             # Batches of max_batch in admission order, dealt round-robin to replicas.
             self.queues = [deque() for _ in range(self.n_rep)]

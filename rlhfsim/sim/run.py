@@ -72,12 +72,17 @@ def variant(sc: Scenario, name: str) -> Scenario:
     return rebuild(sc, {"schedule": sched})
 
 
-def compare(sc: Scenario, names: list[str], **kw) -> tuple[dict, dict[str, SimResult]]:
-    """Run each variant on the same seed (same sampled lengths) and report speedup over ``sync``."""
+def compare(sc: Scenario, names: list[str], base: SimResult | None = None, **kw) -> tuple[dict, dict[str, SimResult]]:
+    """Run each variant on the same seed (same sampled lengths) and report speedup over ``sync``.
+    ``base``: the scenario's own run with the same ``kw``, reused for a variant that is exactly the
+    scenario's schedule instead of simulating it again."""
     for n in names:
         if n not in VARIANTS:
             raise ScenarioError("--compare", f"expected variant names from {', '.join(VARIANTS)}, got {n!r}")
-    results = {n: simulate(variant(sc, n), **kw) for n in names}
+    results = {}
+    for n in names:
+        v = variant(sc, n)
+        results[n] = base if base is not None and v.schedule == sc.schedule else simulate(v, **kw)
     base = results["sync"].summary["step_time_s"] if "sync" in results else None
     out = {}
     for n, r in results.items():
