@@ -1,9 +1,12 @@
 """Generation, chunked scoring, training and interference measurements.
 
-* ``prefill``: ``StaticKVDecoder(head="lm").extend(slots, ids[batch, n])`` on emptied slots: time to fill
-  the KV cache with ``batch`` prompts of ``n`` tokens and produce the next-token logits.
+* ``prefill``: ``StaticKVDecoder(head="lm").extend(slots, ids[batch, n])`` on emptied slots, then
+  ``sample_next`` on its logits: time to fill the KV cache with ``batch`` prompts of ``n`` tokens and
+  hand each row's first sampled token to the host.
 * ``decode``: one ``extend`` of one token per slot with ``prefix_len`` tokens already cached per sequence
-  (the cache is filled once, untimed; each timed step rewinds the slots to ``prefix_len``).
+  (the cache is filled once, untimed; each timed step rewinds the slots to ``prefix_len``), then
+  ``sample_next``: an engine's whole decode step, sampling and the token hand-off included (on a tiny
+  model on a CPU the sampling is ~15% of the step; the executor's decode loop calls the same function).
 * ``chunk_prefill``: ``StaticKVDecoder(head="value").extend`` of a ``seq_len``-token chunk on top of a
   ``prefix_len``-token cached prefix (rewound before each call), against one-shot prefill (prefix 0) of
   prefix + chunk tokens; the chunked score is checked against the one-shot score of the same tokens.
@@ -25,6 +28,7 @@ import time
 
 import torch
 
+from calibrate.decoder import sample_next
 from calibrate.measure import Clock, summarize, time_calls
 from calibrate.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
@@ -105,12 +109,13 @@ def measure_generation(s: Session, shape: ModelShape) -> None:
                _fields("decode", shape, "lm", b, 1, c, b)) for b, c in g.decode]
     if s.all_done([it[2] for it in items]):
         return
+    rng = torch.Generator(device=s.device).manual_seed(0)
     for model, (b, _, key, f) in grouped_decoders(s, shape, "lm", items):
         slots = torch.arange(b)
         if f["op"] == "prefill":
             n = f["seq_len"]
             ids = _ids(s, shape.vocab, b, n, 11 * b + n)
-            s.measure(key, f, lambda m=model, slots=slots, ids=ids: m.extend(slots, ids),
+            s.measure(key, f, lambda m=model, slots=slots, ids=ids: sample_next(m.extend(slots, ids), rng),
                       setup=lambda m=model, slots=slots: m.reset(slots))
             continue
         c = f["prefix_len"]
@@ -121,7 +126,7 @@ def measure_generation(s: Session, shape: ModelShape) -> None:
         def rewind(m=model, slots=slots, c=c):
             m.positions[slots] = c
 
-        s.measure(key, f, lambda m=model, slots=slots, tok=tok: m.extend(slots, tok), setup=rewind)
+        s.measure(key, f, lambda m=model, slots=slots, tok=tok: sample_next(m.extend(slots, tok), rng), setup=rewind)
 
 
 # -- chunked scoring ------------------------------------------------------------------------------------
@@ -243,8 +248,10 @@ def measure_interference(s: Session, actor: ModelShape, reward: ModelShape) -> N
         tok = _ids(s, actor.vocab, db, 1, 37)
         chunk = _ids(s, reward.vocab, pb, pl, 41 * pb + pl)
 
+        rng = torch.Generator(device=s.device).manual_seed(0)
+
         def d_fn():
-            return dec.extend(dslots, tok)
+            return sample_next(dec.extend(dslots, tok), rng)
 
         def d_setup():
             dec.positions[dslots] = dc

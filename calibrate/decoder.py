@@ -87,6 +87,20 @@ class _Body(nn.Module):
         self.norm = _RMSNorm(shape.hidden, eps, dtype, device)
 
 
+def sample_next(logits: torch.Tensor, generator: torch.Generator | None = None,
+                pad_id: int = 0) -> tuple[list[int], list[float]]:
+    """What a generation engine does with a step's next-token logits [n, V]: sample at temperature 1
+    (``pad_id`` never sampled) and hand the tokens and their log-probs to the host (the scheduler needs
+    them; ``.tolist()`` waits for the device). The executor's decode loop and the calibration's
+    ``prefill``/``decode`` points both call this, so a calibrated step is the step the engine runs."""
+    logp = logits.float()
+    logp[:, pad_id] = float("-inf")
+    logp = logp.log_softmax(-1)
+    tok = torch.multinomial(logp.exp(), 1, generator=generator)
+    lp = logp.gather(-1, tok)
+    return tok[:, 0].tolist(), lp[:, 0].tolist()
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

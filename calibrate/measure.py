@@ -13,10 +13,20 @@ before and after), for runtimes that launch work on streams torch does not know 
 
 ``budget_s`` bounds a point's cost: after ``min_iters`` samples, sampling stops once the samples sum past
 the budget. Units: seconds.
+
+Spread (``spread(bursts, gap_s)``, set for a whole calibration from the grid): the timed samples are
+taken in ``bursts`` bursts separated by ``gap_s`` seconds of sleep (each burst re-warmed by one untimed
+call, and given ``1/bursts`` of the budget and of the sample counts). On a shared machine whose speed
+changes from one second to the next (a 2-vCPU cloud VM: the same decode step measured 4.2-8.2 ms in
+back-to-back 0.3 s windows), samples from one contiguous window time that window, not the machine;
+bursts spread over a few seconds time its usual speed, which is what long real runs see.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -24,6 +34,17 @@ from typing import Any, Callable
 import numpy as np
 
 NOISY_IQR_RATIO = 0.1
+_SPREAD: contextvars.ContextVar[tuple[int, float]] = contextvars.ContextVar("rlhfsim_spread", default=(1, 0.0))
+
+
+@contextlib.contextmanager
+def spread(bursts: int, gap_s: float):
+    """Within this block ``time_calls`` takes its samples in ``bursts`` bursts ``gap_s`` apart."""
+    token = _SPREAD.set((max(int(bursts), 1), max(float(gap_s), 0.0)))
+    try:
+        yield
+    finally:
+        _SPREAD.reset(token)
 
 
 @dataclass
@@ -110,14 +131,26 @@ def time_calls(fn: Callable[[], Any], *, device: str, warmup: int, iters: int, m
             setup()
         out = fn()
     lo = iters if min_iters is None else min(min_iters, iters)
+    bursts, gap_s = _SPREAD.get()
+    bursts = min(bursts, iters)
     samples: list[float] = []
-    while len(samples) < iters:
-        if setup:
-            setup()
-        dt, out = clock.call(fn)
-        samples.append(dt)
-        if budget_s is not None and len(samples) >= lo and sum(samples) >= budget_s:
-            break
+    for k in range(bursts):
+        if k:
+            time.sleep(gap_s)
+            if setup:
+                setup()
+            out = fn()                      # re-warm after the pause, untimed
+        b_hi, b_lo = math.ceil(iters / bursts), math.ceil(lo / bursts)
+        b_budget = None if budget_s is None else budget_s / bursts
+        taken: list[float] = []
+        while len(taken) < b_hi and len(samples) + len(taken) < iters:
+            if setup:
+                setup()
+            dt, out = clock.call(fn)
+            taken.append(dt)
+            if b_budget is not None and len(taken) >= b_lo and sum(taken) >= b_budget:
+                break
+        samples += taken
     return Measurement(samples, first_s, out)
 
 

@@ -25,6 +25,7 @@ from calibrate.bench import measure_chunks, measure_generation, measure_interfer
 from calibrate.device_info import contention_ratio, describe, load_avg, resolve_cuda_gpu, usable_cores
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
 from calibrate.journal import Journal, journal_path
+from calibrate.measure import spread
 from calibrate.models import dtype_name
 from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
@@ -134,7 +135,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
                 prog.note(f"warning: other processes compete for the CPU: a matmul with {threads} threads runs "
                           f"{ratio:.1f}x the time of 1 thread; each point waits up to {g.quiet_wait_s:.0f} s for "
                           "them to stop (use a quiet machine, or --threads 1)")
-        with torch.inference_mode(False):
+        with torch.inference_mode(False), spread(g.bursts, g.burst_gap_s):
             for m in decoders:
                 measure_generation(s, m)
                 measure_chunks(s, m)

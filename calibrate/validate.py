@@ -76,22 +76,65 @@ def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
 
 
 def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None,
-                  threads: int | None = None) -> str:
+                  threads: int | None = None, points: dict | None = None) -> str:
     """Calibrate exactly these model shapes on the local device once; cached by device, shapes, dtype,
-    torch version, thread count and the co-running configurations. ``interference``: (decode batch, decode context,
-    chunk batch, chunk tokens) of the scenarios that stream chunks while decoding, so the slowdowns are
-    measured where the prediction needs them rather than at the grid's default shape."""
+    torch version, thread count and grid. ``interference``: (decode batch, decode context, chunk batch,
+    chunk tokens) of the scenarios that stream chunks while decoding, so the slowdowns are measured where
+    the prediction needs them rather than at the grid's default shape; ``points``: grid fields with the
+    scenarios' operating points added (``operating_points``)."""
     import torch
 
     from calibrate.run import run_calibration
 
-    grid = {"interference": [list(x) for x in sorted(set(interference))]} if interference else None
+    grid = {k: [list(x) for x in v] if isinstance(v, list) else v for k, v in (points or {}).items()}
+    if interference:
+        grid["interference"] = [list(x) for x in sorted(set(interference))]
+    grid = grid or None
     key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid, threads])
     path = cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
     if not path.is_file():
         run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=path,
                         resume=True, dtype=dtype, progress=progress, grid=grid, threads=threads)
     return str(path)
+
+
+def _round(x: float, q: int = 16) -> int:
+    return max(q, int(round(x / q)) * q)
+
+
+def operating_points(prepared, kind: str) -> dict:
+    """Calibration grid fields extended with the shapes the scenarios run at (so the fits are measured
+    where the predictions need them, not extrapolated from the default grid): per scenario, decode at
+    ``max_batch`` rows with the mean cached context at mid-response and at the 90th-percentile response,
+    the generation prefill (a static batch of padded prompts, or one prompt at a time when continuous),
+    the forward passes (``max_batch`` rows padded to a typical sequence) and a training minibatch.
+    Lengths are rounded to 16 tokens so near-identical scenarios share points."""
+    import numpy as np
+
+    from calibrate.grid import default_grid
+
+    base = default_grid(kind, True)
+    extra = {"decode": set(), "prefill": set(), "score": set(), "train": set()}
+    for sc, _, cfg, rollouts in prepared:
+        used = rollouts[:cfg.rollouts_needed]
+        p = np.array([x for x, _ in used], dtype=float)
+        r = np.array([y for _, y in used], dtype=float)
+        mb = sc.generation.max_batch
+        extra["decode"].add((mb, _round(p.mean() + r.mean() / 2)))
+        extra["decode"].add((mb, _round(p.mean() + np.quantile(r, 0.9))))
+        if sc.generation.engine == "static":
+            extra["prefill"].add((mb, _round(np.quantile(p, 0.9))))
+        else:
+            extra["prefill"].add((1, _round(p.mean())))
+        seq = _round(np.quantile(p + r, 0.75))
+        extra["score"].add((mb, seq))
+        extra["train"].add((sc.algorithm.minibatch_size, seq))
+    out = {k: sorted(set(getattr(base, k)) | v) for k, v in extra.items()}
+    if kind == "cpu":
+        # Each point's samples in 3 bursts 0.5 s apart (calibrate.measure.spread): a shared VM's speed
+        # wanders from one second to the next, and the real runs see its usual speed, not one window's.
+        out.update(bursts=3, burst_gap_s=0.5, point_budget_s=0.45)
+    return out
 
 
 def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int] | None:
@@ -102,7 +145,7 @@ def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int
     if sched.kind != "oppo" or not sched.intra.enabled or sc.models.reward.kind != "model":
         return None
     ctx = sum(p + r / 2 for p, r in rollouts) / len(rollouts)
-    return (sc.generation.max_batch, int(round(ctx)), sched.intra.max_chunk_batch, sched.intra.chunk_tokens)
+    return (sc.generation.max_batch, _round(ctx), sched.intra.max_chunk_batch, sched.intra.chunk_tokens)
 
 
 def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
@@ -186,7 +229,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
             raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
         corun = [c for sc, _, _, rs in prepared if (c := corun_shape(sc, rs)) is not None]
         # Calibrate with the thread count the real runs use: CPU kernels scale with it.
-        profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun, threads)
+        profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun, threads,
+                                operating_points(prepared, "cuda" if device == "cuda" else "cpu"))
     out = [validate_scenario(p, profile, progress) for p in prepared]
     errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
     return {"device": device, "scenarios": out,

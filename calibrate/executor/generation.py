@@ -30,7 +30,7 @@ from typing import Callable, ClassVar
 
 import torch
 
-from calibrate.decoder import StaticKVDecoder
+from calibrate.decoder import StaticKVDecoder, sample_next
 from calibrate.executor.timing import Clock, StepLog
 from calibrate.models import PAD_ID
 
@@ -107,12 +107,7 @@ class Generator:
             s.slot = None
 
     def _sample(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:
-        logp = logits.float()
-        logp[:, PAD_ID] = float("-inf")
-        logp = logp.log_softmax(-1)
-        tok = torch.multinomial(logp.exp(), 1, generator=self.rng)
-        lp = logp.gather(-1, tok)
-        return tok[:, 0].tolist(), lp[:, 0].tolist()   # .tolist() waits for the decode stream
+        return sample_next(logits, self.rng, PAD_ID)   # .tolist() inside waits for the decode stream
 
     def _append(self, rows: list[Sequence], toks: list[int], lps: list[float], finished: list[Sequence],
                 log: StepLog) -> None:

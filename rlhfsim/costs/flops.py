@@ -11,7 +11,10 @@ Forward of n tokens whose attention spans c cached + the new tokens (causal):
 
 Bytes a forward pass moves: weights once (P x b), plus K/V cache read (2 x L x d_kv x b per visible cached
 token) plus activations written/read (approx. 2 x L x h x b x 12 per token, the usual transformer
-activation traffic).
+activation traffic), plus the logits of an LM head: float32 logits written, then read and written by the
+log-softmax and read by the sampler or the log-prob gather (LOGIT_BYTES = 16 per logit, V logits per
+position that needs them: each sequence's last token in a generation step, every token in a log-prob
+pass and in training).
 
 Training (forward + backward) is 3x the forward FLOPs (backward = 2x forward). The optimizer (AdamW,
 fp32 master weights and moments) moves 16 bytes read + 16 bytes written per parameter shard.
@@ -26,6 +29,7 @@ import numpy as np
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 ACT_BYTES_PER_TOKEN_LAYER_FACTOR = 12  # elements of h moved per token per layer (norms, residuals, MLP I/O)
+LOGIT_BYTES = 16                       # bytes moved per LM-head logit (fp32 write, log-softmax r/w, read)
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,8 @@ def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cach
     weight_bytes = m.params(head) * b
     kv_read = 2 * m.layers * m.kv_dim * b * cached_tokens
     act = ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b * n_tokens
-    return Work(f_lin + f_attn + f_head, weight_bytes + kv_read + act, 0.0, m.layers)
+    logit_bytes = LOGIT_BYTES * m.vocab * logits_tokens if head == "lm" else 0.0
+    return Work(f_lin + f_attn + f_head, weight_bytes + kv_read + act + logit_bytes, 0.0, m.layers)
 
 
 def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float) -> Work:
@@ -69,7 +74,7 @@ def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float) 
     flops = 2.0 * body * batch + 4.0 * m.layers * m.hidden * kv_tokens + 2.0 * m.hidden * m.vocab * batch
     weight_bytes = m.params("lm") * b
     kv_read = 2 * m.layers * m.kv_dim * b * kv_tokens
-    return Work(flops, weight_bytes + kv_read, 0.0, m.layers)
+    return Work(flops, weight_bytes + kv_read + LOGIT_BYTES * m.vocab * batch, 0.0, m.layers)
 
 
 def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: float, n_steps: int):
@@ -79,7 +84,7 @@ def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: flo
     kv = kv_tokens0 + batch * np.arange(n_steps, dtype=np.float64)
     body = m.layers * m.layer_params
     flops = 2.0 * body * batch + 4.0 * m.layers * m.hidden * kv + 2.0 * m.hidden * m.vocab * batch
-    bytes_ = m.params("lm") * b + 2 * m.layers * m.kv_dim * b * kv
+    bytes_ = m.params("lm") * b + LOGIT_BYTES * m.vocab * batch + 2 * m.layers * m.kv_dim * b * kv
     return flops, bytes_
 
 

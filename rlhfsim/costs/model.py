@@ -128,20 +128,24 @@ class CostModel:
     # -- operations ----------------------------------------------------------------------------------
     def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                   cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                  head: str = "value") -> float:
+                  head: str = "value", all_logits: bool = False) -> float:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
-        scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens."""
+        scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
+        head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
+        every token (a log-prob pass: the reference model scores every response token)."""
         if n_tokens <= 0:
             return 0.0
-        logits = n_seqs if head == "lm" else 0.0
+        logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         w = fl.forward_work(m, dtype, n_tokens, n_seqs, cached_tokens, logits, head)
         return roofline_s(w, self.params(op, runtime), self.gpu.peak(dtype), self.gpu.mem_bw, tp) + \
             self._tp_comm_s(m, dtype, n_tokens, tp)
 
     def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
-                        prefix_tokens: float, tp: int = 1) -> float:
-        """Incremental scoring: prefill ``chunk_tokens`` new tokens on top of ``prefix_tokens`` cached."""
-        return self.forward_s(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill")
+                        prefix_tokens: float, tp: int = 1, head: str = "value") -> float:
+        """Incremental scoring: prefill ``chunk_tokens`` new tokens on top of ``prefix_tokens`` cached
+        (``head="lm"``: a streamed reference model, log-probs of every new token)."""
+        return self.forward_s(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
+                              head=head, all_logits=head == "lm")
 
     def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
                        tp: int = 1, overhead_s: float | None = None) -> float:
@@ -162,7 +166,7 @@ class CostModel:
         kv_b = 2.0 * m.layers * m.kv_dim * b  # bytes per cached token per step
         c0 = (2.0 * body * batch + 2.0 * m.hidden * m.vocab * batch + attn_f * kv_tokens0) / peak
         cs = attn_f * batch / peak
-        u0 = (m.params("lm") * b + kv_b * kv_tokens0) / bw
+        u0 = (m.params("lm") * b + fl.LOGIT_BYTES * m.vocab * batch + kv_b * kv_tokens0) / bw
         us = kv_b * batch / bw
         total = _sum_max_linear(c0, cs, u0, us, n_steps)
         step_over = p.overhead_s + p.overhead_per_layer_s * m.layers if overhead_s is None else overhead_s

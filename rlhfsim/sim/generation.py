@@ -8,6 +8,12 @@ budget, a KV-capacity limit) the batch membership is fixed, so the replica advan
 length is the closed-form sum of its decode steps (``CostModel.decode_steps_s``). A global stop (OPPO's
 "first B finished") interrupts every replica; the steps already done in the interrupted segment are
 recovered by inverting the same sum (bisection).
+
+Co-running (colocated OPPO intra-step): a decode segment runs at the speed in force when it starts,
+``decode_slowdown`` x slower while a chunk prefill runs on the same pool. When a chunk prefill starts or
+ends (``Simulation.interference_changed``) every replica in a decode segment on that pool is interrupted
+with cause ``"rate"``: it books the whole steps done and the fraction of the step in progress (its
+``credit``), and continues at the new speed. So the slowdown applies to exactly the time both run.
 """
 
 from __future__ import annotations
@@ -107,22 +113,28 @@ class Generation:
         if self.req.stop_after is not None and len(self.finished) >= self.req.stop_after:
             self._stop_all()
 
-    def _decode_s(self, batch: int, kv0: float, n: int) -> float:
-        t = self.sim.cost.decode_steps_s(self.model, self.dtype, batch, kv0, n, self.tp, self.overhead)
-        if self.sim.corun(self.pool.name, "decode"):
-            t *= self.sim.cost.decode_slowdown
-        return t
+    def _factor(self) -> float:
+        """How much slower decode runs now: ``decode_slowdown`` while a chunk prefill shares the pool."""
+        return self.sim.cost.decode_slowdown if self.sim.corun(self.pool.name, "decode") else 1.0
 
-    def _steps_done(self, batch: int, kv0: float, n: int, elapsed: float) -> int:
-        """Largest k <= n whose k decode steps fit in ``elapsed`` seconds (interrupted segment)."""
+    def _decode_s(self, batch: int, kv0: float, n: int, factor: float = 1.0) -> float:
+        return factor * self.sim.cost.decode_steps_s(self.model, self.dtype, batch, kv0, n, self.tp, self.overhead)
+
+    def _steps_done(self, batch: int, kv0: float, n: int, elapsed: float, factor: float = 1.0) -> tuple[int, float]:
+        """(k, frac): the largest k <= n whose k decode steps fit in ``elapsed`` seconds (an interrupted
+        segment), and the fraction of step k + 1 done in the time left over (0 when k = n)."""
         lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self._decode_s(batch, kv0, mid) <= elapsed + 1e-12:
+            if self._decode_s(batch, kv0, mid, factor) <= elapsed + 1e-12:
                 lo = mid
             else:
                 hi = mid - 1
-        return lo
+        if lo >= n:
+            return lo, 0.0
+        done = self._decode_s(batch, kv0, lo, factor)
+        step = self._decode_s(batch, kv0, lo + 1, factor) - done
+        return lo, min(max((elapsed - done) / step, 0.0), 1.0 - 1e-9) if step > 0 else 0.0
 
     def _prefill(self, rows: list[Rollout], pad_to: int | None):
         """Process: prefill rows whose KV is not resident (prompt plus any tokens generated earlier).
@@ -233,6 +245,8 @@ class Generation:
         kv_live = 0  # continuous: cached tokens of the live rows at step T
         ctx0 = 0  # static: padded context length at batch start
         steps_in_batch = 0
+        credit = 0.0  # fraction of the next decode step already done (a segment cut by a rate change)
+        me = env.active_process
         sim.active[(self.pool.name, "decode")] += 1
         try:
             while not self.stopped:
@@ -315,14 +329,22 @@ class Generation:
                 if not self.static:
                     room = int((self.kv_cap - kv0) // n_live)
                     n = min(n, max(room, 1))
-                dur = self._decode_s(batch, kv0, n)
+                factor = self._factor()
+                head = credit * self._decode_s(batch, kv0, 1, factor)  # time already spent on step 1
+                dur = self._decode_s(batch, kv0, n, factor) - head
+                credit = 0.0
                 t0 = env.now
+                sim.decoding[self.pool.name].add(me)
                 try:
                     yield env.timeout(dur)
-                except simpy.Interrupt:
-                    n = self._steps_done(batch, kv0, n, env.now - t0)
-                    if not n:
-                        break
+                except simpy.Interrupt as why:
+                    n, credit = self._steps_done(batch, kv0, n, env.now - t0 + head, factor)
+                    if why.cause != "rate":
+                        credit = 0.0
+                        if not n:
+                            break
+                finally:
+                    sim.decoding[self.pool.name].discard(me)
                 T += n
                 steps_in_batch += n
                 self.generated += n * n_live

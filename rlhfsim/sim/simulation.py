@@ -40,6 +40,7 @@ class Simulation:
         self.stream = RolloutStream(setup, self.rng, rollouts)
         self.locks = {p.name: simpy.Resource(self.env, capacity=1) for p in setup.pools}
         self.active: dict = defaultdict(int)
+        self.decoding: dict = defaultdict(set)  # pool -> replica processes inside a decode segment
         self.scorers: dict[str, stages.ChunkScorer] = {}
         self.runtime = None if sc.models.reward.kind == "rule" else sc.models.reward.runtime
         self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
@@ -48,6 +49,15 @@ class Simulation:
         """Is the other kind of work (decode vs chunk prefill) running on this pool right now?"""
         other = "prefill" if kind == "decode" else "decode"
         return self.active[(pool, other)] > 0
+
+    def interference_changed(self, pool: str) -> None:
+        """A chunk prefill started or ended on ``pool``: decode segments there re-time themselves at the
+        new speed (``Generation``); nothing to do when the profile has no decode slowdown."""
+        if self.cost.decode_slowdown == 1.0:
+            return
+        for proc in list(self.decoding[pool]):
+            if proc.is_alive and proc is not self.env.active_process:
+                proc.interrupt("rate")
 
     def scorer(self, role: str) -> stages.ChunkScorer:
         if role not in self.scorers:

@@ -52,7 +52,7 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
             for n, length in _padded_microbatches(mine, mb):
                 t += sim.cost.forward_s(model, dtype, n * length, n, tp, op="prefill",
                                         runtime=sim.runtime if role == "reward" else None,
-                                        head=s.head(role))
+                                        head=s.head(role), all_logits=True)
             durs.append(t)
             if t > 0:
                 sim.rec.busy(step, pool.name, k * tp, tp, role, ROLE_PHASE[role], start, start + t)
@@ -175,13 +175,17 @@ class ChunkScorer:
             step = jobs[0][0]
             tokens = sum(j[1] for j in jobs)
             prefix = sum(j[2] for j in jobs)
-            t = sim.cost.chunk_prefill_s(model, dtype, tokens, len(jobs), prefix, self.tp)
+            t = sim.cost.chunk_prefill_s(model, dtype, tokens, len(jobs), prefix, self.tp, s.head(self.role))
             if sim.corun(self.pool.name, "prefill"):
                 t *= sim.cost.prefill_slowdown
             sim.active[key] += 1
+            if sim.active[key] == 1:
+                sim.interference_changed(self.pool.name)
             start = env.now
             yield env.timeout(t)
             sim.active[key] -= 1
+            if sim.active[key] == 0:
+                sim.interference_changed(self.pool.name)
             sim.rec.busy(step, self.pool.name, k * self.tp, self.tp, self.role, ROLE_PHASE[self.role], start, env.now)
             self.chunks += len(jobs)
             self.tokens += tokens

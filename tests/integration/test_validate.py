@@ -65,3 +65,20 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "schedule.kind" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_quick_calibration_covers_the_scenarios_operating_points():
+    from calibrate.grid import QUICK_CPU
+    from calibrate.validate import operating_points, prepare
+
+    prepared = [prepare(FIX / n, "cpu", 3, 1) for n in ("tiny-sync.yaml", "tiny-oppo.yaml")]
+    pts = operating_points(prepared, "cpu")
+    assert set(QUICK_CPU.decode) <= set(pts["decode"]) and set(QUICK_CPU.train) <= set(pts["train"])
+    for sc, _, cfg, rollouts in prepared:
+        used = rollouts[:cfg.rollouts_needed]
+        mb = sc.generation.max_batch
+        mid = sum(p + r / 2 for p, r in used) / len(used)
+        # decode at the scenario's batch and (to 16 tokens) its mean mid-response context
+        assert any(b == mb and abs(c - mid) <= 8 for b, c in pts["decode"])
+        assert any(b == sc.algorithm.minibatch_size for b, _ in pts["train"])
+    assert pts["bursts"] > 1 and pts["burst_gap_s"] > 0

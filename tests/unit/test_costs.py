@@ -51,6 +51,22 @@ def test_forward_work_terms():
     assert w.layers == Q7.layers
     lm = fl.forward_work(Q7, "bfloat16", n, s, logits_tokens=s, head="lm")
     assert lm.flops - w.flops == pytest.approx(2.0 * Q7.hidden * Q7.vocab * s - 2.0 * Q7.hidden * s)
+    # logits: written in fp32, log-softmaxed, read (16 bytes each)
+    assert lm.bytes - fl.forward_work(Q7, "bfloat16", n, s, head="lm").bytes == pytest.approx(
+        fl.LOGIT_BYTES * Q7.vocab * s)
+
+
+def test_logprob_pass_pays_for_every_tokens_logits():
+    # A reference (log-prob) pass needs the LM head at every token, a generation prefill at the last one.
+    cm = CostModel.load(get_gpu("h100-sxm"))
+    last = cm.forward_s(Q7, "bfloat16", 4096, 8, head="lm")
+    every = cm.forward_s(Q7, "bfloat16", 4096, 8, head="lm", all_logits=True)
+    w_last = fl.forward_work(Q7, "bfloat16", 4096, 8, 0.0, 8, "lm")
+    w_every = fl.forward_work(Q7, "bfloat16", 4096, 8, 0.0, 4096, "lm")
+    assert w_every.flops - w_last.flops == pytest.approx(2.0 * Q7.hidden * Q7.vocab * (4096 - 8))
+    assert every > last
+    assert cm.forward_s(Q7, "bfloat16", 4096, 8, all_logits=True) == cm.forward_s(Q7, "bfloat16", 4096, 8)  # value head
+    assert cm.chunk_prefill_s(Q7, "bfloat16", 512, 4, 4000, head="lm") > cm.chunk_prefill_s(Q7, "bfloat16", 512, 4, 4000)
 
 
 def test_cached_prefix_adds_attention_and_kv_reads():

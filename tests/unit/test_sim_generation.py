@@ -127,9 +127,17 @@ def test_steps_done_inverts_the_decode_sum(k, scenario_dict):
     sim = Simulation(setup, CostModel.load(setup.gpu))
     gen = Generation(sim, GenRequest(0, []))
     elapsed = gen._decode_s(8, 4000, k)
-    assert gen._steps_done(8, 4000, 64, elapsed) == k
+    done, frac = gen._steps_done(8, 4000, 64, elapsed)
+    assert done == k and frac == pytest.approx(0.0, abs=1e-6)
     if k:
-        assert gen._steps_done(8, 4000, 64, elapsed * (1 - 1e-6)) == k - 1
+        done, frac = gen._steps_done(8, 4000, 64, elapsed * (1 - 1e-6))
+        assert done == k - 1 and frac == pytest.approx(1.0, abs=1e-3)
+    if k < 64:   # halfway through step k + 1
+        half = (gen._decode_s(8, 4000, k) + gen._decode_s(8, 4000, k + 1)) / 2
+        done, frac = gen._steps_done(8, 4000, 64, half)
+        assert done == k and frac == pytest.approx(0.5, rel=1e-6)
+    slow = gen._decode_s(8, 4000, k, 2.0)
+    assert slow == pytest.approx(2 * elapsed) and gen._steps_done(8, 4000, 64, slow, 2.0)[0] == k
 
 
 def test_recorder_spans_and_negative_intervals():
@@ -141,3 +149,47 @@ def test_recorder_spans_and_negative_intervals():
     assert rec.spans(1) == {"actor_train": (4.0, 5.0)}
     with pytest.raises(ValueError):
         rec.busy(0, "p", 0, 1, "actor", "generate", 2.0, 1.0)
+
+
+# --- co-running decode and chunk scoring (colocated OPPO intra-step) --------------------------------
+def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths):
+    import copy
+
+    d = _two_rollout_dict(scenario_dict, engine, max_batch=4, prompts=4)
+    d["schedule"] = {"kind": "oppo", "intra": {"chunk_tokens": 16}, "inter": {"enabled": False}}
+    sc = load_scenario(d)
+    setup = build_setup(sc)
+    prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
+    prof["interference"] = {**prof.get("interference", {}), "decode_slowdown": decode_slowdown, "prefill_slowdown": 1.0}
+    sim = Simulation(setup, CostModel(setup.gpu, prof), rollouts=lengths)
+    calls = []
+    changed = sim.interference_changed
+    sim.interference_changed = lambda pool: (calls.append(pool), changed(pool))
+    recs = sim.run(1)
+    scoring = sum(iv.end_s - iv.start_s for iv in sim.rec.intervals if iv.role == "reward" and iv.step == 0)
+    return recs[0], scoring, len(calls)
+
+
+LENGTHS = [(24, 37), (30, 100), (12, 64), (40, 5)]
+
+
+@pytest.mark.parametrize("engine", ["static", "continuous"])
+def test_rate_changes_keep_partial_steps(engine, scenario_dict):
+    # Every chunk prefill start and end cuts the decode segment in progress; the fraction of the step in
+    # flight is carried, so a slowdown of 1 + 1e-9 must leave the generation time as it was.
+    base, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS)
+    tiny, _, n_changes = _intra_sim(scenario_dict, engine, 1.0 + 1e-9, LENGTHS)
+    assert n_changes >= 2 * sum(-(-n // 16) for _, n in LENGTHS) - 2
+    assert tiny.phases_s["generate"] == pytest.approx(base.phases_s["generate"], rel=1e-6)
+    assert tiny.generated_tokens == base.generated_tokens
+
+
+@pytest.mark.parametrize("engine", ["static", "continuous"])
+def test_decode_slows_only_while_chunks_are_scored(engine, scenario_dict):
+    # Decode runs `s` times slower exactly while a chunk prefill runs: the generation grows by at most
+    # (1 - 1/s) x the scoring time, and by something (chunks do overlap decode here).
+    base, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS)
+    slow, scoring, _ = _intra_sim(scenario_dict, engine, 2.0, LENGTHS)
+    g0, g1 = base.phases_s["generate"], slow.phases_s["generate"]
+    assert g0 < g1 <= g0 + (1 - 1 / 2.0) * scoring + 1e-12
+    assert slow.generated_tokens == base.generated_tokens
