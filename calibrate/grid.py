@@ -7,7 +7,10 @@ Shapes are (batch, tokens per sequence). Decode contexts are cached tokens per s
 ``quiet_wait_s`` (CPU) bounds how long a point waits for other processes to leave the cores alone
 (``calibrate.session``). ``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they
 sum past the budget (at most ``max_iters``); ``bursts`` and ``burst_gap_s`` spread them over time
-(``calibrate.measure.spread``: on a VM whose speed wanders from second to second). ``runtime_models`` limits non-eager scoring runtimes to the
+(``calibrate.measure.spread``: on a VM whose speed wanders from second to second). ``passes`` measures the
+whole grid that many times over and pools each point's samples (``calibrate.journal.merge_passes``), so
+every operation's samples span the whole calibration rather than the minute its turn came in (the
+budget is per pass). ``runtime_models`` limits non-eager scoring runtimes to the
 first N reward models of each family (None: all); the runtimes named in ``static_shape_runtimes``, whose
 compiled artifacts are per input shape (AOTInductor packages: about 25 s of compilation per shape on two
 CPU cores), measure ``runtime_score_static`` instead of ``runtime_score``.
@@ -45,6 +48,7 @@ class Grid:
     static_shape_runtimes: tuple[str, ...] = ("aoti_cpp",)
     interference_s: float = 2.0                     # how long the co-running phase lasts
     quiet_wait_s: float = 0.0                       # CPU: longest wait per point for other processes to calm down
+    passes: int = 1                                 # measure the whole grid this many times, samples pooled
     bursts: int = 1                                 # timed samples of a point taken in this many bursts ...
     burst_gap_s: float = 0.0                        # ... this far apart (calibrate.measure.spread)
 

@@ -121,3 +121,67 @@ def read_journal(path: Path, repair: bool = False) -> list[dict]:
         records.append(rec)
         pos += len(raw) + 1
     return records
+
+
+class PassView:
+    """The journal as one measuring pass sees it (``Grid.passes``): pass ``k > 0`` journals its points
+    under ``KEY|passK`` (field ``pass``), so every pass measures every point and ``--resume`` resumes
+    each pass where it stopped; pass 0 uses the plain keys (a one-pass journal is unchanged)."""
+
+    def __init__(self, journal: Journal, index: int):
+        self.journal, self.index = journal, index
+        self.suffix = f"|pass{index}" if index else ""
+
+    def has(self, key: str) -> bool:
+        return self.journal.has(key + self.suffix)
+
+    def get(self, key: str) -> dict | None:
+        return self.journal.get(key + self.suffix)
+
+    def append(self, record: dict) -> None:
+        self.journal.append({**record, "key": record["key"] + self.suffix, "pass": self.index})
+
+    def points(self) -> list[dict]:
+        return [r for r in self.journal.points() if r.get("pass", 0) == self.index]
+
+    def runtimes(self) -> list[dict]:
+        return [r for r in self.journal.runtimes() if r.get("pass", 0) == self.index]
+
+
+def merge_passes(points: list[dict]) -> list[dict]:
+    """One point per key from the passes' points: the samples of all passes pooled (median, IQR and p95
+    recomputed; interference slowdowns from the pooled co-running and alone samples), the first pass's
+    first call and fields, the worst contention seen, ``passes`` = how many passes measured it. A point
+    any pass skipped keeps its first measured pass only if another pass measured it."""
+    from calibrate.measure import summarize
+
+    groups: dict[str, list[dict]] = {}
+    for p in points:
+        base = p["key"].split("|pass", 1)[0]
+        groups.setdefault(base, []).append(p)
+    out = []
+    for base, group in groups.items():
+        group.sort(key=lambda r: r.get("pass", 0))
+        measured = [r for r in group if "skipped" not in r]
+        if len(group) == 1 or not measured:
+            out.append({k: v for k, v in group[0].items() if k != "pass"} | {"key": base})
+            continue
+        first = measured[0]
+        rec = {k: v for k, v in first.items() if k != "pass"}
+        rec["key"] = base
+        rec.update(summarize([x for r in measured for x in r["samples_s"]], first["first_call_s"]))
+        rec["passes"] = len(measured)
+        ratios = [r["contention_ratio"] for r in measured if r.get("contention_ratio") is not None]
+        rec["contention_ratio"] = max(ratios) if ratios else None
+        rec["contended"] = any(r.get("contended") for r in measured)
+        if "max_abs_diff" in first:
+            rec["max_abs_diff"] = max(r["max_abs_diff"] for r in measured)
+        if "alone_samples_s" in first:
+            import numpy as np
+
+            alone = [x for r in measured for x in r["alone_samples_s"]]
+            q75, q25 = np.percentile(alone, [75, 25])
+            rec.update(alone_samples_s=alone, alone_median_s=float(np.median(alone)), alone_iqr_s=float(q75 - q25))
+            rec["slowdown"] = rec["median_s"] / rec["alone_median_s"]
+        out.append(rec)
+    return out

@@ -24,7 +24,7 @@ from calibrate.assemble import build_profile
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
 from calibrate.device_info import contention_ratio, describe, load_avg, resolve_cuda_gpu, usable_cores
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
-from calibrate.journal import Journal, journal_path
+from calibrate.journal import Journal, PassView, journal_path, merge_passes
 from calibrate.measure import spread
 from calibrate.models import dtype_name
 from calibrate.progress import Progress
@@ -127,7 +127,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     decoders = [m for m in models if m.arch == "decoder"]
     t0 = time.perf_counter()
     with Journal.open(journal_path(out), meta, resume) as journal, \
-            Progress(plan_size(g, models, rts, rt_models), enabled=progress) as prog:
+            Progress(plan_size(g, models, rts, rt_models) * max(int(g.passes), 1), enabled=progress) as prog:
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
         if kind == "cpu" and threads > 1:
             ratio = info["contention_ratio"] = contention_ratio(threads)
@@ -135,27 +135,10 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
                 prog.note(f"warning: other processes compete for the CPU: a matmul with {threads} threads runs "
                           f"{ratio:.1f}x the time of 1 thread; each point waits up to {g.quiet_wait_s:.0f} s for "
                           "them to stop (use a quiet machine, or --threads 1)")
-        with torch.inference_mode(False), spread(g.bursts, g.burst_gap_s):
-            for m in decoders:
-                measure_generation(s, m)
-                measure_chunks(s, m)
-            for m in models:
-                model = s.hf_model(m, "value")
-                measure_runtime(s, rts["eager"], model, m, within(g.score, m.max_positions))
-                for b, n in within(g.strategies, m.max_positions):
-                    measure_strategies(s, model, m, b, n)
-                if m.name in rt_models:
-                    for r, rt in rts.items():
-                        if r != "eager":
-                            measure_runtime(s, rt, model, m, within(runtime_shapes(g, r), m.max_positions))
-                del model
-                s.free()
-            for m in decoders:
-                measure_training(s, m, "lm")
-                measure_training(s, m, "value")
-            if decoders:
-                measure_interference(s, decoders[0], decoders[0])
-        points, records = journal.points(), journal.runtimes()
+        for k in range(max(int(g.passes), 1)):
+            s.journal = PassView(journal, k)
+            _measure_all(s, g, models, decoders, rts, rt_models)
+        points, records = merge_passes(journal.points()), PassView(journal, 0).runtimes()
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
@@ -164,3 +147,29 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     write_json_atomic(out, profile)
     profile["_path"] = str(out)
     return profile
+
+
+def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[ModelShape], rts: dict,
+                 rt_models: set[str]) -> None:
+    """One pass over the whole grid (``Grid.passes`` passes spread every operation's samples over the
+    whole calibration, not one stretch of it)."""
+    with torch.inference_mode(False), spread(g.bursts, g.burst_gap_s):
+        for m in decoders:
+            measure_generation(s, m)
+            measure_chunks(s, m)
+        for m in models:
+            model = s.hf_model(m, "value")
+            measure_runtime(s, rts["eager"], model, m, within(g.score, m.max_positions))
+            for b, n in within(g.strategies, m.max_positions):
+                measure_strategies(s, model, m, b, n)
+            if m.name in rt_models:
+                for r, rt in rts.items():
+                    if r != "eager":
+                        measure_runtime(s, rt, model, m, within(runtime_shapes(g, r), m.max_positions))
+            del model
+            s.free()
+        for m in decoders:
+            measure_training(s, m, "lm")
+            measure_training(s, m, "value")
+        if decoders:
+            measure_interference(s, decoders[0], decoders[0])

@@ -4,7 +4,8 @@ For each scenario:
   1. Load it (it must describe the local device: ``cluster.gpu: cpu`` with one device for ``--device
      cpu``; one GPU with ``--device cuda``) and draw its rollouts (prompt and response lengths) from the
      simulator's own seeded stream.
-  2. Run the real steps with ``calibrate.executor.run_steps`` on exactly those lengths.
+  2. Run the real steps with ``calibrate.executor`` on exactly those lengths, the scenarios' steps
+     round-robin (``run_interleaved``; ``--sequential``: one scenario after another).
   3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
      calibration of exactly the scenario's models, cached), which never sees the validation runs.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
@@ -24,6 +25,13 @@ from pathlib import Path
 import click
 
 from rlhfsim.errors import RlhfsimError, ScenarioError
+
+# One torch thread per Python thread on CPU by default: OPPO's scorer thread and the decode loop then
+# each own a core (the CPU analogue of separate CUDA streams). With two OpenMP threads each, two Python
+# threads put four spinning workers on two cores; measured on the 2-vCPU VM, decode then ran 2.3x slower
+# beside the scorer and training after an intra-step run stayed 20-35% slower, effects no per-operation
+# cost model describes (docs/validation.md, run F).
+CPU_THREADS = 1
 
 PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
@@ -98,6 +106,9 @@ def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interfe
     return str(path)
 
 
+OPERATING_SAMPLE = 256  # rollouts drawn from a scenario's stream to place its operating points
+
+
 def _round(x: float, q: int = 16) -> int:
     return max(q, int(round(x / q)) * q)
 
@@ -115,8 +126,8 @@ def operating_points(prepared, kind: str) -> dict:
 
     base = default_grid(kind, True)
     extra = {"decode": set(), "prefill": set(), "score": set(), "train": set()}
-    for sc, _, cfg, rollouts in prepared:
-        used = rollouts[:cfg.rollouts_needed]
+    for sc, setup, _, _ in prepared:
+        used = draw_rollouts(setup, OPERATING_SAMPLE)   # not the run's own: the grid must not depend on --steps
         p = np.array([x for x, _ in used], dtype=float)
         r = np.array([y for _, y in used], dtype=float)
         mb = sc.generation.max_batch
@@ -131,9 +142,10 @@ def operating_points(prepared, kind: str) -> dict:
         extra["train"].add((sc.algorithm.minibatch_size, seq))
     out = {k: sorted(set(getattr(base, k)) | v) for k, v in extra.items()}
     if kind == "cpu":
-        # Each point's samples in 3 bursts 0.5 s apart (calibrate.measure.spread): a shared VM's speed
-        # wanders from one second to the next, and the real runs see its usual speed, not one window's.
-        out.update(bursts=3, burst_gap_s=0.5, point_budget_s=0.45)
+        # Three passes over the whole grid, samples pooled (calibrate.journal.merge_passes): a shared VM's
+        # speed wanders from second to second and from minute to minute, and the real runs see its usual
+        # speed, not the speed of the minute in which one operation's points happened to be measured.
+        out.update(passes=3, point_budget_s=0.15)
     return out
 
 
@@ -144,7 +156,8 @@ def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int
     sched = sc.schedule
     if sched.kind != "oppo" or not sched.intra.enabled or sc.models.reward.kind != "model":
         return None
-    ctx = sum(p + r / 2 for p, r in rollouts) / len(rollouts)
+    sample = rollouts[:OPERATING_SAMPLE]
+    ctx = sum(p + r / 2 for p, r in sample) / len(sample)
     return (sc.generation.max_batch, _round(ctx), sched.intra.max_chunk_batch, sched.intra.chunk_tokens)
 
 
@@ -177,13 +190,12 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None):
     return sc, setup, cfg, cfg.rollouts
 
 
-def validate_scenario(prepared, profile: str, progress: bool) -> dict:
-    from calibrate.executor import run_steps
+def validate_scenario(prepared, profile: str, measured: list) -> dict:
+    """Measured (the executor's StepResults of this scenario) against the simulation of the same rollouts."""
+    from rlhfsim.costs.model import CostModel
     from rlhfsim.sim.run import rebuild, simulate
 
     sc, setup, cfg, rollouts = prepared
-    measured = run_steps(cfg, progress=progress)
-    from rlhfsim.costs.model import CostModel
 
     cost = CostModel.load(setup.gpu, profile)
     if sc.models.reward.kind == "model" and sc.models.reward.runtime is None and "eager" in cost.runtimes:
@@ -215,23 +227,35 @@ def validate_scenario(prepared, profile: str, progress: bool) -> dict:
 
 
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
-             threads: int | None = None, progress: bool = True) -> dict:
+             threads: int | None = None, progress: bool = True, sequential: bool = False) -> dict:
+    """Measured against predicted for each scenario (see the module docstring). The scenarios' real
+    steps run round-robin (``run_interleaved``) unless ``sequential``: one scenario after another keeps
+    one executor in memory at a time, for models too large to hold every scenario's at once."""
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise RlhfsimError("--device: expected a CUDA device, found none (torch.cuda.is_available() is False)")
+    if device == "cpu" and threads is None:
+        threads = CPU_THREADS
     prepared = [prepare(p, device, steps, threads) for p in scenarios]
     if profile is None:
         shapes = {s.name: s for _, setup, _, _ in prepared for r, s in setup.shapes.items() if r != "rollout"}
         dtypes = {sc.models.actor.dtype for sc, _, _, _ in prepared}
         if len(dtypes) != 1:
             raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
-        corun = [c for sc, _, _, rs in prepared if (c := corun_shape(sc, rs)) is not None]
+        corun = [c for sc, setup, _, _ in prepared if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
         # Calibrate with the thread count the real runs use: CPU kernels scale with it.
         profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun, threads,
                                 operating_points(prepared, "cuda" if device == "cuda" else "cpu"))
-    out = [validate_scenario(p, profile, progress) for p in prepared]
+    from calibrate.executor import run_interleaved, run_steps
+
+    if sequential:
+        measured = [run_steps(cfg, progress=progress) for _, _, cfg, _ in prepared]
+    else:
+        measured = run_interleaved([cfg for _, _, cfg, _ in prepared], progress=progress,
+                                   names=[sc.name for sc, _, _, _ in prepared])
+    out = [validate_scenario(p, profile, m) for p, m in zip(prepared, measured)]
     errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
     return {"device": device, "scenarios": out,
             "median_abs_error_pct": statistics.median(errs) if errs else None}
@@ -261,12 +285,15 @@ def print_table(doc: dict) -> None:
               help="Scenario YAML (repeatable).")
 @click.option("--profile", help="Calibration profile name or path (default: quick calibration of the scenario's models, cached).")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
-@click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads on CPU (default: torch's).")
+@click.option("--threads", type=click.IntRange(min=1),
+              help=f"torch intra-op threads (default on CPU: {CPU_THREADS}, so the scorer thread and the decode loop each own a core; on CUDA: torch's).")
+@click.option("--sequential", is_flag=True,
+              help="Run one scenario's steps after another (default: round-robin, every scenario's executor in memory at once).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON document here.")
-def validate_command(device, scenarios, profile, steps, threads, fmt, out):
+def validate_command(device, scenarios, profile, steps, threads, sequential, fmt, out):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
-    doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table")
+    doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential)
     if out:
         from rlhfsim.costs.profile import write_json_atomic
 

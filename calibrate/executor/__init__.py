@@ -3,6 +3,7 @@ models built from ModelShape configs (actor, critic with a value head, reference
 with the simulator's phase names and boundaries so ``rlhfsim validate`` can compare the two.
 
     run_steps(ExecConfig(...)) -> list[StepResult]
+    run_interleaved([ExecConfig(...), ...]) -> one list per config (their steps round-robin)
 
 Modules: ``config`` (ExecConfig, StepResult, validation), ``generation`` (static and continuous engines
 over a StaticKVDecoder), ``scorer`` (OPPO intra-step chunk scoring thread), ``training`` (forwards and
@@ -20,6 +21,6 @@ are stated in each module's docstring; in short:
 """
 
 from calibrate.executor.config import PHASES, ExecConfig, StepResult
-from calibrate.executor.run import run_steps
+from calibrate.executor.run import run_interleaved, run_steps
 
-__all__ = ["ExecConfig", "StepResult", "run_steps", "PHASES"]
+__all__ = ["ExecConfig", "StepResult", "run_interleaved", "run_steps", "PHASES"]

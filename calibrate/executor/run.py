@@ -49,21 +49,40 @@ def _threads(n: int | None):
 
 def run_steps(cfg: ExecConfig, progress: bool = False) -> list[StepResult]:
     """Run ``cfg.steps`` real steps; one StepResult per step."""
-    validate(cfg)
-    with _threads(cfg.threads):
-        ex = _Executor(cfg)
+    return run_interleaved([cfg], progress)[0]
+
+
+def run_interleaved(cfgs: list[ExecConfig], progress: bool = False, names: list[str] | None = None) -> list[list[StepResult]]:
+    """Run several configurations' steps round-robin (step 0 of each, then step 1 of each, ...), each on
+    its own executor, so that every configuration's steps are spread over the whole run: on a machine
+    whose speed drifts from minute to minute, none of them is measured in a slow minute alone. All
+    configurations must use the same thread count. One list of StepResults per configuration."""
+    for cfg in cfgs:
+        validate(cfg)
+    threads = {cfg.threads for cfg in cfgs}
+    if len(threads) > 1:
+        raise ValueError(f"run_interleaved: expected one thread count, got {sorted(threads, key=str)}")
+    names = names or [f"run {i}" for i in range(len(cfgs))]
+    with _threads(cfgs[0].threads if cfgs else None):
+        exs: list[_Executor] = []
         try:
-            results = []
-            for i in range(cfg.steps):
-                r = ex.step(i)
-                results.append(r)
-                if progress:
-                    ph = " ".join(f"{k}={b - a:.3f}s" for k, (a, b) in r.phases.items())
-                    print(f"step {i}: {r.step_time_s:.3f}s  {ph}  gen={r.generated_tokens} "
-                          f"chunks={r.chunks_scored} carried={r.deferred_in}->{r.deferred_out}", file=sys.stderr)
+            for cfg in cfgs:
+                exs.append(_Executor(cfg))
+            results: list[list[StepResult]] = [[] for _ in cfgs]
+            for i in range(max((cfg.steps for cfg in cfgs), default=0)):
+                for k, (cfg, ex) in enumerate(zip(cfgs, exs)):
+                    if i >= cfg.steps:
+                        continue
+                    r = ex.step(i)
+                    results[k].append(r)
+                    if progress:
+                        ph = " ".join(f"{p}={b - a:.3f}s" for p, (a, b) in r.phases.items())
+                        print(f"{names[k]} step {i}: {r.step_time_s:.3f}s  {ph}  gen={r.generated_tokens} "
+                              f"chunks={r.chunks_scored} carried={r.deferred_in}->{r.deferred_out}", file=sys.stderr)
             return results
         finally:
-            ex.close()
+            for ex in exs:
+                ex.close()
 
 
 class _Executor:

@@ -209,3 +209,29 @@ def test_kill_mid_run_keeps_the_journal_and_resume_finishes(tmp_path):
     keys = [r["key"] for r in read_journal(jp) if r.get("kind") == "point"]
     assert keys[: len(kept)] == kept and len(keys) == len(set(keys))
     validate_profile(json.loads(out.read_text()))
+
+
+def test_passes_measure_every_point_again_and_pool_the_samples(tmp_path):
+    out = tmp_path / "two.json"
+    grid = {**TINY_GRID, "passes": 2, "bursts": 2, "burst_gap_s": 0.0}
+    args = ["--device", "cpu", "--quick", "--models", "tiny-qwen2", "--runtimes", "eager", "--out", str(out),
+            "--grid", json.dumps(grid), "--threads", "1", "--no-progress"]
+    res = CliRunner().invoke(calibrate_command, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    recs = [r for r in read_journal(journal_path(out)) if r.get("kind") == "point" and "skipped" not in r]
+    first = {r["key"]: r for r in recs if r.get("pass", 0) == 0}
+    second = {r["key"].removesuffix("|pass1"): r for r in recs if r.get("pass") == 1}
+    assert first and set(first) == set(second)             # every point measured in both passes
+    prof = json.loads(out.read_text())
+    validate_profile(prof)
+    for p in prof["points"]:
+        if "skipped" in p:
+            continue
+        a, b = first[p["key"]], second[p["key"]]
+        assert p["passes"] == 2 and p["samples_s"] == a["samples_s"] + b["samples_s"]
+        if p["op"] == "interference":
+            assert p["slowdown"] == pytest.approx(p["median_s"] / p["alone_median_s"])
+    # the resume of a finished two-pass journal measures nothing again
+    n = len(read_journal(journal_path(out)))
+    again = CliRunner().invoke(calibrate_command, args + ["--resume"], catch_exceptions=False)
+    assert again.exit_code == 0 and len(read_journal(journal_path(out))) == n

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate.executor import PHASES, ExecConfig, run_steps  # noqa: E402
+from calibrate.executor import PHASES, ExecConfig, run_interleaved, run_steps  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
@@ -189,3 +189,19 @@ def test_cuda_oppo_intra_inter_bf16():
     for r in res:
         assert r.deferred_out == 2
         assert all(math.isfinite(x) for x in r.rewards)
+
+
+def test_interleaved_runs_do_what_separate_runs_do():
+    # Round-robin over two executors changes when their steps run, not what they do.
+    a = _cfg(engine="static", steps=2)
+    b = _cfg(engine="continuous", schedule="oppo", intra=True, inter=True, delta=2, steps=3)
+    ra, rb = run_interleaved([a, b])
+    assert (len(ra), len(rb)) == (2, 3)
+    for cfg, res in ((a, ra), (b, rb)):
+        alone = run_steps(cfg)
+        for x, y in zip(res, alone):
+            assert (x.rollout_ids, x.generated_tokens, x.chunks_scored, x.deferred_ids) == \
+                (y.rollout_ids, y.generated_tokens, y.chunks_scored, y.deferred_ids)
+            assert x.rewards == pytest.approx(y.rewards, rel=1e-4, abs=1e-5)
+    with pytest.raises(ValueError, match="one thread count"):
+        run_interleaved([a, replace(b, threads=2)])

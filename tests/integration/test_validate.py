@@ -69,16 +69,19 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path):
 
 def test_quick_calibration_covers_the_scenarios_operating_points():
     from calibrate.grid import QUICK_CPU
-    from calibrate.validate import operating_points, prepare
+    from calibrate.validate import OPERATING_SAMPLE, draw_rollouts, operating_points, prepare
 
     prepared = [prepare(FIX / n, "cpu", 3, 1) for n in ("tiny-sync.yaml", "tiny-oppo.yaml")]
     pts = operating_points(prepared, "cpu")
     assert set(QUICK_CPU.decode) <= set(pts["decode"]) and set(QUICK_CPU.train) <= set(pts["train"])
-    for sc, _, cfg, rollouts in prepared:
-        used = rollouts[:cfg.rollouts_needed]
+    for sc, setup, _, _ in prepared:
+        used = draw_rollouts(setup, OPERATING_SAMPLE)
         mb = sc.generation.max_batch
         mid = sum(p + r / 2 for p, r in used) / len(used)
         # decode at the scenario's batch and (to 16 tokens) its mean mid-response context
         assert any(b == mb and abs(c - mid) <= 8 for b, c in pts["decode"])
         assert any(b == sc.algorithm.minibatch_size for b, _ in pts["train"])
-    assert pts["bursts"] > 1 and pts["burst_gap_s"] > 0
+    assert pts["passes"] > 1
+    # the grid (and so the cached calibration) does not depend on how many steps are validated
+    assert operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 5, 1)], "cpu") == \
+        operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 2, 1)], "cpu")
