@@ -11,3 +11,7 @@ strategies), ``runtimes`` (scoring runtimes), ``models`` (random-weight HF model
 (roofline-with-efficiency fits with held-out error), ``assemble`` (points -> Profile), ``report`` (runtime
 comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 """
+
+# Bumped whenever what a point times changes (a cached calibration measured under an older version is
+# stale): 2 = prefill/decode include sampling (sample_next), StaticKVDecoder reads GQA caches in place.
+MEASUREMENT_VERSION = 2

@@ -19,6 +19,7 @@ import datetime as dt
 import numpy as np
 
 import rlhfsim
+from calibrate import MEASUREMENT_VERSION
 from calibrate.fit import fit_operation
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
@@ -133,7 +134,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
         "gpu": gpu.name,
         "dtype": dtype,
         "device": device,
-        "provenance": {"source": "measured", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "provenance": {"source": "measured", "measurement_version": MEASUREMENT_VERSION, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        "command": command, "rlhfsim_version": rlhfsim.__version__, "quick": quick},
         "operations": ops,
         "interference": interference_summary(points, default["interference"]),

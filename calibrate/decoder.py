@@ -214,10 +214,11 @@ class StaticKVDecoder(nn.Module):
                 keys, vals = kc[s0:s0 + n, :, :kv_len], vc[s0:s0 + n, :, :kv_len]
             else:
                 keys, vals = kc[slots_d, :, :kv_len], vc[slots_d, :, :kv_len]
-            if rep > 1:   # grouped-query attention: each K/V head serves `rep` query heads (HF repeat_kv)
-                keys = keys[:, :, None].expand(n, s.kv_heads, rep, kv_len, hd).reshape(n, s.heads, kv_len, hd)
-                vals = vals[:, :, None].expand(n, s.kv_heads, rep, kv_len, hd).reshape(n, s.heads, kv_len, hd)
-            o = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask)
+            # Grouped-query attention: each K/V head serves `rep` query heads. SDPA's enable_gqa reads the
+            # cache as it is (as paged-attention kernels do) instead of copying K/V `rep` times per layer
+            # per step the way HF's repeat_kv does; the copy cost 0.4 ms per layer at 80 tokens of context
+            # and 9 ms at 512 (16 rows, one CPU thread), more than the attention itself.
+            o = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=rep > 1)
             h = h + at.o_proj(o.transpose(1, 2).reshape(n, c, s.hidden))
             x = layer.post_attention_layernorm(h)
             m = layer.mlp

@@ -98,7 +98,9 @@ def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interfe
     if interference:
         grid["interference"] = [list(x) for x in sorted(set(interference))]
     grid = grid or None
-    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid, threads])
+    from calibrate import MEASUREMENT_VERSION
+
+    key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid, threads, MEASUREMENT_VERSION])
     path = cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
     if not path.is_file():
         run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=path,

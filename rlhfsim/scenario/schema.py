@@ -80,7 +80,7 @@ class ActorModel(ModelRef):
 
 class RewardModel(ModelRef):
     kind: Literal["model"] = "model"
-    runtime: Optional[str] = Field(None, description="Scoring runtime whose fitted costs to use (a `score:RUNTIME` entry of the profile, e.g. eager, compile, onnxruntime, aoti_cpp). Default: the prefill costs.")
+    runtime: Optional[str] = Field(None, description="Scoring runtime whose fitted costs to use (a `score:RUNTIME` entry of the profile, e.g. eager, compile, onnxruntime, aoti_cpp). Default: `eager` when the profile measured it (a training framework's forward pass), else the prefill costs.")
 
 
 class RuleReward(Frozen):

@@ -50,6 +50,15 @@ class Simulation:
         other = "prefill" if kind == "decode" else "decode"
         return self.active[(pool, other)] > 0
 
+    def forward_runtime(self, role: str) -> str | None:
+        """Which fitted costs price a role's full forward pass (reward, reference, critic): the scenario's
+        scoring runtime for the reward model when it names one; otherwise ``eager`` when the profile
+        measured it (these passes run in the training framework, an eager forward over a padded batch,
+        not in the generation engine), else the generation prefill's costs (``None``)."""
+        if role == "reward" and self.runtime is not None:
+            return self.runtime
+        return "eager" if "eager" in self.cost.runtimes else None
+
     def interference_changed(self, pool: str) -> None:
         """A chunk prefill started or ended on ``pool``: decode segments there re-time themselves at the
         new speed (``Generation``); nothing to do when the profile has no decode slowdown."""

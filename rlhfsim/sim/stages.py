@@ -51,8 +51,7 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
             t = 0.0
             for n, length in _padded_microbatches(mine, mb):
                 t += sim.cost.forward_s(model, dtype, n * length, n, tp, op="prefill",
-                                        runtime=sim.runtime if role == "reward" else None,
-                                        head=s.head(role), all_logits=True)
+                                        runtime=sim.forward_runtime(role), head=s.head(role), all_logits=True)
             durs.append(t)
             if t > 0:
                 sim.rec.busy(step, pool.name, k * tp, tp, role, ROLE_PHASE[role], start, start + t)

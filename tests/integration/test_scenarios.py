@@ -1,4 +1,5 @@
-"""Every scenario under scenarios/ (and scenarios/validate/) runs through ``rlhfsim simulate``.
+"""Every scenario under scenarios/ (and scenarios/validate/, scenarios/validate/h200/) runs through
+``rlhfsim simulate``; the validation sets also build the executor's configuration.
 
 Mixins (``_*.yaml``) are merged into other files rather than run; plan files (``plan-*.yaml``) belong
 to ``rlhfsim plan`` and are tested with it. The list is globbed at collection time, so a new scenario
@@ -15,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def scenario_files() -> list[Path]:
-    files = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenarios" / "validate").glob("*.yaml"))
+    files = sorted((ROOT / "scenarios").glob("*.yaml")) + validation_files()
     return [f for f in files if not f.name.startswith(("_", "plan-"))]
+
+
+def validation_files() -> list[Path]:
+    v = ROOT / "scenarios" / "validate"
+    return [f for f in sorted(v.glob("*.yaml")) + sorted((v / "h200").glob("*.yaml")) if not f.name.startswith("_")]
 
 
 def test_there_are_scenarios():
@@ -49,3 +55,14 @@ def test_oppo_scenario_beats_sync():
     t = {k: v["step_time_s"] for k, v in out["variants"].items()}
     assert t["oppo"] < t["oppo-intra"] < t["sync"]
     assert t["oppo"] < t["oppo-inter"] < t["sync"]
+
+
+@pytest.mark.parametrize("path", validation_files(), ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
+def test_validation_scenarios_build_the_executor_config(path):
+    pytest.importorskip("torch")
+    from calibrate.validate import prepare
+
+    device = "cuda" if path.parent.name == "h200" else "cpu"
+    sc, setup, cfg, rollouts = prepare(path, device, None, 1)
+    assert cfg.device == device and cfg.steps == sc.steps and len(rollouts) >= cfg.rollouts_needed
+    assert cfg.actor == setup.shapes["actor"] and cfg.reward == setup.shapes["reward"]
