@@ -7,7 +7,8 @@ For each scenario:
   2. Run the real steps with ``calibrate.executor`` on exactly those lengths, the scenarios' steps
      round-robin (``run_interleaved``; ``--sequential``: one scenario after another).
   3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
-     calibration of exactly the scenario's models, cached), which never sees the validation runs.
+     calibration of exactly the scenario's models, cached; when measured, its passes alternate with
+     blocks of the real steps), which never sees the validation runs.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
 
@@ -83,28 +84,67 @@ def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
     return [(r.prompt_len, r.response_len) for r in stream.take(n, 0)]
 
 
-def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None,
-                  threads: int | None = None, points: dict | None = None) -> str:
-    """Calibrate exactly these model shapes on the local device once; cached by device, shapes, dtype,
-    torch version, thread count and grid. ``interference``: (decode batch, decode context, chunk batch,
-    chunk tokens) of the scenarios that stream chunks while decoding, so the slowdowns are measured where
-    the prediction needs them rather than at the grid's default shape; ``points``: grid fields with the
-    scenarios' operating points added (``operating_points``)."""
+def calibration_plan(device: str, shapes: list, dtype: str, interference: list | None = None,
+                     threads: int | None = None, points: dict | None = None) -> tuple[Path, dict | None]:
+    """Where the quick calibration of exactly these model shapes is cached, and its grid overrides.
+    Cached by device, shapes, dtype, torch version, thread count, grid and ``MEASUREMENT_VERSION``.
+    ``interference``: (decode batch, decode context, chunk batch, chunk tokens) of the scenarios that
+    stream chunks while decoding, so the slowdowns are measured where the prediction needs them rather
+    than at the grid's default shape; ``points``: grid fields with the scenarios' operating points added
+    (``operating_points``)."""
     import torch
 
-    from calibrate.run import run_calibration
+    from calibrate import MEASUREMENT_VERSION
 
-    grid = {k: [list(x) for x in v] if isinstance(v, list) else v for k, v in (points or {}).items()}
+    grid = {k: [list(x) if isinstance(x, (list, tuple)) else x for x in v] if isinstance(v, list) else v
+            for k, v in (points or {}).items()}
     if interference:
         grid["interference"] = [list(x) for x in sorted(set(interference))]
     grid = grid or None
-    from calibrate import MEASUREMENT_VERSION
-
     key = json.dumps([device, dtype, torch.__version__, sorted(s.name for s in shapes), grid, threads, MEASUREMENT_VERSION])
-    path = cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
+    return cache_dir() / f"profile-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json", grid
+
+
+def _partial(path: Path) -> Path:
+    return path.with_name(path.stem + ".partial.json")
+
+
+def calibrate_passes(device: str, shapes: list, dtype: str, path: Path, grid: dict | None, upto: int,
+                     threads: int | None, progress: bool) -> None:
+    """Measure passes 0 .. upto - 1 of the calibration cached at ``path`` into its partial journal (a
+    pass already in the journal is not measured again, so an interrupted run resumes); ``finish``
+    moves the result into place once the last pass is in."""
+    from calibrate.run import run_calibration
+
+    g = dict(grid or {})
+    if upto > 1 or "passes" in g:
+        g["passes"] = upto
+    run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=_partial(path),
+                    resume=True, dtype=dtype, progress=progress, grid=g or None, threads=threads)
+
+
+def finish_calibration(path: Path) -> None:
+    from calibrate.journal import journal_path
+
+    part = _partial(path)
+    os.replace(journal_path(part), journal_path(path))
+    os.replace(part, path)
+
+
+def discard_calibration(path: Path) -> None:
+    from calibrate.journal import journal_path
+
+    for p in (path, journal_path(path), _partial(path), journal_path(_partial(path))):
+        p.unlink(missing_ok=True)
+
+
+def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None,
+                  threads: int | None = None, points: dict | None = None) -> str:
+    """The cached quick calibration of these shapes (``calibration_plan``), measured now if missing."""
+    path, grid = calibration_plan(device, shapes, dtype, interference, threads, points)
     if not path.is_file():
-        run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=path,
-                        resume=True, dtype=dtype, progress=progress, grid=grid, threads=threads)
+        calibrate_passes(device, shapes, dtype, path, grid, int((grid or {}).get("passes", 1)), threads, progress)
+        finish_calibration(path)
     return str(path)
 
 
@@ -229,10 +269,13 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
 
 
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
-             threads: int | None = None, progress: bool = True, sequential: bool = False) -> dict:
+             threads: int | None = None, progress: bool = True, sequential: bool = False,
+             recalibrate: bool = False) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
-    steps run round-robin (``run_interleaved``) unless ``sequential``: one scenario after another keeps
-    one executor in memory at a time, for models too large to hold every scenario's at once."""
+    steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
+    one executor in memory at a time, for models too large to hold every scenario's at once. Without
+    ``profile``, the cached quick calibration is used; when there is none (or ``recalibrate``), its
+    passes are measured between blocks of the real steps (not with ``sequential``)."""
     if device == "cuda":
         import torch
 
@@ -241,22 +284,43 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     if device == "cpu" and threads is None:
         threads = CPU_THREADS
     prepared = [prepare(p, device, steps, threads) for p in scenarios]
+    from calibrate.executor import RoundRobin, run_steps
+
+    cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
+    measured = None
     if profile is None:
         shapes = {s.name: s for _, setup, _, _ in prepared for r, s in setup.shapes.items() if r != "rollout"}
         dtypes = {sc.models.actor.dtype for sc, _, _, _ in prepared}
         if len(dtypes) != 1:
             raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
+        dtype = dtypes.pop()
         corun = [c for sc, setup, _, _ in prepared if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
         # Calibrate with the thread count the real runs use: CPU kernels scale with it.
-        profile = quick_profile(device, list(shapes.values()), dtypes.pop(), progress, corun, threads,
-                                operating_points(prepared, "cuda" if device == "cuda" else "cpu"))
-    from calibrate.executor import run_interleaved, run_steps
-
-    if sequential:
-        measured = [run_steps(cfg, progress=progress) for _, _, cfg, _ in prepared]
-    else:
-        measured = run_interleaved([cfg for _, _, cfg, _ in prepared], progress=progress,
-                                   names=[sc.name for sc, _, _, _ in prepared])
+        path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
+                                      operating_points(prepared, "cuda" if device == "cuda" else "cpu"))
+        if recalibrate:
+            discard_calibration(path)
+        if not path.is_file():
+            passes = int((grid or {}).get("passes", 1))
+            if sequential or passes <= 1:
+                calibrate_passes(device, list(shapes.values()), dtype, path, grid, passes, threads, progress)
+            else:
+                # Calibration passes alternate with blocks of the real steps, so that both sides are
+                # measured over the same stretch of time on a machine whose speed drifts.
+                with RoundRobin(cfgs, progress, names) as rr:
+                    for k in range(passes):
+                        calibrate_passes(device, list(shapes.values()), dtype, path, grid, k + 1, threads, progress)
+                        rr.run(round((k + 1) * rr.steps / passes))
+                    measured = rr.results
+            finish_calibration(path)
+        profile = str(path)
+    if measured is None:
+        if sequential:
+            measured = [run_steps(cfg, progress=progress) for cfg in cfgs]
+        else:
+            with RoundRobin(cfgs, progress, names) as rr:
+                rr.run()
+                measured = rr.results
     out = [validate_scenario(p, profile, m) for p, m in zip(prepared, measured)]
     errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
     return {"device": device, "scenarios": out,
@@ -291,11 +355,16 @@ def print_table(doc: dict) -> None:
               help=f"torch intra-op threads (default on CPU: {CPU_THREADS}, so the scorer thread and the decode loop each own a core; on CUDA: torch's).")
 @click.option("--sequential", is_flag=True,
               help="Run one scenario's steps after another (default: round-robin, every scenario's executor in memory at once).")
+@click.option("--recalibrate", is_flag=True,
+              help="Measure the quick calibration again (between blocks of the real steps) instead of using the cached one.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON document here.")
-def validate_command(device, scenarios, profile, steps, threads, sequential, fmt, out):
+def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, out):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
-    doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential)
+    if recalibrate and profile:
+        raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it cannot be used with --profile")
+    doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
+                   recalibrate=recalibrate)
     if out:
         from rlhfsim.costs.profile import write_json_atomic
 

@@ -21,6 +21,6 @@ are stated in each module's docstring; in short:
 """
 
 from calibrate.executor.config import PHASES, ExecConfig, StepResult
-from calibrate.executor.run import run_interleaved, run_steps
+from calibrate.executor.run import RoundRobin, run_interleaved, run_steps
 
-__all__ = ["ExecConfig", "StepResult", "run_interleaved", "run_steps", "PHASES"]
+__all__ = ["ExecConfig", "StepResult", "RoundRobin", "run_interleaved", "run_steps", "PHASES"]

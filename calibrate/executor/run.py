@@ -57,32 +57,62 @@ def run_interleaved(cfgs: list[ExecConfig], progress: bool = False, names: list[
     its own executor, so that every configuration's steps are spread over the whole run: on a machine
     whose speed drifts from minute to minute, none of them is measured in a slow minute alone. All
     configurations must use the same thread count. One list of StepResults per configuration."""
-    for cfg in cfgs:
-        validate(cfg)
-    threads = {cfg.threads for cfg in cfgs}
-    if len(threads) > 1:
-        raise ValueError(f"run_interleaved: expected one thread count, got {sorted(threads, key=str)}")
-    names = names or [f"run {i}" for i in range(len(cfgs))]
-    with _threads(cfgs[0].threads if cfgs else None):
-        exs: list[_Executor] = []
+    with RoundRobin(cfgs, progress, names) as rr:
+        rr.run()
+        return rr.results
+
+
+class RoundRobin:
+    """``run_interleaved`` in installments: ``run(until)`` runs steps ``done .. until - 1`` of every
+    configuration round-robin, so other work (a calibration pass) can be interleaved between blocks of
+    steps. Use as a context manager; ``results`` holds one list of StepResults per configuration."""
+
+    def __init__(self, cfgs: list[ExecConfig], progress: bool = False, names: list[str] | None = None):
+        for cfg in cfgs:
+            validate(cfg)
+        threads = {cfg.threads for cfg in cfgs}
+        if len(threads) > 1:
+            raise ValueError(f"run_interleaved: expected one thread count, got {sorted(threads, key=str)}")
+        self.cfgs, self.progress = cfgs, progress
+        self.threads = cfgs[0].threads if cfgs else None
+        self.names = names or [f"run {i}" for i in range(len(cfgs))]
+        self.results: list[list[StepResult]] = [[] for _ in cfgs]
+        self.done = 0
+        self.steps = max((cfg.steps for cfg in cfgs), default=0)
+        self.exs: list[_Executor] = []
+
+    def __enter__(self) -> "RoundRobin":
         try:
-            for cfg in cfgs:
-                exs.append(_Executor(cfg))
-            results: list[list[StepResult]] = [[] for _ in cfgs]
-            for i in range(max((cfg.steps for cfg in cfgs), default=0)):
-                for k, (cfg, ex) in enumerate(zip(cfgs, exs)):
+            with _threads(self.threads):
+                for cfg in self.cfgs:
+                    self.exs.append(_Executor(cfg))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for ex in self.exs:
+            ex.close()
+        self.exs = []
+
+    def run(self, until: int | None = None) -> None:
+        until = self.steps if until is None else min(until, self.steps)
+        with _threads(self.threads):
+            for i in range(self.done, until):
+                for k, (cfg, ex) in enumerate(zip(self.cfgs, self.exs)):
                     if i >= cfg.steps:
                         continue
                     r = ex.step(i)
-                    results[k].append(r)
-                    if progress:
+                    self.results[k].append(r)
+                    if self.progress:
                         ph = " ".join(f"{p}={b - a:.3f}s" for p, (a, b) in r.phases.items())
-                        print(f"{names[k]} step {i}: {r.step_time_s:.3f}s  {ph}  gen={r.generated_tokens} "
+                        print(f"{self.names[k]} step {i}: {r.step_time_s:.3f}s  {ph}  gen={r.generated_tokens} "
                               f"chunks={r.chunks_scored} carried={r.deferred_in}->{r.deferred_out}", file=sys.stderr)
-            return results
-        finally:
-            for ex in exs:
-                ex.close()
+                self.done = i + 1
 
 
 class _Executor:

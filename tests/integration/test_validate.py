@@ -85,3 +85,33 @@ def test_quick_calibration_covers_the_scenarios_operating_points():
     # the grid (and so the cached calibration) does not depend on how many steps are validated
     assert operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 5, 1)], "cpu") == \
         operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 2, 1)], "cpu")
+
+
+def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, monkeypatch):
+    import calibrate.validate as V
+    from calibrate.executor import RoundRobin
+    from calibrate.journal import journal_path, read_journal
+
+    monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path))
+    tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],
+            "train": [[1, 16], [2, 32]], "passes": 2, "point_budget_s": 0.01}
+    monkeypatch.setattr(V, "operating_points", lambda prepared, kind: tiny)
+    monkeypatch.setattr(V, "corun_shape", lambda sc, rollouts: None)
+    order = []
+    real_cal, real_run = V.calibrate_passes, RoundRobin.run
+    monkeypatch.setattr(V, "calibrate_passes", lambda *a, **k: (order.append(("calibrate", a[5])), real_cal(*a, **k)))
+    monkeypatch.setattr(RoundRobin, "run", lambda self, until=None: (order.append(("steps", self.done, until)), real_run(self, until)))
+    grid_extra = {"strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
+                  "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05}
+    tiny.update(grid_extra)
+    doc = validate([FIX / "tiny-sync.yaml"], "cpu", None, 4, threads=1, progress=False)
+    assert order == [("calibrate", 1), ("steps", 0, 2), ("calibrate", 2), ("steps", 2, 4)]
+    (path,) = tmp_path.joinpath("validate").glob("profile-*[0-9a-f].json")
+    assert not list(tmp_path.joinpath("validate").glob("*.partial*"))
+    passes = {r.get("pass", 0) for r in read_journal(journal_path(path)) if r.get("kind") == "point"}
+    assert passes == {0, 1}
+    assert doc["scenarios"][0]["profile"] == str(path) and len(doc["scenarios"][0]["checks"]["measured_trained_ids"]) == 4
+    # a second run uses the cached calibration: no pass measured, every step in one block
+    order.clear()
+    validate([FIX / "tiny-sync.yaml"], "cpu", None, 4, threads=1, progress=False)
+    assert order == [("steps", 0, None)]
