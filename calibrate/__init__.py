@@ -13,5 +13,6 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 """
 
 # Bumped whenever what a point times changes (a cached calibration measured under an older version is
-# stale): 2 = prefill/decode include sampling (sample_next), StaticKVDecoder reads GQA caches in place.
-MEASUREMENT_VERSION = 2
+# stale): 2 = prefill/decode include sampling (sample_next), StaticKVDecoder reads GQA caches in place;
+# 3 = fits use each point's trimmed mean (tmean_s) instead of its median.
+MEASUREMENT_VERSION = 3

@@ -73,7 +73,8 @@ def interference_summary(points: list[dict], default: dict) -> dict:
     return {"decode_slowdown": float(np.median(d)), "prefill_slowdown": float(np.median(pf)), "source": "measured",
             "configs": [{"side": p["side"], "model": p["model"], "partner": p["partner"], "batch": p["batch"],
                          "seq_len": p["seq_len"], "prefix_len": p["prefix_len"], "alone_median_s": p["alone_median_s"],
-                         "corun_median_s": p["median_s"], "slowdown": p["slowdown"]} for p in pts]}
+                         "corun_median_s": p["median_s"], "alone_tmean_s": p.get("alone_tmean_s"),
+                         "corun_tmean_s": p.get("tmean_s"), "slowdown": p["slowdown"]} for p in pts]}
 
 
 def batching_summary(points: list[dict]) -> list[dict]:

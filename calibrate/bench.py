@@ -16,7 +16,7 @@
   bfloat16 autocast (mixed precision, as in RLHF trainers); on CPU everything is float32.
 * ``interference``: actor decode steps and reward-model chunk prefills first alone, then co-running on
   the same device from two threads (separate CUDA streams on GPU) for a fixed wall time. Each side's
-  slowdown = co-running median / alone median.
+  slowdown = co-running trimmed mean / alone trimmed mean (``calibrate.measure``).
 """
 
 from __future__ import annotations
@@ -278,8 +278,8 @@ def measure_interference(s: Session, actor: ModelShape, reward: ModelShape) -> N
             timing = summarize(co[side], alone.first_call_s)
             fields = {**_fields("interference", shape, "lm" if side == "decode" else "value", b, n, p, b * n),
                       "strategy": side, "side": side, "partner": partner, "corun_s": duration,
-                      "alone_median_s": alone.median_s, "alone_iqr_s": alone.iqr_s, "alone_samples_s": alone.samples_s,
-                      "slowdown": timing["median_s"] / alone.median_s}
+                      "alone_median_s": alone.median_s, "alone_tmean_s": alone.tmean_s, "alone_iqr_s": alone.iqr_s,
+                      "alone_samples_s": alone.samples_s, "slowdown": timing["tmean_s"] / alone.tmean_s}
             if s.journal.has(key):
                 s.pending(key)
                 continue

@@ -56,6 +56,12 @@ def point_work(p: dict) -> fl.Work:
     raise ValueError(f"no work model for op {op!r}")
 
 
+def point_value(p: dict) -> float:
+    """The measured time a fit uses: the trimmed mean (``calibrate.measure``); the median for points
+    journaled before it was recorded."""
+    return p.get("tmean_s", p["median_s"])
+
+
 def point_peak(p: dict, gpu: GpuSpec) -> float:
     return gpu.peak("float32") if p["op"] == "optimizer" else gpu.peak(p["dtype"])
 
@@ -66,7 +72,7 @@ def arrays(points: list[dict], gpu: GpuSpec):
     fc = np.array([x.flops / point_peak(p, gpu) for x, p in zip(w, points)], dtype=np.float64)
     fm = np.array([x.bytes / gpu.mem_bw for x in w], dtype=np.float64)
     lay = np.array([x.layers for x in w], dtype=np.float64)
-    t = np.array([p["median_s"] for p in points], dtype=np.float64)
+    t = np.array([point_value(p) for p in points], dtype=np.float64)
     return fc, fm, lay, t
 
 

@@ -149,11 +149,11 @@ class PassView:
 
 
 def merge_passes(points: list[dict]) -> list[dict]:
-    """One point per key from the passes' points: the samples of all passes pooled (median, IQR and p95
-    recomputed; interference slowdowns from the pooled co-running and alone samples), the first pass's
+    """One point per key from the passes' points: the samples of all passes pooled (trimmed mean, median,
+    IQR and p95 recomputed; interference slowdowns from the pooled co-running and alone samples), the first pass's
     first call and fields, the worst contention seen, ``passes`` = how many passes measured it. A point
     any pass skipped keeps its first measured pass only if another pass measured it."""
-    from calibrate.measure import summarize
+    from calibrate.measure import summarize, trimmed_mean
 
     groups: dict[str, list[dict]] = {}
     for p in points:
@@ -181,7 +181,8 @@ def merge_passes(points: list[dict]) -> list[dict]:
 
             alone = [x for r in measured for x in r["alone_samples_s"]]
             q75, q25 = np.percentile(alone, [75, 25])
-            rec.update(alone_samples_s=alone, alone_median_s=float(np.median(alone)), alone_iqr_s=float(q75 - q25))
-            rec["slowdown"] = rec["median_s"] / rec["alone_median_s"]
+            rec.update(alone_samples_s=alone, alone_median_s=float(np.median(alone)), alone_iqr_s=float(q75 - q25),
+                       alone_tmean_s=trimmed_mean(alone))
+            rec["slowdown"] = rec["tmean_s"] / rec["alone_tmean_s"]
         out.append(rec)
     return out

@@ -230,7 +230,7 @@ def test_passes_measure_every_point_again_and_pool_the_samples(tmp_path):
         a, b = first[p["key"]], second[p["key"]]
         assert p["passes"] == 2 and p["samples_s"] == a["samples_s"] + b["samples_s"]
         if p["op"] == "interference":
-            assert p["slowdown"] == pytest.approx(p["median_s"] / p["alone_median_s"])
+            assert p["slowdown"] == pytest.approx(p["tmean_s"] / p["alone_tmean_s"])
     # the resume of a finished two-pass journal measures nothing again
     n = len(read_journal(journal_path(out)))
     again = CliRunner().invoke(calibrate_command, args + ["--resume"], catch_exceptions=False)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from calibrate.measure import spread, summarize, time_calls
+from calibrate.measure import spread, summarize, time_calls, trimmed_mean
 
 
 def _clocked():
@@ -55,4 +55,14 @@ def test_bursts_share_the_budget_and_the_minimum():
 def test_summary_fields():
     s = summarize([1.0, 2.0, 3.0, 4.0], 9.0)
     assert s["median_s"] == pytest.approx(2.5) and s["first_call_s"] == 9.0 and s["iqr_s"] == pytest.approx(1.5)
-    assert s["warn_noisy"]
+    assert s["tmean_s"] == pytest.approx(2.5) and s["warn_noisy"]
+
+
+def test_trimmed_mean_follows_both_modes_and_drops_outliers():
+    # Bimodal samples (a VM in a fast and a slow state): the median sits in one mode, the trimmed mean
+    # between them in proportion; one huge outlier in 20 is trimmed away.
+    fast, slow = [5.0] * 9, [8.0] * 10
+    s = fast + slow + [500.0]
+    assert trimmed_mean(s) == pytest.approx((7 * 5.0 + 9 * 8.0) / 16)
+    assert summarize(s, 0.0)["median_s"] == 8.0
+    assert trimmed_mean([1.0, 2.0, 30.0]) == pytest.approx(11.0)   # under 10 samples: the plain mean
