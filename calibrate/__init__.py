@@ -14,5 +14,6 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 
 # Bumped whenever what a point times changes (a cached calibration measured under an older version is
 # stale): 2 = prefill/decode include sampling (sample_next), StaticKVDecoder reads GQA caches in place;
-# 3 = fits use each point's trimmed mean (tmean_s) instead of its median.
-MEASUREMENT_VERSION = 3
+# 3 = fits use each point's trimmed mean (tmean_s) instead of its median; 4 = a decode point is one
+# iteration of the executor's decode loop (Generator._decode).
+MEASUREMENT_VERSION = 4

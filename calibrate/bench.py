@@ -3,10 +3,11 @@
 * ``prefill``: ``StaticKVDecoder(head="lm").extend(slots, ids[batch, n])`` on emptied slots, then
   ``sample_next`` on its logits: time to fill the KV cache with ``batch`` prompts of ``n`` tokens and
   hand each row's first sampled token to the host.
-* ``decode``: one ``extend`` of one token per slot with ``prefix_len`` tokens already cached per sequence
-  (the cache is filled once, untimed; each timed step rewinds the slots to ``prefix_len``), then
-  ``sample_next``: an engine's whole decode step, sampling and the token hand-off included (on a tiny
-  model on a CPU the sampling is ~15% of the step; the executor's decode loop calls the same function).
+* ``decode``: one iteration of the executor's decode loop (``Generator._decode``) over ``batch`` rows with
+  ``prefix_len`` tokens already cached per sequence (the cache is filled once, untimed; each timed step
+  rewinds the slots to ``prefix_len``): the input ids built from the rows' last tokens, one ``extend``,
+  ``sample_next``, the tokens handed back to the rows. An engine's whole decode step, sampling and host
+  bookkeeping included (on a tiny model on a CPU, sampling is ~15% of the step and the host work ~5%).
 * ``chunk_prefill``: ``StaticKVDecoder(head="value").extend`` of a ``seq_len``-token chunk on top of a
   ``prefix_len``-token cached prefix (rewound before each call), against one-shot prefill (prefix 0) of
   prefix + chunk tokens; the chunked score is checked against the one-shot score of the same tokens.
@@ -29,6 +30,9 @@ import time
 import torch
 
 from calibrate.decoder import sample_next
+from calibrate.executor.generation import Generator, Sequence
+from calibrate.executor.timing import Clock as ExecClock
+from calibrate.executor.timing import StepLog
 from calibrate.measure import Clock, summarize, time_calls
 from calibrate.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
@@ -121,12 +125,20 @@ def measure_generation(s: Session, shape: ModelShape) -> None:
         c = f["prefix_len"]
         model.reset(slots)
         model.extend(slots, _ids(s, shape.vocab, b, c, 13 * b + c))
-        tok = _ids(s, shape.vocab, b, 1, 17 * b + c)
+        # One iteration of the executor's own decode loop (Generator._decode): the next input ids built
+        # from the rows' last tokens, extend, sample_next, the tokens and log-probs appended to the rows.
+        gen = Generator(model, "static", ExecClock(torch.device(s.device)), seed=0)
+        rows = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[int(t)], slot=i)
+                for i, t in enumerate(_ids(s, shape.vocab, b, 1, 17 * b + c)[:, 0].tolist())]
+        log = StepLog(0.0)
 
-        def rewind(m=model, slots=slots, c=c):
+        def rewind(m=model, slots=slots, c=c, rows=rows, log=log):
             m.positions[slots] = c
+            for r in rows:           # keep the rows (and the step log) from growing without bound
+                del r.tokens[1:], r.logprobs[:]
+            log.intervals.clear()
 
-        s.measure(key, f, lambda m=model, slots=slots, tok=tok: sample_next(m.extend(slots, tok), rng), setup=rewind)
+        s.measure(key, f, lambda gen=gen, rows=rows, log=log: gen._decode(rows, [], log), setup=rewind)
 
 
 # -- chunked scoring ------------------------------------------------------------------------------------
