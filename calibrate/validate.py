@@ -27,13 +27,6 @@ import click
 
 from rlhfsim.errors import RlhfsimError, ScenarioError
 
-# One torch thread per Python thread on CPU by default: OPPO's scorer thread and the decode loop then
-# each own a core (the CPU analogue of separate CUDA streams). With two OpenMP threads each, two Python
-# threads put four spinning workers on two cores; measured on the 2-vCPU VM, decode then ran 2.3x slower
-# beside the scorer and training after an intra-step run stayed 20-35% slower, effects no per-operation
-# cost model describes (docs/validation.md, run F).
-CPU_THREADS = 1
-
 PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
 
@@ -282,7 +275,9 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         if not torch.cuda.is_available():
             raise RlhfsimError("--device: expected a CUDA device, found none (torch.cuda.is_available() is False)")
     if device == "cpu" and threads is None:
-        threads = CPU_THREADS
+        import torch
+
+        threads = torch.get_num_threads()   # explicit, so the cached calibration is keyed by it
     prepared = [prepare(p, device, steps, threads) for p in scenarios]
     from calibrate.executor import RoundRobin, run_steps
 
@@ -352,7 +347,7 @@ def print_table(doc: dict) -> None:
 @click.option("--profile", help="Calibration profile name or path (default: quick calibration of the scenario's models, cached).")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
 @click.option("--threads", type=click.IntRange(min=1),
-              help=f"torch intra-op threads (default on CPU: {CPU_THREADS}, so the scorer thread and the decode loop each own a core; on CUDA: torch's).")
+              help="torch intra-op threads for the real runs and their calibration (default: torch's).")
 @click.option("--sequential", is_flag=True,
               help="Run one scenario's steps after another (default: round-robin, every scenario's executor in memory at once).")
 @click.option("--recalibrate", is_flag=True,
