@@ -49,6 +49,14 @@ def _series(a: float, s: float, i0: int, i1: int) -> float:
     return a * n + s * (i0 + i1 - 1) * n / 2.0 if n > 0 else 0.0
 
 
+def decode_sum(coeffs: tuple[float, float, float, float, float], n_steps: int) -> float:
+    """Sum of ``n_steps`` decode steps from ``CostModel.decode_coeffs``."""
+    if n_steps <= 0:
+        return 0.0
+    c0, cs, u0, us, over = coeffs
+    return _sum_max_linear(c0, cs, u0, us, n_steps) + n_steps * over
+
+
 def _sum_max_linear(a1: float, s1: float, a2: float, s2: float, n: int) -> float:
     """sum_{i=0}^{n-1} max(a1 + s1 i, a2 + s2 i) for two lines (they cross at most once)."""
     if s1 == s2:
@@ -157,6 +165,12 @@ class CostModel:
         at the single crossing point: O(1), however many steps."""
         if n_steps <= 0 or batch <= 0:
             return 0.0
+        return decode_sum(self.decode_coeffs(m, dtype, batch, kv_tokens0, tp, overhead_s), n_steps)
+
+    def decode_coeffs(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, tp: int = 1,
+                      overhead_s: float | None = None) -> tuple[float, float, float, float, float]:
+        """(c0, cs, u0, us, per-step overhead) of ``decode_steps_s``: evaluate once, then ``decode_sum``
+        for any number of steps (the simulator inverts the sum by bisection when a segment is cut)."""
         p = self.ops["decode"]
         b = DTYPE_BYTES[dtype]
         body = m.layers * m.layer_params
@@ -168,9 +182,8 @@ class CostModel:
         cs = attn_f * batch / peak
         u0 = (m.params("lm") * b + fl.LOGIT_BYTES * m.vocab * batch + kv_b * kv_tokens0) / bw
         us = kv_b * batch / bw
-        total = _sum_max_linear(c0, cs, u0, us, n_steps)
         step_over = p.overhead_s + p.overhead_per_layer_s * m.layers if overhead_s is None else overhead_s
-        return total + n_steps * (step_over + self._tp_comm_s(m, dtype, batch, tp))
+        return c0, cs, u0, us, step_over + self._tp_comm_s(m, dtype, batch, tp)
 
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                 head: str = "lm") -> float:

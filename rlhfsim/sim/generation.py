@@ -10,9 +10,9 @@ length is the closed-form sum of its decode steps (``CostModel.decode_steps_s``)
 recovered by inverting the same sum (bisection).
 
 Co-running (colocated OPPO intra-step): a decode segment runs at the speed in force when it starts,
-``decode_slowdown`` x slower while a chunk prefill runs on the same pool. When a chunk prefill starts or
-ends (``Simulation.interference_changed``) every replica in a decode segment on that pool is interrupted
-with cause ``"rate"``: it books the whole steps done and the fraction of the step in progress (its
+``decode_slowdown`` x slower while a chunk prefill runs on one of its GPUs. When the chunk prefills on a
+GPU start or stop (``Simulation.interference_changed``), every replica in a decode segment on that GPU
+is interrupted with cause ``"rate"``: it books the whole steps done and the fraction of the step in progress (its
 ``credit``), and continues at the new speed. So the slowdown applies to exactly the time both run.
 """
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from rlhfsim.costs.model import decode_sum
 from rlhfsim.sim.rollouts import Rollout
 
 
@@ -113,9 +114,9 @@ class Generation:
         if self.req.stop_after is not None and len(self.finished) >= self.req.stop_after:
             self._stop_all()
 
-    def _factor(self) -> float:
-        """How much slower decode runs now: ``decode_slowdown`` while a chunk prefill shares the pool."""
-        return self.sim.cost.decode_slowdown if self.sim.corun(self.pool.name, "decode") else 1.0
+    def _factor(self, gpus: range) -> float:
+        """How much slower decode runs now: ``decode_slowdown`` while a chunk prefill shares its GPUs."""
+        return self.sim.cost.decode_slowdown if self.sim.corun(self.pool.name, "decode", gpus) else 1.0
 
     def _decode_s(self, batch: int, kv0: float, n: int, factor: float = 1.0) -> float:
         return factor * self.sim.cost.decode_steps_s(self.model, self.dtype, batch, kv0, n, self.tp, self.overhead)
@@ -123,17 +124,22 @@ class Generation:
     def _steps_done(self, batch: int, kv0: float, n: int, elapsed: float, factor: float = 1.0) -> tuple[int, float]:
         """(k, frac): the largest k <= n whose k decode steps fit in ``elapsed`` seconds (an interrupted
         segment), and the fraction of step k + 1 done in the time left over (0 when k = n)."""
+        coeffs = self.sim.cost.decode_coeffs(self.model, self.dtype, batch, kv0, self.tp, self.overhead)
+
+        def t(k: int) -> float:   # == self._decode_s(batch, kv0, k, factor)
+            return factor * decode_sum(coeffs, k)
+
         lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self._decode_s(batch, kv0, mid, factor) <= elapsed + 1e-12:
+            if t(mid) <= elapsed + 1e-12:
                 lo = mid
             else:
                 hi = mid - 1
         if lo >= n:
             return lo, 0.0
-        done = self._decode_s(batch, kv0, lo, factor)
-        step = self._decode_s(batch, kv0, lo + 1, factor) - done
+        done = t(lo)
+        step = t(lo + 1) - done
         return lo, min(max((elapsed - done) / step, 0.0), 1.0 - 1e-9) if step > 0 else 0.0
 
     def _prefill(self, rows: list[Rollout], pad_to: int | None):
@@ -247,7 +253,8 @@ class Generation:
         steps_in_batch = 0
         credit = 0.0  # fraction of the next decode step already done (a segment cut by a rate change)
         me = env.active_process
-        sim.active[(self.pool.name, "decode")] += 1
+        gpus = range(gpu0, gpu0 + self.tp)
+        sim.set_active(self.pool.name, "decode", gpus, +1)
         try:
             while not self.stopped:
                 # Admission.
@@ -329,12 +336,12 @@ class Generation:
                 if not self.static:
                     room = int((self.kv_cap - kv0) // n_live)
                     n = min(n, max(room, 1))
-                factor = self._factor()
+                factor = self._factor(gpus)
                 head = credit * self._decode_s(batch, kv0, 1, factor)  # time already spent on step 1
                 dur = self._decode_s(batch, kv0, n, factor) - head
                 credit = 0.0
                 t0 = env.now
-                sim.decoding[self.pool.name].add(me)
+                sim.decoding[self.pool.name][me] = gpus
                 try:
                     yield env.timeout(dur)
                 except simpy.Interrupt as why:
@@ -344,7 +351,7 @@ class Generation:
                         if not n:
                             break
                 finally:
-                    sim.decoding[self.pool.name].discard(me)
+                    sim.decoding[self.pool.name].pop(me, None)
                 T += n
                 steps_in_batch += n
                 self.generated += n * n_live
@@ -359,7 +366,7 @@ class Generation:
                     elif not self.static:
                         self.unfinished.append(r)
         finally:
-            sim.active[(self.pool.name, "decode")] -= 1
+            sim.set_active(self.pool.name, "decode", gpus, -1)
             for r in live.values():
                 self._sync(r, T)
                 r.heap_version += 1

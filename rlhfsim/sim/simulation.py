@@ -39,16 +39,29 @@ class Simulation:
         self.rec = Recorder()
         self.stream = RolloutStream(setup, self.rng, rollouts)
         self.locks = {p.name: simpy.Resource(self.env, capacity=1) for p in setup.pools}
-        self.active: dict = defaultdict(int)
-        self.decoding: dict = defaultdict(set)  # pool -> replica processes inside a decode segment
+        self.active: dict = defaultdict(int)     # (pool, "decode"|"prefill", gpu) -> running calls
+        self.decoding: dict = defaultdict(dict)  # pool -> {replica process inside a decode segment: its GPUs}
         self.scorers: dict[str, stages.ChunkScorer] = {}
         self.runtime = None if sc.models.reward.kind == "rule" else sc.models.reward.runtime
         self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
 
-    def corun(self, pool: str, kind: str) -> bool:
-        """Is the other kind of work (decode vs chunk prefill) running on this pool right now?"""
+    def corun(self, pool: str, kind: str, gpus: range) -> bool:
+        """Is the other kind of work (decode vs chunk prefill) running on any of these GPUs of the pool?
+        Interference is per device: a chunk prefill slows the decode replica that shares its GPUs."""
         other = "prefill" if kind == "decode" else "decode"
-        return self.active[(pool, other)] > 0
+        return any(self.active[(pool, other, g)] > 0 for g in gpus)
+
+    def set_active(self, pool: str, kind: str, gpus: range, delta: int) -> None:
+        """Count work of ``kind`` starting (+1) or ending (-1) on these GPUs; when chunk prefills start
+        or stop on a GPU, the decode there is re-timed (``interference_changed``)."""
+        changed = False
+        for g in gpus:
+            k = (pool, kind, g)
+            before = self.active[k]
+            self.active[k] = before + delta
+            changed |= (before == 0) != (before + delta == 0)
+        if changed and kind == "prefill":
+            self.interference_changed(pool, gpus)
 
     def forward_runtime(self, role: str) -> str | None:
         """Which fitted costs price a role's full forward pass (reward, reference, critic): the scenario's
@@ -59,13 +72,13 @@ class Simulation:
             return self.runtime
         return "eager" if "eager" in self.cost.runtimes else None
 
-    def interference_changed(self, pool: str) -> None:
-        """A chunk prefill started or ended on ``pool``: decode segments there re-time themselves at the
-        new speed (``Generation``); nothing to do when the profile has no decode slowdown."""
+    def interference_changed(self, pool: str, gpus: range) -> None:
+        """A chunk prefill started or ended on these GPUs of ``pool``: decode segments sharing any of them
+        re-time themselves at the new speed (``Generation``); nothing to do without a decode slowdown."""
         if self.cost.decode_slowdown == 1.0:
             return
-        for proc in list(self.decoding[pool]):
-            if proc.is_alive and proc is not self.env.active_process:
+        for proc, mine in list(self.decoding[pool].items()):
+            if proc.is_alive and proc is not self.env.active_process and _overlap(mine, gpus):
                 proc.interrupt("rate")
 
     def scorer(self, role: str) -> stages.ChunkScorer:
@@ -199,3 +212,7 @@ def pool_utilization(sim: Simulation, t0: float, t1: float) -> dict[str, float]:
         busy[pool] += cur_e - cur_s
     span = max(t1 - t0, 1e-12)
     return {p.name: busy[p.name] / (p.gpus * span) for p in sim.setup.pools}
+
+
+def _overlap(a: range, b: range) -> bool:
+    return a.start < b.stop and b.start < a.stop

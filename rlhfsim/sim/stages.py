@@ -164,8 +164,14 @@ class ChunkScorer:
         s = sim.setup
         model, dtype = s.shapes[self.role], s.dtypes[self.role]
         mb = s.scenario.schedule.intra.max_chunk_batch
-        key = (self.pool.name, "prefill")
+        gpus = range(k * self.tp, (k + 1) * self.tp)
+        serving = False  # counted in sim.active from the start of a busy period to its end
         while True:
+            if not self.queue and serving:
+                # A busy period ends (back-to-back calls are one period: decode is re-timed only when
+                # the co-running state of these GPUs really changes, not twice per chunk).
+                serving = False
+                sim.set_active(self.pool.name, "prefill", gpus, -1)
             while not self.queue:
                 if self.wakeup.triggered:
                     self.wakeup = env.event()
@@ -175,16 +181,13 @@ class ChunkScorer:
             tokens = sum(j[1] for j in jobs)
             prefix = sum(j[2] for j in jobs)
             t = sim.cost.chunk_prefill_s(model, dtype, tokens, len(jobs), prefix, self.tp, s.head(self.role))
-            if sim.corun(self.pool.name, "prefill"):
+            if sim.corun(self.pool.name, "prefill", gpus):
                 t *= sim.cost.prefill_slowdown
-            sim.active[key] += 1
-            if sim.active[key] == 1:
-                sim.interference_changed(self.pool.name)
+            if not serving:
+                serving = True
+                sim.set_active(self.pool.name, "prefill", gpus, +1)
             start = env.now
             yield env.timeout(t)
-            sim.active[key] -= 1
-            if sim.active[key] == 0:
-                sim.interference_changed(self.pool.name)
             sim.rec.busy(step, self.pool.name, k * self.tp, self.tp, self.role, ROLE_PHASE[self.role], start, env.now)
             self.chunks += len(jobs)
             self.tokens += tokens
