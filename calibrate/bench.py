@@ -33,7 +33,7 @@ from calibrate.decoder import sample_next
 from calibrate.executor.generation import Generator, Sequence
 from calibrate.executor.timing import Clock as ExecClock
 from calibrate.executor.timing import StepLog
-from calibrate.measure import Clock, summarize, time_calls
+from calibrate.measure import Clock, alone_fields, summarize, time_calls
 from calibrate.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
 
@@ -290,8 +290,7 @@ def measure_interference(s: Session, actor: ModelShape, reward: ModelShape) -> N
             timing = summarize(co[side], alone.first_call_s)
             fields = {**_fields("interference", shape, "lm" if side == "decode" else "value", b, n, p, b * n),
                       "strategy": side, "side": side, "partner": partner, "corun_s": duration,
-                      "alone_median_s": alone.median_s, "alone_tmean_s": alone.tmean_s, "alone_iqr_s": alone.iqr_s,
-                      "alone_samples_s": alone.samples_s, "slowdown": timing["tmean_s"] / alone.tmean_s}
+                      **alone_fields(alone), "slowdown": timing["tmean_s"] / alone.tmean_s}
             if s.journal.has(key):
                 s.pending(key)
                 continue

@@ -153,7 +153,7 @@ def merge_passes(points: list[dict]) -> list[dict]:
     IQR and p95 recomputed; interference slowdowns from the pooled co-running and alone samples), the first pass's
     first call and fields, the worst contention seen, ``passes`` = how many passes measured it. A point
     any pass skipped keeps its first measured pass only if another pass measured it."""
-    from calibrate.measure import summarize, trimmed_mean
+    from calibrate.measure import Measurement, alone_fields, summarize
 
     groups: dict[str, list[dict]] = {}
     for p in points:
@@ -177,12 +177,7 @@ def merge_passes(points: list[dict]) -> list[dict]:
         if "max_abs_diff" in first:
             rec["max_abs_diff"] = max(r["max_abs_diff"] for r in measured)
         if "alone_samples_s" in first:
-            import numpy as np
-
-            alone = [x for r in measured for x in r["alone_samples_s"]]
-            q75, q25 = np.percentile(alone, [75, 25])
-            rec.update(alone_samples_s=alone, alone_median_s=float(np.median(alone)), alone_iqr_s=float(q75 - q25),
-                       alone_tmean_s=trimmed_mean(alone))
+            rec.update(alone_fields(Measurement([x for r in measured for x in r["alone_samples_s"]], first["first_call_s"])))
             rec["slowdown"] = rec["tmean_s"] / rec["alone_tmean_s"]
         out.append(rec)
     return out

@@ -82,6 +82,12 @@ class Measurement:
         return summarize(self.samples_s, self.first_call_s)
 
 
+def alone_fields(alone: Measurement) -> dict:
+    """The fields an interference point keeps about its side running alone (the slowdown's divisor)."""
+    return {"alone_median_s": alone.median_s, "alone_tmean_s": alone.tmean_s, "alone_iqr_s": alone.iqr_s,
+            "alone_samples_s": alone.samples_s}
+
+
 def noisy(samples_s: list[float]) -> bool:
     med = float(np.median(samples_s))
     q75, q25 = np.percentile(samples_s, [75, 25])

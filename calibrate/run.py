@@ -125,9 +125,10 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     rts = {r: RUNTIMES[r]() for r in rt_names}
     rt_models = pick_runtime_models(models, g.runtime_models)
     decoders = [m for m in models if m.arch == "decoder"]
+    passes = max(int(g.passes), 1)
     t0 = time.perf_counter()
     with Journal.open(journal_path(out), meta, resume) as journal, \
-            Progress(plan_size(g, models, rts, rt_models) * max(int(g.passes), 1), enabled=progress) as prog:
+            Progress(plan_size(g, models, rts, rt_models) * passes, enabled=progress) as prog:
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
         if kind == "cpu" and threads > 1:
             ratio = info["contention_ratio"] = contention_ratio(threads)
@@ -135,7 +136,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
                 prog.note(f"warning: other processes compete for the CPU: a matmul with {threads} threads runs "
                           f"{ratio:.1f}x the time of 1 thread; each point waits up to {g.quiet_wait_s:.0f} s for "
                           "them to stop (use a quiet machine, or --threads 1)")
-        for k in range(max(int(g.passes), 1)):
+        for k in range(passes):
             s.journal = PassView(journal, k)
             _measure_all(s, g, models, decoders, rts, rt_models)
         points, records = merge_passes(journal.points()), PassView(journal, 0).runtimes()

@@ -109,11 +109,8 @@ def calibrate_passes(device: str, shapes: list, dtype: str, path: Path, grid: di
     moves the result into place once the last pass is in."""
     from calibrate.run import run_calibration
 
-    g = dict(grid or {})
-    if upto > 1 or "passes" in g:
-        g["passes"] = upto
     run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=_partial(path),
-                    resume=True, dtype=dtype, progress=progress, grid=g or None, threads=threads)
+                    resume=True, dtype=dtype, progress=progress, grid={**(grid or {}), "passes": upto}, threads=threads)
 
 
 def finish_calibration(path: Path) -> None:
@@ -129,16 +126,6 @@ def discard_calibration(path: Path) -> None:
 
     for p in (path, journal_path(path), _partial(path), journal_path(_partial(path))):
         p.unlink(missing_ok=True)
-
-
-def quick_profile(device: str, shapes: list, dtype: str, progress: bool, interference: list | None = None,
-                  threads: int | None = None, points: dict | None = None) -> str:
-    """The cached quick calibration of these shapes (``calibration_plan``), measured now if missing."""
-    path, grid = calibration_plan(device, shapes, dtype, interference, threads, points)
-    if not path.is_file():
-        calibrate_passes(device, shapes, dtype, path, grid, int((grid or {}).get("passes", 1)), threads, progress)
-        finish_calibration(path)
-    return str(path)
 
 
 OPERATING_SAMPLE = 256  # rollouts drawn from a scenario's stream to place its operating points
@@ -228,14 +215,12 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None):
 def validate_scenario(prepared, profile: str, measured: list) -> dict:
     """Measured (the executor's StepResults of this scenario) against the simulation of the same rollouts."""
     from rlhfsim.costs.model import CostModel
-    from rlhfsim.sim.run import rebuild, simulate
+    from rlhfsim.sim.run import simulate
 
     sc, setup, cfg, rollouts = prepared
-
+    # The executor scores with the Hugging Face model in eager mode; the simulator prices reward passes
+    # with the profile's eager fit by default (Simulation.forward_runtime).
     cost = CostModel.load(setup.gpu, profile)
-    if sc.models.reward.kind == "model" and sc.models.reward.runtime is None and "eager" in cost.runtimes:
-        # The executor scores with the Hugging Face model in eager mode: use that runtime's fit.
-        sc = rebuild(sc, {"models": {**sc.models.model_dump(mode="json"), "reward": {**sc.models.reward.model_dump(mode="json"), "runtime": "eager"}}})
     predicted = simulate(sc, cost=cost, rollouts=rollouts)
     warm = sc.warmup_steps
     m_steps = measured[warm:]
