@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import statistics
 import time
 from pathlib import Path
+
+from _common import pin_to_one_core, run_counting_events
 
 from rlhfsim.costs.model import CostModel
 from rlhfsim.scenario import load_scenario
@@ -29,29 +30,9 @@ SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "oppo.yaml"
 TARGET_S = 10.0
 
 
-def pin_to_one_core() -> str:
-    if not hasattr(os, "sched_setaffinity"):
-        return "not pinned (no sched_setaffinity)"
-    core = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})
-    return f"pinned to core {core}"
-
-
 def count_events(sc, steps: int) -> int:
     setup = build_setup(sc.model_copy(update={"steps": steps}))
-    sim = Simulation(setup, CostModel.load(setup.gpu))
-    env = sim.env
-    count = 0
-    step = env.step
-
-    def counting_step():
-        nonlocal count
-        count += 1
-        step()
-
-    env.step = counting_step
-    sim.run(steps)
-    return count
+    return run_counting_events(Simulation(setup, CostModel.load(setup.gpu)), steps)[0]
 
 
 def main() -> None:

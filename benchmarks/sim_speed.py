@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import statistics
 import time
+
+from _common import pin_to_one_core, run_counting_events
 
 from rlhfsim.costs.model import CostModel
 from rlhfsim.scenario import load_scenario
@@ -66,27 +67,8 @@ def time_run(rollouts: int, steps: int) -> float:
 
 def count_events(rollouts: int, steps: int) -> tuple[float, float]:
     """(events per step, mean simulated step time in seconds)."""
-    sim = build(rollouts, steps)
-    env = sim.env
-    count = 0
-    step = env.step
-
-    def counting_step():
-        nonlocal count
-        count += 1
-        step()
-
-    env.step = counting_step  # Environment.run looks up self.step on each event
-    records = sim.run(steps)
+    count, records = run_counting_events(build(rollouts, steps), steps)
     return count / steps, statistics.fmean(r.step_time_s for r in records)
-
-
-def pin_to_one_core() -> str:
-    if not hasattr(os, "sched_setaffinity"):
-        return "not pinned (no sched_setaffinity)"
-    core = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})
-    return f"pinned to core {core}"
 
 
 def main() -> None:

@@ -21,17 +21,7 @@ from rlhfsim.plan import load_plan, run_plan
 from rlhfsim.plan.backends import run_chunk
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {
-    "name": "tiny",
-    "models": {"actor": {"model": "tiny-qwen2"}, "critic": {"model": "tiny-qwen2"},
-               "reference": {"model": "tiny-qwen2"}, "reward": {"model": "tiny-qwen2"}},
-    "cluster": {"gpu": "h100", "nodes": 1, "gpus_per_node": 4},
-    "workload": {"prompts_per_step": 8, "prompt_length": {"kind": "fixed", "value": 32},
-                 "response_length": {"kind": "lognormal", "median": 32, "p99": 256}, "max_response_tokens": 256},
-    "generation": {"max_batch": 4},
-    "algorithm": {"minibatch_size": 4},
-    "steps": 3,
-}
+TINY = yaml.safe_load((ROOT / "tests" / "fixtures" / "plan_base_tiny.yaml").read_text())  # the plan base scenario
 AXES = {
     "cluster.gpus_per_node": [2, 4],
     "placement": ["colocated", "3+1"],

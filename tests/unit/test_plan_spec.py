@@ -4,6 +4,7 @@ special values (placement presets, schedule.kind), and infeasible configurations
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,17 +14,7 @@ from rlhfsim.plan import load_plan
 from rlhfsim.plan.paths import PathError, check_path, parse_path, set_path
 from rlhfsim.plan.spec import config_id
 
-TINY = {
-    "name": "tiny",
-    "models": {"actor": {"model": "tiny-qwen2"}, "critic": {"model": "tiny-qwen2"},
-               "reference": {"model": "tiny-qwen2"}, "reward": {"model": "tiny-qwen2"}},
-    "cluster": {"gpu": "h100", "nodes": 1, "gpus_per_node": 4},
-    "workload": {"prompts_per_step": 8, "prompt_length": {"kind": "fixed", "value": 32},
-                 "response_length": {"kind": "lognormal", "median": 32, "p99": 256}, "max_response_tokens": 256},
-    "generation": {"max_batch": 4},
-    "algorithm": {"minibatch_size": 4},
-    "steps": 3,
-}
+TINY = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "plan_base_tiny.yaml").read_text())
 
 
 def write_plan(tmp_path, axes, **extra):
