@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhfsim.costs import flops as fl
+from rlhfsim.costs.genruntimes import GEN_SCALARS, op_key
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
@@ -68,10 +69,28 @@ def _sum_max_linear(a1: float, s1: float, a2: float, s2: float, n: int) -> float
     return _series(a1, s1, 0, k) + _series(a2, s2, k, n)
 
 
-def roofline_s(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> float:
+def roofline_parts(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> tuple[float, float]:
+    """(total_s, active_s): the roofline time plus the fixed overheads, and the roofline (kernel) part
+    alone. Overheads are host time (Python, launches, sampling bookkeeping) during which the device
+    waits; ``active_s`` is what nvidia-smi / DCGM-style utilization counts as busy."""
     compute = work.flops / (tp * peak * p.compute_eff)
     memory = work.bytes / (tp * bw * p.memory_eff)
-    return max(compute, memory) + p.overhead_s + p.overhead_per_layer_s * work.layers
+    kernel = max(compute, memory)
+    return kernel + p.overhead_s + p.overhead_per_layer_s * work.layers, kernel
+
+
+def roofline_s(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> float:
+    return roofline_parts(work, p, peak, bw, tp)[0]
+
+
+def decode_parts(coeffs: tuple[float, float, float, float, float], n_steps: int) -> tuple[float, float]:
+    """(total_s, active_s) of ``n_steps`` decode steps: ``decode_sum`` and its kernel part (the per-step
+    overhead excluded; tensor-parallel communication counts as active)."""
+    if n_steps <= 0:
+        return 0.0, 0.0
+    c0, cs, u0, us, over = coeffs
+    kernel = _sum_max_linear(c0, cs, u0, us, n_steps)
+    return kernel + n_steps * over, kernel
 
 
 class CostModel:
@@ -86,6 +105,7 @@ class CostModel:
         self.gpu = gpu
         self.profile = profile
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
+        self.generation = profile.get("generation", {})
         inter = profile.get("interference", {})
         self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
         self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
@@ -106,6 +126,35 @@ class CostModel:
     @property
     def runtimes(self) -> list[str]:
         return sorted(op.split(":", 1)[1] for op in self.ops if op.startswith("score:"))
+
+    # -- generation runtimes (rlhfsim.costs.genruntimes) ---------------------------------------------
+    def has_gen_runtime(self, runtime: str) -> bool:
+        """Does the profile price ``runtime``'s prefill and decode with costs of its own?"""
+        return op_key("prefill", runtime) in self.ops and op_key("decode", runtime) in self.ops
+
+    def gen_params(self, op: str, runtime: str | None) -> OpParams:
+        """``prefill``/``decode`` parameters of a generation runtime; the plain operation (our own
+        decoder) when the profile has none for it."""
+        if runtime is not None and op_key(op, runtime) in self.ops:
+            return self.ops[op_key(op, runtime)]
+        return self.ops[op]
+
+    def gen_scalar(self, runtime: str | None, key: str) -> float:
+        """A generation runtime's ``call_overhead_s``, ``handoff_s`` or ``handoff_per_row_s``; 0 when the
+        profile has no generation entry for it."""
+        assert key in GEN_SCALARS, key
+        info = self.generation.get(runtime) if runtime is not None else None
+        return float(info.get(key) or 0.0) if isinstance(info, dict) else 0.0
+
+    def handoff_s(self, runtime: str | None, rows: int) -> float:
+        """The actor's pause at one chunk boundary (streaming ``rows`` rows' new tokens downstream)."""
+        if rows <= 0:
+            return 0.0
+        return self.gen_scalar(runtime, "handoff_s") + rows * self.gen_scalar(runtime, "handoff_per_row_s")
+
+    def call_overhead_s(self, runtime: str | None) -> float:
+        """The fixed host cost of one ``generate()`` call of a static-batch runtime."""
+        return self.gen_scalar(runtime, "call_overhead_s")
 
     def params(self, op: str, runtime: str | None = None) -> OpParams:
         if runtime is not None:
@@ -136,27 +185,43 @@ class CostModel:
     # -- operations ----------------------------------------------------------------------------------
     def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                   cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                  head: str = "value", all_logits: bool = False) -> float:
+                  head: str = "value", all_logits: bool = False, gen_runtime: str | None = None) -> float:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
-        every token (a log-prob pass: the reference model scores every response token)."""
+        every token (a log-prob pass: the reference model scores every response token). ``runtime``: a
+        scoring runtime (``score:RUNTIME``); ``gen_runtime``: a generation runtime's prefill costs."""
+        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head,
+                                  all_logits, gen_runtime)[0]
+
+    def forward_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                      cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
+                      head: str = "value", all_logits: bool = False,
+                      gen_runtime: str | None = None) -> tuple[float, float]:
+        """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``)."""
         if n_tokens <= 0:
-            return 0.0
+            return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         w = fl.forward_work(m, dtype, n_tokens, n_seqs, cached_tokens, logits, head)
-        return roofline_s(w, self.params(op, runtime), self.gpu.peak(dtype), self.gpu.mem_bw, tp) + \
-            self._tp_comm_s(m, dtype, n_tokens, tp)
+        p = self.gen_params(op, gen_runtime) if gen_runtime is not None and runtime is None else self.params(op, runtime)
+        total, active = roofline_parts(w, p, self.gpu.peak(dtype), self.gpu.mem_bw, tp)
+        comm = self._tp_comm_s(m, dtype, n_tokens, tp)
+        return total + comm, active + comm
 
     def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
                         prefix_tokens: float, tp: int = 1, head: str = "value") -> float:
         """Incremental scoring: prefill ``chunk_tokens`` new tokens on top of ``prefix_tokens`` cached
         (``head="lm"``: a streamed reference model, log-probs of every new token)."""
-        return self.forward_s(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
-                              head=head, all_logits=head == "lm")
+        return self.chunk_prefill_parts(m, dtype, chunk_tokens, n_seqs, prefix_tokens, tp, head)[0]
+
+    def chunk_prefill_parts(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
+                            prefix_tokens: float, tp: int = 1, head: str = "value") -> tuple[float, float]:
+        """(total_s, active_s) of ``chunk_prefill_s``."""
+        return self.forward_parts(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
+                                  head=head, all_logits=head == "lm")
 
     def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
-                       tp: int = 1, overhead_s: float | None = None) -> float:
+                       tp: int = 1, overhead_s: float | None = None, runtime: str | None = None) -> float:
         """Sum of ``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total
         cached tokens over the batch at the first step; each step adds ``batch`` tokens.
 
@@ -165,13 +230,14 @@ class CostModel:
         at the single crossing point: O(1), however many steps."""
         if n_steps <= 0 or batch <= 0:
             return 0.0
-        return decode_sum(self.decode_coeffs(m, dtype, batch, kv_tokens0, tp, overhead_s), n_steps)
+        return decode_sum(self.decode_coeffs(m, dtype, batch, kv_tokens0, tp, overhead_s, runtime), n_steps)
 
     def decode_coeffs(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, tp: int = 1,
-                      overhead_s: float | None = None) -> tuple[float, float, float, float, float]:
+                      overhead_s: float | None = None, runtime: str | None = None) -> tuple[float, float, float, float, float]:
         """(c0, cs, u0, us, per-step overhead) of ``decode_steps_s``: evaluate once, then ``decode_sum``
-        for any number of steps (the simulator inverts the sum by bisection when a segment is cut)."""
-        p = self.ops["decode"]
+        for any number of steps (the simulator inverts the sum by bisection when a segment is cut).
+        ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them."""
+        p = self.gen_params("decode", runtime)
         b = DTYPE_BYTES[dtype]
         body = m.layers * m.layer_params
         peak = tp * self.gpu.peak(dtype) * p.compute_eff
@@ -188,20 +254,32 @@ class CostModel:
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                 head: str = "lm") -> float:
         """Forward + backward of one minibatch on one data-parallel replica."""
+        return self.train_parts(m, dtype, n_tokens, n_seqs, tp, head)[0]
+
+    def train_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                    head: str = "lm") -> tuple[float, float]:
+        """(total_s, active_s) of ``train_s``."""
         if n_tokens <= 0:
-            return 0.0
+            return 0.0, 0.0
         w = fl.train_work(m, dtype, n_tokens, n_seqs, head)
-        return roofline_s(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp) + \
-            self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
+        total, active = roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
+        comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
+        return total + comm, active + comm
 
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
                     inter_node: bool = False) -> float:
         """Gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard."""
+        return self.optimizer_parts(m, dtype, tp, dp, head, inter_node)[0]
+
+    def optimizer_parts(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
+                        inter_node: bool = False) -> tuple[float, float]:
+        """(total_s, active_s) of ``optimizer_s``."""
         shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
         grads = m.params(head) / tp * DTYPE_BYTES[dtype]
-        return roofline_s(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw) + \
-            self.allreduce_s(grads, dp, inter_node)
+        total, active = roofline_parts(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
+        comm = self.allreduce_s(grads, dp, inter_node)
+        return total + comm, active + comm
 
     def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False) -> float:
         """Broadcast the trained actor's weights to a separate generation engine (a ring broadcast

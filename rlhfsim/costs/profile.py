@@ -16,8 +16,10 @@ Layout (``schema_version`` 1)::
       "operations": {                    # fitted parameters per operation (see docs/cost-model.md)
         OP: {"compute_eff": f, "memory_eff": f, "overhead_s": f, "overhead_per_layer_s": f,
              "heldout_mape": f|null, "n_points": int}
-      },                                 # OP in prefill, decode, chunk_prefill, train, optimizer, score:RUNTIME
+      },                                 # OP in prefill, decode, chunk_prefill, train, optimizer, score:RUNTIME,
+                                         # prefill:RUNTIME, decode:RUNTIME (generation runtimes)
       "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default"},
+      "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
       "points": [ {...one measured point...} ]
     }
@@ -30,6 +32,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from rlhfsim.costs.genruntimes import GEN_SCALARS
 from rlhfsim.errors import ProfileError
 
 SCHEMA_VERSION = 1
@@ -83,6 +86,16 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             if not isinstance(v, (int, float)) or v < 0 or (k.endswith("_eff") and not 0 < v <= 1.5):
                 raise ProfileError(f"{where}.operations.{op}.{k}: expected a non-negative number "
                                    f"(efficiencies in (0, 1.5]), got {v!r}")
+    gen = doc.get("generation", {})
+    if not isinstance(gen, dict):
+        raise ProfileError(f"{where}.generation: expected an object keyed by runtime, got {type(gen).__name__}")
+    for rt, info in gen.items():
+        if not isinstance(info, dict):
+            raise ProfileError(f"{where}.generation.{rt}: expected an object, got {type(info).__name__}")
+        for k in GEN_SCALARS:
+            v = info.get(k)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
+                raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
     return doc
 
 

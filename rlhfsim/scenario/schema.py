@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from rlhfsim.costs.genruntimes import DEFAULT_RUNTIME, GEN_RUNTIMES
+
 PositiveInt = Annotated[int, Field(ge=1)]
 Dtype = Literal["bfloat16", "float16", "float32"]
 ROLES = ("actor", "critic", "reference", "reward", "rollout")
@@ -171,6 +173,21 @@ class Generation(Frozen):
     replicas: Optional[PositiveInt] = Field(None, description="Data-parallel generation replicas; default: rollout pool GPUs / rollout TP.")
     kv_cache_fraction: float = Field(0.9, gt=0, le=1, description="Fraction of GPU memory left after weights that the KV cache may use.")
     step_overhead_s: Optional[float] = Field(None, ge=0, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
+    runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
+        None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
+
+    @model_validator(mode="after")
+    def _runtime_fits_engine(self):
+        sem = GEN_RUNTIMES.get(self.runtime) if self.runtime else None
+        if sem not in (None, "any") and sem != self.engine:
+            raise ValueError(f"runtime: expected a runtime with {self.engine} batching for engine {self.engine!r} "
+                             f"({', '.join(r for r, k in GEN_RUNTIMES.items() if k in (self.engine, 'any'))}), got {self.runtime!r}")
+        return self
+
+    @property
+    def resolved_runtime(self) -> str:
+        """The runtime that prices generation: the scenario's, else the engine's default."""
+        return self.runtime or DEFAULT_RUNTIME[self.engine]
 
 
 # --- schedules ------------------------------------------------------------------------------------

@@ -17,6 +17,13 @@ class Interval:
     phase: str
     start_s: float
     end_s: float
+    active_s: float | None = None  # kernel time inside the interval (None: all of it); see docs/cost-model.md
+
+    @property
+    def active(self) -> float:
+        """Seconds of the interval the device executes kernels (host overheads and pauses excluded)."""
+        span = self.end_s - self.start_s
+        return span if self.active_s is None else min(max(self.active_s, 0.0), span)
 
 
 @dataclass
@@ -59,10 +66,12 @@ class Recorder:
         self.steps: list[StepRecord] = []
         self._spans: dict[tuple[int, str], list[float]] = {}
 
-    def busy(self, step: int, pool: str, gpu0: int, n_gpus: int, role: str, phase: str, start: float, end: float) -> None:
+    def busy(self, step: int, pool: str, gpu0: int, n_gpus: int, role: str, phase: str, start: float, end: float,
+             active_s: float | None = None) -> None:
+        """GPUs were assigned work from ``start`` to ``end``; ``active_s`` of it executing kernels."""
         if end < start:
             raise ValueError(f"negative interval {phase} {start}..{end}")
-        self.intervals.append(Interval(step, pool, gpu0, n_gpus, role, phase, start, end))
+        self.intervals.append(Interval(step, pool, gpu0, n_gpus, role, phase, start, end, active_s))
         key = (step, phase)
         span = self._spans.get(key)
         if span is None:

@@ -1,0 +1,60 @@
+"""Generation runtimes: the engines people generate rollouts with, and what a Profile says about each.
+
+This module is the one home of the names and the profile layout; it is pure Python (no torch, no
+pydantic), so both sides import it: ``calibrate/`` measures the runtimes and writes the keys below,
+``rlhfsim/`` reads them.
+
+Runtimes (``GEN_RUNTIMES``) and the batching semantics each framework calls them with:
+
+* ``hf_generate``: ``transformers`` ``generate()`` with its default dynamic cache, as TRL's trainers call
+  it: a batch of left-padded prompts, sampling, a max-new-tokens cap, EOS stopping. Static batching: a
+  batch ends when its longest row ends.
+* ``hf_static``: ``generate()`` with ``cache_implementation="static"`` and ``torch.compile`` of the
+  forward, as the transformers docs recommend for speed. Static batching.
+* ``kv_decoder``: rlhfsim's own static-KV decoder (``calibrate.decoder.StaticKVDecoder``); static or
+  continuous. Its costs are the profile's plain ``prefill``/``decode`` operations.
+* ``vllm``, ``sglang``: continuous batching with paged KV caches; measured only where importable on a
+  CUDA device, otherwise skipped with a reason (never faked).
+
+Profile keys (schema_version 1, all optional, so older profiles still load):
+
+* ``operations["prefill:RT"]``, ``operations["decode:RT"]``: the roofline-with-efficiency parameters
+  (``rlhfsim.costs.model``) of one prefill call / one decode step of runtime RT, fitted exactly like
+  ``prefill``/``decode``. Missing: the plain ``prefill``/``decode`` operations price the runtime (the
+  simulator says so in its summary: ``generation_runtime.fallback``).
+* ``generation[RT]``: what is not a roofline::
+
+      {"valid": bool, "available": bool, "reason": str,      # skipped/invalid: why
+       "semantics": "static"|"continuous",                   # how its framework batches
+       "call_overhead_s": f,     # fixed host cost of one generate() call beyond its prefill and steps
+       "handoff_s": f,           # cost to the actor of one chunk boundary mid-generation (the pause to
+                                 # hand k new tokens per row downstream: a generate() call ending and the
+                                 # next one starting on the cached prefix, the tokens copied to the host)
+       "handoff_per_row_s": f,   # ... plus this much per row in the batch
+       "tokens_match_eager": bool|null,                      # greedy tokens == eager's (correctness first)
+       "source": "measured"|"derived", "n_points": int, ...}
+
+Missing ``generation[RT]``: zero call overhead and zero handoff (stated in the summary).
+"""
+
+from __future__ import annotations
+
+GEN_RUNTIMES: dict[str, str] = {
+    # name -> batching semantics of the framework that calls it
+    "hf_generate": "static",
+    "hf_static": "static",
+    "kv_decoder": "any",
+    "vllm": "continuous",
+    "sglang": "continuous",
+}
+
+# The runtime a scenario's engine uses when ``generation.runtime`` is not given: TRL generates with
+# HF generate (static batches); verl and OpenRLHF with vLLM (continuous batching).
+DEFAULT_RUNTIME = {"static": "hf_generate", "continuous": "vllm"}
+
+GEN_SCALARS = ("call_overhead_s", "handoff_s", "handoff_per_row_s")
+
+
+def op_key(op: str, runtime: str) -> str:
+    """``prefill:hf_generate``: the profile operation of ``op`` (prefill or decode) under ``runtime``."""
+    return f"{op}:{runtime}"
