@@ -66,14 +66,15 @@ def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cach
     return Work(f_lin + f_attn + f_head, weight_bytes + kv_read + act + logit_bytes, 0.0, m.layers)
 
 
-def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float) -> Work:
+def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float, kv_passes: float = 1.0) -> Work:
     """One decode step: ``batch`` sequences each produce one token; ``kv_tokens`` is the total number of
-    cached tokens over the batch (the sum of the sequences' current lengths)."""
+    cached tokens over the batch (the sum of the sequences' current lengths); ``kv_passes``: passes over
+    the cached K/V per step (``rlhfsim.costs.genruntimes.KV_PASSES``: 3 for HF's DynamicCache)."""
     b = DTYPE_BYTES[dtype]
     body = m.layers * m.layer_params
     flops = 2.0 * body * batch + 4.0 * m.layers * m.hidden * kv_tokens + 2.0 * m.hidden * m.vocab * batch
     weight_bytes = m.params("lm") * b
-    kv_read = 2 * m.layers * m.kv_dim * b * kv_tokens
+    kv_read = 2 * m.layers * m.kv_dim * b * kv_tokens * kv_passes
     return Work(flops, weight_bytes + kv_read + LOGIT_BYTES * m.vocab * batch, 0.0, m.layers)
 
 

@@ -35,6 +35,9 @@ Profile keys (schema_version 1, all optional, so older profiles still load):
        "source": "measured"|"derived", "n_points": int, ...}
 
 Missing ``generation[RT]``: zero call overhead and zero handoff (stated in the summary).
+
+Decode-step K/V traffic: ``KV_PASSES`` (below) multiplies the cache bytes a decode step moves; it is
+part of the work both the fit (``calibrate.fit.point_work``) and the simulator compute.
 """
 
 from __future__ import annotations
@@ -53,6 +56,21 @@ GEN_RUNTIMES: dict[str, str] = {
 DEFAULT_RUNTIME = {"static": "hf_generate", "continuous": "vllm"}
 
 GEN_SCALARS = ("call_overhead_s", "handoff_s", "handoff_per_row_s")
+
+# Passes over the cached K/V a decode step makes, by runtime (a mechanism of the implementation, not a
+# fit): transformers' DynamicCache appends with ``torch.cat`` per layer per step
+# (``DynamicLayer.update``), which reads the whole cache and writes it anew before attention reads it:
+# 3 passes. Static caches and paged caches write the new token in place: 1 pass (attention's read).
+# A profile may override it with ``generation[RT].kv_passes``.
+KV_PASSES: dict[str, float] = {"hf_generate": 3.0}
+
+
+def kv_passes(runtime: str | None, profile_generation: dict | None = None) -> float:
+    """K/V passes per decode step of ``runtime`` (see ``KV_PASSES``)."""
+    info = (profile_generation or {}).get(runtime) if runtime else None
+    if isinstance(info, dict) and isinstance(info.get("kv_passes"), (int, float)) and info["kv_passes"] > 0:
+        return float(info["kv_passes"])
+    return KV_PASSES.get(runtime, 1.0) if runtime else 1.0
 
 
 def op_key(op: str, runtime: str) -> str:

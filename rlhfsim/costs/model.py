@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhfsim.costs import flops as fl
-from rlhfsim.costs.genruntimes import GEN_SCALARS, op_key
+from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
@@ -243,7 +243,9 @@ class CostModel:
         peak = tp * self.gpu.peak(dtype) * p.compute_eff
         bw = tp * self.gpu.mem_bw * p.memory_eff
         attn_f = 4.0 * m.layers * m.hidden  # FLOPs per cached token per step
-        kv_b = 2.0 * m.layers * m.kv_dim * b  # bytes per cached token per step
+        # bytes per cached token per step: K and V read by attention, times the runtime's passes over
+        # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
+        kv_b = 2.0 * m.layers * m.kv_dim * b * kv_passes(runtime, self.generation)
         c0 = (2.0 * body * batch + 2.0 * m.hidden * m.vocab * batch + attn_f * kv_tokens0) / peak
         cs = attn_f * batch / peak
         u0 = (m.params("lm") * b + fl.LOGIT_BYTES * m.vocab * batch + kv_b * kv_tokens0) / bw
