@@ -283,6 +283,9 @@ class FreeRewardCost(CostModel):
     def chunk_prefill_s(self, m, *a, **kw):
         return 0.0 if m == self.free else super().chunk_prefill_s(m, *a, **kw)
 
+    def forward_parts(self, m, *a, **kw):  # what stages.forward_pass and the chunk scorer's active time use
+        return (0.0, 0.0) if m == self.free else super().forward_parts(m, *a, **kw)
+
 
 def free_reward_cost(sc: Scenario) -> FreeRewardCost:
     setup = build_setup(sc)

@@ -32,7 +32,7 @@ def run_one(doc: dict, base_dir: str, cost) -> dict:
     s = simulate(sc, cost=cost).summary
     return {"step_time_s": s["step_time_s"], "step_time_p90_s": s["step_time_p90_s"],
             "tokens_per_s": s["tokens_per_s"], "off_policy_token_frac": s["schedule_stats"]["off_policy_token_frac"],
-            "phases_s": s["phases_s"], "utilization": s["gpu_utilization"]}
+            "phases_s": s["phases_s"], "utilization": s["gpu_busy"], "active": s["gpu_active"]}
 
 
 def run_chunk(tasks: list[Task], profiles: dict[str, dict]) -> list[Result]:

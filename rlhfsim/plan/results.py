@@ -29,8 +29,14 @@ METRICS = ("step_time_s", "cost_per_1000_steps", "gpus", "gpu_type", "step_time_
 NUMERIC = ("step_time_s", "cost_per_1000_steps", "step_time_p90_s", "tokens_per_s", "off_policy_token_frac")
 
 
+def util_columns(plan: Plan) -> list[str]:
+    """Per pool, ``util_<pool>`` (busy: work assigned) and beside it ``active_<pool>`` (kernels executing),
+    both fractions of the pool's GPU-time (``rlhfsim.sim.simulation.summarize``)."""
+    return [c for p in plan.pools for c in (f"util_{p}", f"active_{p}")]
+
+
 def columns(plan: Plan) -> list[str]:
-    return ["config", *plan.axes, "feasible", "reason", *METRICS, *PHASE_COLUMNS, *(f"util_{p}" for p in plan.pools)]
+    return ["config", *plan.axes, "feasible", "reason", *METRICS, *PHASE_COLUMNS, *util_columns(plan)]
 
 
 def price_of(plan: Plan, gpu_type: str) -> float:
@@ -45,7 +51,7 @@ def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "")
     row["feasible"] = ok
     row["reason"] = "" if ok else (cfg.reason or reason)
     row["gpus"], row["gpu_type"] = cfg.gpus, cfg.gpu_type
-    for c in (*NUMERIC, *PHASE_COLUMNS, *(f"util_{p}" for p in plan.pools)):
+    for c in (*NUMERIC, *PHASE_COLUMNS, *util_columns(plan)):
         row[c] = None
     if ok:
         step = metrics["step_time_s"]
@@ -57,6 +63,8 @@ def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "")
             row[f"{ph}_s"] = v
         for pool, u in metrics["utilization"].items():
             row[f"util_{pool}"] = u
+        for pool, u in metrics["active"].items():
+            row[f"active_{pool}"] = u
     return row
 
 
@@ -79,7 +87,7 @@ def parse_row(plan: Plan, cfg: Config, cells: dict[str, str]) -> dict:
     row["feasible"] = cells["feasible"] == "true"
     row["reason"] = cells["reason"]
     row["gpus"], row["gpu_type"] = int(cells["gpus"]), cells["gpu_type"]
-    for c in (*NUMERIC, *PHASE_COLUMNS, *(f"util_{p}" for p in plan.pools)):
+    for c in (*NUMERIC, *PHASE_COLUMNS, *util_columns(plan)):
         text = cells.get(c, "")
         row[c] = float(text) if text != "" else None
     return row
@@ -201,4 +209,7 @@ def explain(row: dict) -> str:
     utils = {k[5:]: v for k, v in row.items() if k.startswith("util_") and v is not None}
     if utils:
         text += "; busy: " + ", ".join(f"{p} {100 * u:.0f}%" for p, u in utils.items())
+    active = {k[7:]: v for k, v in row.items() if k.startswith("active_") and v is not None}
+    if active:
+        text += "; active: " + ", ".join(f"{p} {100 * u:.0f}%" for p, u in active.items())
     return text + "."

@@ -99,7 +99,7 @@ class Plan:
 
     @cached_property
     def pools(self) -> list[str]:
-        """Pool names over all configurations (one ``util_<pool>`` column each); read once loaded."""
+        """Pool names over all configurations (``util_<pool>`` and ``active_<pool>`` columns each); read once loaded."""
         return list(dict.fromkeys(p for c in self.configs for p in c.pools))
 
 

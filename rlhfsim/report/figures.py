@@ -8,7 +8,8 @@ Definitions used in titles and hovers (same as the simulator's, notes/contracts.
 - a phase's span in a step = last end - first start of that phase's work in the step; spans of overlapped
   phases overlap, so spans can add up to more than the step time;
 - steady state = the steps after the first ``warmup_steps`` rows of steps.csv;
-- utilization of a pool = busy GPU-seconds / (GPUs x wall seconds), from summary.json.
+- utilization of a pool = busy GPU-seconds / (GPUs x wall seconds), from summary.json; active utilization
+  counts only the kernel seconds (each interval's active_s, capped per GPU by its busy time).
 """
 
 from __future__ import annotations
@@ -152,17 +153,24 @@ def phase_breakdown_figure(run: RunRecords) -> go.Figure:
 
 
 def utilization_figure(summary: dict) -> go.Figure:
-    """Fraction of GPU time busy, per pool (summary.json gpu_utilization)."""
+    """Per pool, the fraction of GPU time busy (summary.json gpu_utilization: work assigned) and, when the
+    run recorded it, active (gpu_active: kernels executing, what nvidia-smi / DCGM report)."""
     pools = list(summary["pools"])
-    util = [summary["gpu_utilization"].get(p, math.nan) for p in pools]
     info = [f"{summary['pools'][p]['gpus']} GPUs: {', '.join(summary['pools'][p]['roles'])}" for p in pools]
-    fig = go.Figure(go.Bar(
-        x=pools, y=util, text=[f"{u:.0%}" if math.isfinite(u) else "n/a" for u in util], textposition="outside",
-        marker_color=SERIES_COLOURS[0], customdata=info,
-        hovertemplate="%{x}: %{y:.1%} busy<br>%{customdata}<extra></extra>",
-    ))
-    fig.update_layout(template=TEMPLATE, height=340, showlegend=False,
-                      title=_title("GPU utilization per pool", "busy GPU-seconds / (GPUs × wall seconds)"),
+    series = [("busy", summary["gpu_utilization"]), ("active", summary.get("gpu_active"))]
+    fig = go.Figure()
+    for i, (name, values) in enumerate(s for s in series if s[1] is not None):
+        util = [values.get(p, math.nan) for p in pools]
+        fig.add_trace(go.Bar(
+            x=pools, y=util, name=name, text=[f"{u:.0%}" if math.isfinite(u) else "n/a" for u in util],
+            textposition="outside", marker_color=SERIES_COLOURS[i], customdata=info,
+            hovertemplate="%{x}: %{y:.1%} " + name + "<br>%{customdata}<extra></extra>",
+        ))
+    note = "busy: GPU-seconds with work assigned / (GPUs × wall seconds)"
+    if "gpu_active" in summary:
+        note += "; active: kernel GPU-seconds (host overheads excluded) / the same"
+    fig.update_layout(template=TEMPLATE, height=360, barmode="group", showlegend=len(fig.data) > 1,
+                      title=_title("GPU utilization per pool", note),
                       xaxis_title="pool", yaxis={"title": "utilization", "range": [0, 1.1], "tickformat": ".0%"})
     return fig
 
@@ -190,11 +198,14 @@ def schedule_comparison_figure(summary: dict) -> go.Figure:
     if summary["schedule"] not in variants:
         variants = {f"{summary['schedule']} (this run)": {
             "step_time_s": summary["step_time_s"], "speedup": None,
-            "phases_s": summary["phases_s"], "gpu_utilization": summary["gpu_utilization"]}, **variants}
+            "phases_s": summary["phases_s"], "gpu_utilization": summary["gpu_utilization"],
+            **({"gpu_active": summary["gpu_active"]} if "gpu_active" in summary else {})}, **variants}
     names = list(variants)
     colours = {n: SERIES_COLOURS[i % len(SERIES_COLOURS)] for i, n in enumerate(names)}
+    util_title = ("GPU busy (plain) / active (hatched)" if any("gpu_active" in variants[n] for n in names)
+                  else "GPU utilization")
     fig = make_subplots(rows=1, cols=3, column_widths=[0.25, 0.45, 0.3], horizontal_spacing=0.07,
-                        subplot_titles=("step time (s)", "phase span (s)", "GPU utilization"))
+                        subplot_titles=("step time (s)", "phase span (s)", util_title))
     fig.add_trace(go.Bar(
         x=names, y=[variants[n]["step_time_s"] for n in names], marker_color=[colours[n] for n in names],
         text=["" if variants[n].get("speedup") is None else f"{variants[n]['speedup']:.2f}×" for n in names],
@@ -209,8 +220,14 @@ def schedule_comparison_figure(summary: dict) -> go.Figure:
         ), row=1, col=2)
         fig.add_trace(go.Bar(
             x=pools, y=[variants[n]["gpu_utilization"].get(p) for p in pools], name=n, legendgroup=n,
-            showlegend=False, marker_color=colours[n], hovertemplate=n + ": %{x} %{y:.1%}<extra></extra>",
+            showlegend=False, marker_color=colours[n], hovertemplate=n + ": %{x} %{y:.1%} busy<extra></extra>",
         ), row=1, col=3)
+        if "gpu_active" in variants[n]:  # hatched: the kernel-executing share of the same GPU time
+            fig.add_trace(go.Bar(
+                x=pools, y=[variants[n]["gpu_active"].get(p) for p in pools], name=n, legendgroup=n,
+                showlegend=False, marker_color=colours[n], marker_pattern_shape="/", opacity=0.6,
+                hovertemplate=n + ": %{x} %{y:.1%} active<extra></extra>",
+            ), row=1, col=3)
     fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=3)
     fig.update_layout(template=TEMPLATE, height=420, barmode="group",
                       title=_title("Schedule comparison", "same scenario and seed under each schedule; label: speedup over sync"))

@@ -32,8 +32,8 @@ section { margin-bottom: 18px; } code { background: #f4f4f4; padding: 0 3px; }
 
 
 _SHOWN_SUMMARY_KEYS = {"scenario", "schedule", "profile", "steps", "warmup_steps", "step_time_s", "step_time_p50_s",
-                       "step_time_p90_s", "tokens_per_s", "pools", "phases_s", "gpu_utilization", "schedule_stats",
-                       "variants"}
+                       "step_time_p90_s", "tokens_per_s", "pools", "phases_s", "gpu_utilization", "gpu_busy",
+                       "gpu_active", "schedule_stats", "variants"}
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,14 @@ def figure_count(sections: list[Section]) -> int:
     return sum(s.figure is not None for s in sections)
 
 
+def _utilization_text(summary: dict, pool: str) -> str:
+    busy = summary["gpu_utilization"].get(pool)
+    text = "busy n/a" if busy is None else f"busy {busy:.1%}"
+    if "gpu_active" in summary and pool in summary["gpu_active"]:
+        text += f", active {summary['gpu_active'][pool]:.1%}"
+    return text
+
+
 def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
     s = run.summary
     overview = table([
@@ -113,7 +121,8 @@ def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
         ("step time, steady mean", f"{s['step_time_s']:.4f} s"),
         ("step time p50 / p90", f"{s['step_time_p50_s']:.4f} s / {s['step_time_p90_s']:.4f} s"),
         ("tokens per second", f"{s['tokens_per_s']:.1f}"),
-        *((f"pool {name}", f"{p['gpus']} GPUs: {', '.join(p['roles'])}") for name, p in s["pools"].items()),
+        *((f"pool {name}", f"{p['gpus']} GPUs: {', '.join(p['roles'])}; " + _utilization_text(s, name))
+          for name, p in s["pools"].items()),
         # Further scalar fields the simulator adds (e.g. profile_source, steady_steps).
         *((k, v) for k, v in s.items() if k not in _SHOWN_SUMMARY_KEYS and isinstance(v, (str, int, float))),
     ])
@@ -127,7 +136,9 @@ def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
                      "Zoom by dragging; double-click to reset."),
         Section("Step time", figures.step_time_figure(run)),
         Section("Phase breakdown", figures.phase_breakdown_figure(run)),
-        Section("Utilization per pool", figures.utilization_figure(s)),
+        Section("Utilization per pool", figures.utilization_figure(s),
+                note="Busy: a GPU has work assigned. Active: it executes kernels (the cost model's roofline "
+                     "part, host overheads excluded), what nvidia-smi and DCGM report as GPU utilization."),
         Section("Response lengths", figures.length_histogram_figure(run.lengths)),
     ]
     if s.get("variants"):

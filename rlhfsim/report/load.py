@@ -7,17 +7,20 @@ expected and what was given.
 Run directory:
   summary.json    {"scenario", "schedule", "steps", "warmup_steps", "step_time_s", "step_time_p50_s",
                    "step_time_p90_s", "phases_s": {phase: s}, "gpu_utilization": {pool: fraction},
+                   optional "gpu_busy" (= gpu_utilization) and "gpu_active": {pool: fraction},
                    "tokens_per_s", "profile", "pools": {pool: {"gpus", "roles"}}, "schedule_stats": {...},
                    optional "variants": {name: {"step_time_s", "speedup" (vs sync, or null), "gpu_utilization",
-                   "phases_s", ...}}}
+                   optional "gpu_busy", "gpu_active", "phases_s", ...}}}
   steps.csv       step,start_s,end_s,step_time_s,generated_tokens,trained_rollouts,deferred,
                   off_policy_token_frac,chunk_tokens,delta,<phase>_s..., other numeric columns
-  intervals.csv   step,pool,gpu,role,phase,start_s,end_s          (one row per busy interval)
+  intervals.csv   step,pool,gpu,role,phase,start_s,end_s[,active_s]   (one row per busy interval and GPU;
+                  active_s: its kernel seconds, <= end_s - start_s; absent in older runs)
   lengths.csv     step,rollout_id,prompt_len,response_len
 Plan directory (recognised by plan.json):
   plan.json       {"axes": {path: [values]}, "objective", "best": row, "pareto": [rows],
                    optional "heatmap": {"x": path, "y": path}}
   results.csv     <axis path>...,step_time_s,cost_per_1000_steps,gpus,feasible,reason,<phase>_s...,util_<pool>...
+                  [,active_<pool>...]   (util: busy fraction; active: kernel fraction)
 All times are seconds of simulated time; fractions are in [0, 1].
 """
 
@@ -49,6 +52,8 @@ PLAN_METRICS = ("step_time_s", "cost_per_1000_steps", "gpus")
 _SUMMARY_NUMBERS = ("step_time_s", "step_time_p50_s", "step_time_p90_s", "tokens_per_s")
 _SUMMARY_INTS = ("steps", "warmup_steps")
 _SUMMARY_STRS = ("scenario", "schedule", "profile")
+UTILIZATION_EXTRA = ("gpu_busy", "gpu_active")  # optional beside gpu_utilization (runs before they existed)
+ACTIVE_SLACK_S = 2e-6  # intervals.csv rounds times to 1 us: active_s may exceed the rounded span by that
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class Intervals:
     phase: np.ndarray     # str (object)
     start_s: np.ndarray   # float64
     end_s: np.ndarray     # float64
+    active_s: np.ndarray | None = None  # float64, kernel seconds of each interval; None: not recorded
 
     def __len__(self) -> int:
         return len(self.step)
@@ -88,7 +94,7 @@ class PlanRecords:
     axes: tuple[str, ...]             # axis paths, in plan.json order
     rows: list[dict]                  # axis values as axis_key(), metrics float (NaN if empty), feasible bool
     phase_columns: tuple[str, ...]    # "<phase>_s" columns present
-    util_columns: tuple[str, ...]     # "util_<pool>" columns present
+    util_columns: tuple[str, ...]     # "util_<pool>" (busy) and "active_<pool>" columns present
 
 
 def is_plan_dir(path: Path) -> bool:
@@ -151,7 +157,8 @@ def check_summary(doc: dict, where: str) -> dict:
         if not isinstance(roles, list) or any(r not in ROLES for r in roles):
             raise _fail(where, f"field 'pools.{name}.roles': expected a list drawn from {list(ROLES)}, got {roles!r}")
     _check_number_map(doc, "phases_s", where, PHASES)
-    _check_number_map(doc, "gpu_utilization", where, tuple(pools))
+    for key in ("gpu_utilization", *(k for k in UTILIZATION_EXTRA if k in doc)):
+        _check_number_map(doc, key, where, tuple(pools))
     if not isinstance(doc.get("schedule_stats"), dict):
         raise _fail(where, f"field 'schedule_stats': expected an object, got {doc.get('schedule_stats')!r}")
     variants = doc.get("variants")
@@ -167,7 +174,8 @@ def check_summary(doc: dict, where: str) -> dict:
             # speedup is relative to the "sync" variant, so null when sync was not compared.
             if variant.get("speedup") is not None and not (_is_number(variant["speedup"]) and variant["speedup"] >= 0):
                 raise RlhfsimError(f"{vwhere}.speedup: expected a non-negative number or null, got {variant['speedup']!r}")
-            _check_number_map(variant, "gpu_utilization", f"{where}: variant '{name}'")
+            for key in ("gpu_utilization", *(k for k in UTILIZATION_EXTRA if k in variant)):
+                _check_number_map(variant, key, f"{where}: variant '{name}'")
             _check_number_map(variant, "phases_s", f"{where}: variant '{name}'", PHASES)
     return doc
 
@@ -251,6 +259,7 @@ def load_intervals(path: Path, pools: dict) -> Intervals:
         phase=_column(path, header, rows, "phase", "str"),
         start_s=_column(path, header, rows, "start_s", "float"),
         end_s=_column(path, header, rows, "end_s", "float"),
+        active_s=_column(path, header, rows, "active_s", "float") if "active_s" in header else None,
     )
     for name, allowed in (("pool", tuple(pools)), ("role", ROLES), ("phase", PHASES)):
         values = getattr(iv, name)
@@ -265,6 +274,11 @@ def load_intervals(path: Path, pools: dict) -> Intervals:
     bad = _first_bad((iv.end_s < iv.start_s) | (iv.start_s < 0))
     if bad is not None:
         raise _fail(f"{path}:{bad + 2}", f"expected 0 <= start_s <= end_s, got start_s={iv.start_s[bad]}, end_s={iv.end_s[bad]}")
+    if iv.active_s is not None:
+        bad = _first_bad((iv.active_s < 0) | (iv.active_s > iv.end_s - iv.start_s + ACTIVE_SLACK_S))
+        if bad is not None:
+            raise _fail(f"{path}:{bad + 2}", f"column 'active_s': expected 0 <= active_s <= end_s - start_s, "
+                        f"got active_s={iv.active_s[bad]} for end_s - start_s={iv.end_s[bad] - iv.start_s[bad]}")
     return iv
 
 
@@ -365,7 +379,7 @@ def load_plan(plan_dir: Path) -> PlanRecords:
     path = plan_dir / "results.csv"
     header, raw_rows = _read_csv(path, (*axes, *PLAN_METRICS, "feasible", "reason"))
     phase_columns = tuple(f"{p}_s" for p in PHASES if f"{p}_s" in header)
-    util_columns = tuple(c for c in header if c.startswith("util_"))
+    util_columns = tuple(c for c in header if c.startswith(("util_", "active_")))
     numeric = (*PLAN_METRICS, *phase_columns, *util_columns)
     rows = []
     for i, raw in enumerate(raw_rows):

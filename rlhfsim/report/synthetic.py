@@ -8,7 +8,8 @@ critic_train running concurrently on the same GPUs, so the timeline needs overla
 identical), "reward" (chunked scoring). Step k+1 starts when step k's weight_sync ends; with
 ``overlap_steps`` step k's critic_train runs on past that, so consecutive steps overlap. Summary numbers are computed from the
 intervals with the same definitions the simulator uses (span = last end - first start; utilization =
-busy GPU-seconds / (GPUs x wall seconds)).
+busy GPU-seconds / (GPUs x wall seconds); active utilization from each interval's active_s, a fixed
+kernel share per phase in ``ACTIVE_SHARE``, through ``rlhfsim.sim.simulation.gpu_busy_active``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,16 @@ from pathlib import Path
 import numpy as np
 
 from rlhfsim.report.load import PHASES, STEP_COLUMNS
+from rlhfsim.sim.simulation import gpu_busy_active
 
 POOLS = {"rollout": {"gpus": 4, "roles": ["rollout"]},
          "train": {"gpus": 4, "roles": ["actor", "critic", "reference"]},
          "reward": {"gpus": 1, "roles": ["reward"]}}
+
+
+# Kernel share of each phase's intervals (decode pays per-step host overhead; a weight copy is all device work).
+ACTIVE_SHARE = {"generate": 0.6, "reward": 0.85, "reference": 0.85, "critic_fwd": 0.85, "actor_train": 0.9,
+                "critic_train": 0.9, "weight_sync": 1.0}
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
@@ -32,19 +39,6 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
-
-
-def _busy_s(spans: list[tuple[float, float]]) -> float:
-    """Length of the union of [start, end] spans."""
-    total, cur_start, cur_end = 0.0, None, None
-    for start, end in sorted(spans):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    return total + (cur_end - cur_start if cur_end is not None else 0.0)
 
 
 def write_run_dir(out: Path, *, steps: int = 6, warmup_steps: int = 1, chunks: int = 4, rollouts: int = 16,
@@ -105,24 +99,29 @@ def write_run_dir(out: Path, *, steps: int = 6, warmup_steps: int = 1, chunks: i
     phase_cols = [f"{p}_s" for p in PHASES if f"{p}_s" in step_rows[0]]
     _write_csv(out / "steps.csv", [*STEP_COLUMNS, *phase_cols],
                [[row.get(c, "") for c in (*STEP_COLUMNS, *phase_cols)] for row in step_rows])
-    _write_csv(out / "intervals.csv", ["step", "pool", "gpu", "role", "phase", "start_s", "end_s"],
-               [[s, pool, g, role, ph, f"{a:.9g}", f"{b:.9g}"] for s, pool, g, role, ph, a, b in intervals])
+    _write_csv(out / "intervals.csv", ["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"],
+               [[s, pool, g, role, ph, f"{a:.9g}", f"{b:.9g}", f"{ACTIVE_SHARE[ph] * (b - a):.9g}"]
+                for s, pool, g, role, ph, a, b in intervals])
     _write_csv(out / "lengths.csv", ["step", "rollout_id", "prompt_len", "response_len"], length_rows)
 
     steady = step_rows[warmup_steps:]
     times = np.array([r["step_time_s"] for r in steady])
     window = (steady[0]["start_s"], steady[-1]["end_s"])
-    util = {}
+    util, active = {}, {}
     for pool, spec in POOLS.items():
-        busy = sum(_busy_s([(max(a, window[0]), min(b, window[1])) for s, p, g, _, _, a, b in intervals
-                            if p == pool and g == gpu and b > window[0] and a < window[1]])
-                   for gpu in range(spec["gpus"]))
-        util[pool] = busy / (spec["gpus"] * (window[1] - window[0]))
+        per_gpu = [gpu_busy_active([(max(a, window[0]), min(b, window[1]),
+                                     ACTIVE_SHARE[ph] * (min(b, window[1]) - max(a, window[0])))
+                                    for s, p, g, _, ph, a, b in intervals
+                                    if p == pool and g == gpu and b > window[0] and a < window[1]])
+                   for gpu in range(spec["gpus"])]
+        util[pool] = sum(b for b, _ in per_gpu) / (spec["gpus"] * (window[1] - window[0]))
+        active[pool] = sum(a for _, a in per_gpu) / (spec["gpus"] * (window[1] - window[0]))
     phases_s = {p: float(np.mean([r[f"{p}_s"] for r in steady])) for p in PHASES if f"{p}_s" in steady[0]}
     summary = {
         "scenario": "synthetic-ppo", "schedule": "oppo", "steps": steps, "warmup_steps": warmup_steps,
         "step_time_s": float(times.mean()), "step_time_p50_s": float(np.percentile(times, 50)),
         "step_time_p90_s": float(np.percentile(times, 90)), "phases_s": phases_s, "gpu_utilization": util,
+        "gpu_busy": util, "gpu_active": active,
         "tokens_per_s": float(sum(r["generated_tokens"] for r in steady) / (window[1] - window[0])),
         "profile": "synthetic", "pools": POOLS,
         "schedule_stats": {"chunk_tokens": 256, "delta": 2, "deferred_mean": 1.0, "note": "synthetic"},
@@ -131,9 +130,12 @@ def write_run_dir(out: Path, *, steps: int = 6, warmup_steps: int = 1, chunks: i
         summary["variants"] = {
             "sync": {"step_time_s": summary["step_time_s"] * 1.4, "speedup": 1.0,
                      "gpu_utilization": {p: u / 1.4 for p, u in util.items()},
+                     "gpu_busy": {p: u / 1.4 for p, u in util.items()},
+                     "gpu_active": {p: u / 1.4 for p, u in active.items()},
                      "phases_s": {p: s * (0.8 if p in ("reward", "reference", "critic_fwd") else 1.0)
                                   for p, s in phases_s.items()}},
             "oppo": {"step_time_s": summary["step_time_s"], "speedup": 1.4, "gpu_utilization": util,
+                     "gpu_busy": util, "gpu_active": active,
                      "phases_s": phases_s},
         }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -160,7 +162,7 @@ def write_plan_dir(out: Path, *, seed: int = 0, heatmap: dict | None = None) -> 
                "cost_per_1000_steps": step * 1000 / 3600 * gpus * price[gpu] if feasible else "",
                "feasible": "true" if feasible else "false",
                "reason": "" if feasible else "actor_train: 93.1 GB needed > 80 GB per GPU",
-               **phase, "util_rollout": 0.6, "util_train": 0.5}
+               **phase, "util_rollout": 0.6, "util_train": 0.5, "active_rollout": 0.4, "active_train": 0.45}
         rows.append(row)
     header = list(rows[0])
     _write_csv(out / "results.csv", header, [[r[c] for c in header] for r in rows])

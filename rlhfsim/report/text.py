@@ -23,14 +23,15 @@ def print_summary(s: dict, console: Console | None = None) -> None:
     for ph, v in s["phases_s"].items():
         t.add_row(ph, f"{v:.3f}", f"{100 * v / s['step_time_s']:.1f}")
     c.print(t)
-    t = Table(title="GPU utilization")
+    t = Table(title="GPU utilization (busy: work assigned; active: kernels running)")
     t.add_column("pool")
     t.add_column("GPUs", justify="right")
     t.add_column("roles")
     t.add_column("busy", justify="right")
-    for pool, u in s["gpu_utilization"].items():
+    t.add_column("active", justify="right")
+    for pool, u in s["gpu_busy"].items():
         info = s["pools"][pool]
-        t.add_row(pool, str(info["gpus"]), ",".join(info["roles"]), f"{100 * u:.1f}%")
+        t.add_row(pool, str(info["gpus"]), ",".join(info["roles"]), f"{100 * u:.1f}%", f"{100 * s['gpu_active'][pool]:.1f}%")
     c.print(t)
 
 
@@ -40,10 +41,10 @@ def print_comparison(v: dict, console: Console | None = None) -> None:
     t.add_column("variant")
     t.add_column("step time s", justify="right")
     t.add_column("speedup vs sync", justify="right")
-    t.add_column("GPU utilization")
+    t.add_column("GPU busy / active")
     t.add_column("off-policy tokens", justify="right")
     for name, r in v["variants"].items():
         sp = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
-        util = "  ".join(f"{p} {100 * u:.0f}%" for p, u in r["gpu_utilization"].items())
+        util = "  ".join(f"{p} {100 * u:.0f}%/{100 * r['gpu_active'][p]:.0f}%" for p, u in r["gpu_busy"].items())
         t.add_row(name, f"{r['step_time_s']:.2f}", sp, util, f"{100 * r['off_policy_token_frac']:.1f}%")
     c.print(t)

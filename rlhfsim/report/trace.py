@@ -2,7 +2,8 @@
 chrome://tracing.
 
 Every busy interval becomes one complete event {"ph": "X", "name": phase, "cat": role, "ts": start_us,
-"dur": (end - start)_us, "pid": pool index + 1, "tid": gpu, "args": {"step": step}}; timestamps are
+"dur": (end - start)_us, "pid": pool index + 1, "tid": gpu, "args": {"step": step[, "active_s": kernel
+seconds, when intervals.csv has them]}}; timestamps are
 simulated seconds x 1e6 (microseconds, the format's unit). Metadata events ("ph": "M") name each process
 after its pool and each thread after its GPU. Complete events on one thread must nest or be disjoint, so
 intervals that overlap on a GPU go to extra lanes: lane k of GPU g has tid g + k x gpus, named
@@ -59,11 +60,14 @@ def chrome_trace(run: RunRecords) -> dict:
             ts = np.round(iv.start_s[rows] * US_PER_S, 3)
             dur = np.maximum(np.round(iv.end_s[rows] * US_PER_S, 3) - ts, 0.0)
             tids = gpu + lanes * gpus
+            args = [{"step": step} for step in iv.step[rows].tolist()]
+            if iv.active_s is not None:
+                for a, active in zip(args, iv.active_s[rows].tolist()):
+                    a["active_s"] = active
             events.extend({"ph": "X", "name": name, "cat": cat, "ts": t, "dur": d, "pid": pid, "tid": tid,
-                           "args": {"step": step}}
-                          for name, cat, t, d, tid, step in zip(iv.phase[rows].tolist(), iv.role[rows].tolist(),
-                                                                ts.tolist(), dur.tolist(), tids.tolist(),
-                                                                iv.step[rows].tolist()))
+                           "args": a}
+                          for name, cat, t, d, tid, a in zip(iv.phase[rows].tolist(), iv.role[rows].tolist(),
+                                                             ts.tolist(), dur.tolist(), tids.tolist(), args))
     s = run.steps
     lanes = assign_lanes(s["start_s"], s["end_s"])
     for lane in range(int(lanes.max()) + 1 if lanes.size else 1):

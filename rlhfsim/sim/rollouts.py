@@ -26,7 +26,7 @@ class Rollout:
     finished_at: float | None = None
     paused: bool = False  # spent this step's token budget (partial rollouts)
     step_budget_used: int = 0
-    # Generation's event clock (see rlhfsim.sim.generation): generated = replica step - clock_offset.
+    # The engines' event clock (rlhfsim.sim.engines.clock): generated = replica step - clock_offset.
     clock_offset: int = 0
     budget_at: int = 0
     heap_version: int = 0

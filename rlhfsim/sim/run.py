@@ -88,14 +88,16 @@ def compare(sc: Scenario, names: list[str], base: SimResult | None = None, **kw)
     for n, r in results.items():
         s = r.summary
         out[n] = {"step_time_s": s["step_time_s"], "speedup": (base / s["step_time_s"]) if base else None,
-                  "gpu_utilization": s["gpu_utilization"], "phases_s": s["phases_s"],
+                  "gpu_utilization": s["gpu_utilization"], "gpu_busy": s["gpu_busy"],
+                  "gpu_active": s["gpu_active"], "phases_s": s["phases_s"],
                   "tokens_per_s": s["tokens_per_s"],
                   "off_policy_token_frac": s["schedule_stats"]["off_policy_token_frac"]}
     return {"variants": out}, results
 
 
 def write_outputs(result: SimResult, out: Path, variants: dict | None = None) -> None:
-    """``summary.json``, ``steps.csv``, ``intervals.csv`` and ``lengths.csv`` in ``out``."""
+    """``summary.json``, ``steps.csv``, ``intervals.csv`` (one row per GPU of each interval, with its
+    active seconds) and ``lengths.csv`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     summary = dict(result.summary)
     if variants:
@@ -111,10 +113,11 @@ def write_outputs(result: SimResult, out: Path, variants: dict | None = None) ->
                        + [r.phases_s.get(p, 0.0) for p in PHASES])
     with open(out / "intervals.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["step", "pool", "gpu", "role", "phase", "start_s", "end_s"])
+        w.writerow(["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"])
         for iv in result.intervals:
             for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus):
-                w.writerow([iv.step, iv.pool, g, iv.role, iv.phase, f"{iv.start_s:.6f}", f"{iv.end_s:.6f}"])
+                w.writerow([iv.step, iv.pool, g, iv.role, iv.phase, f"{iv.start_s:.6f}", f"{iv.end_s:.6f}",
+                            f"{iv.active:.6f}"])
     with open(out / "lengths.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["step", "rollout_id", "prompt_len", "response_len"])

@@ -150,6 +150,10 @@ class SimResult:
 
 
 def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
+    """The summary of a run over its steady steps (after ``warmup_steps``). Two utilizations per pool, as
+    fractions of GPU-time in the steady window: ``gpu_busy`` (work assigned to the GPU; also written as
+    ``gpu_utilization``, its older name) and ``gpu_active`` (kernels executing: the cost model's roofline
+    part, without host overheads; what nvidia-smi / DCGM "GPU utilization" reports). active <= busy."""
     s = sim.setup
     sc = s.scenario
     warm = min(sc.warmup_steps, max(len(steps) - 1, 0))
@@ -159,7 +163,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
     window = max(t1 - t0, 1e-12)
     phases = {ph: float(np.mean([r.phases_s.get(ph, 0.0) for r in steady])) for ph in PHASES
               if any(ph in r.phases_s for r in steady)}
-    util = pool_utilization(sim, t0, t1)
+    busy, active = pool_utilization(sim, t0, t1)
     gen_tokens = sum(r.generated_tokens for r in steady)
     ages = Counter(a for r in steady for a in r.deferral_ages)
     stal = Counter(r.staleness for r in steady)
@@ -184,34 +188,56 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "step_time_p50_s": float(np.percentile(times, 50)),
         "step_time_p90_s": float(np.percentile(times, 90)),
         "phases_s": phases,
-        "gpu_utilization": util,
+        "gpu_utilization": busy,
+        "gpu_busy": dict(busy),
+        "gpu_active": active,
         "tokens_per_s": gen_tokens / window,
         "pools": {p.name: {"gpus": p.gpus, "roles": list(p.roles)} for p in s.pools},
         "schedule_stats": stats,
     }
 
 
-def pool_utilization(sim: Simulation, t0: float, t1: float) -> dict[str, float]:
-    """Fraction of GPU-time each pool was busy in [t0, t1] (union of overlapping work per GPU)."""
+def pool_utilization(sim: Simulation, t0: float, t1: float) -> tuple[dict[str, float], dict[str, float]]:
+    """(busy, active): fractions of each pool's GPU-time in [t0, t1] that its GPUs had work assigned
+    (the union of overlapping intervals per GPU) and that they executed kernels (``gpu_busy_active``)."""
     per_gpu: dict[tuple[str, int], list] = defaultdict(list)
     for iv in sim.rec.intervals:
         if iv.pool not in sim.locks or iv.end_s <= t0 or iv.start_s >= t1:
             continue
+        a, b = max(iv.start_s, t0), min(iv.end_s, t1)
+        span = iv.end_s - iv.start_s
+        active = iv.active * (b - a) / span if span > 0 else 0.0  # the clipped share of its kernel time
         for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus):
-            per_gpu[(iv.pool, g)].append((max(iv.start_s, t0), min(iv.end_s, t1)))
+            per_gpu[(iv.pool, g)].append((a, b, active))
     busy: dict[str, float] = defaultdict(float)
+    active: dict[str, float] = defaultdict(float)
     for (pool, _), ivs in per_gpu.items():
-        ivs.sort()
-        cur_s, cur_e = ivs[0]
-        for a, b in ivs[1:]:
-            if a > cur_e:
-                busy[pool] += cur_e - cur_s
-                cur_s, cur_e = a, b
-            else:
-                cur_e = max(cur_e, b)
-        busy[pool] += cur_e - cur_s
+        gpu_busy, gpu_active = gpu_busy_active(ivs)
+        busy[pool] += gpu_busy
+        active[pool] += gpu_active
     span = max(t1 - t0, 1e-12)
-    return {p.name: busy[p.name] / (p.gpus * span) for p in sim.setup.pools}
+    pools = sim.setup.pools
+    return ({p.name: busy[p.name] / (p.gpus * span) for p in pools},
+            {p.name: active[p.name] / (p.gpus * span) for p in pools})
+
+
+def gpu_busy_active(ivs: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(busy_s, active_s) of one GPU from its intervals (start_s, end_s, active_s), already clipped to
+    the window: busy is the length of the union of [start, end]; active is the sum of the intervals'
+    active seconds, capped by busy (overlapping work cannot keep a device more than 100% active)."""
+    if not ivs:
+        return 0.0, 0.0
+    ivs = sorted(ivs)
+    busy = 0.0
+    cur_s, cur_e = ivs[0][0], ivs[0][1]
+    for a, b, _ in ivs[1:]:
+        if a > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    busy += cur_e - cur_s
+    return busy, min(sum(x[2] for x in ivs), busy)
 
 
 def _overlap(a: range, b: range) -> bool:

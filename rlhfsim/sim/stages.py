@@ -3,9 +3,14 @@
 Forward passes (reward scoring, reference log-probs, critic values) run data-parallel over the replicas
 of their pool (pool GPUs / TP), in padded micro-batches of ``generation.max_batch`` sequences (Hugging
 Face style: every sequence padded to the longest in its micro-batch). Training runs ``ppo_epochs`` passes
-of minibatches of ``minibatch_size`` sequences (a seeded shuffle per epoch) split over the data-parallel ranks, each minibatch a
-forward+backward (padded) plus a gradient all-reduce and an AdamW step. The chunk scorer serves OPPO's
-intra-step overlap: each streamed chunk is prefilled on top of that sequence's cached prefix.
+of minibatches of ``minibatch_size`` sequences (a seeded shuffle per epoch) dealt round-robin over the
+data-parallel ranks, each rank padding to its own longest row; a minibatch takes the slowest rank's
+forward+backward plus a gradient all-reduce and an AdamW step. The chunk scorer serves OPPO's intra-step
+overlap: each streamed chunk is prefilled on top of that sequence's cached prefix.
+
+Every interval records its active (kernel) seconds beside its span: the cost model's roofline part
+without host overheads (``CostModel.*_parts``). A data-parallel rank that finishes its rows first waits
+inside the gradient all-reduce, whose (NCCL) kernel is already running: active, as nvidia-smi counts it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ def _replicas(sim, role: str) -> tuple[int, int]:
     pool = sim.setup.pool_of(role)
     tp = sim.setup.tp[role]
     return max(pool.gpus // tp, 1), tp
+
+
+def _kernel_share(span_s: float, parts: tuple[float, float]) -> float:
+    """Active seconds of an interval of ``span_s`` priced as ``parts`` = (total_s, active_s): the same
+    kernel share of the span (a slowdown stretches kernels and host time alike)."""
+    total, active = parts
+    return span_s * active / total if total > 0 else 0.0
 
 
 def _padded_microbatches(rows: list[Rollout], mb: int):
@@ -48,13 +60,16 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
         durs = []
         for k in range(n_rep):
             mine = rows[k::n_rep]
-            t = 0.0
+            t = active = 0.0
             for n, length in _padded_microbatches(mine, mb):
-                t += sim.cost.forward_s(model, dtype, n * length, n, tp, op="prefill",
-                                        runtime=sim.forward_runtime(role), head=s.head(role), all_logits=True)
+                total, kernel = sim.cost.forward_parts(model, dtype, n * length, n, tp, op="prefill",
+                                                       runtime=sim.forward_runtime(role), head=s.head(role),
+                                                       all_logits=True)
+                t += total
+                active += kernel
             durs.append(t)
             if t > 0:
-                sim.rec.busy(step, pool.name, k * tp, tp, role, ROLE_PHASE[role], start, start + t)
+                sim.rec.busy(step, pool.name, k * tp, tp, role, ROLE_PHASE[role], start, start + t, active_s=active)
         yield env.timeout(max(durs))
 
 
@@ -64,12 +79,18 @@ def rule_reward(env, sim, step: int, rows: list[Rollout]):
     t = math.ceil(len(rows) / rule.workers) * rule.cpu_s_per_sample
     start = env.now
     yield env.timeout(t)
-    if t > 0:
-        sim.rec.busy(step, "cpu", 0, 1, "reward", "reward", start, env.now)
+    if t > 0:  # no GPU work: the pseudo-pool is never counted in GPU utilization
+        sim.rec.busy(step, "cpu", 0, 1, "reward", "reward", start, env.now, active_s=0.0)
 
 
 def train(env, sim, step: int, role: str, rows: list[Rollout]):
-    """Process: ``ppo_epochs`` x minibatches of forward+backward, all-reduce and optimizer step."""
+    """Process: ``ppo_epochs`` x minibatches of forward+backward, all-reduce and optimizer step.
+
+    A minibatch's rows are dealt round-robin over the ``dp`` ranks in the shuffled order (as a
+    DistributedSampler deals them); rank k runs its rows padded to its own longest (prompt + response):
+    t_k = train_s(n_k x L_k, n_k). The minibatch takes max_k t_k + optimizer_s (the all-reduce waits for
+    the slowest rank). Active: the slowest rank's kernel time plus the optimizer's; every rank shares it,
+    since a faster rank waits inside the all-reduce kernel and the host overhead is the same per call."""
     s = sim.setup
     alg = s.scenario.algorithm
     pool = s.pool_of(role)
@@ -80,19 +101,23 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     with sim.locks[pool.name].request() as req:
         yield req
         start = env.now
-        t = 0.0
-        opt = sim.cost.optimizer_s(model, dtype, tp, dp, head, pool.spans_nodes)
+        t = active = 0.0
+        opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes)
         for _ in range(alg.ppo_epochs):
-            # PPO trainers shuffle the batch each epoch; padding per minibatch depends on who lands together.
+            # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
             order = [rows[j] for j in sim.shuffle_rng.permutation(len(rows))]
             for i in range(0, len(order), alg.minibatch_size):
                 part = order[i:i + alg.minibatch_size]
-                per_rank = math.ceil(len(part) / dp)
-                length = max(r.prompt_len + r.response_len for r in part)
-                t += sim.cost.train_s(model, dtype, per_rank * length, per_rank, tp, head) + opt
+                slowest = (0.0, 0.0)
+                for k in range(min(dp, len(part))):
+                    mine = part[k::dp]
+                    length = max(r.prompt_len + r.response_len for r in mine)
+                    slowest = max(slowest, sim.cost.train_parts(model, dtype, len(mine) * length, len(mine), tp, head))
+                t += slowest[0] + opt
+                active += slowest[1] + opt_active
         yield env.timeout(t)
         if t > 0:
-            sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now)
+            sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now, active_s=active)
 
 
 def weight_sync(env, sim, step: int):
@@ -110,7 +135,8 @@ def weight_sync(env, sim, step: int):
         yield req
         start = env.now
         yield env.timeout(t)
-        sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now)
+        # A device-memory copy or a link transfer: the device works throughout.
+        sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=t)
 
 
 class ChunkScorer:
@@ -188,7 +214,9 @@ class ChunkScorer:
                 sim.set_active(self.pool.name, "prefill", gpus, +1)
             start = env.now
             yield env.timeout(t)
-            sim.rec.busy(step, self.pool.name, k * self.tp, self.tp, self.role, ROLE_PHASE[self.role], start, env.now)
+            sim.rec.busy(step, self.pool.name, k * self.tp, self.tp, self.role, ROLE_PHASE[self.role], start, env.now,
+                         active_s=_kernel_share(env.now - start, sim.cost.chunk_prefill_parts(
+                             model, dtype, tokens, len(jobs), prefix, self.tp, s.head(self.role))))
             self.chunks += len(jobs)
             self.tokens += tokens
             self.outstanding -= len(jobs)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 import yaml
 
-FIELDS = ("step_time_s", "phases_s", "gpu_utilization", "tokens_per_s", "steps")
+FIELDS = ("step_time_s", "phases_s", "gpu_utilization", "gpu_busy", "gpu_active", "tokens_per_s", "steps")
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +26,22 @@ def test_simulate_json(cli, tiny_yaml):
         assert k in doc
     assert doc["steps"] == 3 and doc["schedule"] == "oppo" and doc["scenario"] == "tiny"
     assert doc["step_time_s"] > 0 and doc["tokens_per_s"] > 0
-    assert set(doc["gpu_utilization"]) == {"all"}
+    assert set(doc["gpu_utilization"]) == set(doc["gpu_busy"]) == set(doc["gpu_active"]) == {"all"}
+    assert doc["gpu_busy"] == doc["gpu_utilization"]
+    assert 0 < doc["gpu_active"]["all"] <= doc["gpu_busy"]["all"] <= 1
 
 
 def test_simulate_table(cli, tiny_yaml):
-    p = cli("simulate", tiny_yaml, "--steps", 2)
+    p = cli("simulate", tiny_yaml, "--steps", 2, "--compare", "sync,oppo")
     assert p.returncode == 0, p.stderr
     assert "step time" in p.stdout and "generate" in p.stdout and "GPU utilization" in p.stdout
+    doc = json.loads(cli("simulate", tiny_yaml, "--steps", 2, "--format", "json").stdout)
+    # The utilization table: a busy and an active column, the pool's row with both percentages.
+    row = next(line for line in p.stdout.splitlines() if "│ all " in line and "%" in line)
+    busy, active = (f"{100 * doc[k]['all']:.1f}%" for k in ("gpu_busy", "gpu_active"))
+    assert "busy" in p.stdout and "active" in p.stdout and busy in row and active in row
+    # The comparison table: each variant's pools as busy%/active%.
+    assert all(re.search(rf"│ {name} .* all \d+%/\d+% ", p.stdout) for name in ("sync", "oppo")), p.stdout
 
 
 def test_simulate_out_dir(cli, tiny_yaml, tmp_path):
@@ -45,11 +55,12 @@ def test_simulate_out_dir(cli, tiny_yaml, tmp_path):
     assert len(steps) == 3 and {"step", "step_time_s", "generated_tokens"} <= set(steps[0])
     with open(out / "intervals.csv") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["step", "pool", "gpu", "role", "phase", "start_s", "end_s"]
+    assert rows[0] == ["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"]
     assert len(rows) > 3
     for r in rows[1:]:
         assert int(r[0]) in (0, 1, 2) and r[1] == "all" and r[2] == "0"
         assert float(r[6]) >= float(r[5]) >= 0
+        assert 0 <= float(r[7]) <= float(r[6]) - float(r[5]) + 2e-6
 
 
 def test_seed_option(cli, tiny_yaml):

@@ -59,8 +59,16 @@ def test_plan_writes_results_plan_json_and_prints_json(plan_file, tmp_path):
     assert len(rows) == N
     assert list(rows[0])[:6] == ["config", *AXES]
     for c in ("feasible", "reason", "step_time_s", "cost_per_1000_steps", "gpus", "gpu_type", "generate_s",
-              "weight_sync_s", "util_all", "util_actor", "util_reward"):
+              "weight_sync_s", "util_all", "util_actor", "util_reward", "active_all", "active_actor", "active_reward"):
         assert c in rows[0]
+    header = list(rows[0])
+    assert header.index("active_all") == header.index("util_all") + 1  # beside its busy column
+    for row in rows:
+        for pool in ("all", "actor", "reward"):
+            if row[f"util_{pool}"]:
+                assert 0 < float(row[f"active_{pool}"]) <= float(row[f"util_{pool}"]) <= 1
+            else:
+                assert row[f"active_{pool}"] == ""
     assert sum(r["feasible"] == "true" for r in rows) == doc["feasible"]
     for row in rows:
         if row["feasible"] == "false":

@@ -1,6 +1,8 @@
 """Hypothesis properties of the simulator over random small scenarios and schedules:
 
-- every prompt is generated, scored and trained exactly once (nothing lost, nothing twice);
+- every prompt is generated, scored and trained exactly once (nothing lost, nothing twice), also when
+  the generation runtime charges a per-call overhead and a pause at every chunk boundary (pauses that a
+  stop can interrupt);
 - durations are non-negative, steps follow each other;
 - a synchronous step never gets faster when every response gets longer;
 - the same seed gives identical output.
@@ -8,10 +10,15 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from hypothesis import given
 from hypothesis import strategies as st
+
+from rlhfsim.costs.model import CostModel
+from rlhfsim.scenario import load_scenario
+from rlhfsim.scenario.checks import build_setup
 
 
 @st.composite
@@ -81,11 +88,24 @@ def scenarios(draw, make):
     return d
 
 
+@st.composite
+def gen_costs(draw, d: dict):
+    """None (the bundled profile) or the bundled profile with generation-runtime costs: a call overhead
+    and a chunk handoff (fixed plus per row) for both default runtimes."""
+    if draw(st.booleans()):
+        return None
+    setup = build_setup(load_scenario(d))
+    prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
+    prof["generation"] = {rt: {"call_overhead_s": draw(st.floats(0, 0.05)), "handoff_s": draw(st.floats(0, 0.05)),
+                               "handoff_per_row_s": draw(st.floats(0, 0.005))} for rt in ("hf_generate", "vllm")}
+    return CostModel(setup.gpu, prof)
+
+
 @given(data=st.data())
 def test_nothing_lost_nothing_twice_no_negative_durations(data, scenario_dict, tracked, conservation):
     d = data.draw(scenarios(scenario_dict))
     steps = data.draw(st.integers(1, 5))
-    run = tracked(d, steps=steps)
+    run = tracked(d, steps=steps, cost=data.draw(gen_costs(d)))
     conservation(run)
     assert len(run.records) == steps
 
@@ -122,6 +142,7 @@ def test_sync_step_never_faster_when_every_response_is_longer(data, scenario_dic
 @given(data=st.data())
 def test_same_seed_identical_output(data, scenario_dict, tracked):
     d = data.draw(scenarios(scenario_dict))
-    a, b = tracked(d, steps=3), tracked(d, steps=3)
+    cost = data.draw(gen_costs(d))
+    a, b = tracked(d, steps=3, cost=cost), tracked(d, steps=3, cost=cost)
     assert [dataclasses.asdict(r) for r in a.records] == [dataclasses.asdict(r) for r in b.records]
     assert a.sim.rec.intervals == b.sim.rec.intervals

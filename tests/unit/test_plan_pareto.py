@@ -72,5 +72,7 @@ def test_explain_names_the_dominant_phase_and_its_share():
     assert s.startswith("generation spans 75% of the step; ")
     assert "reward scoring, overlapped with it, spans 72%" in s
     assert s.endswith("busy: actor 80%, reward 7%.")
+    s = explain({**r, "active_actor": 0.55, "active_reward": 0.05, "active_all": None})
+    assert s.endswith("busy: actor 80%, reward 7%; active: actor 55%, reward 5%.")
     s = explain(row(10.0, 1.0, generate_s=2.0, actor_train_s=6.0))
     assert s.startswith("actor training spans 60% of the step; actor training is compute-bound")

@@ -74,6 +74,8 @@ def test_load_run_reads_every_file(run_dir):
     (lambda d: _rewrite_csv(d / "intervals.csv", lambda r: r[1].__setitem__(4, "decode")), "intervals.csv:2: column 'phase'"),
     (lambda d: _rewrite_csv(d / "intervals.csv", lambda r: r[3].__setitem__(2, "99")), "intervals.csv:4: column 'gpu': expected 0.."),
     (lambda d: _rewrite_csv(d / "intervals.csv", lambda r: r[2].__setitem__(6, "-1")), "intervals.csv:3: expected 0 <= start_s <= end_s"),
+    (lambda d: _rewrite_csv(d / "intervals.csv", lambda r: r[2].__setitem__(7, "1e3")), "intervals.csv:3: column 'active_s': expected 0 <= active_s <= end_s - start_s"),
+    (lambda d: _edit_summary(d, lambda s: s["gpu_active"].update(train=-0.1)), "field 'gpu_active.train'"),
     (lambda d: _rewrite_csv(d / "steps.csv", lambda r: r[2].__setitem__(1, "soon")), "steps.csv:3: column 'start_s': expected a number, got 'soon'"),
     (lambda d: _rewrite_csv(d / "lengths.csv", lambda r: [row.pop(3) for row in r]), "lengths.csv: expected column(s) response_len"),
     (lambda d: _rewrite_csv(d / "lengths.csv", lambda r: r[5].pop()), "lengths.csv:6: expected 4 fields, got 3"),
@@ -113,6 +115,7 @@ def test_load_plan_types_and_errors(plan_dir):
     assert {r["placement.train_gpus"] for r in plan.rows} == {2.0, 4.0, 8.0}
     infeasible = [r for r in plan.rows if not r["feasible"]]
     assert all(math.isnan(r["step_time_s"]) and r["reason"] for r in infeasible)
+    assert plan.util_columns == ("util_rollout", "util_train", "active_rollout", "active_train")
     _rewrite_csv(plan_dir / "results.csv", lambda r: r[1].__setitem__(r[0].index("feasible"), "maybe"))
     with pytest.raises(RlhfsimError, match=r"results.csv:2: column 'feasible': expected true or false, got 'maybe'"):
         load_plan(plan_dir)
@@ -213,14 +216,21 @@ def test_phase_breakdown_matches_summary_and_steps(run_dir):
 def test_utilization_histogram_and_comparison(run_dir):
     run = load_run(run_dir)
     util = figures.utilization_figure(run.summary)
-    assert list(util.data[0].x) == list(run.summary["pools"])
-    assert np.allclose(util.data[0].y, [run.summary["gpu_utilization"][p] for p in util.data[0].x])
-    assert all(0 <= u <= 1 for u in util.data[0].y)
+    assert [t.name for t in util.data] == ["busy", "active"]
+    busy, active = util.data
+    assert list(busy.x) == list(active.x) == list(run.summary["pools"])
+    assert np.allclose(busy.y, [run.summary["gpu_utilization"][p] for p in busy.x])
+    assert np.allclose(active.y, [run.summary["gpu_active"][p] for p in active.x])
+    assert all(0 <= a <= u <= 1 for a, u in zip(active.y, busy.y))
     hist = figures.length_histogram_figure(run.lengths)
     assert np.array_equal(np.asarray(hist.data[0].x), run.lengths["response_len"])
     assert f"max {run.lengths['response_len'].max()} tokens" in hist.layout.title.text
     comp = figures.schedule_comparison_figure(run.summary)
     assert list(comp.data[0].x) == ["sync", "oppo"] and list(comp.data[0].text) == ["1.00×", "1.40×"]
+    hatched = [t for t in comp.data if t.marker.pattern.shape == "/"]
+    assert [t.name for t in hatched] == ["sync", "oppo"]
+    for t in hatched:
+        assert list(t.y) == [run.summary["variants"][t.name]["gpu_active"][p] for p in t.x]
     # Without the run's own schedule among the variants it is added, without a speedup.
     summary = dict(run.summary, variants={"sync": dict(run.summary["variants"]["sync"], speedup=None)})
     comp = figures.schedule_comparison_figure(summary)
@@ -364,3 +374,55 @@ def test_report_loading_and_simulator_do_not_import_plotly():
     code = ("import sys, rlhfsim.report, rlhfsim.report.load, rlhfsim.report.trace, rlhfsim.report.text, "
             "rlhfsim.report.synthetic, rlhfsim.sim.run; assert 'plotly' not in sys.modules, 'plotly imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_summary_active_matches_the_intervals(run_dir):
+    # The synthetic summary's gpu_active is the simulator's definition applied to intervals.csv: per GPU,
+    # the sum of active_s (clipped to the steady window in proportion), capped by the GPU's busy time.
+    from rlhfsim.sim.simulation import gpu_busy_active
+
+    run = load_run(run_dir)
+    iv = run.intervals
+    assert iv.active_s is not None and np.all(iv.active_s <= iv.end_s - iv.start_s + 1e-6)
+    order = np.argsort(run.steps["step"])
+    t0, t1 = run.steps["start_s"][order[1]], run.steps["end_s"][order[-1]]
+    for pool, spec in run.summary["pools"].items():
+        busy = active = 0.0
+        for gpu in range(spec["gpus"]):
+            rows = [(max(a, t0), min(b, t1), x * (min(b, t1) - max(a, t0)) / (b - a))
+                    for p, g, a, b, x in zip(iv.pool, iv.gpu, iv.start_s, iv.end_s, iv.active_s)
+                    if p == pool and g == gpu and b > t0 and a < t1]
+            b_s, a_s = gpu_busy_active(rows)
+            busy, active = busy + b_s, active + a_s
+        span = spec["gpus"] * (t1 - t0)
+        assert busy / span == pytest.approx(run.summary["gpu_busy"][pool], rel=1e-6)
+        assert active / span == pytest.approx(run.summary["gpu_active"][pool], rel=1e-6)
+        assert run.summary["gpu_active"][pool] <= run.summary["gpu_busy"][pool]
+    # Generation is 60% kernels; the train pool's concurrent actor and critic training add up past its busy
+    # time, so the cap holds it at 100% of busy.
+    assert run.summary["gpu_active"]["rollout"] < 0.7 * run.summary["gpu_busy"]["rollout"]
+    assert run.summary["gpu_active"]["train"] == pytest.approx(run.summary["gpu_busy"]["train"], rel=1e-9)
+
+
+def test_run_without_active_time_still_loads_and_renders(run_dir, tmp_path):
+    # A run directory written before active time existed: no active_s column, no gpu_busy/gpu_active.
+    _rewrite_csv(run_dir / "intervals.csv", lambda r: [row.pop() for row in r])
+    _edit_summary(run_dir, lambda s: [d.pop(k) for d in (s, *s["variants"].values()) for k in ("gpu_busy", "gpu_active")])
+    run = load_run(run_dir)
+    assert run.intervals.active_s is None
+    util = figures.utilization_figure(run.summary)
+    assert [t.name for t in util.data] == ["busy"]
+    comp = figures.schedule_comparison_figure(run.summary)
+    assert not [t for t in comp.data if t.marker.pattern.shape == "/"]
+    render(run_dir, tmp_path / "old.html", tmp_path / "old.json")
+    events = json.loads((tmp_path / "old.json").read_text())["traceEvents"]
+    assert all("active_s" not in e["args"] for e in events if e["ph"] == "X")
+
+
+def test_trace_and_html_carry_active_time(run_dir):
+    run = load_run(run_dir)
+    events = [e for e in chrome_trace(run)["traceEvents"] if e["ph"] == "X" and e["cat"] in ROLES]
+    assert sorted(e["args"]["active_s"] for e in events) == pytest.approx(sorted(run.intervals.active_s.tolist()))
+    page = run_report_html(run)
+    train = run.summary["gpu_active"]["train"]
+    assert f"active {train:.1%}" in page

@@ -6,7 +6,8 @@ import pytest
 
 from rlhfsim.scenario import load_scenario
 from rlhfsim.scenario.checks import build_setup
-from rlhfsim.costs.model import CostModel
+from rlhfsim.costs.model import CostModel, decode_sum
+from rlhfsim.sim.engines.clock import Clock, steps_done
 from rlhfsim.sim.generation import Generation, GenRequest
 from rlhfsim.sim.recorder import Recorder
 from rlhfsim.sim.simulation import Simulation
@@ -26,9 +27,27 @@ def _gen_time(run, step: int = 0) -> float:
     return run.records[step].phases_s["generate"]
 
 
+class _Priced:
+    """The run's cost model with the generation runtime filled in (hf_generate for the static engine,
+    vllm for the continuous one: the engines price prefill and decode with their runtime's costs). The
+    bundled profiles have no ``prefill:RT``/``decode:RT`` fits, so only the runtime's mechanisms differ
+    from the plain operations: hf_generate's decode step moves the K/V cache three times (its dynamic
+    cache re-concatenates it, ``KV_PASSES``), which is why the static sums below name the runtime."""
+
+    def __init__(self, run):
+        self.cost = run.sim.cost
+        self.rt = run.sim.setup.scenario.generation.resolved_runtime
+
+    def forward_s(self, m, dt, n_tokens, n_seqs, tp=1, **kw):
+        return self.cost.forward_s(m, dt, n_tokens, n_seqs, tp, gen_runtime=self.rt, **kw)
+
+    def decode_steps_s(self, m, dt, batch, kv0, n, tp=1):
+        return self.cost.decode_steps_s(m, dt, batch, kv0, n, tp, runtime=self.rt)
+
+
 def _parts(run):
     s = run.sim.setup
-    return run.sim.cost, s.shapes["actor"], s.dtypes["actor"]
+    return _Priced(run), s.shapes["actor"], s.dtypes["actor"]
 
 
 # Engine semantics (as in vLLM and HF generate): the prefill's logits give a fresh row its first response
@@ -42,6 +61,7 @@ def _prefill_row(cost, m, dt, tokens):
 def test_static_equal_lengths_is_padded_prefill_plus_decode_sum(scenario_dict, tracked):
     run = tracked(_two_rollout_dict(scenario_dict, "static", max_batch=4, prompts=4), steps=2, rollouts=[(32, 48)] * 8)
     cost, m, dt = _parts(run)
+    assert cost.rt == "hf_generate"
     want = cost.forward_s(m, dt, 4 * 32, 4, 1, op="prefill", head="lm") + cost.decode_steps_s(m, dt, 4, 4 * 33, 47)
     assert _gen_time(run) == pytest.approx(want, rel=REL)
     assert _gen_time(run, 1) == pytest.approx(want, rel=REL)
@@ -126,18 +146,26 @@ def test_steps_done_inverts_the_decode_sum(k, scenario_dict):
     setup = build_setup(sc)
     sim = Simulation(setup, CostModel.load(setup.gpu))
     gen = Generation(sim, GenRequest(0, []))
-    elapsed = gen._decode_s(8, 4000, k)
-    done, frac = gen._steps_done(8, 4000, 64, elapsed)
+    coeffs = Clock(gen.engine, 0, {}).coeffs(8, 4000)
+    # The clock prices a segment with the engine's runtime: the same sum as the cost model's.
+    assert decode_sum(coeffs, 64) == sim.cost.decode_steps_s(setup.shapes["actor"], setup.dtypes["actor"], 8, 4000, 64,
+                                                             runtime=sc.generation.resolved_runtime)
+
+    def t(n, factor=1.0):
+        return factor * decode_sum(coeffs, n)
+
+    elapsed = t(k)
+    done, frac = steps_done(coeffs, 64, elapsed)
     assert done == k and frac == pytest.approx(0.0, abs=1e-6)
     if k:
-        done, frac = gen._steps_done(8, 4000, 64, elapsed * (1 - 1e-6))
+        done, frac = steps_done(coeffs, 64, elapsed * (1 - 1e-6))
         assert done == k - 1 and frac == pytest.approx(1.0, abs=1e-3)
     if k < 64:   # halfway through step k + 1
-        half = (gen._decode_s(8, 4000, k) + gen._decode_s(8, 4000, k + 1)) / 2
-        done, frac = gen._steps_done(8, 4000, 64, half)
+        half = (t(k) + t(k + 1)) / 2
+        done, frac = steps_done(coeffs, 64, half)
         assert done == k and frac == pytest.approx(0.5, rel=1e-6)
-    slow = gen._decode_s(8, 4000, k, 2.0)
-    assert slow == pytest.approx(2 * elapsed) and gen._steps_done(8, 4000, 64, slow, 2.0)[0] == k
+    slow = t(k, 2.0)
+    assert slow == pytest.approx(2 * elapsed) and steps_done(coeffs, 64, slow, 2.0)[0] == k
 
 
 def test_recorder_spans_and_negative_intervals():

@@ -21,8 +21,8 @@ def small(scenario_dict):
 def test_summary_fields_and_ranges(small):
     res = simulate(small, steps=5)
     s = res.summary
-    for key in ("step_time_s", "phases_s", "gpu_utilization", "tokens_per_s", "steps", "step_time_p50_s",
-                "step_time_p90_s", "schedule_stats", "pools"):
+    for key in ("step_time_s", "phases_s", "gpu_utilization", "gpu_busy", "gpu_active", "tokens_per_s", "steps",
+                "step_time_p50_s", "step_time_p90_s", "schedule_stats", "pools"):
         assert key in s
     assert s["steps"] == 5 and len(res.steps) == 5
     assert s["warmup_steps"] == 1 and s["steady_steps"] == 4
@@ -33,6 +33,8 @@ def test_summary_fields_and_ranges(small):
     assert s["tokens_per_s"] == pytest.approx(sum(r.generated_tokens for r in steady) / window, rel=1e-12)
     assert set(s["gpu_utilization"]) == {"actor", "reward"}
     assert all(0.0 < u <= 1.0 for u in s["gpu_utilization"].values())
+    assert s["gpu_busy"] == s["gpu_utilization"] and set(s["gpu_active"]) == {"actor", "reward"}
+    assert all(0.0 < s["gpu_active"][p] <= u for p, u in s["gpu_busy"].items())
     assert set(s["phases_s"]) <= set(PHASES)
     assert all(v >= 0 for v in s["phases_s"].values())
     assert s["schedule_stats"]["deferred_per_step"] == [4] * 5
@@ -42,6 +44,7 @@ def test_single_gpu_sync_is_fully_busy(scenario_dict):
     # One device, every phase in turn on it, nothing in between: utilization is exactly 1.
     res = simulate(load_scenario(scenario_dict("cpu")), steps=4)
     assert res.summary["gpu_utilization"] == {"all": pytest.approx(1.0, rel=1e-9)}
+    assert 0.0 < res.summary["gpu_active"]["all"] < 1.0  # host overheads: busy, not active
 
 
 def test_steps_and_seed_overrides(small):
@@ -79,6 +82,9 @@ def test_unknown_variant_is_a_clean_error(small):
 def test_compare_uses_the_same_lengths_and_reports_speedup(small):
     out, results = compare(small, ["sync", "oppo"], steps=4)
     assert out["variants"]["sync"]["speedup"] == pytest.approx(1.0)
+    for name, row in out["variants"].items():
+        assert row["gpu_busy"] == results[name].summary["gpu_busy"]
+        assert row["gpu_active"] == results[name].summary["gpu_active"]
     ratio = results["sync"].summary["step_time_s"] / results["oppo"].summary["step_time_s"]
     assert out["variants"]["oppo"]["speedup"] == pytest.approx(ratio)
     sync_lens = [x for r in results["sync"].steps for x in r.lengths]
@@ -111,10 +117,13 @@ def test_write_outputs(small, tmp_path):
         reader = csv.reader(f)
         header = next(reader)
         ivs = list(reader)
-    assert header == ["step", "pool", "gpu", "role", "phase", "start_s", "end_s"]
-    # One row per GPU of each interval.
+    assert header == ["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"]
+    # One row per GPU of each interval, with the interval's active seconds.
     assert len(ivs) == sum(iv.n_gpus for iv in res.intervals)
     assert all(float(r[6]) >= float(r[5]) for r in ivs)
+    assert all(0.0 <= float(r[7]) <= float(r[6]) - float(r[5]) + 2e-6 for r in ivs)
+    want = [f"{iv.active:.6f}" for iv in res.intervals for _ in range(iv.n_gpus)]
+    assert [r[7] for r in ivs] == want
     assert {r[4] for r in ivs} <= set(PHASES)
     with open(tmp_path / "run" / "lengths.csv") as f:
         lens = list(csv.DictReader(f))

@@ -1,0 +1,156 @@
+"""Continuous batching (vLLM/SGLang-like, as verl and OpenRLHF generate): a finished sequence's slot is
+refilled at once, the KV cache's capacity is respected, recompute preemption on overflow.
+
+Dealing: each data-parallel engine gets its share up front, ``rollouts[i::replicas]`` (verl and OpenRLHF
+split the batch over their engines; one shared queue would let the first replicas take ``max_batch`` rows
+each and leave the others idle whenever rollouts < replicas x max_batch).
+
+Admission (vLLM's block manager, ``can_allocate``): with U the cached tokens of the live rows plus one
+token of room per live row (the next step's), a waiting row needing ``need = prompt + generated + 1``
+tokens is admitted only if
+
+    C - (U + need) >= W,      W = floor(0.01 x C)   (vLLM's default watermark, C the cache capacity)
+
+and fewer than ``max_batch`` rows are live. A row is always admitted into an empty batch (a row longer
+than the cache still runs, alone). Without the watermark a preempted row is readmitted as soon as any row
+ends and evicted again a few steps later (at 65,536 rollouts: ~1.4 recompute preemptions per rollout,
+up to 20 for one rollout); the watermark leaves room for the batch to grow before the cache fills.
+
+Preemption: when the next step would not fit (U + live rows > C), the newest live row gives up its cache
+and goes back to the head of its queue (it pays a prefill of prompt + generated tokens when readmitted).
+
+Prefill: one call per admitted row (its prompt plus any tokens generated earlier).
+
+Streaming (OPPO intra-step, ``req.stream``): each row hands its new tokens to the scorers at its own chunk
+boundaries (every ``chunk`` generated tokens) and its last tokens when it ends. Rows crossing a boundary
+at the same decode step share one pause of the actor, ``cost.handoff_s(runtime, rows)`` with ``rows`` the
+number of them; a row's end costs no pause.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import ClassVar
+
+import simpy
+
+from rlhfsim.sim.engines.base import Engine
+from rlhfsim.sim.engines.clock import Clock
+from rlhfsim.sim.rollouts import Rollout
+
+
+class ContinuousEngine(Engine):
+    """vLLM-like continuous batching with a KV-cache admission watermark (module docstring)."""
+
+    NAME: ClassVar[str] = "continuous"
+    WATERMARK: ClassVar[float] = 0.01  # vLLM's default ``watermark``: fraction of the KV cache kept free at admission
+
+    def __init__(self, sim, req):
+        super().__init__(sim, req)
+        self.queues = [deque(req.rollouts[i::self.n_rep]) for i in range(self.n_rep)]
+        self.watermark = int(self.WATERMARK * self.kv_cap)
+
+    def leftover(self) -> list[Rollout]:
+        return [r for q in self.queues for r in q]
+
+    def _prefill(self, clock: Clock, rows: list[Rollout]):
+        """Process: one prefill call per row whose KV is not resident. Returns the fresh rows (nothing
+        generated yet), which then take their first token from the prefill's logits."""
+        need = [r for r in rows if not r.kv_resident]
+        if not need:
+            return []
+        parts = [self.prefill_parts(r.prompt_len + r.generated, 1) for r in need]
+        # No interference factor: that applies to chunk (scoring) prefills meeting decode on the same
+        # GPUs (docs/cost-model.md); this replica's own decode flag is always up here and must not count.
+        yield from clock.busy(sum(p[0] for p in parts), sum(p[1] for p in parts))
+        for r in need:
+            r.kv_resident = True
+        return [r for r in need if r.generated == 0]
+
+    def replica(self, idx: int):
+        env, sim = self.env, self.sim
+        clock = Clock(self, idx, self.req.stream)
+        queue = self.queues[idx]
+        cap, limit = self.kv_cap, self.kv_cap - self.watermark
+        live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
+        admitting: list[Rollout] = []  # held here so that a stop during their prefill carries them
+        kv_live = 0  # cached tokens of the live rows at step T
+        start = env.now
+        sim.set_active(self.pool.name, "decode", clock.gpus, +1)
+        try:
+            while not self.stopped:
+                # Admission. One token of room per live row is counted, as the preemption test below
+                # does; otherwise a preempted row is readmitted at once and preempted again (livelock).
+                admitted: list[Rollout] = []
+                kv = kv_live + len(live)
+                while queue and len(live) + len(admitted) < self.max_batch:
+                    r = queue[0]
+                    need = r.prompt_len + r.generated + 1
+                    if (live or admitted) and kv + need > limit:
+                        break
+                    queue.popleft()
+                    r.paused, r.step_budget_used = False, 0
+                    admitted.append(r)
+                    kv += need
+                if not live and not admitted:
+                    break
+                if admitted:
+                    admitting = admitted
+                    try:
+                        fresh = yield from self._prefill(clock, admitted)
+                    except simpy.Interrupt:
+                        break
+                    crossed = 0
+                    for r in fresh:
+                        crossed += clock.first_token(r)
+                    for r in admitted:
+                        if clock.activate(r):
+                            live[r.id] = r
+                            kv_live += r.prompt_len + r.generated
+                        elif r.generated >= r.response_len:
+                            self.finish(r)
+                        else:
+                            r.paused = True
+                            self.unfinished.append(r)
+                    admitting = []
+                    if self.stopped:
+                        break
+                    if crossed and not (yield from self.handoff(clock, crossed)):
+                        break
+                if not live:
+                    continue
+                n_live = len(live)
+                if kv_live + n_live > cap and n_live > 1:
+                    # Recompute preemption: the newest sequence gives up its cache and requeues.
+                    victim = live.pop(next(reversed(live)))
+                    clock.release((victim,))
+                    kv_live -= victim.prompt_len + victim.generated
+                    victim.kv_resident = False
+                    queue.appendleft(victim)
+                    self.preemptions += 1
+                    continue
+                room = int((cap - kv_live) // n_live)
+                n = min(clock.heap[0][0] - clock.T, max(room, 1))
+                n = yield from clock.decode(n_live, kv_live, n)
+                if not n and self.stopped:
+                    break
+                self.generated += n * n_live
+                kv_live += n * n_live
+                leaving, crossed = clock.events()
+                for r, what in leaving:
+                    del live[r.id]
+                    kv_live -= r.prompt_len + r.generated
+                    if what == "done":
+                        # Rows that finish exactly at a stop (the interrupted segment) count as finished.
+                        self.finish(r)
+                    else:
+                        self.unfinished.append(r)
+                if crossed and not self.stopped and not (yield from self.handoff(clock, crossed)):
+                    break
+        finally:
+            sim.set_active(self.pool.name, "decode", clock.gpus, -1)
+            clock.release(live.values())
+            for r in list(live.values()) + admitting:
+                if r.generated < r.response_len:
+                    self.unfinished.append(r)
+            self.record(clock, start)

@@ -1,0 +1,161 @@
+"""Static batching (Hugging Face ``generate`` as TRL calls it): a batch is formed, prefilled in one padded
+call, and decoded in lockstep until its longest member ends; finished rows keep decoding as padding.
+
+Dealing (TRL: each data-parallel rank generates its own slice of the batch): replica i takes
+``rollouts[i::replicas]`` (carried rows first, so deferred stragglers spread over the replicas instead of
+all landing in replica 0's first batch) and cuts its share into micro-batches of ``max_batch`` rows, run
+one after another.
+
+A batch of b rows with longest context ctx0 = max(prompt + generated) costs
+
+    call_overhead_s(runtime)                       once, when its generate() call starts
+    + prefill(b x ctx0 tokens, b sequences)        padded; skipped when every row's KV is resident
+    + sum of decode steps of b rows from b x (ctx0 + P) cached tokens
+
+where P counts the batch's positions so far (1 after a prefill that gave fresh rows their first token).
+
+Streaming (OPPO intra-step, ``req.stream``; TRL generates in chunked ``generate()`` calls): the batch
+pauses every ``chunk`` positions counted from its start (P = chunk, 2 chunk, ...; the prefill's token is
+position 1). At such a boundary every live row hands its new tokens to the scorers and the actor pauses
+``cost.handoff_s(runtime, b)`` (b: the batch's rows, finished ones included: they are still in the call's
+batch). A row that ends inside a chunk is finished at once (it counts towards OPPO's "first B"), but its
+last tokens reach the scorers only when the call returns: at the next boundary, or at the batch's end (no
+pause: the batch is done), or when a stop ends the call.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import ClassVar
+
+import simpy
+
+from rlhfsim.sim.engines.base import Engine
+from rlhfsim.sim.engines.clock import Clock
+from rlhfsim.sim.rollouts import Rollout
+
+
+class StaticEngine(Engine):
+    """TRL-like static batches in lockstep, chunk handoff per batch (module docstring)."""
+
+    NAME: ClassVar[str] = "static"
+
+    def __init__(self, sim, req):
+        super().__init__(sim, req)
+        mb = self.max_batch
+        self.queues: list[deque] = []
+        for i in range(self.n_rep):
+            share = req.rollouts[i::self.n_rep]
+            self.queues.append(deque(share[j:j + mb] for j in range(0, len(share), mb)))
+
+    def leftover(self) -> list[Rollout]:
+        return [r for q in self.queues for batch in q for r in batch]
+
+    def _call(self, clock: Clock, rows: list[Rollout], ctx0: int):
+        """Process: the batch's generate() call starts: its overhead, then one prefill padded to ``ctx0``
+        tokens per row for the rows whose KV is not resident. Returns the fresh rows."""
+        need = [r for r in rows if not r.kv_resident]
+        total = active = 0.0
+        if need:
+            total, active = self.prefill_parts(ctx0 * len(need), len(need))
+        total += self.cost.call_overhead_s(self.rt)
+        if total > 0:
+            yield from clock.busy(total, active)
+        for r in need:
+            r.kv_resident = True
+        return [r for r in need if r.generated == 0]
+
+    def _hand_over(self, P: int, live, waiting: list[Rollout], final: bool) -> None:
+        """The call returns (a chunk boundary at position P, or the batch's end when ``final``): each
+        streamed role whose chunk divides P (every role when final) gets the new tokens of every live
+        row and the last tokens of the rows that ended inside the chunk."""
+        step = self.req.step
+        for role, c in self.req.stream.items():
+            if not final and P % c:
+                continue
+            scorer = self.sim.scorers[role]
+            for r in waiting:
+                scorer.emit(step, r, final=True)
+            if not final:
+                for r in live:
+                    scorer.emit(step, r, final=False)
+        if final or all(P % c == 0 for c in self.req.stream.values()):
+            waiting.clear()
+
+    def replica(self, idx: int):
+        env, sim = self.env, self.sim
+        clock = Clock(self, idx, {})  # no per-row boundaries: the batch hands over (_hand_over)
+        queue = self.queues[idx]
+        chunks = tuple(self.req.stream.values())
+        rows: list[Rollout] = []  # the batch, finished rows included (they pad)
+        live: dict[int, Rollout] = {}
+        waiting: list[Rollout] = []  # ended inside the current chunk; handed over when the call returns
+        ctx0 = P = 0
+        start = env.now
+        sim.set_active(self.pool.name, "decode", clock.gpus, +1)
+        try:
+            while not self.stopped:
+                if not live:
+                    # The batch ends when its longest member ends.
+                    self._hand_over(P, (), waiting, final=True)
+                    for r in rows:
+                        if r.paused and r.generated < r.response_len:
+                            self.unfinished.append(r)
+                    rows = []
+                    if not queue:
+                        break
+                    rows = list(queue.popleft())
+                    for r in rows:
+                        r.paused, r.step_budget_used = False, 0
+                    ctx0 = max(r.prompt_len + r.generated for r in rows)
+                    try:
+                        fresh = yield from self._call(clock, rows, ctx0)
+                    except simpy.Interrupt:
+                        break
+                    # The prefill gives fresh rows their first token: the padded batch is then one
+                    # position past ctx0.
+                    P = 1 if fresh else 0
+                    for r in fresh:
+                        clock.first_token(r)
+                    for r in rows:
+                        if clock.activate(r):
+                            live[r.id] = r
+                        elif r.generated >= r.response_len:
+                            waiting.append(r)
+                            self.finish(r, emit=False)
+                        else:
+                            r.paused = True
+                    if self.stopped:
+                        break
+                else:
+                    batch = len(rows)
+                    n = clock.heap[0][0] - clock.T
+                    for c in chunks:
+                        n = min(n, (P // c + 1) * c - P)  # up to the next chunk boundary
+                    n = yield from clock.decode(batch, batch * (ctx0 + P), n)
+                    if not n and self.stopped:
+                        break
+                    P += n
+                    self.generated += n * len(live)
+                    for r, what in clock.events()[0]:
+                        del live[r.id]
+                        if what == "done":
+                            # Rows that finish exactly at a stop (the interrupted segment) count as finished.
+                            waiting.append(r)
+                            self.finish(r, emit=False)
+                    if self.stopped:
+                        break
+                if P and live and chunks and any(P % c == 0 for c in chunks):
+                    for r in live.values():
+                        clock.sync(r)
+                    self._hand_over(P, live.values(), waiting, final=False)
+                    if not (yield from self.handoff(clock, len(rows))):
+                        break
+        finally:
+            sim.set_active(self.pool.name, "decode", clock.gpus, -1)
+            clock.release(live.values())
+            for r in rows:
+                if r.generated < r.response_len:
+                    self.unfinished.append(r)
+            self._hand_over(P, (), waiting, final=True)  # a stop ends the call
+            self.record(clock, start)
