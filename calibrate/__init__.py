@@ -6,7 +6,8 @@ optional), so it runs on bare GPU images: ``python -m calibrate calibrate --gpu 
 
 Modules: ``run`` (one calibration, ``run_calibration``), ``grid`` (what is measured), ``session`` (the
 measuring context), ``measure`` (timing discipline), ``journal`` (crash-safe JSONL of measured points),
-``bench`` (generation, chunked scoring, training, interference), ``scoring`` (runtimes and batching
+``bench`` (generation, chunked scoring, training, interference), ``genbench`` and ``genruntimes``
+(generation runtimes: HF generate, static-cache compiled generate, our decoder, vLLM, SGLang), ``scoring`` (runtimes and batching
 strategies), ``runtimes`` (scoring runtimes), ``models`` (random-weight HF models from shapes), ``fit``
 (roofline-with-efficiency fits with held-out error), ``assemble`` (points -> Profile), ``report`` (runtime
 comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
@@ -15,5 +16,6 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 # Bumped whenever what a point times changes (a cached calibration measured under an older version is
 # stale): 2 = prefill/decode include sampling (sample_next), StaticKVDecoder reads GQA caches in place;
 # 3 = fits use each point's trimmed mean (tmean_s) instead of its median; 4 = a decode point is one
-# iteration of the executor's decode loop (Generator._decode).
-MEASUREMENT_VERSION = 4
+# iteration of the executor's decode loop (Generator._decode); 5 = generation runtimes (calibrate.genbench:
+# prefill/decode/handoff points with a runtime field; the plain fits exclude them).
+MEASUREMENT_VERSION = 5

@@ -10,6 +10,17 @@
 * ``runtimes``: per runtime, validity, max abs difference to eager, setup and first-call costs per model.
 * ``batching``: padded / bucketed / packed medians per (model, batch, max length); ``chunked_scoring``:
   chunk-on-prefix against one-shot prefill of the same total length.
+* Generation runtimes (contract: ``rlhfsim.costs.genruntimes``; points: ``calibrate.genbench``):
+  ``prefill:RT`` and ``decode:RT`` fitted like ``prefill``/``decode`` to the points of runtime RT (the
+  plain operations fit only points without a runtime, or of ``kv_decoder``), for a runtime valid on every
+  model it ran on; ``prefill:kv_decoder``/``decode:kv_decoder`` are the plain fits. ``generation[RT]``:
+  validity and the eager check per model, ``call_overhead_s`` (median over the prefill points of the
+  in-call overhead, clipped at 0), ``handoff_s`` + ``handoff_per_row_s`` x batch (non-negative least
+  squares over the handoff points of every model, weighted by the inverse variance of each point's
+  mean; ``handoff_per_row_s`` is 0 when one batch size was measured), ``ms_per_step`` (every measured
+  decode point: model, batch, mean context, ms). ``kv_decoder``: zero call overhead and handoff by
+  construction (source "derived"); an unavailable runtime has source "skipped".
+  A runtime that was skipped (not available) or is invalid has null scalars and no operations.
 """
 
 from __future__ import annotations
@@ -20,14 +31,112 @@ import numpy as np
 
 import rlhfsim
 from calibrate import MEASUREMENT_VERSION
-from calibrate.fit import fit_operation
+from calibrate.fit import fit_operation, point_value
+from rlhfsim.costs.genruntimes import GEN_RUNTIMES, op_key
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
 
+PLAIN_RUNTIMES = (None, "", "kv_decoder")   # the runtime field of points the plain prefill/decode fit
+
 
 def _measured(points: list[dict], **match) -> list[dict]:
     return [p for p in points if "skipped" not in p and all(p.get(k) == v for k, v in match.items())]
+
+
+def _plain(points: list[dict], op: str) -> list[dict]:
+    """An operation's own points: for prefill/decode those of our decoder, not of a generation runtime."""
+    pts = _measured(points, op=op)
+    return [p for p in pts if p.get("runtime") in PLAIN_RUNTIMES] if op in ("prefill", "decode") else pts
+
+
+def _handoff_fit(pts: list[dict]) -> tuple[float, float] | None:
+    """(handoff_s, handoff_per_row_s) >= 0: least squares of t = a + c x batch over the points' boundary
+    costs, each weighted by the inverse variance of its mean (var(samples) / n: a boundary cost is a
+    difference of two calls, near zero and noisy on long calls, so relative weights would let the
+    noisiest points decide); equal weights when a point has fewer than two samples. The per-row term is
+    dropped when one batch size was measured or it fits < 0."""
+    if not pts:
+        return None
+    b = np.array([p["batch"] for p in pts], dtype=np.float64)
+    t = np.array([point_value(p) for p in pts], dtype=np.float64)
+    se2 = [np.var(p["samples_s"], ddof=1) / len(p["samples_s"]) if len(p.get("samples_s") or []) >= 2 else None
+           for p in pts]
+    w = np.ones_like(t) if any(v is None or v <= 0 for v in se2) else 1.0 / np.array(se2)
+    w = w / w.sum()
+    a_only = max(float((w * t).sum()), 0.0)
+    if np.ptp(b) == 0:
+        return a_only, 0.0
+    x = np.stack([np.ones_like(b), b], 1) * np.sqrt(w)[:, None]
+    a, c = np.linalg.lstsq(x, t * np.sqrt(w), rcond=None)[0]
+    if c < 0:
+        return a_only, 0.0
+    if a < 0:
+        return 0.0, max(float((w * b * t).sum() / (w * b * b).sum()), 0.0)
+    return float(a), float(c)
+
+
+def _gen_models(records: list[dict], rt: str) -> dict:
+    out = {}
+    for r in records:
+        if r["runtime"] == rt:
+            out[r["model"]] = {k: r.get(k) for k in ("valid", "available", "reason", "tokens_match_eager",
+                                                      "chunked_match", "first_divergence", "max_abs_diff",
+                                                      "tolerance", "check_batch", "check_tokens")}
+    return out
+
+
+def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: GpuSpec, priors: dict,
+                       runtimes: tuple[str, ...]) -> dict:
+    """``generation[RT]`` for every runtime of the grid or with a journal record, adding the
+    ``prefill:RT`` and ``decode:RT`` operations to ``ops`` (see the module docstring)."""
+    out: dict[str, dict] = {}
+    for rt in GEN_RUNTIMES:
+        models = _gen_models(records, rt)
+        if rt not in runtimes and not models:
+            continue
+        own = rt == "kv_decoder"     # our decoder: its points are the plain ones
+        pre = _plain(points, "prefill") if own else _measured(points, op="prefill", runtime=rt)
+        dec = _plain(points, "decode") if own else _measured(points, op="decode", runtime=rt)
+        hand = [] if own else _measured(points, op="handoff", runtime=rt)
+        checked = [m for m in models.values() if m["available"]]
+        valid = all(m["valid"] for m in models.values()) and (bool(checked) or (own and bool(dec)))
+        matches = [m["tokens_match_eager"] for m in models.values() if m["tokens_match_eager"] is not None]
+        reason = next((f"{name}: {m['reason']}" for name, m in models.items() if m["reason"]), "")
+        info = {"valid": valid, "available": all(m["available"] for m in models.values()) if models else own,
+                "reason": reason or ("" if valid else "not measured"), "semantics": GEN_RUNTIMES[rt],
+                "call_overhead_s": None, "handoff_s": None, "handoff_per_row_s": None,
+                "tokens_match_eager": all(matches) if matches else None,
+                "source": "derived" if own else ("measured" if checked else "skipped"),
+                "n_points": len(pre) + len(dec) + len(hand), "ops": [], "models": models,
+                "ms_per_step": [{"model": p["model"], "batch": p["batch"], "context": p["prefix_len"],
+                                 "ms": 1e3 * point_value(p)} for p in dec] if valid else []}
+        out[rt] = info
+        if not valid:
+            continue
+        if own:
+            # tokens reach the host every step (sample_next): no call boundary, nothing beyond the steps
+            info.update(call_overhead_s=0.0, handoff_s=0.0, handoff_per_row_s=0.0)
+            for op in ("prefill", "decode"):
+                if ops[op].get("source") == "measured":
+                    ops[op_key(op, rt)] = {**ops[op], "source_points": f"the plain {op} points (calibrate.bench)"}
+                    info["ops"].append(op_key(op, rt))
+            continue
+        for op, pts in (("prefill", pre), ("decode", [p for p in dec if point_value(p) > 0])):
+            if pts:
+                ops[op_key(op, rt)] = {**fit_operation(pts, gpu, priors[op]), "source": "measured"}
+                info["ops"].append(op_key(op, rt))
+        over = [p["call_overhead_s"] for p in pre if p.get("call_overhead_s") is not None]
+        if over:
+            info["call_overhead_s"] = max(float(np.median(over)), 0.0)
+            info["call_overhead_points"] = [{"model": p["model"], "batch": p["batch"], "prompt": p["seq_len"],
+                                             "call_overhead_s": p["call_overhead_s"]} for p in pre]
+        fit = _handoff_fit(hand)
+        if fit is not None:
+            info["handoff_s"], info["handoff_per_row_s"] = fit
+            info["handoff_points"] = [{"model": p["model"], "batch": p["batch"], "chunk": p["chunk"],
+                                       "new_tokens": p["new_tokens"], "boundary_s": point_value(p)} for p in hand]
+    return out
 
 
 def runtime_summary(points: list[dict], records: list[dict]) -> dict:
@@ -111,11 +220,13 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     points = [{k: v for k, v in p.items() if k != "kind"} for p in points]
     ops: dict[str, dict] = {}
     for op in OPERATIONS:
-        pts = _measured(points, op=op)
+        pts = _plain(points, op)
         if pts:
             ops[op] = {**fit_operation(pts, gpu, priors[op]), "source": "measured"}
         else:
             ops[op] = {**default["operations"][op], "source": "default"}
+    gen_records = [r for r in records if r.get("family") == "generation"]
+    records = [r for r in records if r.get("family") != "generation"]
     runtimes = runtime_summary(points, records)
     for rt, info in sorted(runtimes.items()):
         pts = [p for p in _measured(points, op="score", runtime=rt, strategy="padded") if not p.get("varlen")]
@@ -129,6 +240,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
             ops[f"score:{rt}"] = {**info["fits"][fam], "source": "measured",
                                   "source_points": f"padded uniform-length batches of {fam} reward models"}
             info["op"] = f"score:{rt}"
+    generation = generation_summary(points, gen_records, ops, gpu, priors, tuple(grid.get("gen_runtimes", ())))
     profile = {
         "schema_version": SCHEMA_VERSION,
         "name": name,
@@ -140,6 +252,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
         "operations": ops,
         "interference": interference_summary(points, default["interference"]),
         "runtimes": runtimes,
+        "generation": generation,
         "batching": batching_summary(points),
         "chunked_scoring": chunk_summary(points),
         "grid": grid,

@@ -120,8 +120,8 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
 @click.option("--profile", "profile_ref", required=True, metavar="NAME|PATH", help="A profile name or JSON path.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def runtimes_command(profile_ref, fmt):
-    """Compare the scoring runtimes (and batching strategies) a profile measured."""
-    from calibrate.report import batching_table, chunk_table, runtime_json, runtime_table
+    """Compare the scoring runtimes, batching strategies and generation runtimes a profile measured."""
+    from calibrate.report import batching_table, chunk_table, generation_table, runtime_json, runtime_table
     from rlhfsim.costs.profile import load_profile
 
     try:
@@ -143,3 +143,6 @@ def runtimes_command(profile_ref, fmt):
     if profile.get("chunked_scoring"):
         click.echo("\nchunked scoring (chunk on a cached prefix vs one-shot prefill):")
         click.echo(chunk_table(profile))
+    click.echo("\ngeneration runtimes (one decode step at batch x mean cached tokens; call overhead per generate() "
+               "call; handoff per chunk boundary at that batch):")
+    click.echo(generation_table(profile))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlhfsim.costs import flops as fl
+from rlhfsim.costs.genruntimes import kv_passes
 from rlhfsim.costs.model import OpParams
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import ModelShape
@@ -38,13 +39,14 @@ COARSE, FINE = 64, 33
 
 
 def point_work(p: dict) -> fl.Work:
-    """FLOPs, bytes and layers of a measured point, computed exactly as CostModel computes them."""
+    """FLOPs, bytes and layers of a measured point, computed exactly as CostModel computes them (a
+    ``prefill``/``decode`` point with a ``runtime`` field is that generation runtime's, priced the same way)."""
     m = ModelShape(**p["shape"])
     dtype, op, b = p["dtype"], p["op"], p["batch"]
     if op == "prefill":
         return fl.forward_work(m, dtype, p["tokens"], b, 0.0, b, "lm")
-    if op == "decode":
-        return fl.decode_step_work(m, dtype, b, b * p["prefix_len"])
+    if op == "decode":   # a generation runtime's decode point moves its own K/V passes (KV_PASSES)
+        return fl.decode_step_work(m, dtype, b, b * p["prefix_len"], kv_passes(p.get("runtime")))
     if op == "chunk_prefill":
         return fl.forward_work(m, dtype, b * p["seq_len"], b, b * p["prefix_len"], 0.0, "value")
     if op == "train":

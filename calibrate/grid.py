@@ -14,12 +14,24 @@ budget is per pass). ``runtime_models`` limits non-eager scoring runtimes to the
 first N reward models of each family (None: all); the runtimes named in ``static_shape_runtimes``, whose
 compiled artifacts are per input shape (AOTInductor packages: about 25 s of compilation per shape on two
 CPU cores), measure ``runtime_score_static`` instead of ``runtime_score``.
+
+Generation runtimes (``calibrate.genbench``; names in ``rlhfsim.costs.genruntimes.GEN_RUNTIMES``):
+``gen_runtimes`` are measured on every decoder model: ``gen_prefill`` (batch, prompt tokens) one
+``generate()`` call of one new token; ``gen_decode`` (batch, mean cached tokens per row over the timed
+steps) the difference of calls of 1 and 1 + ``gen_decode_steps`` new tokens; ``handoff`` (batch, prompt
+tokens, new tokens N, chunk k) N tokens in N/k calls against one call; ``gen_point_budget_s`` bounds
+each of these points (their samples are differences of two calls, so they need more of them).
+Runtimes that compile per shape (``hf_static``: 15-45 s of compilation on two CPU cores) measure only the
+points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_compiled_models`` decoder
+models (None: all).
+``kv_decoder``'s costs are the plain ``prefill``/``decode`` points; it is only checked for correctness.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from rlhfsim.costs.genruntimes import GEN_RUNTIMES
 from rlhfsim.errors import RlhfsimError
 
 Shape2 = tuple[int, int]
@@ -51,6 +63,14 @@ class Grid:
     passes: int = 1                                 # measure the whole grid this many times, samples pooled
     bursts: int = 1                                 # timed samples of a point taken in this many bursts ...
     burst_gap_s: float = 0.0                        # ... this far apart (calibrate.measure.spread)
+    gen_runtimes: tuple[str, ...] = tuple(GEN_RUNTIMES)   # generation runtimes (calibrate.genbench)
+    gen_prefill: tuple[Shape2, ...] = ((4, 64),)    # (batch, prompt tokens)
+    gen_decode: tuple[Shape2, ...] = ((4, 64),)     # (batch, mean cached tokens per row)
+    gen_decode_steps: int = 15                      # K: a decode step = (t(1 + K tokens) - t(1 token)) / K
+    handoff: tuple[tuple[int, int, int, int], ...] = ((4, 32, 32, 8),)  # (batch, prompt, N new tokens, chunk k)
+    gen_compiled_batch: int | None = None           # compiled runtimes: only points of this batch (None: all)
+    gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
+    gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -84,6 +104,13 @@ QUICK_CPU = Grid(
     train=((1, 64), (4, 64), (1, 256), (4, 256)),
     interference=((8, 256, 4, 128),),
     point_budget_s=0.3, quiet_wait_s=20.0,
+    # shapes shared with `prefill`/`decode` where they can be, so runtimes compare at equal shapes
+    gen_prefill=((1, 64), (4, 32), (4, 128), (16, 64)),
+    gen_decode=((1, 64), (4, 64), (4, 256), (16, 64)),
+    # a boundary costs about one generate() call's overhead (~1 ms here): short calls with many
+    # boundaries keep it above the calls' jitter
+    handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2), (4, 32, 16, 4)),
+    gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
 )
 
 FULL_CPU = replace(
@@ -112,6 +139,11 @@ QUICK_GPU = Grid(
     train=((1, 512), (8, 512), (4, 2048), (16, 1024)),
     interference=((64, 1024, 8, 512),),
     warmup=3, min_iters=5, max_iters=30, point_budget_s=0.5, runtime_models=1, interference_s=3.0,
+    gen_prefill=((1, 128), (8, 1024), (64, 256), (64, 1024), (256, 256)),
+    gen_decode=((1, 256), (16, 512), (64, 512), (64, 2048), (256, 256)),
+    gen_decode_steps=31,
+    handoff=((8, 256, 256, 32), (64, 256, 256, 32), (256, 256, 256, 32), (64, 256, 256, 64)),
+    gen_compiled_batch=64, gen_compiled_models=1,
 )
 
 FULL_GPU = replace(
@@ -126,6 +158,10 @@ FULL_GPU = replace(
     train=QUICK_GPU.train + ((32, 1024), (8, 4096), (2, 8192)),
     interference=((64, 1024, 8, 512), (256, 1024, 32, 512), (16, 4096, 8, 2048)),
     warmup=5, min_iters=10, max_iters=100, point_budget_s=2.0, runtime_models=None, interference_s=6.0,
+    gen_prefill=QUICK_GPU.gen_prefill + ((1, 2048), (32, 2048), (128, 512)),
+    gen_decode=QUICK_GPU.gen_decode + ((1, 8192), (32, 4096), (128, 1024), (256, 2048)),
+    handoff=QUICK_GPU.handoff + ((16, 1024, 512, 64), (128, 1024, 512, 64), (64, 256, 256, 16)),
+    gen_compiled_models=None,
 )
 
 def within(shapes, max_positions: int) -> tuple[Shape2, ...]:
@@ -165,7 +201,10 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
     for k, v in overrides.items():
         cur = getattr(grid, k)
         v = tup(v)
-        if isinstance(cur, tuple) and k != "static_shape_runtimes":
+        if k == "gen_runtimes":
+            ok = isinstance(v, tuple) and all(x in GEN_RUNTIMES for x in v)
+            want = f"a list of generation runtimes ({', '.join(GEN_RUNTIMES)})"
+        elif isinstance(cur, tuple) and k != "static_shape_runtimes":
             arity = len(cur[0]) if cur and isinstance(cur[0], tuple) else 0
             ok = isinstance(v, tuple) and len(v) > 0 and all(
                 (isinstance(x, tuple) and len(x) == arity and all(pos_int(y) for y in x)) if arity else pos_int(x)
@@ -173,8 +212,13 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             want = f"a non-empty list of [{', '.join(['int'] * arity)}]" if arity else "a non-empty list of ints"
         elif k == "static_shape_runtimes":
             ok, want = isinstance(v, tuple) and all(isinstance(x, str) for x in v), "a list of runtime names"
-        elif k == "runtime_models":
+        elif k == "gen_point_budget_s":
+            ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
+            want = "null or a number >= 0"
+        elif k in ("runtime_models", "gen_compiled_batch", "gen_compiled_models"):
             ok, want = v is None or pos_int(v), "null or an int"
+        elif k == "gen_decode_steps":
+            ok, want = pos_int(v) and v >= 1, "an int >= 1"
         else:
             ok, want = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a non-negative number"
         if not ok:

@@ -4,6 +4,13 @@ chunked scoring, and the fitted parameters with held-out error. Plain text, no d
 
 ``runtime_json`` picks a reference shape: the padded (model, batch, length) point measured by the most
 valid runtimes, ties broken by more tokens; runtimes not measured there report nulls.
+
+Generation runtimes (``profile["generation"]``, ``calibrate.genbench``): ``generation_table`` has one row
+per runtime and measured decode shape (model, batch, mean context: ms per decode step, tokens/s =
+batch / step time, the call overhead, the chunk handoff at that batch, validity and reason); a runtime
+without measured steps gets one row with its reason. ``generation_json`` reports each runtime at a
+reference decode shape chosen like the scoring one: the (model, batch, context) measured by the most
+valid runtimes, ties broken by more cached tokens.
 """
 
 from __future__ import annotations
@@ -82,7 +89,9 @@ def runtime_json(profile: dict) -> dict:
                      "max_abs_diff": r["max_abs_diff"] if r else info.get("max_abs_diff"),
                      "valid": bool(info["valid"]), "reason": info["reason"], "op": info.get("op")}
     reference = {"model": ref[0], "batch": ref[1], "seq_len": ref[2]} if ref else None
-    return {"profile": profile["name"], "reference": reference, "runtimes": out}
+    gen_ref, gen = generation_json(profile)
+    return {"profile": profile["name"], "reference": reference, "runtimes": out, "generation_reference": gen_ref,
+            "generation": gen}
 
 
 def batching_table(profile: dict) -> str:
@@ -121,3 +130,70 @@ def interference_line(profile: dict) -> str:
     i = profile["interference"]
     return (f"interference ({i['source']}): decode slowdown {i['decode_slowdown']:.2f}x, "
             f"prefill slowdown {i['prefill_slowdown']:.2f}x")
+
+
+# -- generation runtimes ----------------------------------------------------------------------------------
+def _ms(v: float | None, scale: float = 1e3, fmt: str = "{:.3f}") -> str:
+    return "-" if v is None else fmt.format(v * scale)
+
+
+def _handoff_at(info: dict, batch: int) -> float | None:
+    if info.get("handoff_s") is None:
+        return None
+    return info["handoff_s"] + (info.get("handoff_per_row_s") or 0.0) * batch
+
+
+def generation_rows(profile: dict) -> list[dict]:
+    rows = []
+    for rt, info in profile.get("generation", {}).items():
+        steps = sorted(info.get("ms_per_step", []), key=lambda r: (r["model"], r["batch"], r["context"]))
+        for r in steps or [None]:
+            b = r["batch"] if r else None
+            rows.append({"runtime": rt, "model": r["model"] if r else None, "batch": b,
+                         "context": r["context"] if r else None, "ms_per_step": r["ms"] if r else None,
+                         "tokens_per_s": b / r["ms"] * 1e3 if r and r["ms"] > 0 else None,
+                         "call_overhead_s": info.get("call_overhead_s"),
+                         "handoff_s": _handoff_at(info, b) if b is not None else info.get("handoff_s"),
+                         "valid": bool(info["valid"]), "reason": info.get("reason", "")})
+    return rows
+
+
+def generation_table(profile: dict) -> str:
+    if not profile.get("generation"):
+        return "no generation runtimes measured"
+    rows = [[r["runtime"], r["model"] or "-", "-" if r["batch"] is None else str(r["batch"]),
+             "-" if r["context"] is None else f"{r['context']:g}", _ms(r["ms_per_step"], 1.0),
+             "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.0f}", _ms(r["call_overhead_s"]),
+             _ms(r["handoff_s"]), "yes" if r["valid"] else "NO", r["reason"] or ""] for r in generation_rows(profile)]
+    return _fmt_table(["runtime", "model", "batch", "context", "ms/step", "tokens/s", "call overhead ms",
+                       "handoff ms", "valid", "reason"], rows)
+
+
+def generation_reference(profile: dict) -> tuple | None:
+    count: dict[tuple, int] = {}
+    for info in profile.get("generation", {}).values():
+        if info["valid"]:
+            for r in info.get("ms_per_step", []):
+                k = (r["model"], r["batch"], r["context"])
+                count[k] = count.get(k, 0) + 1
+    if not count:
+        return None
+    return max(count, key=lambda k: (count[k], k[1] * k[2], k[0]))
+
+
+def generation_json(profile: dict) -> tuple[dict | None, dict]:
+    """(reference shape, {runtime: summary at it}) (see the module docstring)."""
+    ref = generation_reference(profile)
+    out = {}
+    for rt, info in profile.get("generation", {}).items():
+        at = next((r for r in info.get("ms_per_step", []) if ref and (r["model"], r["batch"], r["context"]) == ref), None)
+        ms = at["ms"] if at else None
+        out[rt] = {"valid": bool(info["valid"]), "available": bool(info.get("available", True)),
+                   "reason": info.get("reason", ""), "semantics": info.get("semantics"),
+                   "ms_per_step": ms, "tokens_per_s": ref[1] / ms * 1e3 if ms else None,
+                   "call_overhead_s": info.get("call_overhead_s"), "handoff_s": info.get("handoff_s"),
+                   "handoff_per_row_s": info.get("handoff_per_row_s"),
+                   "tokens_match_eager": info.get("tokens_match_eager"), "source": info.get("source"),
+                   "ops": info.get("ops", [])}
+    reference = {"model": ref[0], "batch": ref[1], "context": ref[2]} if ref else None
+    return reference, out

@@ -1,9 +1,10 @@
 """One calibration: measure every operation on this device, journal each point as it is taken, fit, and
 write the Profile atomically.
 
-Roles of the given model shapes: every decoder shape is measured as actor (prefill, decode, training with
-the LM head), as reward model (scoring, chunked scoring) and as critic (training with the value head);
-every encoder shape as reward model (scoring). Interference pairs the first decoder shape as actor with
+Roles of the given model shapes: every decoder shape is measured as actor (prefill, decode, the
+generation runtimes of ``Grid.gen_runtimes``, training with the LM head), as reward model (scoring,
+chunked scoring) and as critic (training with the value head); every encoder shape as reward model
+(scoring). Interference pairs the first decoder shape as actor with
 the first decoder shape as reward model. Defaults per device and ``quick``: ``calibrate.grid``.
 
 Torch threads are set explicitly (``threads``, default: the cores this process may use) and recorded.
@@ -23,6 +24,8 @@ import torch
 from calibrate.assemble import build_profile
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
 from calibrate.device_info import contention_ratio, describe, load_avg, resolve_cuda_gpu, usable_cores
+from calibrate.genbench import measure_gen_runtimes
+from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
 from calibrate.journal import Journal, PassView, journal_path, merge_passes
 from calibrate.measure import spread
@@ -66,7 +69,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
         n += len(within(grid.score, m.max_positions)) + 3 * len(within(grid.strategies, m.max_positions))
         if m.name in runtime_models:
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
-    return n + (2 * len(grid.interference) if dec else 0)
+    return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, dec)
 
 
 def pick_runtime_models(models: list[ModelShape], limit: int | None) -> set[str]:
@@ -158,6 +161,7 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
         for m in decoders:
             measure_generation(s, m)
             measure_chunks(s, m)
+        measure_gen_runtimes(s, decoders)
         for m in models:
             model = s.hf_model(m, "value")
             measure_runtime(s, rts["eager"], model, m, within(g.score, m.max_positions))

@@ -44,6 +44,7 @@ class ExecConfig:
     rollouts: list[tuple[int, int]]
     seed: int = 0
     threads: int | None = None
+    gen_runtime: str = "kv_decoder"   # what generates: calibrate.executor.generation.EXEC_RUNTIMES
 
     @property
     def batch_rollouts(self) -> int:
@@ -101,8 +102,10 @@ def _fail(name: str, expected: str, got) -> None:
 
 def validate(cfg: ExecConfig) -> None:
     """One-line errors naming the field, what was expected and what was given."""
+    from calibrate.executor.generation import EXEC_RUNTIMES   # the registry is the list of names
+
     choices = {"device": ("cpu", "cuda"), "dtype": DTYPES, "algorithm": ("ppo", "grpo"),
-               "engine": ("static", "continuous"), "schedule": ("sync", "oppo")}
+               "engine": ("static", "continuous"), "schedule": ("sync", "oppo"), "gen_runtime": tuple(EXEC_RUNTIMES)}
     for name, allowed in choices.items():
         value = getattr(cfg, name)
         if value not in allowed and not (name == "device" and str(value).startswith("cuda:")):
@@ -118,6 +121,7 @@ def validate(cfg: ExecConfig) -> None:
         _fail("threads", "None or an integer >= 1", cfg.threads)
     if cfg.schedule == "sync" and (cfg.intra or cfg.inter):
         _fail("schedule", "'oppo' when intra or inter is set", cfg.schedule)
+    EXEC_RUNTIMES[cfg.gen_runtime].validate(cfg)
     if cfg.algorithm == "ppo" and cfg.group_size != 1:
         _fail("group_size", "1 for ppo", cfg.group_size)
     if cfg.algorithm == "grpo" and cfg.critic is not None:

@@ -10,7 +10,9 @@ Step timeline (t = 0 when generation starts; every role time-shares the one devi
     critic_fwd    critic values per response token, batches of max_batch         (skipped without one)
     actor_train   ppo_epochs x ceil(B*g / minibatch_size) minibatches: forward, PPO loss, backward, AdamW
     critic_train  the same minibatches for the critic's clipped value loss         (skipped without one)
-    weight_sync   copy the trained actor into the generation decoder (load_hf_state_dict)
+    weight_sync   copy the trained actor into the generation decoder (load_hf_state_dict); with
+                  gen_runtime "hf_generate" generation runs on the actor itself: nothing to copy, the
+                  interval is still recorded (microseconds), so every run has the same phases
 
 Minibatches are a seeded shuffle of the B*g trained rollouts per epoch, cut into slices of
 minibatch_size. Old log-probs are the sampling log-probs recorded during generation (no extra actor
@@ -28,7 +30,7 @@ import torch
 from calibrate.decoder import StaticKVDecoder
 from calibrate.executor import training as T
 from calibrate.executor.config import ExecConfig, StepResult, validate
-from calibrate.executor.generation import Generator, Sequence
+from calibrate.executor.generation import EXEC_RUNTIMES, Sequence
 from calibrate.executor.scorer import Scorer, rule_reward
 from calibrate.executor.timing import Clock, StepLog
 from calibrate.models import build_hf_model, torch_dtype
@@ -130,9 +132,6 @@ class _Executor:
 
         self.actor = build_hf_model(cfg.actor, "lm", dt, dev, seed).train()
         self.actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=LR)
-        self.decoder = StaticKVDecoder(cfg.actor, dtype=dt, device=str(dev), max_slots=cfg.max_batch,
-                                       max_len=max_len, head="lm", seed=seed)
-        self.decoder.load_hf_state_dict(self.actor.state_dict())
         self.reference = self._frozen(cfg.reference, "lm", seed)
         self.reward_model = self._frozen(cfg.reward, "value", seed + 3)
         self.critic = self.critic_opt = None
@@ -150,8 +149,8 @@ class _Executor:
             if self.clock.cuda:
                 torch.cuda.synchronize(dev)   # weights in place before the scorer stream reads them
             self.scorer = Scorer(rdec, cfg.chunk_tokens, cfg.rule_reward_s, self.clock)
-        self.gen = Generator(self.decoder, cfg.engine, self.clock, seed,
-                             on_token=self.scorer.offer if self.scorer is not None else None)
+        self.gen = EXEC_RUNTIMES[cfg.gen_runtime](cfg, self.actor, self.clock, seed, max_len,
+                                                  self.scorer.offer if self.scorer is not None else None)
         self.shuffle = torch.Generator().manual_seed(seed + 7)
         self.next_rid = 0
         self.carried: list[Sequence] = []
@@ -210,7 +209,7 @@ class _Executor:
         values = self._inference(self.critic, batch, log, "critic", "critic_fwd", T.token_values)
         self._train(batch, rewards, ref_lp, values, log)
         start = self.clock.now()
-        self.decoder.load_hf_state_dict(self.actor.state_dict())
+        self.gen.sync_weights(self.actor)
         log.add("actor", "weight_sync", start, self.clock.now())
 
         phases = log.phases()

@@ -11,6 +11,13 @@ def print_summary(s: dict, console: Console | None = None) -> None:
     steady = s["steady_steps"]
     c.print(f"[bold]{s['scenario']}[/bold]  schedule={s['schedule']}  profile={s['profile']} ({s['profile_source']})  "
             f"steps={s['steps']} (first {s['warmup_steps']} excluded as warm-up; {steady} steady)")
+    g = s.get("generation_runtime")
+    if g:
+        c.print(f"generation runtime={g['runtime']}" + (
+            f"  [yellow](profile {s['profile']!r} has no costs of its own for it: priced with its plain "
+            "prefill/decode, no call overhead or handoff)[/yellow]" if g["fallback"] else
+            f"  call overhead {g['call_overhead_s'] * 1e3:.1f} ms, chunk handoff {g['handoff_s'] * 1e3:.1f} ms "
+            f"+ {g['handoff_per_row_s'] * 1e3:.2f} ms/row"))
     t = Table(title="step time (s)")
     for col in ("mean", "p50", "p90", "tokens/s"):
         t.add_column(col, justify="right")

@@ -181,6 +181,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "schedule": sc.schedule.kind,
         "profile": sim.cost.name,
         "profile_source": sim.cost.profile["provenance"].get("source"),
+        "generation_runtime": generation_runtime(sim),
         "steps": len(steps),
         "warmup_steps": warm,
         "steady_steps": len(steady),
@@ -195,6 +196,16 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "pools": {p.name: {"gpus": p.gpus, "roles": list(p.roles)} for p in s.pools},
         "schedule_stats": stats,
     }
+
+
+def generation_runtime(sim: Simulation) -> dict:
+    """Which runtime priced generation, and whether the profile had costs of its own for it
+    (``fallback``: priced with the plain prefill/decode of our own decoder, no call overhead or handoff)."""
+    rt = sim.setup.scenario.generation.resolved_runtime
+    own = sim.cost.has_gen_runtime(rt)
+    return {"runtime": rt, "fallback": not own and rt != "kv_decoder",
+            "call_overhead_s": sim.cost.call_overhead_s(rt), "handoff_s": sim.cost.gen_scalar(rt, "handoff_s"),
+            "handoff_per_row_s": sim.cost.gen_scalar(rt, "handoff_per_row_s")}
 
 
 def pool_utilization(sim: Simulation, t0: float, t1: float) -> tuple[dict[str, float], dict[str, float]]:

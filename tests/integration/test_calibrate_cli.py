@@ -32,7 +32,8 @@ TINY_GRID = {
     "strategies": [[4, 32]], "prefill": [[1, 16], [2, 32], [4, 64]], "decode": [[1, 16], [2, 32], [4, 64]],
     "chunk_batches": [2], "chunk_prefixes": [0, 16], "chunk_sizes": [8], "train": [[1, 16], [2, 32], [2, 64]],
     "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
-    "interference_s": 0.2,
+    "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
+    "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
 }
 
 
@@ -66,6 +67,9 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert ops["score:eager"]["source_points"] == "padded uniform-length batches of decoder reward models"
     assert set(prof["runtimes"]["eager"]["fits"]) == {"decoder", "encoder"}
     assert ops["prefill"]["heldout_mape"] is not None
+    # generation runtimes: their own fits, which leave the plain prefill/decode fits to our decoder's points
+    assert ops["prefill"]["n_points"] == len(TINY_GRID["prefill"]) and ops["decode"]["n_points"] == len(TINY_GRID["decode"])
+    assert ops["decode:hf_generate"]["source"] == "measured" and prof["generation"]["hf_generate"]["valid"]
     cm = CostModel(get_gpu("cpu"), prof)
     assert cm.runtimes == ["eager", "onnxruntime"]
     m = CATALOG["tiny-qwen2"]
