@@ -27,6 +27,7 @@ import click
 
 from rlhfsim.errors import RlhfsimError, ScenarioError
 
+EXECUTOR_RUNTIMES = ("kv_decoder", "hf_generate")  # generation runtimes calibrate.executor runs
 PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
 
@@ -52,6 +53,10 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
         chunk, delta, keep_kv = sched.intra.chunk_tokens, sched.inter.delta if inter else 0, sched.inter.keep_kv
     elif sched.kind != "sync":
         raise ScenarioError("schedule.kind", f"expected sync or oppo for validation (the executor runs those), got {sched.kind!r}")
+    runtime = sc.generation.resolved_runtime
+    if runtime not in EXECUTOR_RUNTIMES:
+        raise ScenarioError("generation.runtime", f"expected a runtime the executor runs ({', '.join(EXECUTOR_RUNTIMES)}; "
+                            f"set it explicitly: the {sc.generation.engine} engine's default is {runtime}), got {runtime!r}")
     if len(setup.pools) != 1 or setup.pools[0].gpus != 1:
         raise ScenarioError("placement", f"expected every role colocated on one device for validation, got {len(setup.pools)} pool(s) of {[p.gpus for p in setup.pools]} GPUs")
     m = sc.models
@@ -64,7 +69,7 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
         minibatch_size=sc.algorithm.minibatch_size, engine=sc.generation.engine,
         max_batch=sc.generation.max_batch, schedule=sched.kind, intra=intra, chunk_tokens=chunk,
         inter=inter, delta=delta, keep_kv=keep_kv, steps=steps, rollouts=rollouts, seed=sc.seed,
-        threads=threads)
+        threads=threads, gen_runtime=runtime)
 
 
 def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
@@ -147,7 +152,9 @@ def operating_points(prepared, kind: str) -> dict:
     from calibrate.grid import default_grid
 
     base = default_grid(kind, True)
-    extra = {"decode": set(), "prefill": set(), "score": set(), "train": set()}
+    extra = {"decode": set(), "prefill": set(), "score": set(), "train": set(),
+             "gen_prefill": set(), "gen_decode": set(), "handoff": set()}
+    runtimes = set()
     for sc, setup, _, _ in prepared:
         used = draw_rollouts(setup, OPERATING_SAMPLE)   # not the run's own: the grid must not depend on --steps
         p = np.array([x for x, _ in used], dtype=float)
@@ -162,7 +169,23 @@ def operating_points(prepared, kind: str) -> dict:
         seq = _round(np.quantile(p + r, 0.75))
         extra["score"].add((mb, seq))
         extra["train"].add((sc.algorithm.minibatch_size, seq))
-    out = {k: sorted(set(getattr(base, k)) | v) for k, v in extra.items()}
+        rt = sc.generation.resolved_runtime
+        if rt != "kv_decoder":
+            # The runtime's own calls at the same operating points (calibrate.genbench).
+            runtimes.add(rt)
+            extra["gen_prefill"].add((mb, _round(np.quantile(p, 0.9))))
+            extra["gen_decode"].add((mb, _round(p.mean() + r.mean() / 2)))
+            extra["gen_decode"].add((mb, _round(p.mean() + np.quantile(r, 0.9))))
+            sched = sc.schedule
+            if sched.kind == "oppo" and sched.intra.enabled:
+                k = sched.intra.chunk_tokens
+                extra["handoff"].add((mb, _round(p.mean()), 4 * k, k))
+    gen_keys = ("gen_prefill", "gen_decode", "handoff")
+    out = {k: sorted(set(getattr(base, k)) | v) for k, v in extra.items() if k not in gen_keys}
+    # Only the runtimes the scenarios generate with (kv_decoder's points are the plain prefill/decode).
+    out["gen_runtimes"] = sorted(runtimes)
+    if runtimes:
+        out.update({k: sorted(set(getattr(base, k)) | extra[k]) for k in gen_keys})
     if kind == "cpu":
         # Three passes over the whole grid, samples pooled (calibrate.journal.merge_passes): a shared VM's
         # speed wanders from second to second and from minute to minute, and the real runs see its usual

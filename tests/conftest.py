@@ -293,7 +293,10 @@ def free_reward_cost(sc: Scenario) -> FreeRewardCost:
     other = {setup.shapes[r] for r in setup.shapes if r != "reward"}
     if setup.shapes["reward"] in other:
         raise ValueError("free_reward_cost needs a reward model shape no other role uses")
-    return FreeRewardCost(setup.gpu, base.profile, setup.shapes["reward"])
+    # Streaming to a free reward model costs the actor nothing either: no handoff pause at chunk boundaries.
+    profile = {**base.profile, "generation": {rt: {**g, "handoff_s": 0.0, "handoff_per_row_s": 0.0}
+                                              for rt, g in base.profile.get("generation", {}).items()}}
+    return FreeRewardCost(setup.gpu, profile, setup.shapes["reward"])
 
 
 def rlhfsim_cmd() -> list[str]:

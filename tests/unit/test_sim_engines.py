@@ -38,11 +38,11 @@ def _intra(d: dict, chunk: int) -> dict:
 
 
 def _cost(sc, generation: dict | None = None) -> CostModel:
-    """The bundled profile of the scenario's GPU, with ``generation`` entries (runtime -> scalars)."""
+    """The bundled profile of the scenario's GPU with ``generation`` entries (runtime -> scalars)
+    replaced; None: without any (no call overhead, no handoff)."""
     setup = build_setup(sc)
     prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
-    if generation is not None:
-        prof["generation"] = generation
+    prof["generation"] = generation if generation is not None else {}
     return CostModel(setup.gpu, prof)
 
 
@@ -64,6 +64,10 @@ class _Costs:
     def decode(self, batch, kv0, n):
         return self.cost.decode_steps_s(self.m, self.dt, batch, kv0, n, 1, runtime=self.rt)
 
+    def call(self):
+        """The runtime's fixed cost of one generate() call (one per static batch)."""
+        return self.cost.call_overhead_s(self.rt)
+
     def decode_active(self, batch, kv0, n):
         return decode_parts(self.cost.decode_coeffs(self.m, self.dt, batch, kv0, 1, runtime=self.rt), n)[1]
 
@@ -76,7 +80,7 @@ def _gen_intervals(sim, step: int = 0) -> dict[int, object]:
 def _run_request(sc, rollouts: list[Rollout], cost: CostModel | None = None):
     """One step's generation of exactly these rollouts, outside any schedule: (sim, GenResult)."""
     setup = build_setup(sc)
-    sim = Simulation(setup, cost or CostModel.load(setup.gpu))
+    sim = Simulation(setup, cost or _cost(sc))
     proc = sim.env.process(Generation(sim, GenRequest(0, rollouts)).run())
     sim.env.run(proc)
     return sim, proc.value
@@ -98,12 +102,13 @@ def test_static_deals_rows_round_robin_then_cuts_micro_batches(scenario_dict, tr
     lengths = [(20, 10), (30, 40), (10, 5), (40, 25), (16, 8), (24, 30), (12, 50)]
     run = tracked(_dict(scenario_dict, "static", prompts=7, max_batch=2), steps=1, rollouts=lengths)
     c = _Costs(run.sim)
-    # A batch: one prefill padded to its longest context ctx0, then (longest response - 1) decode
-    # steps of the whole batch from batch x (ctx0 + 1) cached tokens (the prefill gave each row a token).
+    # A batch: one generate() call (its fixed overhead), one prefill padded to its longest context ctx0,
+    # then (longest response - 1) decode steps of the whole batch from batch x (ctx0 + 1) cached tokens
+    # (the prefill gave each row a token).
     want = {
-        0: c.prefill(2 * 40, 2) + c.decode(2, 2 * 41, 24) + c.prefill(12, 1) + c.decode(1, 13, 49),
-        1: c.prefill(2 * 30, 2) + c.decode(2, 2 * 31, 39),
-        2: c.prefill(2 * 24, 2) + c.decode(2, 2 * 25, 29),
+        0: 2 * c.call() + c.prefill(2 * 40, 2) + c.decode(2, 2 * 41, 24) + c.prefill(12, 1) + c.decode(1, 13, 49),
+        1: c.call() + c.prefill(2 * 30, 2) + c.decode(2, 2 * 31, 39),
+        2: c.call() + c.prefill(2 * 24, 2) + c.decode(2, 2 * 25, 29),
     }
     got = _gen_intervals(run.sim)
     assert set(got) == set(want)
@@ -266,11 +271,12 @@ def test_zero_handoff_is_no_handoff(engine, base, scenario_dict, tracked):
 
 # Step times pinned from the generation code before it was split into engines (same semantics: the
 # continuous engine without KV pressure, the static engine with one replica, so that dealing is the
-# same, and the kv_decoder runtime, whose decode moves the K/V cache once per step as before).
+# same, and the kv_decoder runtime, whose costs are the plain prefill/decode the old code used and whose
+# decode moves the K/V cache once per step as before).
 PINNED = [
-    ("gpu", {"engine": "continuous"}, "oppo-intra",
+    ("gpu", {"engine": "continuous", "runtime": "kv_decoder"}, "oppo-intra",
      [6.569415225656997, 4.866321158897775, 2.488248866704497, 3.737997451730239]),
-    ("colocated", {"engine": "continuous"}, "oppo",
+    ("colocated", {"engine": "continuous", "runtime": "kv_decoder"}, "oppo",
      [3.2836524729564553, 4.163499588513687, 2.6023881747031608, 2.9832362783989144]),
     ("gpu", {"engine": "static", "replicas": 1, "runtime": "kv_decoder"}, "oppo-inter",
      [10.786694438218397, 8.031909055091731, 4.568945744229264, 5.777942219259348]),
@@ -279,7 +285,8 @@ PINNED = [
 
 @pytest.mark.parametrize("base,gen,schedule,want", PINNED)
 def test_pinned_step_times_without_handoff(base, gen, schedule, want, scenario_dict, tracked):
-    run = tracked(scenario_dict(base, {"generation": gen}, schedule=schedule), steps=4)
+    sc = load_scenario(scenario_dict(base, {"generation": gen}, schedule=schedule))
+    run = tracked(sc, steps=4, cost=_cost(sc))
     assert run.step_times == pytest.approx(want, rel=1e-12)
 
 

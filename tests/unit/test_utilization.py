@@ -40,8 +40,9 @@ def _profile(**ops) -> dict:
 
 
 def _zero_overheads() -> dict:
-    doc = _profile(**{op: {"overhead_s": 0.0, "overhead_per_layer_s": 0.0}
-                      for op in ("prefill", "chunk_prefill", "decode", "train", "optimizer")})
+    # Every operation, the generation runtimes' own prefill:RT/decode:RT included.
+    ops = CostModel.load(get_gpu("a100-80gb")).profile["operations"]
+    doc = _profile(**{op: {"overhead_s": 0.0, "overhead_per_layer_s": 0.0} for op in ops})
     doc["generation"] = {}  # no call overhead, no chunk handoff
     return doc
 
