@@ -82,6 +82,13 @@ def test_quick_calibration_covers_the_scenarios_operating_points():
         assert any(b == mb and abs(c - mid) <= 8 for b, c in pts["decode"])
         assert any(b == sc.algorithm.minibatch_size for b, _ in pts["train"])
     assert pts["passes"] > 1
+    # tiny-sync generates with hf_generate (the static engine's default): its runtime is calibrated at the
+    # same operating points; tiny-oppo runs kv_decoder, whose costs are the plain points
+    assert pts["gen_runtimes"] == ["hf_generate"]
+    sc, setup, _, _ = prepared[0]
+    used = draw_rollouts(setup, OPERATING_SAMPLE)
+    mid = sum(p + r / 2 for p, r in used) / len(used)
+    assert any(b == sc.generation.max_batch and abs(c - mid) <= 8 for b, c in pts["gen_decode"])
     # the grid (and so the cached calibration) does not depend on how many steps are validated
     assert operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 5, 1)], "cpu") == \
         operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 2, 1)], "cpu")
