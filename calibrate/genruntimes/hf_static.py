@@ -23,6 +23,7 @@ from typing import ClassVar
 import torch
 
 from calibrate.genruntimes.hf_generate import HfGenerate
+from calibrate.runtimes.compile import inductor_available
 from rlhfsim.models.catalog import ModelShape
 
 
@@ -33,12 +34,7 @@ class HfStatic(HfGenerate):
     COMPILED: ClassVar[bool] = True
 
     def available(self, device: str) -> tuple[bool, str]:
-        if torch.device(device).type == "cuda":
-            try:
-                import triton  # noqa: F401  (inductor's GPU code generator)
-            except ImportError:
-                return False, "inductor on CUDA needs triton, which is not installed"
-        return True, ""
+        return inductor_available(device)
 
     def load(self, model, shape: ModelShape, *, max_batch: int, max_len: int) -> None:
         super().load(model, shape, max_batch=max_batch, max_len=max_len)

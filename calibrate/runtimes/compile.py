@@ -15,6 +15,16 @@ import torch
 from calibrate.runtimes.base import Runtime, ScoreModule, Timing
 
 
+def inductor_available(device: str) -> tuple[bool, str]:
+    """Can torch.compile's inductor run on ``device``? (On CUDA it generates Triton kernels.)"""
+    if torch.device(device).type == "cuda":
+        try:
+            import triton  # noqa: F401  (inductor's GPU code generator)
+        except ImportError:
+            return False, "inductor on CUDA needs triton, which is not installed"
+    return True, ""
+
+
 class Compile(Runtime):
     """``torch.compile(ScoreModule(model), backend="inductor", dynamic=True)``."""
 
@@ -24,12 +34,7 @@ class Compile(Runtime):
         self._compiled: dict[int, torch.nn.Module] = {}
 
     def available(self, device: str) -> tuple[bool, str]:
-        if torch.device(device).type == "cuda":
-            try:
-                import triton  # noqa: F401  (inductor's GPU code generator)
-            except ImportError:
-                return False, "inductor on CUDA needs triton, which is not installed"
-        return True, ""
+        return inductor_available(device)
 
     def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
                      cache_dir: Path) -> Timing:
