@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from calibrate.frameworks import FRAMEWORKS
 from rlhfsim.errors import RlhfsimError, ScenarioError
 
 EXECUTOR_RUNTIMES = ("kv_decoder", "hf_generate")  # generation runtimes calibrate.executor runs
@@ -362,8 +363,16 @@ def print_table(doc: dict) -> None:
               help="Measure the quick calibration again (between blocks of the real steps) instead of using the cached one.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON document here.")
-def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, out):
+@click.option("--framework", type=click.Choice(["rlhfsim", *FRAMEWORKS]), default="rlhfsim", show_default=True,
+              help="What runs the real steps: rlhfsim's own executor, or a real RL framework (trl: TRL's GRPO/RLOO "
+                   "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
+                   "comma-separated profiles, compared side by side).")
+def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
+    if framework != "rlhfsim":
+        from calibrate.validate_trl import validate_trl_command
+
+        return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
     if recalibrate and profile:
         raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it cannot be used with --profile")
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,

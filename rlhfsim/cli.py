@@ -18,6 +18,7 @@ LAZY = {
     "runtimes": "calibrate.cli:runtimes_command",
     "validate": "calibrate.validate:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
+    "lengths": "rlhfsim.lengths.cli:lengths_group",
 }
 
 
@@ -132,10 +133,20 @@ def gpus(fmt):
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out_html", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report.")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write a Chrome/Perfetto trace JSON.")
-def report(run_dir, out_html, trace):
-    """Render a run (or plan) directory as HTML and/or a Chrome trace."""
+@click.pass_context
+def report(ctx, run_dir, out_html, trace):
+    """Render a run (or plan) directory as HTML and/or a Chrome trace; a rollout-length file (a trace,
+    a TRL completions log, a verl dump, a CSV/JSONL table) as its distribution next to lognormal and
+    Pareto fits (`rlhfsim lengths report`)."""
     from rlhfsim.report import render
 
+    if run_dir.is_file():
+        if trace is not None:
+            raise RlhfsimError(f"report --trace: expected a run directory for a Chrome trace, got the file {str(run_dir)!r}")
+        from rlhfsim.lengths.cli import report_command
+
+        return ctx.invoke(report_command, source=run_dir, fmt="auto", tokenizer=None, group_size=1,
+                          prompts_per_step=None, out_html=out_html, as_json=False)
     if out_html is None and trace is None:
         raise RlhfsimError("report: expected -o FILE.html and/or --trace FILE.json, got neither")
     render(run_dir, out_html, trace)

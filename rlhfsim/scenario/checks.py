@@ -20,7 +20,7 @@ from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape, load_model
 from rlhfsim.scenario.schema import Colocated, CustomPlacement, DedicatedReward, RuleReward, Scenario
-from rlhfsim.workload.lengths import Sampler, sampler_for
+from rlhfsim.workload.lengths import Sampler, sampler_for, trace_for
 
 TRAINED = ("actor", "critic")
 OPTIMIZER_BYTES_PER_PARAM = 14  # bf16 gradient (2) + fp32 master weight (4) + Adam m, v (4 + 4)
@@ -55,6 +55,7 @@ class Setup:
     rule_reward: RuleReward | None
     rollouts_per_step: int
     resident_bytes: list[float] = field(default_factory=list)
+    trace: list[tuple[int, int]] | None = None  # replayed (prompt_len, response_len), from a `trace` source
 
     def pool_of(self, role: str) -> PoolSpec:
         return self.pools[self.role_pool[role]]
@@ -109,10 +110,10 @@ def build_setup(sc: Scenario) -> Setup:
     for role in ("critic", "reference"):
         if role in shapes and shapes[role].arch != "decoder":
             raise ScenarioError(f"models.{role}.model", f"expected a decoder model, got encoder {shapes[role].name!r}")
-    if sc.algorithm.kind == "grpo" and "critic" in shapes:
-        raise ScenarioError("models.critic", "expected no critic with algorithm.kind grpo (GRPO uses group-normalized advantages), got a critic")
+    if sc.algorithm.kind in ("grpo", "rloo") and "critic" in shapes:
+        raise ScenarioError("models.critic", f"expected no critic with algorithm.kind {sc.algorithm.kind} (group-relative advantages: GRPO's group-normalized, RLOO's leave-one-out baseline), got a critic")
     if sc.algorithm.kind == "ppo" and sc.algorithm.group_size != 1:
-        raise ScenarioError("algorithm.group_size", f"expected 1 for ppo (use kind: grpo for groups), got {sc.algorithm.group_size}")
+        raise ScenarioError("algorithm.group_size", f"expected 1 for ppo (use kind: grpo or rloo for groups), got {sc.algorithm.group_size}")
 
     roles = [r for r in ("actor", "critic", "reference", "reward") if r in shapes]
     total = sc.cluster.nodes * sc.cluster.gpus_per_node
@@ -200,4 +201,5 @@ def build_setup(sc: Scenario) -> Setup:
         prompt_sampler=sampler_for(w.prompt_length, w.max_prompt_tokens, base, "workload.prompt_length"),
         response_sampler=sampler_for(w.response_length, w.max_response_tokens, base, "workload.response_length"),
         rule_reward=rule, rollouts_per_step=rollouts, resident_bytes=resident,
+        trace=trace_for(w, sc.algorithm.group_size, base),
     )

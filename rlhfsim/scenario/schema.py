@@ -56,6 +56,11 @@ class Empirical(Frozen):
     path: str = Field(description="CSV or JSONL file of observed lengths, relative to the scenario file.")
 
 
+class Trace(Frozen):
+    kind: Literal["trace"] = "trace"
+    path: str = Field(description="CSV or JSONL of a real run's rollouts (columns step, prompt_id, rollout, prompt_len, response_len), relative to the scenario file; replayed one for one in (step, prompt, rollout) order with each rollout's own prompt length (workload.prompt_length is then not sampled). Every prompt needs algorithm.group_size rollouts and every step workload.prompts_per_step prompts; a run longer than the trace starts it over. Write one with `rlhfsim lengths import`.")
+
+
 class Component(Frozen):
     weight: float = Field(gt=0, description="Relative weight of this component.")
     dist: "LengthDist"
@@ -66,7 +71,7 @@ class Mixture(Frozen):
     components: list[Component] = Field(min_length=1, description="Weighted components.")
 
 
-LengthDist = Annotated[Union[Fixed, Normal, LogNormal, Pareto, Empirical, Mixture], Field(discriminator="kind")]
+LengthDist = Annotated[Union[Fixed, Normal, LogNormal, Pareto, Empirical, Trace, Mixture], Field(discriminator="kind")]
 Component.model_rebuild()
 
 
@@ -152,8 +157,8 @@ Placement = Annotated[Union[Colocated, DedicatedReward, CustomPlacement], Field(
 
 # --- algorithm, workload, generation ---------------------------------------------------------------
 class Algorithm(Frozen):
-    kind: Literal["ppo", "grpo"] = "ppo"
-    group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt (GRPO); 1 for PPO.")
+    kind: Literal["ppo", "grpo", "rloo"] = "ppo"
+    group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt (GRPO, RLOO); 1 for PPO.")
     ppo_epochs: PositiveInt = Field(1, description="Passes over the batch per step.")
     minibatch_size: PositiveInt = Field(16, description="Sequences per optimizer step (global, over data-parallel ranks).")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,34 +44,37 @@ class Rollout:
 class RolloutStream:
     """Rollouts in arrival order, drawn lazily from the scenario's length distributions with the
     simulation's generator. GRPO groups share one prompt (and its length). An explicit list of
-    (prompt_len, response_len) replaces sampling (used by validation to replay a real run's lengths)."""
+    (prompt_len, response_len) replaces sampling (used by validation to replay a real run's lengths); so
+    does a ``trace`` length source (``setup.trace``), which starts over when the run outlasts it.
+
+    Drawn lengths wait in a deque, so taking n rollouts costs O(n) however many are buffered."""
 
     def __init__(self, setup: Setup, rng: np.random.Generator, fixed: list[tuple[int, int]] | None = None):
         self.setup = setup
         self.rng = rng
         self.group = setup.scenario.algorithm.group_size
-        self.fixed = fixed
+        self.fixed = fixed if fixed is not None else setup.trace
+        self.cycle = fixed is None and setup.trace is not None
         self.next_id = 0
-        self._buf: list[tuple[int, int]] = []
+        self._buf: deque[tuple[int, int]] = deque()
 
     def _refill(self, n_prompts: int) -> None:
         p = self.setup.prompt_sampler(self.rng, n_prompts)
         r = self.setup.response_sampler(self.rng, n_prompts * self.group)
-        for i in range(n_prompts):
-            for j in range(self.group):
-                self._buf.append((int(p[i]), int(r[i * self.group + j])))
+        # prompt i's length for each of its group's responses, as Python ints
+        self._buf.extend(zip(np.repeat(p, self.group).tolist(), r[:n_prompts * self.group].tolist()))
 
     def take(self, n: int, step: int) -> list[Rollout]:
-        out = []
-        for _ in range(n):
-            if self.fixed is not None:
-                if self.next_id >= len(self.fixed):
-                    raise IndexError(f"the replayed rollout list has only {len(self.fixed)} entries")
-                pl, rl = self.fixed[self.next_id]
-            else:
-                if not self._buf:
-                    self._refill(max(64, self.setup.scenario.workload.prompts_per_step))
-                pl, rl = self._buf.pop(0)
-            out.append(Rollout(self.next_id, pl, rl, admitted_step=step))
-            self.next_id += 1
-        return out
+        first = self.next_id
+        if self.fixed is not None:
+            m = len(self.fixed)
+            if first + n > m and not self.cycle:
+                raise IndexError(f"the replayed rollout list has only {m} entries")
+            lengths = [self.fixed[i % m] for i in range(first, first + n)]
+        else:
+            buf = self._buf
+            while len(buf) < n:  # the same draws as refilling whenever the buffer runs dry
+                self._refill(max(64, self.setup.scenario.workload.prompts_per_step))
+            lengths = [buf.popleft() for _ in range(n)]
+        self.next_id = first + n
+        return [Rollout(first + i, pl, rl, step) for i, (pl, rl) in enumerate(lengths)]

@@ -12,6 +12,9 @@ Every distribution is sampled with the simulation's own ``numpy.random.Generator
   column, or a column named ``length``/``response_length``/``tokens``) or JSONL (``{"length": n}`` per line
   or bare numbers).
 - ``mixture``: pick a component by weight, then sample it.
+- ``trace``: a real run's rollouts replayed one for one with their prompt lengths
+  (``rlhfsim.workload.trace``; the pairing reaches the rollout stream through ``Setup.trace``); sampled
+  as a distribution, its response lengths are resampled uniformly like ``empirical``.
 """
 
 from __future__ import annotations
@@ -113,7 +116,16 @@ def _raw_sampler(d, base_dir: Path | None, yaml_path: str) -> Sampler:
             p = base_dir / p
         data = read_lengths_file(p, f"{yaml_path}.path")
         return lambda rng, n: data[rng.integers(0, data.size, n)].astype(np.float64)
+    if kind == "trace":
+        from rlhfsim.workload.trace import read_trace, resolve
+
+        rows = read_trace(resolve(d.path, base_dir), f"{yaml_path}.path")
+        data = np.array([r.response_len for r in rows], dtype=np.float64)
+        return lambda rng, n: data[rng.integers(0, data.size, n)]
     if kind == "mixture":
+        for i, c in enumerate(d.components):
+            if c.dist.kind == "trace":
+                raise ScenarioError(f"{yaml_path}.components[{i}].dist.kind", "expected a distribution, got trace (a trace replays whole rollouts; use it as workload.response_length itself)")
         subs = [_raw_sampler(c.dist, base_dir, f"{yaml_path}.components[{i}].dist") for i, c in enumerate(d.components)]
         w = np.array([c.weight for c in d.components], dtype=np.float64)
         w = w / w.sum()
@@ -129,3 +141,19 @@ def _raw_sampler(d, base_dir: Path | None, yaml_path: str) -> Sampler:
 
         return mix
     raise ScenarioError(yaml_path, f"unknown distribution kind {kind!r}")
+
+
+def trace_for(workload, group_size: int, base_dir: Path | None, yaml_path: str = "workload") -> list[tuple[int, int]] | None:
+    """The replayed (prompt_len, response_len) rollouts of a ``trace`` response-length source, checked
+    against the group structure (``rlhfsim.workload.trace.trace_rollouts``); None for any other source."""
+    d = workload.response_length
+    if workload.prompt_length.kind == "trace":
+        raise ScenarioError(f"{yaml_path}.prompt_length.kind", "expected a distribution, got trace (a trace carries its prompt lengths: put it in workload.response_length)")
+    if d.kind != "trace":
+        return None
+    from rlhfsim.workload.trace import read_trace, resolve, trace_rollouts
+
+    where = f"{yaml_path}.response_length.path"
+    p = resolve(d.path, base_dir)
+    return trace_rollouts(read_trace(p, where), group_size, workload.prompts_per_step, workload.max_prompt_tokens,
+                          workload.max_response_tokens, p, where)

@@ -174,3 +174,17 @@ def test_bad_profile_and_compare_are_clean(cli, tiny_yaml):
         p = cli("simulate", tiny_yaml, "--steps", 2, *args)
         assert p.returncode == 2 and p.stderr.startswith(prefix) and "Traceback" not in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_report_of_a_lengths_file_shows_its_fits(cli, tmp_path):
+    # `rlhfsim report` on a file (not a run directory) shows the rollout lengths next to scipy fits.
+    src = tmp_path / "rollouts.csv"
+    rows = [(0, i // 4, i % 4, 20, n) for i, n in enumerate([5, 9, 12, 17, 30, 44, 61, 90, 150, 256, 256, 8])]
+    src.write_text("step,prompt_id,rollout,prompt_len,response_len\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    out = tmp_path / "lengths.html"
+    r = cli("report", src, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "12 responses" in r.stdout and "lognormal" in r.stdout and "pareto" in r.stdout
+    assert out.is_file() and "plotly" in out.read_text().lower()
+    bad = cli("report", src, "--trace", tmp_path / "t.json")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") <= 1
