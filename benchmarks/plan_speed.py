@@ -1,14 +1,25 @@
-"""Benchmark: a 1,000-configuration sweep (5 steps each, 512 rollouts per step), locally and on Ray.
+"""Benchmark: a plan sweep of 2,000 configurations (5 steps each, 512 rollouts per step), locally and on Ray,
+and what it says about a 10,000-configuration sweep.
 
-    python benchmarks/plan_speed.py                       # local backend, 2 workers, all 1,000 configs
-    python benchmarks/plan_speed.py --backend both        # also Ray (a local 2-CPU cluster) -> Ray overhead
-    python benchmarks/plan_speed.py --configs 100         # the first 100 configurations only (quicker)
+    python benchmarks/plan_speed.py                       # local backend, 2 workers, 2,000 configs
+    python benchmarks/plan_speed.py --backend both        # also Ray (a local 2-CPU cluster), same configs
+    python benchmarks/plan_speed.py --configs 10000       # the 10,000-configuration sweep itself
+    python benchmarks/plan_speed.py --configs 100         # a quick run (axes trimmed)
     python benchmarks/plan_speed.py --profile 20          # cProfile 20 sampled configurations in-process
 
-Target (issue 6): 1,000 configurations in at most 2 minutes on 2 cores. The sweep: a PPO setup (Qwen2.5-1.5B
-actor, critic and reference, Qwen2.5-0.5B reward model, 512 prompts per step) over 4 GPU types x 5 node sizes
-x 5 engine batch sizes x 2 engines x 5 schedules; every configuration is distinct and feasible, so all
-1,000 are simulated. Prints wall time, configurations per second and, with --profile, where the time goes.
+Target (issue 12): 10,000 configurations in at most 5 minutes on 2 cores, locally and on Ray. The sweep:
+a PPO setup (Qwen2.5-1.5B actor, critic and reference, Qwen2.5-0.5B reward model, 512 prompts per step)
+over 4 GPU types x 5 node sizes x 5 engine batch sizes x 2 engines x 5 schedules (1,000 configurations),
+repeated for ``configs / 1,000`` seeds (the ``seed`` axis: the same mix of configurations with other
+sampled lengths). Every configuration is distinct and feasible, so all are simulated.
+
+Extrapolation to 10,000: each seed repeats the same 1,000-configuration mix, so the cost per
+configuration does not depend on how many seeds are swept; the measured run is split into its fixed part
+(starting the backend: forking the local workers, or starting and stopping a local Ray cluster with its
+workers' imports, measured separately with an empty task and one import task per worker) and the rest,
+which is scaled linearly: ``t(10,000) = fixed + (wall - fixed) x 10,000 / configs``. The local backend also reports CPU time per
+configuration: on a shared machine the wall time includes waiting for the CPU, and
+``CPU-s / workers`` is what the sweep takes on that many idle cores.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import resource
 import sys
@@ -49,11 +61,16 @@ AXES = {
     "generation.engine": ["static", "continuous"],
     "schedule.kind": ["sync", "oppo", "oppo-inter", "partial", "async"],
 }
+GRID = 1000  # configurations per seed
+TARGET_CONFIGS, TARGET_S = 10_000, 300.0
 
 
 def write_plan(d: Path, configs: int) -> Path:
+    """The plan file: the 1,000-configuration grid times ``configs // 1,000`` seeds; below 1,000, the
+    slowest-varying axes trimmed until the product is at most ``configs`` (for quick runs)."""
     axes = json.loads(json.dumps(AXES))
-    # Trim the slowest-varying axes until the product is at most `configs` (for quick runs).
+    axes["seed"] = list(range(max(configs // GRID, 1)))
+
     def size():
         n = 1
         for v in axes.values():
@@ -73,7 +90,8 @@ def _cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def run(backend: str, workers: int, plan_path: Path, out: Path) -> float:
+def run(backend: str, workers: int, plan_path: Path, out: Path) -> tuple[float, int]:
+    """Run the sweep; returns (wall seconds, configurations)."""
     from rlhfsim.plan import load_plan, run_plan
 
     t0, c0 = time.perf_counter(), _cpu_s()
@@ -86,13 +104,33 @@ def run(backend: str, workers: int, plan_path: Path, out: Path) -> float:
     if backend == "local":
         # On a shared machine the wall time includes waiting for the CPU; CPU time / workers is what the
         # sweep would take on `workers` idle cores (the work is spread evenly over many chunks).
-        line += f"  cpu {cpu:.1f} s -> {cpu / workers:.1f} s on {workers} idle cores ({cpu / max(o.simulated, 1) * 1000:.0f} cpu-ms per config)"
+        line += f"  cpu {cpu:.1f} s -> {cpu / workers:.1f} s on {workers} idle cores ({cpu / max(o.simulated, 1) * 1000:.1f} cpu-ms per config)"
     print(line, flush=True)
-    return wall
+    return wall, len(o.rows)
 
 
-def ray_fixed_overhead(workers: int) -> None:
-    """Start and stop a local Ray cluster the way --backend ray does, with one trivial task."""
+def local_fixed_overhead(workers: int) -> float:
+    """Fork the local workers and run one empty chunk, the way --backend local does; seconds."""
+    from rlhfsim.plan.backends import LocalBackend
+
+    t0 = time.perf_counter()
+    with LocalBackend(workers) as be:
+        list(be.run([[]], {}))
+    return time.perf_counter() - t0
+
+
+def _worker_imports() -> int:
+    """What a fresh Ray worker imports before its first configuration (a local worker is forked from this
+    process and inherits them)."""
+    import rlhfsim.plan.backends  # noqa: F401
+    import rlhfsim.sim.run  # noqa: F401
+
+    return os.getpid()
+
+
+def ray_fixed_overhead(workers: int) -> float:
+    """Start and stop a local Ray cluster the way --backend ray does, with one empty chunk and each worker's
+    imports (one task per worker); seconds."""
     from rlhfsim.plan.backends import RayBackend
 
     t0 = time.perf_counter()
@@ -100,8 +138,19 @@ def ray_fixed_overhead(workers: int) -> None:
         t1 = time.perf_counter()
         list(be.run([[]], {}))
         t2 = time.perf_counter()
-    t3 = time.perf_counter()
-    print(f"ray fixed overhead: start {t1 - t0:.1f} s, first (empty) task {t2 - t1:.2f} s, shutdown {t3 - t2:.1f} s")
+        warm = be.ray.remote(num_cpus=1)(_worker_imports)
+        pids = be.ray.get([warm.remote() for _ in range(workers)])
+        t3 = time.perf_counter()
+    t4 = time.perf_counter()
+    print(f"ray fixed overhead: start {t1 - t0:.1f} s, first (empty) task {t2 - t1:.2f} s, workers' imports "
+          f"{t3 - t2:.2f} s ({len(set(pids))} workers), shutdown {t4 - t3:.1f} s")
+    return t4 - t0
+
+
+def extrapolate(backend: str, wall: float, configs: int, fixed: float) -> None:
+    t = fixed + (wall - fixed) * TARGET_CONFIGS / configs
+    print(f"{backend:5}  {TARGET_CONFIGS:,} configurations: {fixed:.1f} s fixed + ({wall:.1f} - {fixed:.1f}) s x "
+          f"{TARGET_CONFIGS:,} / {configs:,} = {t:.0f} s  (target <= {TARGET_S:.0f} s: {'met' if t <= TARGET_S else 'MISSED'})")
 
 
 def profile(plan_path: Path, n: int) -> None:
@@ -132,7 +181,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=["local", "ray", "both"], default="local")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--configs", type=int, default=1000, help="at most this many configurations (axes trimmed)")
+    ap.add_argument("--configs", type=int, default=2000, help="configurations: 1,000 per seed; fewer trims the axes")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N sampled configurations instead")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="plan-bench-") as tmp:
@@ -147,8 +196,10 @@ def main(argv=None) -> int:
         if len(walls) == 2:
             a = (d / "out-local" / "results.csv").read_text()
             b = (d / "out-ray" / "results.csv").read_text()
-            print(f"ray - local wall: {walls['ray'] - walls['local']:+.1f} s; results identical: {a == b}")
-            ray_fixed_overhead(args.workers)
+            print(f"ray - local wall: {walls['ray'][0] - walls['local'][0]:+.1f} s; results identical: {a == b}")
+        for be, (wall, n) in walls.items():
+            fixed = local_fixed_overhead(args.workers) if be == "local" else ray_fixed_overhead(args.workers)
+            extrapolate(be, wall, n, fixed)
     return 0
 
 

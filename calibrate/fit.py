@@ -1,6 +1,7 @@
 """Fit the CostModel's per-operation parameters to measured points; report held-out error.
 
-The fitted form is exactly ``rlhfsim.costs.model`` (tp = 1):
+The fitted form is exactly ``rlhfsim.costs.model`` (tp = 1), evaluated by the same two functions
+(``roofline_kernel_s``, ``with_overheads_s``) on the same work (``rlhfsim.costs.flops``):
 
     t_hat = max( F / (peak x compute_eff),  B / (mem_bw x memory_eff) ) + overhead_s + overhead_per_layer_s x L
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.genruntimes import kv_passes
-from rlhfsim.costs.model import OpParams
+from rlhfsim.costs.model import OpParams, roofline_kernel_s, with_overheads_s
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import ModelShape
 
@@ -106,7 +107,9 @@ def _overheads(r: np.ndarray, wt: np.ndarray, lay: np.ndarray, use_layers: bool)
 def _search(fc, fm, lay, t, ce_grid, me_grid, prior: OpParams):
     wt = 1.0 / (t * t)
     use_layers = np.ptp(lay) > 0
-    roof = np.maximum(fc[None, None, :] / ce_grid[:, None, None], fm[None, None, :] / me_grid[None, :, None])
+    # fc, fm are seconds at 100% efficiency (peak and bandwidth already divided out): denominators 1.0
+    roof = roofline_kernel_s(fc[None, None, :], fm[None, None, :], 1.0, 1.0, ce_grid[:, None, None],
+                             me_grid[None, :, None])
     o, ol, loss = _overheads(t - roof, wt, lay, use_layers)
     pen = PRIOR_WEIGHT * len(t) * ((np.log(ce_grid / prior.compute_eff) ** 2)[:, None]
                                    + (np.log(me_grid / prior.memory_eff) ** 2)[None, :])
@@ -130,7 +133,7 @@ def fit_arrays(fc, fm, lay, t, prior: OpParams) -> OpParams:
 
 
 def predict(fc, fm, lay, p: OpParams) -> np.ndarray:
-    return np.maximum(fc / p.compute_eff, fm / p.memory_eff) + p.overhead_s + p.overhead_per_layer_s * lay
+    return with_overheads_s(roofline_kernel_s(fc, fm, 1.0, 1.0, p.compute_eff, p.memory_eff), p, lay)
 
 
 def mape(pred: np.ndarray, t: np.ndarray) -> float:

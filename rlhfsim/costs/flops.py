@@ -44,56 +44,91 @@ class Work:
     layers: int = 0
 
 
+@dataclass(frozen=True)
+class ShapeCoeffs:
+    """The constants of one model's FLOP and byte counts (one dtype, one head), computed once from its
+    shape: every count below is these constants times token counts. ``CostModel`` keeps one per model,
+    dtype and head, so a call costs a few multiplications instead of walking the shape again."""
+
+    layers: int
+    encoder: bool
+    lm: bool
+    f_linear: float   # 2 P_body: matmul FLOPs per token
+    f_attn: float     # 4 L h: attention FLOPs per (query, visible key) pair
+    f_head: float     # 2 h V per logit position (LM head), or 2 h per sequence (scalar head)
+    weight_bytes: int  # P b
+    kv_bytes: int     # 2 L d_kv b: K/V bytes per cached token
+    act_bytes: int    # 12 L h b: activation bytes per token
+    logit_bytes: int  # 16 V: bytes per logit position
+
+    @classmethod
+    def of(cls, m: ModelShape, dtype: str, head: str = "value") -> "ShapeCoeffs":
+        b = DTYPE_BYTES[dtype]
+        lm = head == "lm"
+        return cls(layers=m.layers, encoder=m.arch == "encoder", lm=lm,
+                   f_linear=2.0 * (m.layers * m.layer_params), f_attn=4.0 * m.layers * m.hidden,
+                   f_head=2.0 * m.hidden * m.vocab if lm else 2.0 * m.hidden,
+                   weight_bytes=m.params(head) * b, kv_bytes=2 * m.layers * m.kv_dim * b,
+                   act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b,
+                   logit_bytes=LOGIT_BYTES * m.vocab)
+
+    def forward(self, n_tokens, n_seqs, cached_tokens=0.0, logits_tokens=0.0) -> Work:
+        """``forward_work`` (token counts may be numpy arrays: the same arithmetic, elementwise)."""
+        n_seqs = max(n_seqs, 1.0)
+        per_seq = n_tokens / n_seqs
+        if self.encoder:
+            f_attn = self.f_attn * n_seqs * per_seq * per_seq
+        else:
+            f_attn = self.f_attn * n_seqs * per_seq * (cached_tokens / n_seqs + (per_seq + 1) / 2)
+        if self.lm:
+            f_head = self.f_head * logits_tokens
+            logit_bytes = self.logit_bytes * logits_tokens
+        else:
+            f_head = self.f_head * n_seqs
+            logit_bytes = 0.0
+        kv_read = self.kv_bytes * cached_tokens
+        act = self.act_bytes * n_tokens
+        return Work(self.f_linear * n_tokens + f_attn + f_head, self.weight_bytes + kv_read + act + logit_bytes,
+                    0.0, self.layers)
+
+    def train(self, n_tokens, n_seqs) -> Work:
+        """``train_work``: 3x the forward (logits of every token with an LM head)."""
+        fwd = self.forward(n_tokens, n_seqs, 0.0, n_tokens if self.lm else 0.0)
+        return Work(3.0 * fwd.flops, 3.0 * fwd.bytes, 0.0, self.layers)
+
+    def decode(self, batch, kv_tokens, kv_passes: float = 1.0) -> Work:
+        """``decode_step_work`` (an LM head: build with ``head="lm"``)."""
+        flops = self.f_linear * batch + self.f_attn * kv_tokens + self.f_head * batch
+        kv_read = self.kv_bytes * kv_tokens * kv_passes
+        return Work(flops, self.weight_bytes + kv_read + self.logit_bytes * batch, 0.0, self.layers)
+
+
 def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cached_tokens: float = 0.0,
                  logits_tokens: float = 0.0, head: str = "value") -> Work:
     """Forward over ``n_tokens`` new tokens spread evenly over ``n_seqs`` sequences, each attending to
     ``cached_tokens / n_seqs`` cached tokens as well (0 for a one-shot prefill)."""
-    b = DTYPE_BYTES[dtype]
-    n_seqs = max(n_seqs, 1.0)
-    per_seq = n_tokens / n_seqs
-    cached_per_seq = cached_tokens / n_seqs
-    body = m.layers * m.layer_params
-    f_lin = 2.0 * body * n_tokens
-    if m.arch == "encoder":
-        f_attn = 4.0 * m.layers * m.hidden * n_seqs * per_seq * per_seq
-    else:
-        f_attn = 4.0 * m.layers * m.hidden * n_seqs * per_seq * (cached_per_seq + (per_seq + 1) / 2)
-    f_head = 2.0 * m.hidden * m.vocab * logits_tokens if head == "lm" else 2.0 * m.hidden * n_seqs
-    weight_bytes = m.params(head) * b
-    kv_read = 2 * m.layers * m.kv_dim * b * cached_tokens
-    act = ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b * n_tokens
-    logit_bytes = LOGIT_BYTES * m.vocab * logits_tokens if head == "lm" else 0.0
-    return Work(f_lin + f_attn + f_head, weight_bytes + kv_read + act + logit_bytes, 0.0, m.layers)
+    return ShapeCoeffs.of(m, dtype, head).forward(n_tokens, n_seqs, cached_tokens, logits_tokens)
 
 
 def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float, kv_passes: float = 1.0) -> Work:
     """One decode step: ``batch`` sequences each produce one token; ``kv_tokens`` is the total number of
     cached tokens over the batch (the sum of the sequences' current lengths); ``kv_passes``: passes over
     the cached K/V per step (``rlhfsim.costs.genruntimes.KV_PASSES``: 3 for HF's DynamicCache)."""
-    b = DTYPE_BYTES[dtype]
-    body = m.layers * m.layer_params
-    flops = 2.0 * body * batch + 4.0 * m.layers * m.hidden * kv_tokens + 2.0 * m.hidden * m.vocab * batch
-    weight_bytes = m.params("lm") * b
-    kv_read = 2 * m.layers * m.kv_dim * b * kv_tokens * kv_passes
-    return Work(flops, weight_bytes + kv_read + LOGIT_BYTES * m.vocab * batch, 0.0, m.layers)
+    return ShapeCoeffs.of(m, dtype, "lm").decode(batch, kv_tokens, kv_passes)
 
 
-def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: float, n_steps: int):
+def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: float, n_steps: int,
+                        kv_passes: float = 1.0):
     """FLOPs and bytes of ``n_steps`` consecutive decode steps (numpy arrays, one entry per step) of a
     batch whose membership is fixed: each step adds ``batch`` tokens to the cache."""
-    b = DTYPE_BYTES[dtype]
-    kv = kv_tokens0 + batch * np.arange(n_steps, dtype=np.float64)
-    body = m.layers * m.layer_params
-    flops = 2.0 * body * batch + 4.0 * m.layers * m.hidden * kv + 2.0 * m.hidden * m.vocab * batch
-    bytes_ = m.params("lm") * b + LOGIT_BYTES * m.vocab * batch + 2 * m.layers * m.kv_dim * b * kv
-    return flops, bytes_
+    w = decode_step_work(m, dtype, batch, kv_tokens0 + batch * np.arange(n_steps, dtype=np.float64), kv_passes)
+    return w.flops, w.bytes
 
 
 def train_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str = "lm") -> Work:
     """Forward + backward over a minibatch (activation recomputation off): 3x forward FLOPs, and weights
     plus gradients moved about 3x."""
-    fwd = forward_work(m, dtype, n_tokens, n_seqs, 0.0, n_tokens if head == "lm" else 0.0, head)
-    return Work(3.0 * fwd.flops, 3.0 * fwd.bytes, 0.0, m.layers)
+    return ShapeCoeffs.of(m, dtype, head).train(n_tokens, n_seqs)
 
 
 def optimizer_work(m: ModelShape, shards: int = 1, head: str = "lm") -> Work:

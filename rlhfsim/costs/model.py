@@ -11,10 +11,17 @@ the device's datasheet numbers (``rlhfsim.hardware``), and the four parameters p
 a Profile: datasheet-derived defaults (the bundled ``default`` profile) or values fitted to measurements
 (``rlhfsim calibrate``). Because F and B carry the model size, fitted parameters carry over to model
 sizes that were never measured. Units: seconds, FLOP, bytes, FLOP/s, bytes/s.
+
+One home per formula: the roofline is ``roofline_kernel_s`` plus ``with_overheads_s`` (the calibration
+fit, ``calibrate.fit``, calls the same two functions), F and B come from ``rlhfsim.costs.flops.ShapeCoeffs``
+(decode included: ``decode_coeffs`` is that decode work divided by the roofline's denominators). The
+constants of both are computed once per (model, dtype, head or runtime, tp) and kept on the CostModel (a
+CostModel is one device and one profile), so a prediction costs a few multiplications.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,24 +66,73 @@ def decode_sum(coeffs: tuple[float, float, float, float, float], n_steps: int) -
 
 
 def _sum_max_linear(a1: float, s1: float, a2: float, s2: float, n: int) -> float:
-    """sum_{i=0}^{n-1} max(a1 + s1 i, a2 + s2 i) for two lines (they cross at most once)."""
+    """sum_{i=0}^{n-1} max(a1 + s1 i, a2 + s2 i) for two lines (they cross at most once). The two
+    ``_series`` are written out: this is the simulator's innermost call."""
     if s1 == s2:
-        return _series(max(a1, a2), s1, 0, n)
+        a = a1 if a1 >= a2 else a2
+        return a * n + s1 * (n - 1) * n / 2.0 if n > 0 else 0.0
     cross = (a2 - a1) / (s1 - s2)  # line 1 is above line 2 for i > cross when s1 > s2
-    k = int(min(max(np.floor(cross) + 1, 0), n))  # first index at or past the crossing
+    if math.isfinite(cross):
+        k = min(max(math.floor(cross) + 1, 0), n)  # first index at or past the crossing
+    else:
+        k = int(min(max(np.floor(cross) + 1, 0), n))
     if s1 > s2:
-        return _series(a2, s2, 0, k) + _series(a1, s1, k, n)
-    return _series(a1, s1, 0, k) + _series(a2, s2, k, n)
+        (a, s), (b, t) = (a2, s2), (a1, s1)
+    else:
+        (a, s), (b, t) = (a1, s1), (a2, s2)
+    first = a * k + s * (k - 1) * k / 2.0 if k > 0 else 0.0           # _series(a, s, 0, k)
+    m = n - k
+    return first + (b * m + t * (k + n - 1) * m / 2.0 if m > 0 else 0.0)  # + _series(b, t, k, n)
+
+
+def _series_many(a, s, i0, i1):
+    """``_series`` elementwise over numpy arrays (the same arithmetic, so the same bits)."""
+    n = i1 - i0
+    return np.where(n > 0, a * n + s * (i0 + i1 - 1) * n / 2.0, 0.0)
+
+
+def _sum_max_linear_many(a1, s1, a2, s2, n):
+    """``_sum_max_linear`` elementwise over numpy arrays (the same arithmetic, so the same bits)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = (a2 - a1) / (s1 - s2)
+    k = np.where(s1 == s2, 0, np.minimum(np.maximum(np.floor(cross) + 1, 0), n)).astype(np.int64)
+    zero = np.zeros_like(n)
+    up = _series_many(a2, s2, zero, k) + _series_many(a1, s1, k, n)     # s1 > s2
+    down = _series_many(a1, s1, zero, k) + _series_many(a2, s2, k, n)   # s1 < s2
+    flat = _series_many(np.maximum(a1, a2), s1, zero, n)               # s1 == s2
+    return np.where(s1 == s2, flat, np.where(s1 > s2, up, down))
+
+
+def decode_parts_many(coeffs, n_steps) -> tuple[np.ndarray, np.ndarray]:
+    """``decode_parts`` of many segments at once: ``coeffs`` as returned by ``CostModel.decode_coeffs``
+    for arrays of batch sizes and cached tokens, ``n_steps`` an integer array (every entry >= 1)."""
+    c0, cs, u0, us, over = coeffs
+    n = np.asarray(n_steps, dtype=np.int64)
+    kernel = _sum_max_linear_many(c0, cs, u0, us, n)
+    return kernel + n * over, kernel
+
+
+def roofline_kernel_s(flops, nbytes, peak: float, bw: float, compute_eff, memory_eff):
+    """The roofline, max(F / (peak x compute_eff), B / (bw x memory_eff)) in seconds: the kernel time.
+    Floats, or numpy arrays (broadcast; the calibration fit evaluates a grid of efficiencies at once)."""
+    compute = flops / (peak * compute_eff)
+    memory = nbytes / (bw * memory_eff)
+    if isinstance(compute, np.ndarray) or isinstance(memory, np.ndarray):
+        return np.maximum(compute, memory)
+    return max(compute, memory)
+
+
+def with_overheads_s(kernel_s, p: OpParams, layers):
+    """A prediction from its kernel time: kernel + overhead_s + overhead_per_layer_s x L (host time)."""
+    return kernel_s + p.overhead_s + p.overhead_per_layer_s * layers
 
 
 def roofline_parts(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> tuple[float, float]:
     """(total_s, active_s): the roofline time plus the fixed overheads, and the roofline (kernel) part
     alone. Overheads are host time (Python, launches, sampling bookkeeping) during which the device
     waits; ``active_s`` is what nvidia-smi / DCGM-style utilization counts as busy."""
-    compute = work.flops / (tp * peak * p.compute_eff)
-    memory = work.bytes / (tp * bw * p.memory_eff)
-    kernel = max(compute, memory)
-    return kernel + p.overhead_s + p.overhead_per_layer_s * work.layers, kernel
+    kernel = roofline_kernel_s(work.flops, work.bytes, tp * peak, tp * bw, p.compute_eff, p.memory_eff)
+    return with_overheads_s(kernel, p, work.layers), kernel
 
 
 def roofline_s(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> float:
@@ -91,6 +147,52 @@ def decode_parts(coeffs: tuple[float, float, float, float, float], n_steps: int)
     c0, cs, u0, us, over = coeffs
     kernel = _sum_max_linear(c0, cs, u0, us, n_steps)
     return kernel + n_steps * over, kernel
+
+
+class _Forward:
+    """``forward_parts`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
+    device numbers, looked up once."""
+
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw")
+
+    def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams):
+        self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
+        self.shape = fl.ShapeCoeffs.of(m, dtype, head)
+        self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
+
+    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens):
+        w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens)
+        total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
+        return total + comm, active + comm
+
+
+class _Decode:
+    """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
+    (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
+
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over")
+
+    def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None):
+        p = cost.gen_params("decode", runtime)
+        self.cost, self.m, self.dtype, self.tp = cost, m, dtype, tp
+        self.shape = fl.ShapeCoeffs.of(m, dtype, "lm")
+        self.peak = tp * cost.gpu.peak(dtype) * p.compute_eff
+        self.bw = tp * cost.gpu.mem_bw * p.memory_eff
+        # bytes per cached token per step: K and V read by attention, times the runtime's passes over
+        # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
+        self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
+        self.over = p.overhead_s + p.overhead_per_layer_s * m.layers
+
+    def coeffs(self, batch, kv0, overhead_s: float | None):
+        k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
+        # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
+        c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
+        cs = k.f_attn * batch / peak
+        u0 = (k.weight_bytes + k.logit_bytes * batch + kv_b * kv0) / bw
+        us = kv_b * batch / bw
+        step_over = self.over if overhead_s is None else overhead_s
+        return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
 
 
 class CostModel:
@@ -109,6 +211,10 @@ class CostModel:
         inter = profile.get("interference", {})
         self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
         self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
+        # Constants per (model, dtype, ...): computed on first use, then reused (the profile is fixed).
+        self._forward: dict[tuple, _Forward] = {}
+        self._decode: dict[tuple, _Decode] = {}
+        self._shapes: dict[tuple, fl.ShapeCoeffs] = {}
 
     @classmethod
     def load(cls, gpu: GpuSpec, profile_ref: str | None = None) -> "CostModel":
@@ -202,11 +308,27 @@ class CostModel:
         if n_tokens <= 0:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        w = fl.forward_work(m, dtype, n_tokens, n_seqs, cached_tokens, logits, head)
-        p = self.gen_params(op, gen_runtime) if gen_runtime is not None and runtime is None else self.params(op, runtime)
-        total, active = roofline_parts(w, p, self.gpu.peak(dtype), self.gpu.mem_bw, tp)
-        comm = self._tp_comm_s(m, dtype, n_tokens, tp)
-        return total + comm, active + comm
+        return self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
+            n_tokens, n_seqs, cached_tokens, logits)
+
+    def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
+                           cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
+                           head: str = "value", all_logits: bool = False,
+                           gen_runtime: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``forward_parts`` for an array of token counts (each > 0), as two arrays; the same arithmetic
+        elementwise, so each entry equals the scalar call bit for bit."""
+        n_tokens = np.asarray(n_tokens, dtype=np.float64)
+        logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
+        return self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
+            n_tokens, n_seqs, cached_tokens, logits)
+
+    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime) -> _Forward:
+        key = (m, dtype, tp, op, runtime, head, gen_runtime)
+        k = self._forward.get(key)
+        if k is None:
+            p = self.gen_params(op, gen_runtime) if gen_runtime is not None and runtime is None else self.params(op, runtime)
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p)
+        return k
 
     def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
                         prefix_tokens: float, tp: int = 1, head: str = "value") -> float:
@@ -236,22 +358,14 @@ class CostModel:
                       overhead_s: float | None = None, runtime: str | None = None) -> tuple[float, float, float, float, float]:
         """(c0, cs, u0, us, per-step overhead) of ``decode_steps_s``: evaluate once, then ``decode_sum``
         for any number of steps (the simulator inverts the sum by bisection when a segment is cut).
-        ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them."""
-        p = self.gen_params("decode", runtime)
-        b = DTYPE_BYTES[dtype]
-        body = m.layers * m.layer_params
-        peak = tp * self.gpu.peak(dtype) * p.compute_eff
-        bw = tp * self.gpu.mem_bw * p.memory_eff
-        attn_f = 4.0 * m.layers * m.hidden  # FLOPs per cached token per step
-        # bytes per cached token per step: K and V read by attention, times the runtime's passes over
-        # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
-        kv_b = 2.0 * m.layers * m.kv_dim * b * kv_passes(runtime, self.generation)
-        c0 = (2.0 * body * batch + 2.0 * m.hidden * m.vocab * batch + attn_f * kv_tokens0) / peak
-        cs = attn_f * batch / peak
-        u0 = (m.params("lm") * b + fl.LOGIT_BYTES * m.vocab * batch + kv_b * kv_tokens0) / bw
-        us = kv_b * batch / bw
-        step_over = p.overhead_s + p.overhead_per_layer_s * m.layers if overhead_s is None else overhead_s
-        return c0, cs, u0, us, step_over + self._tp_comm_s(m, dtype, batch, tp)
+        ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them.
+        ``batch`` and ``kv_tokens0`` may be numpy arrays: the coefficients of many segments at once
+        (``decode_parts_many``)."""
+        key = (m, dtype, tp, runtime)
+        k = self._decode.get(key)
+        if k is None:
+            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime)
+        return k.coeffs(batch, kv_tokens0, overhead_s)
 
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                 head: str = "lm") -> float:
@@ -263,7 +377,11 @@ class CostModel:
         """(total_s, active_s) of ``train_s``."""
         if n_tokens <= 0:
             return 0.0, 0.0
-        w = fl.train_work(m, dtype, n_tokens, n_seqs, head)
+        key = (m, dtype, head)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = fl.ShapeCoeffs.of(m, dtype, head)
+        w = shape.train(n_tokens, n_seqs)
         total, active = roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
         comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
         return total + comm, active + comm

@@ -4,10 +4,15 @@ on a local cluster started for the sweep, or on an existing one given by its add
 Work goes out in chunks of configurations, so that process start-up, pickling and the cost model (built
 once per GPU type in each chunk) are paid per chunk, not per configuration. Each configuration runs the
 same code with the same seed on either backend, so both give the same numbers, bit for bit.
+
+A worker process freezes what it holds when it starts (``gc.freeze``: the modules it imported and, for a
+forked local worker, everything it inherited), so that the garbage collector's full passes during the
+sweep walk only the objects the simulations make (about a tenth of a sweep's CPU time otherwise).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -50,6 +55,19 @@ def run_chunk(tasks: list[Task], profiles: dict[str, dict]) -> list[Result]:
         except RlhfsimError as e:
             out.append((key, None, str(e)))
     return out
+
+
+def worker_start() -> None:
+    """A worker process starts: what it holds now lives as long as it does, so the garbage collector
+    need not walk it again (once per process)."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+
+
+def run_chunk_in_worker(tasks: list[Task], profiles: dict[str, dict]) -> list[Result]:
+    """``run_chunk`` in a worker process that may not have been started by us (Ray)."""
+    worker_start()
+    return run_chunk(tasks, profiles)
 
 
 def chunked(tasks: list[Task], workers: int, max_size: int = 16) -> list[list[Task]]:
@@ -102,7 +120,8 @@ class LocalBackend(Backend):
             # starts any thread (a progress bar): a pool using fork starts all its processes at once on
             # the first submit.
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method))
+            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),
+                                            initializer=worker_start)
             self.pool.submit(os.getpid).result()
         return self
 
@@ -161,7 +180,7 @@ class RayBackend(Backend):
 
     def run(self, chunks, profiles):
         ray = self.ray
-        task = ray.remote(num_cpus=1, max_retries=0)(run_chunk)
+        task = ray.remote(num_cpus=1, max_retries=0)(run_chunk_in_worker)
         shared = ray.put(profiles)
         pending = [task.remote(c, shared) for c in chunks]
         while pending:

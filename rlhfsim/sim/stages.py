@@ -16,10 +16,12 @@ inside the gradient all-reduce, whose (NCCL) kernel is already running: active, 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import simpy
 
 from rlhfsim.models.catalog import DTYPE_BYTES
+from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout
 
 ROLE_PHASE = {"reward": "reward", "reference": "reference", "critic": "critic_fwd"}
@@ -144,13 +146,24 @@ class ChunkScorer:
     the decode loop are prefilled on top of each sequence's cached prefix, first in, first out. Each replica
     of the role's pool takes up to ``intra.max_chunk_batch`` queued chunks as one batched chunk prefill
     (default 1: one call per chunk, as the real executor does). The first chunk of a sequence includes
-    its prompt."""
+    its prompt.
+
+    Calls are priced one by one (each costs what it would alone, times ``prefill_slowdown`` when decode
+    runs on the replica's GPUs at the call's start), but each replica runs a *chain* of back-to-back calls
+    in one timeout and one busy interval, planned when it looks at the queue: with one chunk per call
+    (the default), every queued call goes to the replica that would take it call by call, the one free
+    first (free replicas in the order they became free), appended to its chain; so a burst of chunks
+    made ready by one decode segment costs one event per replica instead of one per chunk. With
+    ``max_chunk_batch`` > 1 a chain only grows by full calls that start strictly before every other
+    replica is free (chunks arriving before a partial call starts would join it). If decode starts or
+    stops on the pool (``decode_changed``), every chain is cut back to its call in progress and the rest
+    goes back to the head of the queue, to be priced again at the new rate."""
 
     def __init__(self, sim, role: str):
         self.sim = sim
         self.env: simpy.Environment = sim.env
         self.role = role
-        self.queue: list = []
+        self.queue: deque = deque()
         self.wakeup = self.env.event()
         self.outstanding = 0
         self.drained = self.env.event()
@@ -158,8 +171,14 @@ class ChunkScorer:
         self.tokens = 0
         n_rep, self.tp = _replicas(sim, role)
         self.pool = sim.setup.pool_of(role)
-        for k in range(n_rep):
-            self.env.process(self._serve(k))
+        s = sim.setup
+        self.model, self.dtype, self.head = s.shapes[role], s.dtypes[role], s.head(role)
+        self.mb = s.scenario.schedule.intra.max_chunk_batch
+        self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
+        self.emitted = 0  # chunks emitted so far
+        self.planned = 0  # calls planned so far
+        for rep in self.reps:
+            rep.proc = self.env.process(self._serve(rep))
 
     def emit(self, step: int, r: Rollout, final: bool) -> None:
         done = r.scored.get(self.role, 0)
@@ -170,7 +189,8 @@ class ChunkScorer:
         tokens = new + (r.prompt_len if first else 0)
         prefix = 0 if first else r.prompt_len + done
         r.scored[self.role] = r.generated
-        self.queue.append((step, tokens, prefix))
+        self.queue.append((step, tokens, prefix, self.emitted))  # the last: its place in the queue
+        self.emitted += 1
         self.outstanding += 1
         if self.drained.triggered:
             self.drained = self.env.event()
@@ -185,40 +205,168 @@ class ChunkScorer:
             return ev
         return self.drained
 
-    def _serve(self, k: int):
+    def decode_changed(self, pool: str, gpus: range) -> None:
+        """Decode started or stopped on ``gpus`` of ``pool`` (an engine's replica began or ended): calls
+        chained but not started are priced at the old rate and were chained against free times that may
+        move, so every chain goes back to its call in progress and the rest returns to the queue."""
+        if pool != self.pool.name or self.sim.cost.prefill_slowdown == 1.0:
+            return
+        now = self.env.now
+        back = []
+        for rep in self.reps:
+            i = rep.in_progress(now)
+            if i is not None and i + 1 < len(rep.calls):
+                back.extend(job for call in rep.calls[i + 1:] for job in call)
+                rep.cut(i + 1)
+                rep.proc.interrupt("decode")
+        if back:
+            self.queue.extendleft(sorted(back, key=lambda j: j[3], reverse=True))  # back in queue order
+            if not self.wakeup.triggered:
+                self.wakeup.succeed()
+
+    def _take(self, rep: "_Chain") -> None:
+        """``rep`` looks at the queue (its chain is over): plan the queued calls (``_plan``), or with
+        ``max_chunk_batch`` > 1 start a chain of the first call and more full calls while the next would
+        start strictly before every other replica is free."""
+        if self.mb == 1:
+            self._plan(rep)
+            return
+        env, cost = self.env, self.sim.cost
+        q, mb, now = self.queue, self.mb, env.now
+        others = min((o.free_at if o.free_at > now else now for o in self.reps if o is not rep), default=math.inf)
+        slow = self._slow(rep)
+        rep.start(now)
+        t = now
+        while q and (not rep.calls or (t < others and len(q) >= mb)):
+            call = [q.popleft() for _ in range(min(mb, len(q)))]
+            parts = cost.chunk_prefill_parts(self.model, self.dtype, sum(j[1] for j in call), len(call),
+                                             sum(j[2] for j in call), self.tp, self.head)
+            rep.add(call, parts, parts[0] * slow)
+            t = rep.free_at
+
+    def _plan(self, looking: "_Chain") -> None:
+        """Every queued call (one chunk each) to the replica that would take it call by call: the first free
+        (busy replicas at the end of their chain, ``looking`` at the end of the chain it has just run; the
+        others now), appended to its chain at the rate of decode on its GPUs now."""
+        env, cost = self.env, self.sim.cost
+        q, now = self.queue, env.now
+        reps = self.reps
+
+        def first_free(o: _Chain):
+            # Free at the same time, call by call: replicas whose last call ends then look first, the one
+            # whose call started first before the others (SimPy runs same-time events in the order they
+            # were scheduled; calls starting together start in planning order); replicas already waiting
+            # for work look after them, in the order they began to wait (the same order, at the time
+            # their last call ended).
+            if o.calls or (o is looking and o.free_at == now):
+                return max(o.free_at, now), 0, o.last_start, o.last_seq
+            return now, 1, o.free_at, o.last_start, o.last_seq  # the order they began to wait in
+
+        while q:
+            rep = min(reps, key=first_free)
+            if not rep.calls:
+                rep.start(now)
+            job = q.popleft()
+            parts = cost.chunk_prefill_parts(self.model, self.dtype, job[1], 1, job[2], self.tp, self.head)
+            rep.add([job], parts, parts[0] * self._slow(rep))
+            self.planned += 1
+            rep.last_seq = self.planned  # calls starting at the same time start in this order
+
+    def _slow(self, rep: "_Chain") -> float:
+        return self.sim.cost.prefill_slowdown if self.sim.corun(self.pool.name, "prefill", rep.gpus) else 1.0
+
+    def _serve(self, rep: "_Chain"):
         env, sim = self.env, self.sim
-        s = sim.setup
-        model, dtype = s.shapes[self.role], s.dtypes[self.role]
-        mb = s.scenario.schedule.intra.max_chunk_batch
-        gpus = range(k * self.tp, (k + 1) * self.tp)
+        pool = self.pool.name
         serving = False  # counted in sim.active from the start of a busy period to its end
         while True:
-            if not self.queue and serving:
+            if not self.queue and not rep.calls and serving:
                 # A busy period ends (back-to-back calls are one period: decode is re-timed only when
                 # the co-running state of these GPUs really changes, not twice per chunk).
                 serving = False
-                sim.set_active(self.pool.name, "prefill", gpus, -1)
-            while not self.queue:
+                sim.set_active(pool, "prefill", rep.gpus, -1)
+            while not self.queue and not rep.calls:
                 if self.wakeup.triggered:
                     self.wakeup = env.event()
                 yield self.wakeup
-            jobs, self.queue = self.queue[:mb], self.queue[mb:]
-            step = jobs[0][0]
-            tokens = sum(j[1] for j in jobs)
-            prefix = sum(j[2] for j in jobs)
-            t = sim.cost.chunk_prefill_s(model, dtype, tokens, len(jobs), prefix, self.tp, s.head(self.role))
-            if sim.corun(self.pool.name, "prefill", gpus):
-                t *= sim.cost.prefill_slowdown
+            if not rep.calls:
+                self._take(rep)
+                if not rep.calls:
+                    continue  # another replica's plan took them all
             if not serving:
                 serving = True
-                sim.set_active(self.pool.name, "prefill", gpus, +1)
-            start = env.now
-            yield env.timeout(t)
-            sim.rec.busy(step, self.pool.name, k * self.tp, self.tp, self.role, ROLE_PHASE[self.role], start, env.now,
-                         active_s=_kernel_share(env.now - start, sim.cost.chunk_prefill_parts(
-                             model, dtype, tokens, len(jobs), prefix, self.tp, s.head(self.role))))
-            self.chunks += len(jobs)
-            self.tokens += tokens
-            self.outstanding -= len(jobs)
-            if self.outstanding == 0 and not self.drained.triggered:
-                self.drained.succeed()
+                sim.set_active(pool, "prefill", rep.gpus, +1)
+            while env.now < rep.free_at:  # the chain may grow (_plan) or be cut (decode_changed) meanwhile
+                try:
+                    yield from wait_until(env, rep.free_at)
+                except simpy.Interrupt:
+                    pass
+            self._record(rep)
+            rep.calls = []
+
+    def _record(self, rep: "_Chain") -> None:
+        """Book a finished chain: one busy interval per run of calls of the same step (kernel time: each
+        call's kernel share of its span), then the scorer's counters and the drained event."""
+        sim = self.sim
+        calls, parts, durs = rep.calls, rep.parts, rep.durs
+        i, t = 0, rep.t0
+        while i < len(calls):
+            step, t0, active = calls[i][0][0], t, 0.0
+            while i < len(calls) and calls[i][0][0] == step:
+                active += _kernel_share(t + durs[i] - t, parts[i])  # the span as the clock measures it
+                t += durs[i]
+                i += 1
+            sim.rec.busy(step, self.pool.name, rep.gpus.start, self.tp, self.role, ROLE_PHASE[self.role], t0, t,
+                         active_s=active)
+        n = sum(len(c) for c in calls)
+        self.chunks += n
+        self.tokens += sum(j[1] for c in calls for j in c)
+        self.outstanding -= n
+        if self.outstanding == 0 and not self.drained.triggered:
+            self.drained.succeed()
+
+
+class _Chain:
+    """One replica of a chunk scorer and the chain of calls it runs: the calls, their (total_s, active_s)
+    parts and durations, the chain's start, its end (``free_at``: when the replica is free again) and its
+    last call's start and rank among the calls planned (``last_start``, ``last_seq``: which of the
+    replicas free at the same time looks first; before any call, the replicas' order)."""
+
+    __slots__ = ("gpus", "proc", "calls", "parts", "durs", "t0", "free_at", "last_start", "last_seq")
+
+    def __init__(self, gpus: range, seq: int):
+        self.gpus, self.proc = gpus, None
+        self.calls: list[list] = []
+        self.parts: list[tuple[float, float]] = []
+        self.durs: list[float] = []
+        self.t0 = self.free_at = self.last_start = 0.0
+        self.last_seq = seq
+
+    def start(self, now: float) -> None:
+        self.calls, self.parts, self.durs = [], [], []
+        self.t0 = self.free_at = now
+
+    def add(self, call: list, parts: tuple[float, float], dur: float) -> None:
+        self.calls.append(call)
+        self.parts.append(parts)
+        self.durs.append(dur)
+        self.last_start = self.free_at
+        self.free_at += dur  # call after call, as SimPy's clock would add them
+
+    def in_progress(self, now: float) -> int | None:
+        """Index of the call running at ``now`` (None when the chain is over or not started)."""
+        t = self.t0
+        for i, d in enumerate(self.durs):
+            if t + d > now:
+                return i if t <= now else None
+            t += d
+        return None
+
+    def cut(self, n: int) -> None:
+        """Keep the first ``n`` calls."""
+        del self.calls[n:], self.parts[n:], self.durs[n:]
+        t = self.t0
+        for d in self.durs:
+            self.last_start = t
+            t += d
+        self.free_at = t

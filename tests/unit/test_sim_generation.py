@@ -241,3 +241,27 @@ def test_co_running_is_per_gpu(scenario_dict):
     sim.set_active("p", "decode", range(0, 2), +1)        # decode starting re-times nothing
     assert seen == [("p", range(1, 2)), ("p", range(1, 2))]
     assert sim.corun("p", "prefill", range(1, 2)) and not sim.corun("p", "prefill", range(2, 3))
+
+
+def test_scorer_replicas_take_a_burst_of_calls_in_turn(scenario_dict):
+    # Five equal chunks made ready at once for a reward pool of two replicas: call by call, replica 0
+    # takes chunks 0, 2, 4 and replica 1 chunks 1, 3 (each takes the next as it frees up, the one that
+    # started first at a tie). Each replica runs its calls as one chain: one busy interval.
+    from rlhfsim.sim.rollouts import Rollout
+
+    d = scenario_dict("gpu", schedule="oppo-intra")
+    d["cluster"]["gpus_per_node"] = 5
+    d["placement"] = {"kind": "dedicated_reward", "reward_gpus": 2}
+    setup = build_setup(load_scenario(d))
+    sim = Simulation(setup, CostModel.load(setup.gpu))
+    scorer = sim.scorer("reward")
+    for i in range(5):
+        r = Rollout(i, 40, 100)
+        r.generated = 24
+        scorer.emit(0, r, final=False)
+    sim.env.run(until=scorer.wait_drained())
+    call = sim.cost.chunk_prefill_s(setup.shapes["reward"], setup.dtypes["reward"], 64, 1, 0, 1, setup.head("reward"))
+    ivs = sorted((iv.gpu0, iv.start_s, iv.end_s) for iv in sim.rec.intervals if iv.phase == "reward")
+    assert [(g, s) for g, s, _ in ivs] == [(0, 0.0), (1, 0.0)]
+    assert ivs[0][2] == pytest.approx(3 * call, rel=REL) and ivs[1][2] == pytest.approx(2 * call, rel=REL)
+    assert (scorer.chunks, scorer.tokens, scorer.outstanding) == (5, 5 * 64, 0)

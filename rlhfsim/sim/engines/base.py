@@ -1,15 +1,18 @@
 """The shape every generation engine shares: a ``NAME``, the scenario's ``generation`` block as its
 config, and one entry method ``run()`` (a SimPy process over the data-parallel replicas of the rollout
-pool). What engines have in common lives here: finishing a row, the global stop, the chunk handoff
-pause and the busy interval each replica records."""
+pool). What engines have in common lives here: the replica's clock (the event clock, or the deferred one
+of a detached replica: ``detached``), finishing a row, the global stop, the chunk handoff pause and the
+busy interval each replica records."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 import simpy
 
-from rlhfsim.sim.engines.clock import Clock
+from rlhfsim.sim.engines.clock import Clock, wait_until
+from rlhfsim.sim.engines.deferred import DeferredClock
 from rlhfsim.sim.rollouts import Rollout
 
 
@@ -17,9 +20,15 @@ class Engine:
     """Runs one step's generation request (``GenRequest``) on the rollout pool. Subclasses set NAME and
     implement ``replica(idx)`` (a process per data-parallel replica) and ``leftover()`` (the rows no
     replica started). After ``run()``: ``finished`` (in finishing order), ``unfinished``, ``generated``
-    (tokens decoded in this step) and ``preemptions``."""
+    (tokens decoded in this step) and ``preemptions``.
+
+    ``detached``: nothing outside a replica can see or change its generation while it runs (no streamed
+    chunks, no stop target, no chunk scoring in flight), so each replica runs on a ``DeferredClock``: one
+    SimPy event per replica instead of one per decode segment (``rlhfsim.sim.engines.deferred``).
+    ``DETACH = False`` forces the event clock everywhere (tests compare the two)."""
 
     NAME: ClassVar[str]
+    DETACH: ClassVar[bool] = True
 
     def __init__(self, sim, req):
         self.sim = sim
@@ -43,14 +52,53 @@ class Engine:
         self.preemptions = 0
         self.stopped = False
         self.procs: list[simpy.Process] = []
+        self.detached = (self.DETACH and not req.stream and req.stop_after is None
+                         and all(sc.outstanding == 0 for sc in sim.scorers.values()))
+        self.clocks: list = []
+        self._prefill_memo: dict[tuple, tuple[float, float]] = {}
 
     def run(self):
         """Process: start the replicas, wait for all of them; the results are on the engine."""
-        self.procs = [self.env.process(self.replica(i)) for i in range(self.n_rep)]
-        yield simpy.AllOf(self.env, self.procs)
+        if self.detached:
+            yield from self._run_detached()
+        else:
+            self.procs = [self.env.process(self.replica(i)) for i in range(self.n_rep)]
+            yield simpy.AllOf(self.env, self.procs)
         self.unfinished.extend(self.leftover())
 
+    def _run_detached(self):
+        """Process: every replica's generation booked at once (``plan``) on a deferred clock and priced
+        (``DeferredClock.resolve``); then each replica waits out its time in one process, and the rows'
+        ends and departures are put in the order the event clock would have met them (``_merged``)."""
+        env = self.env
+        start = env.now
+        self.clocks = [DeferredClock(self, i, {}) for i in range(self.n_rep)]
+        for i, c in enumerate(self.clocks):
+            self.plan(i, c)
+            c.resolve(start)
+        # Replicas ending at the same time end in the order the event clock would have ended them.
+        order = sorted(range(self.n_rep), key=lambda i: (self.clocks[i].chain(len(self.clocks[i].dur)), i))
+        self.procs = [env.process(self._wait(self.clocks[i], start)) for i in order]
+        yield simpy.AllOf(env, self.procs)
+        self.finished.extend(_merged([(c, c.finished_at, c.finished) for c in self.clocks]))
+        self.unfinished.extend(_merged([(c, c.left_at, c.left) for c in self.clocks]))
+
+    def _wait(self, clock: DeferredClock, start: float):
+        """Process: a detached replica, from its start to its booked end."""
+        self.decoding(clock, +1)
+        try:
+            if clock.dur:
+                yield from wait_until(self.env, clock.times[-1])
+        finally:
+            self.decoding(clock, -1)
+            self.record(clock, start)
+
     def replica(self, idx: int):  # pragma: no cover - interface
+        """Process: replica ``idx`` on the event clock."""
+        raise NotImplementedError
+
+    def plan(self, idx: int, clock: DeferredClock) -> None:  # pragma: no cover - interface
+        """Replica ``idx``'s whole generation, booked on a deferred clock (a detached request)."""
         raise NotImplementedError
 
     def leftover(self) -> list[Rollout]:  # pragma: no cover - interface
@@ -67,9 +115,20 @@ class Engine:
             if p is not me and p.is_alive:
                 p.interrupt("stop")
 
-    def finish(self, r: Rollout, emit: bool = True) -> None:
+    def decoding(self, clock: Clock, delta: int) -> None:
+        """This replica's decode starts (+1) or stops (-1) on its GPUs: counted for co-running, and a chunk
+        scorer running several calls on those GPUs re-prices the ones not started yet."""
+        self.sim.set_active(self.pool.name, "decode", clock.gpus, delta)
+        for sc in self.sim.scorers.values():
+            sc.decode_changed(self.pool.name, clock.gpus)
+
+    def finish(self, clock: Clock, r: Rollout, emit: bool = True) -> None:
         """A row generated its last token now. ``emit``: its remaining tokens go to the streamed roles'
         scorers now (else the engine hands them over later)."""
+        if clock.deferred:
+            clock.finished_at.append(len(clock.dur))
+            clock.finished.append(r)
+            return
         r.finished_at = self.env.now
         self.finished.append(r)
         if emit:
@@ -77,6 +136,14 @@ class Engine:
                 self.sim.scorers[role].emit(self.req.step, r, final=True)
         if self.req.stop_after is not None and len(self.finished) >= self.req.stop_after:
             self.stop_all()
+
+    def leave(self, clock: Clock, r: Rollout) -> None:
+        """A row leaves the batch unfinished now (its token budget is spent, or the replica stopped)."""
+        if clock.deferred:
+            clock.left_at.append(len(clock.dur))
+            clock.left.append(r)
+        else:
+            self.unfinished.append(r)
 
     def handoff(self, clock: Clock, rows: int):
         """Process: the actor's pause at a chunk boundary, ``cost.handoff_s(runtime, rows)`` (host time,
@@ -92,9 +159,24 @@ class Engine:
         return True
 
     def prefill_parts(self, n_tokens: float, n_seqs: int) -> tuple[float, float]:
-        """(total_s, active_s) of one prefill call of the generation runtime."""
-        return self.cost.forward_parts(self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm",
-                                       gen_runtime=self.rt)
+        """(total_s, active_s) of one prefill call of the generation runtime (remembered per size for the
+        step: rows of one prompt length cost the same)."""
+        key = (n_tokens, n_seqs)
+        parts = self._prefill_memo.get(key)
+        if parts is None:
+            parts = self._prefill_memo[key] = self.cost.forward_parts(
+                self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm", gen_runtime=self.rt)
+        return parts
+
+    def row_prefills(self, rows) -> dict[int, tuple[float, float]]:
+        """tokens -> (total_s, active_s) of a one-row prefill, for every row's current context, priced in
+        one numpy pass (``CostModel.forward_parts_many``: the same bits as ``prefill_parts``)."""
+        tokens = sorted({r.prompt_len + r.generated for r in rows})
+        if not tokens:
+            return {}
+        total, active = self.cost.forward_parts_many(self.model, self.dtype, tokens, 1, self.tp, op="prefill",
+                                                     head="lm", gen_runtime=self.rt)
+        return dict(zip(tokens, zip(total.tolist(), active.tolist())))
 
     def record(self, clock: Clock, start: float) -> None:
         """The replica's busy interval for this step, with the kernel seconds in it."""
@@ -102,3 +184,33 @@ class Engine:
         if end > start:
             self.sim.rec.busy(self.req.step, self.pool.name, clock.gpu0, self.tp, "rollout", "generate", start, end,
                               active_s=clock.active_s)
+
+
+def _merged(per_replica: list[tuple[DeferredClock, list[int], list[Rollout]]]) -> list[Rollout]:
+    """Rows booked by deferred clocks, (clock, booking indices, rows) per replica, in the order the event
+    clock would have met them: by time; at equal times by the clocks' ``chain`` (which replica's event was
+    scheduled first), then replica, then the replica's own order."""
+    at, rep, rows, marks = [], [], [], []
+    for i, (clock, booked_at, booked) in enumerate(per_replica):
+        times = clock.times
+        at.extend([times[k] for k in booked_at])
+        rep.extend([i] * len(booked))
+        marks.extend(booked_at)
+        rows.extend(booked)
+    t = np.array(at, dtype=np.float64)
+    order = np.argsort(t, kind="stable").tolist()  # by time, then replica, then own order
+    # Equal times in different replicas are rare: order each such run by the clocks' chains.
+    ts = t[order]
+    done = -1
+    for j in np.flatnonzero(ts[1:] == ts[:-1]).tolist():
+        if j <= done:
+            continue
+        k = j + 1
+        while k + 1 < len(order) and ts[k + 1] == ts[j]:
+            k += 1
+        run = order[j:k + 1]
+        if len({rep[x] for x in run}) > 1:
+            run.sort(key=lambda x: (per_replica[rep[x]][0].chain(marks[x]), rep[x]))  # stable: own order kept
+            order[j:k + 1] = run
+        done = k
+    return [rows[i] for i in order]

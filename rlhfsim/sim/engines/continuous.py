@@ -25,10 +25,16 @@ Streaming (OPPO intra-step, ``req.stream``): each row hands its new tokens to th
 boundaries (every ``chunk`` generated tokens) and its last tokens when it ends. Rows crossing a boundary
 at the same decode step share one pause of the actor, ``cost.handoff_s(runtime, rows)`` with ``rows`` the
 number of them; a row's end costs no pause.
+
+A detached replica (no streaming, no stop: ``Engine.detached``) runs ``_run_detached``: the same loop with
+the clock's bookkeeping written out in place, booking on a ``DeferredClock``. It is the hot path of a
+65,536-rollout step (one pass per admission); ``tests/unit/test_sim_detached.py`` holds it to the event
+loop, bit for bit.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import ClassVar
 
@@ -36,6 +42,7 @@ import simpy
 
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
+from rlhfsim.sim.engines.deferred import SEGMENT, DeferredClock
 from rlhfsim.sim.rollouts import Rollout
 
 
@@ -59,16 +66,20 @@ class ContinuousEngine(Engine):
         need = [r for r in rows if not r.kv_resident]
         if not need:
             return []
-        parts = [self.prefill_parts(r.prompt_len + r.generated, 1) for r in need]
+        if len(need) == 1:  # the common case once the batch is full: one slot refilled
+            total, active = self.prefill_parts(need[0].prompt_len + need[0].generated, 1)
+        else:
+            parts = [self.prefill_parts(r.prompt_len + r.generated, 1) for r in need]
+            total, active = sum(p[0] for p in parts), sum(p[1] for p in parts)
         # No interference factor: that applies to chunk (scoring) prefills meeting decode on the same
         # GPUs (docs/cost-model.md); this replica's own decode flag is always up here and must not count.
-        yield from clock.busy(sum(p[0] for p in parts), sum(p[1] for p in parts))
+        yield from clock.busy(total, active)
         for r in need:
             r.kv_resident = True
         return [r for r in need if r.generated == 0]
 
     def replica(self, idx: int):
-        env, sim = self.env, self.sim
+        env = self.env
         clock = Clock(self, idx, self.req.stream)
         queue = self.queues[idx]
         cap, limit = self.kv_cap, self.kv_cap - self.watermark
@@ -76,7 +87,7 @@ class ContinuousEngine(Engine):
         admitting: list[Rollout] = []  # held here so that a stop during their prefill carries them
         kv_live = 0  # cached tokens of the live rows at step T
         start = env.now
-        sim.set_active(self.pool.name, "decode", clock.gpus, +1)
+        self.decoding(clock, +1)
         try:
             while not self.stopped:
                 # Admission. One token of room per live row is counted, as the preemption test below
@@ -108,10 +119,10 @@ class ContinuousEngine(Engine):
                             live[r.id] = r
                             kv_live += r.prompt_len + r.generated
                         elif r.generated >= r.response_len:
-                            self.finish(r)
+                            self.finish(clock, r)
                         else:
                             r.paused = True
-                            self.unfinished.append(r)
+                            self.leave(clock, r)
                     admitting = []
                     if self.stopped:
                         break
@@ -142,15 +153,143 @@ class ContinuousEngine(Engine):
                     kv_live -= r.prompt_len + r.generated
                     if what == "done":
                         # Rows that finish exactly at a stop (the interrupted segment) count as finished.
-                        self.finish(r)
+                        self.finish(clock, r)
                     else:
-                        self.unfinished.append(r)
+                        self.leave(clock, r)
                 if crossed and not self.stopped and not (yield from self.handoff(clock, crossed)):
                     break
         finally:
-            sim.set_active(self.pool.name, "decode", clock.gpus, -1)
+            self.decoding(clock, -1)
             clock.release(live.values())
             for r in list(live.values()) + admitting:
                 if r.generated < r.response_len:
-                    self.unfinished.append(r)
+                    self.leave(clock, r)
             self.record(clock, start)
+
+    def plan(self, idx: int, clock: DeferredClock) -> None:
+        """``replica``'s loop for a detached replica (no streams, no stop): every step of it in the same
+        order, with ``Clock.activate``/``push``/``events``/``first_token``/``release`` and the prefill
+        call written out on local variables, and time booked on the deferred clock."""
+        queue = self.queues[idx]
+        cap, limit, max_batch = self.kv_cap, self.kv_cap - self.watermark, self.max_batch
+        step, budget, never = self.req.step, self.req.token_budget, 1 << 62
+        prefill, one = self.prefill_parts, self.row_prefills(queue)  # one: a row's prefill parts, by tokens
+        dur, act = clock.dur, clock.act
+        book_batch, book_kv0, book_n = clock.book_batch, clock.book_kv0, clock.book_n
+        finished, finished_at, left, left_at = clock.finished, clock.finished_at, clock.left, clock.left_at
+        heappush, heappop = heapq.heappush, heapq.heappop
+        live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
+        heap: list = []
+        T = kv_live = generated = 0
+        while True:
+            admitted = []
+            n_live = len(live)
+            if queue and n_live < max_batch:
+                kv = kv_live + n_live
+                while queue and n_live + len(admitted) < max_batch:
+                    r = queue[0]
+                    need = r.prompt_len + r.generated + 1
+                    if (n_live or admitted) and kv + need > limit:
+                        break
+                    queue.popleft()
+                    r.paused, r.step_budget_used = False, 0
+                    admitted.append(r)
+                    kv += need
+            if not n_live and not admitted:
+                break
+            if admitted:
+                need = [r for r in admitted if not r.kv_resident]
+                if need:
+                    if len(need) == 1:
+                        tokens = need[0].prompt_len + need[0].generated
+                        parts = one.get(tokens)
+                        if parts is None:
+                            parts = one[tokens] = prefill(tokens, 1)
+                        total, active = parts
+                    else:
+                        parts = []
+                        for r in need:
+                            tokens = r.prompt_len + r.generated
+                            p = one.get(tokens)
+                            if p is None:
+                                p = one[tokens] = prefill(tokens, 1)
+                            parts.append(p)
+                        total, active = sum(p[0] for p in parts), sum(p[1] for p in parts)
+                    dur.append(total)
+                    act.append(active)
+                    for r in need:
+                        r.kv_resident = True
+                    for r in need:
+                        if r.generated == 0:  # the first token, from the prefill's logits
+                            r.generated = 1
+                            r.step_budget_used += 1
+                            tbs = r.tokens_by_step
+                            tbs[step] = tbs.get(step, 0) + 1
+                            generated += 1
+                for r in admitted:
+                    r.clock_offset = off = T - r.generated
+                    r.budget_at = bat = T + (budget - r.step_budget_used) if budget is not None else never
+                    if r.generated >= r.response_len:
+                        finished_at.append(len(dur))
+                        finished.append(r)
+                    elif bat <= T:
+                        r.paused = True
+                        left_at.append(len(dur))
+                        left.append(r)
+                    else:
+                        ev = off + r.response_len
+                        r.heap_version += 1
+                        heappush(heap, (bat if bat < ev else ev, r.id, r.heap_version, r))
+                        live[r.id] = r
+                        kv_live += r.prompt_len + r.generated
+                if not live:
+                    continue
+                n_live = len(live)
+            if kv_live + n_live > cap and n_live > 1:
+                # Recompute preemption: the newest sequence gives up its cache and requeues.
+                r = live.pop(next(reversed(live)))
+                d = T - r.clock_offset - r.generated
+                if d:
+                    r.generated += d
+                    r.step_budget_used += d
+                    tbs = r.tokens_by_step
+                    tbs[step] = tbs.get(step, 0) + d
+                r.heap_version += 1
+                kv_live -= r.prompt_len + r.generated
+                r.kv_resident = False
+                queue.appendleft(r)
+                self.preemptions += 1
+                continue
+            room = (cap - kv_live) // n_live
+            n = heap[0][0] - T
+            if room < n:
+                n = room if room > 1 else 1
+            dur.append(SEGMENT)
+            act.append(0.0)
+            book_batch.append(n_live)
+            book_kv0.append(kv_live)
+            book_n.append(n)
+            T += n
+            generated += n * n_live
+            kv_live += n * n_live
+            while heap and heap[0][0] <= T:
+                _, _, ver, r = heappop(heap)
+                if ver != r.heap_version:
+                    continue  # stale: the row was preempted after this was pushed
+                d = T - r.clock_offset - r.generated
+                if d:
+                    r.generated += d
+                    r.step_budget_used += d
+                    tbs = r.tokens_by_step
+                    tbs[step] = tbs.get(step, 0) + d
+                del live[r.id]
+                kv_live -= r.prompt_len + r.generated
+                if r.generated >= r.response_len:
+                    finished_at.append(len(dur))
+                    finished.append(r)
+                else:  # its token budget is spent
+                    r.paused = True
+                    left_at.append(len(dur))
+                    left.append(r)
+        clock.T = T
+        self.generated += generated

@@ -32,6 +32,7 @@ import simpy
 
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
+from rlhfsim.sim.engines.deferred import DeferredClock
 from rlhfsim.sim.rollouts import Rollout
 
 
@@ -83,79 +84,106 @@ class StaticEngine(Engine):
             waiting.clear()
 
     def replica(self, idx: int):
-        env, sim = self.env, self.sim
+        env = self.env
         clock = Clock(self, idx, {})  # no per-row boundaries: the batch hands over (_hand_over)
-        queue = self.queues[idx]
-        chunks = tuple(self.req.stream.values())
-        rows: list[Rollout] = []  # the batch, finished rows included (they pad)
-        live: dict[int, Rollout] = {}
-        waiting: list[Rollout] = []  # ended inside the current chunk; handed over when the call returns
-        ctx0 = P = 0
+        st = _Batch()
         start = env.now
-        sim.set_active(self.pool.name, "decode", clock.gpus, +1)
+        self.decoding(clock, +1)
         try:
-            while not self.stopped:
-                if not live:
-                    # The batch ends when its longest member ends.
-                    self._hand_over(P, (), waiting, final=True)
-                    for r in rows:
-                        if r.paused and r.generated < r.response_len:
-                            self.unfinished.append(r)
-                    rows = []
-                    if not queue:
-                        break
-                    rows = list(queue.popleft())
-                    for r in rows:
-                        r.paused, r.step_budget_used = False, 0
-                    ctx0 = max(r.prompt_len + r.generated for r in rows)
-                    try:
-                        fresh = yield from self._call(clock, rows, ctx0)
-                    except simpy.Interrupt:
-                        break
-                    # The prefill gives fresh rows their first token: the padded batch is then one
-                    # position past ctx0.
-                    P = 1 if fresh else 0
-                    for r in fresh:
-                        clock.first_token(r)
-                    for r in rows:
-                        if clock.activate(r):
-                            live[r.id] = r
-                        elif r.generated >= r.response_len:
-                            waiting.append(r)
-                            self.finish(r, emit=False)
-                        else:
-                            r.paused = True
-                    if self.stopped:
-                        break
-                else:
-                    batch = len(rows)
-                    n = clock.heap[0][0] - clock.T
-                    for c in chunks:
-                        n = min(n, (P // c + 1) * c - P)  # up to the next chunk boundary
-                    n = yield from clock.decode(batch, batch * (ctx0 + P), n)
-                    if not n and self.stopped:
-                        break
-                    P += n
-                    self.generated += n * len(live)
-                    for r, what in clock.events()[0]:
-                        del live[r.id]
-                        if what == "done":
-                            # Rows that finish exactly at a stop (the interrupted segment) count as finished.
-                            waiting.append(r)
-                            self.finish(r, emit=False)
-                    if self.stopped:
-                        break
-                if P and live and chunks and any(P % c == 0 for c in chunks):
-                    for r in live.values():
-                        clock.sync(r)
-                    self._hand_over(P, live.values(), waiting, final=False)
-                    if not (yield from self.handoff(clock, len(rows))):
-                        break
+            yield from self._loop(clock, self.queues[idx], st)
         finally:
-            sim.set_active(self.pool.name, "decode", clock.gpus, -1)
-            clock.release(live.values())
-            for r in rows:
-                if r.generated < r.response_len:
-                    self.unfinished.append(r)
-            self._hand_over(P, (), waiting, final=True)  # a stop ends the call
+            self.decoding(clock, -1)
+            self._close(clock, st)
             self.record(clock, start)
+
+    def plan(self, idx: int, clock: DeferredClock) -> None:
+        """The same loop on a deferred clock (it never waits there, so it runs to its end at once)."""
+        st = _Batch()
+        for _ in self._loop(clock, self.queues[idx], st):  # pragma: no cover - a deferred clock never yields
+            raise RuntimeError("a detached replica waited for an event")
+        self._close(clock, st)
+
+    def _close(self, clock: Clock, st: "_Batch") -> None:
+        """The replica ends (its queue is done, or a stop ended the call): rows still in the batch leave
+        unfinished, and the call's last tokens are handed over."""
+        clock.release(st.live.values())
+        for r in st.rows:
+            if r.generated < r.response_len:
+                self.leave(clock, r)
+        self._hand_over(st.P, (), st.waiting, final=True)  # a stop ends the call
+
+    def _loop(self, clock: Clock, queue: deque, st: "_Batch"):
+        """Process: the replica's batches, one after another (module docstring)."""
+        chunks = tuple(self.req.stream.values())
+        live, waiting = st.live, st.waiting
+        while not self.stopped:
+            if not live:
+                # The batch ends when its longest member ends.
+                self._hand_over(st.P, (), waiting, final=True)
+                for r in st.rows:
+                    if r.paused and r.generated < r.response_len:
+                        self.leave(clock, r)
+                st.rows = []
+                if not queue:
+                    break
+                rows = st.rows = list(queue.popleft())
+                for r in rows:
+                    r.paused, r.step_budget_used = False, 0
+                st.ctx0 = max(r.prompt_len + r.generated for r in rows)
+                try:
+                    fresh = yield from self._call(clock, rows, st.ctx0)
+                except simpy.Interrupt:
+                    break
+                # The prefill gives fresh rows their first token: the padded batch is then one
+                # position past ctx0.
+                st.P = 1 if fresh else 0
+                for r in fresh:
+                    clock.first_token(r)
+                for r in rows:
+                    if clock.activate(r):
+                        live[r.id] = r
+                    elif r.generated >= r.response_len:
+                        waiting.append(r)
+                        self.finish(clock, r, emit=False)
+                    else:
+                        r.paused = True
+                if self.stopped:
+                    break
+            else:
+                batch = len(st.rows)
+                n = clock.heap[0][0] - clock.T
+                for c in chunks:
+                    n = min(n, (st.P // c + 1) * c - st.P)  # up to the next chunk boundary
+                n = yield from clock.decode(batch, batch * (st.ctx0 + st.P), n)
+                if not n and self.stopped:
+                    break
+                st.P += n
+                self.generated += n * len(live)
+                for r, what in clock.events()[0]:
+                    del live[r.id]
+                    if what == "done":
+                        # Rows that finish exactly at a stop (the interrupted segment) count as finished.
+                        waiting.append(r)
+                        self.finish(clock, r, emit=False)
+                if self.stopped:
+                    break
+            P = st.P
+            if P and live and chunks and any(P % c == 0 for c in chunks):
+                for r in live.values():
+                    clock.sync(r)
+                self._hand_over(P, live.values(), waiting, final=False)
+                if not (yield from self.handoff(clock, len(st.rows))):
+                    break
+
+
+class _Batch:
+    """A static replica's current batch: its rows (finished ones included: they pad), the live ones, the
+    rows ended inside the current chunk (handed over when the call returns), the longest context at its
+    start and the positions decoded since."""
+
+    def __init__(self):
+        self.rows: list[Rollout] = []
+        self.live: dict[int, Rollout] = {}
+        self.waiting: list[Rollout] = []
+        self.ctx0 = 0
+        self.P = 0

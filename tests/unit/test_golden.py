@@ -1,0 +1,192 @@
+"""Golden regression values: every bundled scenario under every schedule variant, plus the small test
+scenarios under every schedule configuration, pinned to 1e-9 relative.
+
+What is pinned, per run (``measure``): the summary's mean step time, mean phase spans, busy and active
+utilization per pool and tokens per second; per step, the step time, the generation span, the generated
+tokens, the trained and deferred rollouts and the chunks and tokens scored. Integers must match exactly.
+
+Derivation: ``tests/fixtures/golden.json`` was written by this module (``RLHFSIM_WRITE_GOLDEN=1 python -m
+pytest tests/unit/test_golden.py -k write_golden``) from the simulator at commit be7e688, before the speed work of issue
+12 (vectorized decode segments, cached cost constants, chunk scoring batched per decode segment, the
+rollout stream's index): those change how results are computed, never what they are, so every value
+must still match. Scenarios on the ``cpu`` device are priced with ``tests/fixtures/profiles/cpu.json``,
+a copy of the bundled ``rlhfsim/profiles/cpu.json`` as of be7e688 (its raw measured points dropped: the
+simulator never reads them), so re-calibrating the bundled profile does not move these values; GPU
+scenarios use the bundled ``default`` profile.
+
+When a change of result is intended (a fixed bug), re-record with the command above in the same change
+and say here which values moved and why (``FIXED`` lists them). Changes so far:
+
+* Issue 12, decode re-timed in place (``rlhfsim.sim.engines.clock``): a chunk scoring call starting or
+  ending on a decode replica's GPU used to interrupt the replica, which then went once more round its
+  engine loop before decoding on at the new rate. That extra pass was not neutral: in the static engine
+  a rate change in the first decode step after a chunk boundary found the batch still on the boundary
+  and paid the actor's handoff pause a second time; in the continuous engine it ran admission
+  mid-segment, refilling slots freed by rows that ended on their first token earlier than without the
+  rate change. A rate change now only re-prices the rest of the segment. The eight cases in ``FIXED``
+  (colocated OPPO intra-step on one device) moved; their step times by -0.034% to +0.22%. Each equals,
+  to the last bit, the code at be7e688 with only that loop pass removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import BASES, SCHEDULE_CONFIGS, make_dict
+from rlhfsim.scenario import load_scenario
+from rlhfsim.scenario.schema import Scenario
+from rlhfsim.sim.run import VARIANTS, SimResult, simulate, variant
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "golden.json"
+CPU_PROFILE = ROOT / "tests" / "fixtures" / "profiles" / "cpu.json"
+REL = 1e-9
+ABS = 1e-12  # for values that are exactly 0 in the recording
+
+# Extra schedule configurations of the small test scenarios: several chunks per scorer call (the batched
+# call path of the chunk scorer), on a dedicated reward GPU and colocated with decode (interference).
+EXTRA_SCHEDULES = {
+    "oppo-mcb4": {"kind": "oppo", "intra": {"chunk_tokens": 32, "max_chunk_batch": 4}, "inter": {"delta": 4}},
+}
+
+# The workload of benchmarks/sim_speed.py (synchronous GRPO, continuous batching on 8 H100s, 256 slots per
+# engine), one step: at 8,192 rollouts some rows are preempted and readmitted.
+SPEED = {
+    "name": "speed",
+    "models": {"actor": {"model": "qwen2.5-7b"}, "reference": {"model": "qwen2.5-7b"},
+               "reward": {"model": "qwen2.5-7b"}},
+    "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8},
+    "placement": {"kind": "colocated"},
+    "algorithm": {"kind": "grpo", "group_size": 8, "minibatch_size": 256},
+    "workload": {"prompts_per_step": 128, "prompt_length": {"kind": "fixed", "value": 512}, "max_prompt_tokens": 1024,
+                 "response_length": {"kind": "lognormal", "median": 600, "p99": 8000}, "max_response_tokens": 16384},
+    "generation": {"engine": "continuous", "max_batch": 256},
+    "schedule": {"kind": "sync"},
+    "steps": 1,
+    "warmup_steps": 0,
+    "seed": 0,
+}
+
+
+def bundled_files() -> list[Path]:
+    """Every runnable scenario shipped under scenarios/ (mixins ``_*`` and plans ``plan-*`` excluded)."""
+    s = ROOT / "scenarios"
+    files = (sorted(s.glob("*.yaml")) + sorted((s / "paper").glob("*.yaml")) + sorted((s / "validate").glob("*.yaml"))
+             + sorted((s / "validate" / "h200").glob("*.yaml")))
+    return [f for f in files if not f.name.startswith(("_", "plan-"))]
+
+
+def cases() -> dict[str, tuple]:
+    """key -> (how to build the Scenario, number of steps or None for the scenario's own)."""
+    out = {}
+    for f in bundled_files():
+        rel = str(f.relative_to(ROOT / "scenarios"))
+        for v in VARIANTS:
+            out[f"{rel}::{v}"] = (("file", f, v), None)
+    for base in BASES:
+        for sched in list(SCHEDULE_CONFIGS) + list(EXTRA_SCHEDULES):
+            out[f"tests:{base}::{sched}"] = (("dict", base, sched), None)
+    for n in (1024, 8192):
+        out[f"speed:{n}::sync"] = (("speed", n), None)
+    return out
+
+
+def build(spec: tuple) -> Scenario:
+    if spec[0] == "file":
+        return variant(load_scenario(spec[1]), spec[2])
+    if spec[0] == "speed":
+        return load_scenario({**SPEED, "workload": {**SPEED["workload"], "prompts_per_step": spec[1] // 8}})
+    _, base, sched = spec
+    if sched in SCHEDULE_CONFIGS:
+        return load_scenario(make_dict(base, schedule=sched))
+    return load_scenario({**make_dict(base), "schedule": EXTRA_SCHEDULES[sched]})
+
+
+def run_case(spec: tuple, steps: int | None) -> SimResult:
+    sc = build(spec)
+    profile = str(CPU_PROFILE) if sc.cluster.gpu == "cpu" else None
+    return simulate(sc, profile=profile, steps=steps)
+
+
+def measure(res: SimResult) -> dict:
+    s = res.summary
+    return {
+        "step_time_s": s["step_time_s"],
+        "phases_s": s["phases_s"],
+        "gpu_busy": s["gpu_busy"],
+        "gpu_active": s["gpu_active"],
+        "tokens_per_s": s["tokens_per_s"],
+        "steps": [{"step_time_s": r.step_time_s, "generate_s": r.phases_s.get("generate", 0.0),
+                   "generated_tokens": r.generated_tokens,
+                   "trained_rollouts": r.trained_rollouts, "deferred": r.deferred, "chunks_scored": r.chunks_scored,
+                   "scored_tokens": r.scored_tokens} for r in res.steps],
+    }
+
+
+CASES = cases()
+
+# Cases re-recorded because a bug was fixed (module docstring); every other value is from be7e688.
+FIXED = {k: "rate change re-timed in place (issue 12)" for k in (
+    "validate/h200/oppo-intra.yaml::oppo", "validate/h200/oppo-intra.yaml::oppo-intra",
+    "validate/h200/sync-continuous.yaml::oppo", "validate/h200/sync-continuous.yaml::oppo-intra",
+    "validate/h200/sync-static.yaml::oppo", "validate/h200/sync-static.yaml::oppo-intra",
+    "validate/sync-continuous.yaml::oppo", "validate/sync-continuous.yaml::oppo-intra")}
+
+
+def _load() -> dict:
+    return json.loads(FIXTURE.read_text())["values"] if FIXTURE.is_file() else {}
+
+
+def assert_same(got, want, path: str = "") -> None:
+    """Nested comparison: same keys, integers equal, floats within REL (or ABS near 0)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(want), f"{path}: keys {sorted(got)} != {sorted(want)}"
+        for k in want:
+            assert_same(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{path}: {len(got)} entries != {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{path}[{i}]")
+    elif isinstance(want, int) and not isinstance(want, bool):
+        assert got == want, f"{path}: {got} != {want}"
+    else:
+        assert got == pytest.approx(want, rel=REL, abs=ABS), f"{path}: {got!r} != {want!r}"
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_golden(key):
+    want = _load().get(key)
+    if want is None:
+        pytest.fail(f"no golden value for {key}: record with RLHFSIM_WRITE_GOLDEN=1 (module docstring)")
+    spec, steps = CASES[key]
+    assert_same(measure(run_case(spec, steps)), want, key)
+
+
+def test_fixed_cases_are_cases():
+    assert set(FIXED) <= set(CASES)
+
+
+def test_every_bundled_scenario_is_pinned():
+    keys = set(_load())
+    for f in bundled_files():
+        rel = str(f.relative_to(ROOT / "scenarios"))
+        assert {f"{rel}::{v}" for v in VARIANTS} <= keys, rel
+
+
+def test_cpu_profile_fixture_is_a_profile():
+    doc = json.loads(CPU_PROFILE.read_text())
+    assert doc["gpu"] == "cpu" and "decode" in doc["operations"]
+
+
+if os.environ.get("RLHFSIM_WRITE_GOLDEN") == "1":  # pragma: no cover - recording, not testing
+    def test_write_golden():
+        values = {key: measure(run_case(spec, steps)) for key, (spec, steps) in sorted(CASES.items())}
+        doc = {"about": "tests/unit/test_golden.py: values recorded by its RLHFSIM_WRITE_GOLDEN=1 mode "
+                        "(derivation in its docstring)", "values": values}
+        # One line per case, so that a re-recording shows which cases moved.
+        lines = ",\n".join(f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in values.items())
+        FIXTURE.write_text(f'{{"about": {json.dumps(doc["about"])},\n"values": {{\n{lines}\n}}}}\n')
