@@ -78,6 +78,24 @@ class ContinuousEngine(Engine):
             r.kv_resident = True
         return [r for r in need if r.generated == 0]
 
+    @staticmethod
+    def _admit(queue, n_live: int, kv_live: int, limit: float, max_batch: int) -> list[Rollout]:
+        """Pop the rows at the head of ``queue`` that fit: at most ``max_batch`` rows in all, and (unless
+        the batch is empty) the cache after admission, counting one token of room per row, within
+        ``limit`` (the capacity less vLLM's watermark). Both clocks admit through this one rule."""
+        admitted: list[Rollout] = []
+        kv = kv_live + n_live
+        while queue and n_live + len(admitted) < max_batch:
+            r = queue[0]
+            need = r.prompt_len + r.generated + 1
+            if (n_live or admitted) and kv + need > limit:
+                break
+            queue.popleft()
+            r.paused, r.step_budget_used = False, 0
+            admitted.append(r)
+            kv += need
+        return admitted
+
     def replica(self, idx: int):
         env = self.env
         clock = Clock(self, idx, self.req.stream)
@@ -92,17 +110,7 @@ class ContinuousEngine(Engine):
             while not self.stopped:
                 # Admission. One token of room per live row is counted, as the preemption test below
                 # does; otherwise a preempted row is readmitted at once and preempted again (livelock).
-                admitted: list[Rollout] = []
-                kv = kv_live + len(live)
-                while queue and len(live) + len(admitted) < self.max_batch:
-                    r = queue[0]
-                    need = r.prompt_len + r.generated + 1
-                    if (live or admitted) and kv + need > limit:
-                        break
-                    queue.popleft()
-                    r.paused, r.step_budget_used = False, 0
-                    admitted.append(r)
-                    kv += need
+                admitted = self._admit(queue, len(live), kv_live, limit, self.max_batch)
                 if not live and not admitted:
                     break
                 if admitted:
@@ -182,19 +190,8 @@ class ContinuousEngine(Engine):
         heap: list = []
         T = kv_live = generated = 0
         while True:
-            admitted = []
             n_live = len(live)
-            if queue and n_live < max_batch:
-                kv = kv_live + n_live
-                while queue and n_live + len(admitted) < max_batch:
-                    r = queue[0]
-                    need = r.prompt_len + r.generated + 1
-                    if (n_live or admitted) and kv + need > limit:
-                        break
-                    queue.popleft()
-                    r.paused, r.step_budget_used = False, 0
-                    admitted.append(r)
-                    kv += need
+            admitted = self._admit(queue, n_live, kv_live, limit, max_batch) if queue and n_live < max_batch else []
             if not n_live and not admitted:
                 break
             if admitted:
