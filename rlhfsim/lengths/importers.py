@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlhfsim.errors import RlhfsimError
-from rlhfsim.workload.trace import ALIASES, TraceRow
+from rlhfsim.workload.trace import ALIASES, TraceRow, whole_number
 
 TEXT_PROMPT = ("prompt", "input", "query")
 TEXT_RESPONSE = ("response", "output", "completion")
@@ -137,11 +137,8 @@ def _key(rec: dict, names) -> str | None:
 
 def _int(v, what: str, i: int, path: Path, minimum: int) -> int:
     try:
-        f = float(v)
-        if f != int(f):
-            raise ValueError
-        n = int(f)
-    except (TypeError, ValueError, OverflowError):
+        n = whole_number(v)
+    except ValueError:
         raise RlhfsimError(f"{path}: expected an integer {what} in record {i}, got {v!r}") from None
     if n < minimum:
         raise RlhfsimError(f"{path}: expected {what} >= {minimum} in record {i}, got {n}")

@@ -58,13 +58,22 @@ def _column_map(keys, where: str, yaml_path: str) -> dict[str, str]:
     return out
 
 
-def _int(v, col: str, line: int, path: Path, yaml_path: str, minimum: int) -> int:
+def whole_number(v) -> int:
+    """``v`` (an int, a float or a string such as "12" or "12.0") as an int; ValueError when it is not a
+    whole number (the trace reader and the log importers share this rule)."""
     try:
         f = float(v)
         if f != int(f):
             raise ValueError
-        n = int(f)
+        return int(f)
     except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"not a whole number: {v!r}") from None
+
+
+def _int(v, col: str, line: int, path: Path, yaml_path: str, minimum: int) -> int:
+    try:
+        n = whole_number(v)
+    except ValueError:
         raise ScenarioError(yaml_path, f"expected an integer {col} on line {line} of {str(path)!r}, got {v!r}") from None
     if n < minimum:
         raise ScenarioError(yaml_path, f"expected {col} >= {minimum} on line {line} of {str(path)!r}, got {n}")
