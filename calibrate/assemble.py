@@ -40,6 +40,17 @@ from rlhfsim.hardware.catalog import GpuSpec
 PLAIN_RUNTIMES = (None, "", "kv_decoder")   # the runtime field of points the plain prefill/decode fit
 
 
+def _source(fit: dict) -> str:
+    """``measured`` only for a fit with enough points to determine its parameters (``calibrate.fit``)."""
+    return "measured" if fit["status"] == "ok" else "underdetermined"
+
+
+def fitted(pts: list[dict], gpu: GpuSpec, prior: OpParams) -> dict:
+    """An operation fitted to its points, with ``source`` measured or underdetermined."""
+    fit = fit_operation(pts, gpu, prior)
+    return {**fit, "source": _source(fit)}
+
+
 def _measured(points: list[dict], **match) -> list[dict]:
     return [p for p in points if "skipped" not in p and all(p.get(k) == v for k, v in match.items())]
 
@@ -124,7 +135,7 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
             continue
         for op, pts in (("prefill", pre), ("decode", [p for p in dec if point_value(p) > 0])):
             if pts:
-                ops[op_key(op, rt)] = {**fit_operation(pts, gpu, priors[op]), "source": "measured"}
+                ops[op_key(op, rt)] = fitted(pts, gpu, priors[op])
                 info["ops"].append(op_key(op, rt))
         over = [p["call_overhead_s"] for p in pre if p.get("call_overhead_s") is not None]
         if over:
@@ -152,7 +163,13 @@ def runtime_summary(points: list[dict], records: list[dict]) -> dict:
         if not rec["available"]:
             r["available"] = False
     for p in points:
-        if p["op"] != "score" or p.get("varlen") or "skipped" in p:
+        if p["op"] != "score" or p.get("varlen"):
+            continue
+        if "skipped" in p:   # an invalid runtime's checked point keeps its difference to eager
+            if "max_abs_diff" in p:
+                m = out.setdefault(p["runtime"], {"valid": True, "available": True, "reason": "", "models": {}})
+                mm = m["models"].setdefault(p["model"], {"valid": False, "available": True, "reason": ""})
+                mm["max_abs_diff"] = max(mm.get("max_abs_diff", 0.0), p["max_abs_diff"])
             continue
         r = out.setdefault(p["runtime"], {"valid": True, "available": True, "reason": "", "models": {}})
         m = r["models"].setdefault(p["model"], {"valid": True, "available": True, "reason": ""})
@@ -222,7 +239,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     for op in OPERATIONS:
         pts = _plain(points, op)
         if pts:
-            ops[op] = {**fit_operation(pts, gpu, priors[op]), "source": "measured"}
+            ops[op] = fitted(pts, gpu, priors[op])
         else:
             ops[op] = {**default["operations"][op], "source": "default"}
     gen_records = [r for r in records if r.get("family") == "generation"]
@@ -237,7 +254,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
             # Decoder reward models (the OPPO setting) when measured, else the encoder ones: one FLOP
             # model does not describe both (DeBERTa's relative attention costs more than flops.py counts).
             fam = "decoder" if "decoder" in info["fits"] else "encoder"
-            ops[f"score:{rt}"] = {**info["fits"][fam], "source": "measured",
+            ops[f"score:{rt}"] = {**info["fits"][fam], "source": _source(info["fits"][fam]),
                                   "source_points": f"padded uniform-length batches of {fam} reward models"}
             info["op"] = f"score:{rt}"
     generation = generation_summary(points, gen_records, ops, gpu, priors, tuple(grid.get("gen_runtimes", ())))

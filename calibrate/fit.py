@@ -1,4 +1,5 @@
-"""Fit the CostModel's per-operation parameters to measured points; report held-out error.
+"""Fit the CostModel's per-operation parameters to measured points with scipy; report held-out error and
+the parameters' uncertainty.
 
 The fitted form is exactly ``rlhfsim.costs.model`` (tp = 1), evaluated by the same two functions
 (``roofline_kernel_s``, ``with_overheads_s``) on the same work (``rlhfsim.costs.flops``):
@@ -12,11 +13,23 @@ Because F and B carry the model size, the parameters carry over to model sizes t
 
 Objective: squared relative error, sum_i ((t_hat_i - t_i) / t_i)^2, plus a weak pull of log efficiencies
 towards prior values (1e-4 x n per squared log-ratio) that only decides directions the data leave free
-(e.g. memory_eff when every point is compute-bound). Method (numpy only, no scipy): for every cell of a
-log-spaced grid of (compute_eff, memory_eff) in [1e-4, 1.5], the overheads are the non-negative weighted
-least-squares solution (weights 1/t_i^2) of overhead_s + overhead_per_layer_s x L_i = t_i - roof_i; the
-best cell is refined on a finer grid around it. With a single layer count the two overheads cannot be
-told apart and overhead_per_layer_s is 0.
+(e.g. memory_eff when every point is compute-bound). Method: ``scipy.optimize.least_squares`` (trust
+region reflective, bounds log efficiency in [log 1e-4, log 1.5], overheads >= 0) over x = (log
+compute_eff, log memory_eff, overhead_s, overhead_per_layer_s), started from a few points (the prior,
+balanced, compute-bound, memory-bound) and the lowest cost kept. With a single layer count the two
+overheads cannot be told apart and overhead_per_layer_s is fixed at 0 (one parameter fewer).
+
+Identifiability: a fit has ``n_params`` = 4 (3 with one layer count) parameters; with fewer than
+``n_params + 2`` points it is ``status: "underdetermined"`` (the values are kept so the simulator can run,
+but ``assemble`` marks the operation ``source: "underdetermined"``, never ``measured``, and no held-out
+error is claimed). Otherwise ``status: "ok"``.
+
+Uncertainty (kept in the profile, propagated by ``rlhfsim simulate --uncertainty``):
+``covariance`` is the linearised covariance of x (order ``COV_PARAMS``), s^2 (J^T J)^+ with J the
+Jacobian of the relative residuals at the solution and s^2 = RSS / (n - n_params); ``param_std`` its
+square roots. ``samples`` are ``BOOTSTRAP`` parameter sets [compute_eff, memory_eff, overhead_s,
+overhead_per_layer_s] refitted on case-resampled points (seeded): unlike the linearisation they respect
+the bounds and the max() in the form. Null for underdetermined fits.
 
 Held-out error: ``heldout_mape`` is the mean |t_hat - t| / t (a fraction: 0.05 = 5%) of each point when
 predicted by a fit without it, k-fold (k = min(5, n), seeded shuffle); ``heldout_mape_by_model`` leaves
@@ -27,6 +40,7 @@ measured. ``fit_mape`` is the in-sample error.
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.genruntimes import kv_passes
@@ -36,7 +50,8 @@ from rlhfsim.models.catalog import ModelShape
 
 EFF_MIN, EFF_MAX = 1e-4, 1.5
 PRIOR_WEIGHT = 1e-4
-COARSE, FINE = 64, 33
+BOOTSTRAP = 40
+COV_PARAMS = ("log_compute_eff", "log_memory_eff", "overhead_s", "overhead_per_layer_s")
 
 
 def point_work(p: dict) -> fl.Work:
@@ -79,57 +94,9 @@ def arrays(points: list[dict], gpu: GpuSpec):
     return fc, fm, lay, t
 
 
-def _overheads(r: np.ndarray, wt: np.ndarray, lay: np.ndarray, use_layers: bool):
-    """Non-negative weighted least squares of o + ol x L = r per grid cell. r: [..., n]; returns o, ol."""
-    sw, swl, swll = wt.sum(), (wt * lay).sum(), (wt * lay * lay).sum()
-    swr, swlr = (wt * r).sum(-1), (wt * lay * r).sum(-1)
-    o_only = np.maximum(swr / sw, 0.0)
-    cands = [(o_only, np.zeros_like(o_only))]
-    if use_layers:
-        det = sw * swll - swl * swl
-        o2 = (swll * swr - swl * swlr) / det
-        ol2 = (sw * swlr - swl * swr) / det
-        ok = (o2 >= 0) & (ol2 >= 0)
-        cands.append((np.where(ok, o2, o_only), np.where(ok, ol2, 0.0)))
-        cands.append((np.zeros_like(o_only), np.maximum(swlr / swll, 0.0)))
-    best_o, best_ol, best_loss = None, None, None
-    for o, ol in cands:
-        loss = (wt * (r - o[..., None] - ol[..., None] * lay) ** 2).sum(-1)
-        if best_loss is None:
-            best_o, best_ol, best_loss = o, ol, loss
-        else:
-            better = loss < best_loss
-            best_o, best_ol = np.where(better, o, best_o), np.where(better, ol, best_ol)
-            best_loss = np.minimum(loss, best_loss)
-    return best_o, best_ol, best_loss
-
-
-def _search(fc, fm, lay, t, ce_grid, me_grid, prior: OpParams):
-    wt = 1.0 / (t * t)
-    use_layers = np.ptp(lay) > 0
-    # fc, fm are seconds at 100% efficiency (peak and bandwidth already divided out): denominators 1.0
-    roof = roofline_kernel_s(fc[None, None, :], fm[None, None, :], 1.0, 1.0, ce_grid[:, None, None],
-                             me_grid[None, :, None])
-    o, ol, loss = _overheads(t - roof, wt, lay, use_layers)
-    pen = PRIOR_WEIGHT * len(t) * ((np.log(ce_grid / prior.compute_eff) ** 2)[:, None]
-                                   + (np.log(me_grid / prior.memory_eff) ** 2)[None, :])
-    total = loss + pen
-    i, j = np.unravel_index(np.argmin(total), total.shape)
-    return OpParams(float(ce_grid[i]), float(me_grid[j]), float(o[i, j]), float(ol[i, j]))
-
-
-def fit_arrays(fc, fm, lay, t, prior: OpParams) -> OpParams:
-    """Best parameters for one operation's points (arrays as from ``arrays``)."""
-    lo, hi = np.log(EFF_MIN), np.log(EFF_MAX)
-    grid = np.exp(np.linspace(lo, hi, COARSE))
-    p = _search(fc, fm, lay, t, grid, grid, prior)
-    step = (hi - lo) / (COARSE - 1)
-
-    def fine(v):
-        c = np.log(v)
-        return np.exp(np.clip(np.linspace(c - step, c + step, FINE), lo, hi))
-
-    return _search(fc, fm, lay, t, fine(p.compute_eff), fine(p.memory_eff), prior)
+def n_params(lay: np.ndarray) -> int:
+    """Free parameters of a fit to points with these layer counts (overhead_per_layer_s only with >= 2)."""
+    return 4 if np.ptp(lay) > 0 else 3
 
 
 def predict(fc, fm, lay, p: OpParams) -> np.ndarray:
@@ -138,6 +105,77 @@ def predict(fc, fm, lay, p: OpParams) -> np.ndarray:
 
 def mape(pred: np.ndarray, t: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - t) / t))
+
+
+def _params(x: np.ndarray) -> OpParams:
+    return OpParams(float(np.exp(x[0])), float(np.exp(x[1])), float(x[2]), float(x[3]))
+
+
+def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = None):
+    """(x, least_squares result of the best start); x = (log ce, log me, o, oL)."""
+    use_layers = np.ptp(lay) > 0
+    lo, hi = np.log(EFF_MIN), np.log(EFF_MAX)
+    pw = np.sqrt(PRIOR_WEIGHT * len(t))
+    lp = np.log([prior.compute_eff, prior.memory_eff])
+
+    def full(z):
+        return np.array([z[0], z[1], z[2], z[3] if use_layers else 0.0])
+
+    def resid(z):
+        x = full(z)
+        kernel = np.maximum(fc / np.exp(x[0]), fm / np.exp(x[1]))
+        r = (kernel + x[2] + x[3] * lay - t) / t
+        return np.concatenate([r, pw * (x[:2] - lp)])
+
+    n_z = 4 if use_layers else 3
+    lb = [lo, lo, 0.0, 0.0][:n_z]
+    ub = [hi, hi, np.inf, np.inf][:n_z]
+    o0 = 0.25 * float(np.min(t))
+    if starts is None:
+        effs = [(prior.compute_eff, prior.memory_eff), (0.5, 0.5), (0.5, 0.01), (0.01, 0.5), (0.02, 0.02)]
+        starts = [np.array([np.log(a), np.log(b), o0, 0.0]) for a, b in effs]
+    best = None
+    for s in starts:
+        z0 = np.clip(np.asarray(s, dtype=np.float64)[:n_z], lb, [h if np.isfinite(h) else 1e9 for h in ub])
+        z0[2] = max(z0[2], 0.0)
+        res = least_squares(resid, z0, bounds=(lb, ub), x_scale="jac", method="trf", xtol=1e-10, ftol=1e-12,
+                            gtol=1e-12, max_nfev=400)
+        if best is None or res.cost < best.cost:
+            best = res
+    return full(best.x), best, len(t)
+
+
+def fit_arrays(fc, fm, lay, t, prior: OpParams) -> OpParams:
+    """Best parameters for one operation's points (arrays as from ``arrays``)."""
+    return _params(_solve(fc, fm, lay, t, prior)[0])
+
+
+def _covariance(res, n: int, k: int) -> np.ndarray | None:
+    """s^2 (J^T J)^+ over the data residuals (the prior's rows dropped), in x coordinates (4 x 4)."""
+    if n <= k:
+        return None
+    jac = res.jac[:n]
+    r = res.fun[:n]
+    s2 = float(r @ r) / (n - k)
+    cov_z = s2 * np.linalg.pinv(jac.T @ jac)
+    cov = np.zeros((4, 4))
+    cov[:k, :k] = cov_z
+    return cov
+
+
+def _bootstrap(fc, fm, lay, t, prior: OpParams, x0: np.ndarray, seed: int, n_boot: int) -> list[list[float]]:
+    rng = np.random.default_rng(seed)
+    n = len(t)
+    out = []
+    starts = [x0, np.array([np.log(prior.compute_eff), np.log(prior.memory_eff), x0[2], x0[3]])]
+    for _ in range(n_boot):
+        idx = rng.integers(0, n, n)
+        if len(np.unique(idx)) < 2:
+            continue
+        x, _, _ = _solve(fc[idx], fm[idx], lay[idx], t[idx], prior, starts)
+        p = _params(x)
+        out.append([p.compute_eff, p.memory_eff, p.overhead_s, p.overhead_per_layer_s])
+    return out
 
 
 def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray]) -> float | None:
@@ -151,21 +189,30 @@ def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray]) -> float | None:
     return float(np.nanmean(errs))
 
 
-def fit_operation(points: list[dict], gpu: GpuSpec, prior: OpParams, seed: int = 0) -> dict:
-    """Fitted parameters of one operation with in-sample and held-out MAPE (see the module docstring)."""
+def fit_operation(points: list[dict], gpu: GpuSpec, prior: OpParams, seed: int = 0, bootstrap: int = BOOTSTRAP) -> dict:
+    """Fitted parameters of one operation with in-sample and held-out MAPE, identifiability status and
+    parameter uncertainty (see the module docstring)."""
     fc, fm, lay, t = arrays(points, gpu)
-    p = fit_arrays(fc, fm, lay, t, prior)
-    n = len(t)
+    x, res, n = _solve(fc, fm, lay, t, prior)
+    p = _params(x)
+    k = n_params(lay)
+    ok = n >= k + 2
     heldout = None
-    if n >= 3:
+    if ok:
         perm = np.random.default_rng(seed).permutation(n)
         heldout = _heldout(fc, fm, lay, t, prior, [f for f in np.array_split(perm, min(5, n)) if len(f)])
     models = sorted({q["model"] for q in points})
     by_model = None
-    if len(models) >= 2:
+    if ok and len(models) >= 2:
         names = np.array([q["model"] for q in points])
         by_model = _heldout(fc, fm, lay, t, prior, [np.flatnonzero(names == m) for m in models])
+    cov = _covariance(res, n, k) if ok else None
     return {"compute_eff": p.compute_eff, "memory_eff": p.memory_eff, "overhead_s": p.overhead_s,
             "overhead_per_layer_s": p.overhead_per_layer_s, "heldout_mape": heldout,
             "heldout_mape_by_model": by_model, "fit_mape": mape(predict(fc, fm, lay, p), t), "n_points": n,
-            "models": models}
+            "n_params": k, "status": "ok" if ok else "underdetermined", "models": models,
+            "method": "scipy.optimize.least_squares (trf, relative residuals, bounded)",
+            "covariance_params": list(COV_PARAMS),
+            "covariance": None if cov is None else cov.tolist(),
+            "param_std": None if cov is None else dict(zip(COV_PARAMS, np.sqrt(np.clip(np.diag(cov), 0, None)).tolist())),
+            "samples": _bootstrap(fc, fm, lay, t, prior, x, seed, bootstrap) if ok and bootstrap else None}

@@ -13,7 +13,9 @@ every operation's samples span the whole calibration rather than the minute its 
 budget is per pass). ``runtime_models`` limits non-eager scoring runtimes to the
 first N reward models of each family (None: all); the runtimes named in ``static_shape_runtimes``, whose
 compiled artifacts are per input shape (AOTInductor packages: about 25 s of compilation per shape on two
-CPU cores), measure ``runtime_score_static`` instead of ``runtime_score``.
+CPU cores), measure ``runtime_score_static`` instead of ``runtime_score``. Scoring runtimes of one
+(batch, length) are measured together in ``rounds`` interleaved rounds of ``per_round`` timed calls each
+(``calibrate.interleave``), in ``launches`` separate process launches when > 1 (``calibrate.launch``).
 
 Generation runtimes (``calibrate.genbench``; names in ``rlhfsim.costs.genruntimes.GEN_RUNTIMES``):
 ``gen_runtimes`` are measured on every decoder model: ``gen_prefill`` (batch, prompt tokens) one
@@ -57,7 +59,10 @@ class Grid:
     max_iters: int = 20
     point_budget_s: float = 0.5
     runtime_models: int | None = 1
-    static_shape_runtimes: tuple[str, ...] = ("aoti_cpp",)
+    static_shape_runtimes: tuple[str, ...] = ("aoti_python", "aoti_cpp")
+    rounds: int = 6                                 # scoring runtimes of one shape: interleaved rounds ...
+    per_round: int = 2                              # ... of this many timed calls each (calibrate.interleave)
+    launches: int = 1                               # ... in this many separate process launches
     interference_s: float = 2.0                     # how long the co-running phase lasts
     quiet_wait_s: float = 0.0                       # CPU: longest wait per point for other processes to calm down
     passes: int = 1                                 # measure the whole grid this many times, samples pooled
@@ -125,7 +130,7 @@ FULL_CPU = replace(
     train=QUICK_CPU.train + ((8, 256), (2, 1024), (16, 128)),
     interference=((8, 256, 4, 128), (16, 512, 8, 256)),
     warmup=2, min_iters=5, max_iters=50, point_budget_s=1.5, runtime_models=None, interference_s=4.0,
-    quiet_wait_s=60.0,
+    quiet_wait_s=60.0, rounds=10, per_round=3,
 )
 
 QUICK_GPU = Grid(
@@ -139,6 +144,7 @@ QUICK_GPU = Grid(
     train=((1, 512), (8, 512), (4, 2048), (16, 1024)),
     interference=((64, 1024, 8, 512),),
     warmup=3, min_iters=5, max_iters=30, point_budget_s=0.5, runtime_models=1, interference_s=3.0,
+    rounds=10, per_round=5,
     gen_prefill=((1, 128), (8, 1024), (64, 256), (64, 1024), (256, 256)),
     gen_decode=((1, 256), (16, 512), (64, 512), (64, 2048), (256, 256)),
     gen_decode_steps=31,
@@ -217,6 +223,8 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             want = "null or a number >= 0"
         elif k in ("runtime_models", "gen_compiled_batch", "gen_compiled_models"):
             ok, want = v is None or pos_int(v), "null or an int"
+        elif k in ("rounds", "per_round", "launches"):
+            ok, want = pos_int(v) and v >= 1, "an int >= 1"
         elif k == "gen_decode_steps":
             ok, want = pos_int(v) and v >= 1, "an int >= 1"
         else:

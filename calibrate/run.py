@@ -33,7 +33,7 @@ from calibrate.models import dtype_name
 from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
-from calibrate.scoring import measure_runtime, measure_strategies
+from calibrate.scoring import measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import user_profile_dir, write_json_atomic
 from rlhfsim.errors import RlhfsimError
@@ -164,13 +164,11 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
         measure_gen_runtimes(s, decoders)
         for m in models:
             model = s.hf_model(m, "value")
-            measure_runtime(s, rts["eager"], model, m, within(g.score, m.max_positions))
+            mine = {r: rt for r, rt in rts.items() if r == "eager" or m.name in rt_models}
+            shapes = {r: within(g.score if r == "eager" else runtime_shapes(g, r), m.max_positions) for r in mine}
+            measure_runtimes(s, mine, model, m, shapes)
             for b, n in within(g.strategies, m.max_positions):
                 measure_strategies(s, model, m, b, n)
-            if m.name in rt_models:
-                for r, rt in rts.items():
-                    if r != "eager":
-                        measure_runtime(s, rt, model, m, within(runtime_shapes(g, r), m.max_positions))
             del model
             s.free()
         for m in decoders:

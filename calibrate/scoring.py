@@ -19,12 +19,11 @@ All three return the same scores (checked: ``max_abs_diff`` against padded). ``t
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
-from calibrate.measure import iters_for, summarize
+from calibrate.interleave import interleave
+from calibrate.measure import summarize
 from calibrate.models import PAD_ID, random_batch
 from calibrate.runtimes.base import Runtime, eager_scores
 from calibrate.session import Session, point_key
@@ -48,76 +47,137 @@ def runtime_key(name: str, model: str) -> str:
     return f"runtime|{name}|{model}"
 
 
-def score_point(s: Session, rt: Runtime, model, shape: ModelShape, batch: int, n: int) -> dict | None:
-    """One runtime point (see the module docstring); None if it was already in the journal."""
-    key = point_key("score", shape.name, s.dtype, batch=batch, seq_len=n, head="value", runtime=rt.NAME,
-                    strategy="padded")
-    if not s.pending(key):
-        return None
-    fields = {"op": "score", "model": shape.name, "shape": shape.to_dict(), "head": "value", "runtime": rt.NAME,
-              "strategy": "padded", "batch": batch, "seq_len": n, "prefix_len": 0, "tokens": batch * n}
-    ids, mask = random_batch(shape.vocab, [n] * batch, s.device, _seed(batch, n))
-    s.sync()
-    t0 = time.perf_counter()
+def score_key(s: Session, name: str, shape: ModelShape, batch: int, n: int) -> str:
+    return point_key("score", shape.name, s.dtype, batch=batch, seq_len=n, head="value", runtime=name,
+                     strategy="padded")
+
+
+def score_fields(name: str, shape: ModelShape, batch: int, n: int) -> dict:
+    return {"op": "score", "model": shape.name, "shape": shape.to_dict(), "head": "value", "runtime": name,
+            "strategy": "padded", "batch": batch, "seq_len": n, "prefix_len": 0, "tokens": batch * n}
+
+
+def interleaved_point(model, rts: dict[str, Runtime], ids, mask, *, device: str, dtype: str, warmup: int,
+                      rounds: int, per_round: int, cache_dir, round_offset: int = 0) -> dict[str, dict]:
+    """Every runtime of ``rts`` at one operating point, interleaved (``calibrate.interleave``), each checked
+    against eager's scores after its first call (an invalid one takes no rounds). Returns per runtime
+    either the timing fields or ``{"error": why}`` (cannot run: export, build, load failed)."""
     ref = eager_scores(model, ids, mask)
-    estimate = time.perf_counter() - t0
+    tol = tolerance(dtype, ref)
+    samplers, out = {}, {}
+    for name, rt in rts.items():
+        try:
+            smp = rt.sampler(model, ids, mask, device=device, warmup=warmup, cache_dir=cache_dir)
+            first = smp.first()
+        except RlhfsimError as e:
+            out[name] = {"error": str(e)}
+            continue
+        diff = float((smp.output.detach().float().cpu().reshape(-1) - ref.reshape(-1)).abs().max())
+        out[name] = {"first_call_s": first, "max_abs_diff": diff, "tolerance": tol, "valid": diff <= tol,
+                     "peak_mem_mb": smp.peak_mem_mb, "peak_mem_extra_mb": smp.peak_mem_extra_mb}
+        if diff <= tol:
+            samplers[name] = smp
+    got = interleave(samplers, rounds, per_round, round_offset, {n: out[n]["first_call_s"] for n in samplers})
+    for name, smp in samplers.items():
+        out[name].update(samples_s=got[name].samples_s, rounds_of=got[name].rounds_of, setup_s=smp.setup_s)
+    return out
+
+
+def measure_runtimes(s: Session, rts: dict[str, Runtime], model, shape: ModelShape, shapes: dict[str, tuple]) -> None:
+    """All scoring points of one reward model: at every (batch, length) the runtimes that measure it
+    (``shapes[name]``) are timed together in interleaved rounds (``Grid.rounds`` x ``Grid.per_round``
+    calls, in ``Grid.launches`` separate process launches when > 1). A runtime that cannot run is
+    recorded unavailable with its reason; one whose first point is beyond tolerance is invalid and
+    measured no further; one that fails after some shapes keeps them."""
+    live: dict[str, Runtime] = {}
+    for name, rt in rts.items():
+        rkey = runtime_key(name, shape.name)
+        known = s.journal.get(rkey)
+        if known is not None and not known["valid"]:
+            for _ in shapes.get(name, ()):
+                s.progress.advance(f"score {shape.name} {name}: {known['reason']}", skipped=True)
+            continue
+        ok, why = rt.available(s.device)
+        if not ok:
+            s.journal.append({"kind": "runtime", "key": rkey, "runtime": name, "model": shape.name,
+                              "available": False, "valid": False, "reason": why})
+            s.progress.note(f"runtime {name} skipped on {shape.name}: {why}")
+            for _ in shapes.get(name, ()):
+                s.progress.advance(f"score {shape.name} {name}", skipped=True)
+            continue
+        live[name] = rt
+    notes: dict[str, str] = {}
+    order_of = list(dict.fromkeys(x for name in live for x in shapes.get(name, ())))
+    for b, n in order_of:
+        here = {name: rt for name, rt in live.items() if (b, n) in shapes.get(name, ()) and name not in notes}
+        todo = {name: rt for name, rt in here.items() if s.pending(score_key(s, name, shape, b, n))}
+        if not todo:
+            continue
+        try:
+            res = s.guarded(lambda: _measure_point(s, todo, model, shape, b, n))
+        except torch.cuda.OutOfMemoryError as e:
+            s.free()
+            for name in todo:
+                s.record(score_key(s, name, shape, b, n), score_fields(name, shape, b, n),
+                         skipped=f"out of memory ({str(e).splitlines()[0][:120]})")
+            continue
+        for name in todo:
+            r = res[name]
+            key, fields = score_key(s, name, shape, b, n), score_fields(name, shape, b, n)
+            if "error" in r:
+                s.progress.advance(f"score {shape.name} {name}", skipped=True)
+                if not _has_points(s, name, shape.name):
+                    s.journal.append({"kind": "runtime", "key": runtime_key(name, shape.name), "runtime": name,
+                                      "model": shape.name, "available": False, "valid": False, "reason": r["error"]})
+                    s.progress.note(f"runtime {name} unavailable on {shape.name}: {r['error']}")
+                    notes[name] = "unavailable"
+                else:
+                    notes[name] = f"stopped at batch {b}, length {n}: {r['error']}"  # the shapes before it stand
+                    s.progress.note(f"runtime {name} on {shape.name} {notes[name]}")
+                continue
+            if not r["valid"]:
+                reason = (f"max abs diff {r['max_abs_diff']:.3g} vs eager exceeds tolerance {r['tolerance']:.3g} "
+                          f"(batch {b}, length {n})")
+                s.record(key, {**fields, **{k: r[k] for k in ("max_abs_diff", "tolerance", "valid")}},
+                         skipped=f"invalid: {reason}")
+                s.journal.append({"kind": "runtime", "key": runtime_key(name, shape.name), "runtime": name,
+                                  "model": shape.name, "available": True, "valid": False, "reason": reason})
+                s.progress.note(f"runtime {name} invalid on {shape.name}: {reason}")
+                notes[name] = "invalid"
+                continue
+            timing = summarize(r["samples_s"], r["first_call_s"])
+            extra = {k: r[k] for k in ("max_abs_diff", "tolerance", "valid", "setup_s", "peak_mem_mb",
+                                       "peak_mem_extra_mb", "rounds_of")}
+            extra.update(interleaved_with=sorted(todo), rounds=s.grid.rounds, per_round=s.grid.per_round,
+                         launches=max(int(s.grid.launches), 1), launch_of=r.get("launch_of"))
+            s.record(key, {**fields, **extra}, timing=timing)
+        # later shapes are skipped for runtimes that just became invalid or unavailable
+        for name in [x for x in live if notes.get(x) in ("invalid", "unavailable")]:
+            rest = [x for x in shapes.get(name, ()) if order_of.index(x) > order_of.index((b, n))]
+            for _ in rest:
+                s.progress.advance(f"score {shape.name} {name}", skipped=True)
+            del live[name]
+    for name in live:
+        if s.journal.get(runtime_key(name, shape.name)) is None and _has_points(s, name, shape.name):
+            s.journal.append({"kind": "runtime", "key": runtime_key(name, shape.name), "runtime": name,
+                              "model": shape.name, "available": True, "valid": True, "reason": notes.get(name, "")})
+
+
+def _measure_point(s: Session, todo: dict[str, Runtime], model, shape: ModelShape, b: int, n: int) -> dict:
+    ids, mask = random_batch(shape.vocab, [n] * b, s.device, _seed(b, n))
     g = s.grid
-    iters = iters_for(estimate, g.point_budget_s, g.min_iters, g.max_iters)
-    try:
-        tm = s.guarded(lambda: rt.time_scoring(model, ids, mask, device=s.device, warmup=g.warmup, iters=iters,
-                                               cache_dir=s.cache_dir))
-    except torch.cuda.OutOfMemoryError as e:
-        s.free()
-        return s.record(key, fields, skipped=f"out of memory ({str(e).splitlines()[0][:120]})")
-    diff = float((tm.output.reshape(-1) - ref.reshape(-1)).abs().max())
-    tol = tolerance(s.dtype, ref)
-    fields.update(max_abs_diff=diff, tolerance=tol, valid=diff <= tol, setup_s=tm.setup_s)
-    return s.record(key, fields, timing=summarize(tm.samples_s, tm.first_call_s))
+    launches = max(int(g.launches), 1)
+    if launches == 1:
+        return interleaved_point(model, todo, ids, mask, device=s.device, dtype=s.dtype, warmup=g.warmup,
+                                 rounds=g.rounds, per_round=g.per_round, cache_dir=s.cache_dir)
+    from calibrate.launch import run_launches
+
+    return run_launches(s, list(todo), shape, b, n, launches)
 
 
 def measure_runtime(s: Session, rt: Runtime, model, shape: ModelShape, shapes) -> None:
-    """All points of one runtime on one reward model, stopping at the first invalid one."""
-    rkey = runtime_key(rt.NAME, shape.name)
-    known = s.journal.get(rkey)
-    if known is not None and not known["valid"]:
-        for _ in shapes:
-            s.progress.advance(f"score {shape.name} {rt.NAME}: {known['reason']}", skipped=True)
-        return
-    ok, why = rt.available(s.device)
-    if not ok:
-        s.journal.append({"kind": "runtime", "key": rkey, "runtime": rt.NAME, "model": shape.name,
-                          "available": False, "valid": False, "reason": why})
-        s.progress.note(f"runtime {rt.NAME} skipped on {shape.name}: {why}")
-        for _ in shapes:
-            s.progress.advance(f"score {shape.name} {rt.NAME}", skipped=True)
-        return
-    note = ""
-    for i, (b, n) in enumerate(shapes):
-        try:
-            rec = score_point(s, rt, model, shape, b, n)
-        except RlhfsimError as e:
-            for _ in shapes[i:]:
-                s.progress.advance(f"score {shape.name} {rt.NAME}", skipped=True)
-            if not _has_points(s, rt.NAME, shape.name):
-                s.journal.append({"kind": "runtime", "key": rkey, "runtime": rt.NAME, "model": shape.name,
-                                  "available": False, "valid": False, "reason": str(e)})
-                s.progress.note(f"runtime {rt.NAME} unavailable on {shape.name}: {e}")
-                return
-            note = f"stopped at batch {b}, length {n}: {e}"  # the shapes before it stand
-            s.progress.note(f"runtime {rt.NAME} on {shape.name} {note}")
-            break
-        if rec is not None and "skipped" not in rec and not rec["valid"]:
-            reason = (f"max abs diff {rec['max_abs_diff']:.3g} vs eager exceeds tolerance {rec['tolerance']:.3g} "
-                      f"(batch {b}, length {n})")
-            s.journal.append({"kind": "runtime", "key": rkey, "runtime": rt.NAME, "model": shape.name,
-                              "available": True, "valid": False, "reason": reason})
-            s.progress.note(f"runtime {rt.NAME} invalid on {shape.name}: {reason}")
-            for _ in shapes[i + 1:]:
-                s.progress.advance(f"score {shape.name} {rt.NAME}", skipped=True)
-            return
-    if known is None:
-        s.journal.append({"kind": "runtime", "key": rkey, "runtime": rt.NAME, "model": shape.name,
-                          "available": True, "valid": True, "reason": note})
+    """One runtime alone on one reward model (``measure_runtimes`` with a single contender)."""
+    measure_runtimes(s, {rt.NAME: rt}, model, shape, {rt.NAME: tuple(shapes)})
 
 
 def _has_points(s: Session, runtime: str, model: str) -> bool:

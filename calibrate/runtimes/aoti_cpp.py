@@ -34,6 +34,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ from pathlib import Path
 
 import torch
 
-from calibrate.runtimes.base import Runtime, ScoreModule, Timing, model_key
+from calibrate.interleave import Sampler
+from calibrate.runtimes.base import Runtime, ScoreModule, model_key
 from rlhfsim.errors import RlhfsimError
 
 CPP_DIR = Path(__file__).resolve().parent.parent / "cpp"
@@ -212,21 +214,44 @@ def run_program(package: Path, inputs: list[torch.Tensor], *, device: str, warmu
         write_inputs(in_path, inputs)
         cmd = [str(prog.path), str(package), str(in_path), str(out_path), "--warmup", str(warmup),
                "--iters", str(iters), "--device", device, "--threads", str(threads)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise RlhfsimError(f"aoti_cpp: {PROGRAM} ran past {RUN_TIMEOUT_S} s on {str(package)!r}") from None
+        proc = _run_measured(cmd, Path(td))
         if proc.returncode != 0:
             lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             errs = [ln for ln in lines if ln.startswith(f"{PROGRAM}: error:")]
             why = (errs or lines or ["no message"])[-1]
             raise RlhfsimError(f"aoti_cpp: {PROGRAM} failed (exit {proc.returncode}): {why}")
         info = json.loads(out_path.read_text())
+        info["peak_rss_mb"] = proc.maxrss_mb
     if len(info["samples_s"]) != iters:
         raise RlhfsimError(f"aoti_cpp: expected {iters} samples from {PROGRAM}, got {len(info['samples_s'])}")
     scores = torch.tensor(info.pop("scores"), dtype=torch.float32).reshape(info["output_shape"])
     return ProgramResult([float(x) for x in info["samples_s"]], float(info["first_call_s"]),
                          float(info["load_s"]), scores, info)
+
+
+@dataclass(frozen=True)
+class _Proc:
+    returncode: int
+    stderr: str
+    maxrss_mb: float
+
+
+def _run_measured(cmd: list[str], workdir: Path) -> _Proc:
+    """Run ``cmd`` and return its exit code, stderr and its own peak resident set (``os.wait4``'s
+    ``ru_maxrss``, KiB on Linux): the program's memory, apart from this process's."""
+    err_path = workdir / "stderr.txt"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        timer = threading.Timer(RUN_TIMEOUT_S, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode == -9:
+        raise RlhfsimError(f"aoti_cpp: {PROGRAM} ran past {RUN_TIMEOUT_S} s ({cmd[1]!r})")
+    return _Proc(proc.returncode, err_path.read_text(errors="replace"), usage.ru_maxrss / 1024.0)
 
 
 def input_signature(tensors: list[torch.Tensor]) -> str:
@@ -329,14 +354,22 @@ class AotiCpp(Runtime):
             return False, f"expected device cpu or cuda, got {device!r}"
         return True, ""
 
-    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
-                     cache_dir: Path) -> Timing:
+    def package(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> tuple[Path, float]:
+        """(the AOTInductor package of this model and input shape, seconds spent making it now)."""
         ok, why = self.available(device)
         if not ok:
-            raise RlhfsimError(f"aoti_cpp: unavailable on {device}: {why}")
+            raise RlhfsimError(f"{self.NAME}: unavailable on {device}: {why}")
         cls = type(model).__name__
         if cls in self.unsupported:
             raise AotiUnsupported(self.unsupported[cls])
+        try:
+            package, package_s, _ = export_package(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
+        except AotiUnsupported as e:
+            self.unsupported[cls] = str(e)
+            raise
+        return package, package_s
+
+    def sampler(self, model, input_ids, attention_mask, *, device: str, warmup: int, cache_dir: Path) -> Sampler:
         if self.build_error is not None:
             raise self.build_error
         if self.build is None:
@@ -345,20 +378,41 @@ class AotiCpp(Runtime):
             except RlhfsimError as e:
                 self.build_error = e
                 raise
-        try:
-            package, package_s, _ = export_package(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
-        except AotiUnsupported as e:
-            self.unsupported[cls] = str(e)
-            raise
-        dev = torch.device(device)
-        dev_arg = "cpu" if dev.type == "cpu" else f"cuda:{dev.index or 0}"
-        threads = torch.get_num_threads() if dev.type == "cpu" else 0
-        res = run_program(package, [input_ids, attention_mask], device=dev_arg, warmup=warmup, iters=iters,
-                          threads=threads, program=self.build)
-        self.last_info = {**res.info, "package": str(package), "package_s": package_s,
-                          "build_s": self.build.build_s}
-        return Timing(res.samples_s, res.first_call_s, package_s + res.load_s, res.scores.reshape(-1))
+        package, package_s = self.package(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
+        return ProgramSampler(self, package, package_s, [input_ids, attention_mask], device, warmup)
 
+
+class ProgramSampler(Sampler):
+    """``aoti_score`` as an interleaved contender: every call of ``first``/``round`` is one launch of the
+    program (load the package, one untimed warm call (``warmup`` for the first launch), then the timed
+    calls), so each round is also a fresh process. ``peak_mem_mb`` is the program's own peak RSS (CPU)."""
+
+    def __init__(self, rt: AotiCpp, package: Path, package_s: float, inputs: list[torch.Tensor], device: str,
+                 warmup: int):
+        self.rt, self.package, self.inputs, self.warmup = rt, package, inputs, warmup
+        dev = torch.device(device)
+        self.dev_arg = "cpu" if dev.type == "cpu" else f"cuda:{dev.index or 0}"
+        self.threads = torch.get_num_threads() if dev.type == "cpu" else 0
+        self.package_s = package_s
+        self.setup_s = package_s
+
+    def _run(self, warmup: int, iters: int) -> ProgramResult:
+        res = run_program(self.package, self.inputs, device=self.dev_arg, warmup=warmup, iters=iters,
+                          threads=self.threads, program=self.rt.build)
+        self.output = res.scores.reshape(-1)
+        self.rt.last_info = {**res.info, "package": str(self.package), "package_s": self.package_s,
+                             "build_s": self.rt.build.build_s}
+        return res
+
+    def first(self) -> float:
+        res = self._run(self.warmup, 1)
+        self.setup_s = self.package_s + res.load_s
+        if self.dev_arg == "cpu":
+            self.peak_mem_mb = res.info.get("peak_rss_mb")
+        return res.first_call_s
+
+    def round(self, k: int) -> list[float]:
+        return self._run(1, k).samples_s
 
 
 def rebuild_program(build_root: Path | None = None) -> ProgramBuild:

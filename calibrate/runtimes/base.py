@@ -1,6 +1,10 @@
 """The scoring-runtime interface: every runtime times the same thing, a reward model's forward over a
 right-padded batch, returning one float score per row.
 
+``Runtime.prepare(model, input_ids, attention_mask, device=, cache_dir=)`` returns the scoring call
+(``Prepared``); ``Runtime.sampler(...)`` wraps it in a ``Sampler`` (``calibrate.interleave``) whose
+rounds the calibration interleaves with the other runtimes'. A runtime timed outside this process
+(``aoti_cpp``) overrides ``sampler`` instead.
 ``Runtime.time_scoring(model, input_ids, attention_mask, device=, warmup=, iters=, cache_dir=)`` returns a
 ``Timing``: steady-state call durations (seconds, after the first call and ``warmup`` calls), the first call
 timed on its own (where compilation lands), ``setup_s`` spent outside calls (export, package, build), and
@@ -18,7 +22,7 @@ from typing import ClassVar
 
 import torch
 
-from calibrate.measure import time_calls
+from calibrate.interleave import InProcessSampler, Prepared, Sampler
 
 
 @dataclass
@@ -61,8 +65,9 @@ def model_key(model: torch.nn.Module) -> str:
 
 
 class Runtime(ABC):
-    """One way of running the reward model's forward. Subclasses set ``NAME`` and implement
-    ``available`` and ``time_scoring``; they are listed in ``calibrate.runtimes.RUNTIMES``."""
+    """One way of running the reward model's forward. Subclasses set ``NAME`` and implement ``prepare``
+    (or, for a runtime timed outside this process, ``sampler``); they are listed in
+    ``calibrate.runtimes.RUNTIMES``."""
 
     NAME: ClassVar[str]
 
@@ -70,11 +75,19 @@ class Runtime(ABC):
         """(True, "") if this runtime can run on ``device`` here, else (False, the reason)."""
         return True, ""
 
-    @abstractmethod
-    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
-                     cache_dir: Path) -> Timing: ...
+    def prepare(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> Prepared:
+        """The scoring call of this runtime for these inputs (export, compile, session set up here)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither prepare nor sampler")
 
-    @staticmethod
-    def _timed(fn, *, device: str, warmup: int, iters: int, setup_s: float, host_clock: bool = False) -> Timing:
-        m = time_calls(fn, device=device, warmup=warmup, iters=iters, host_clock=host_clock)
-        return Timing(m.samples_s, m.first_call_s, setup_s, m.output.detach().float().cpu().reshape(-1))
+    def sampler(self, model, input_ids, attention_mask, *, device: str, warmup: int, cache_dir: Path) -> Sampler:
+        """A ``Sampler`` of this runtime at one operating point (``calibrate.interleave``)."""
+        p = self.prepare(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
+        return InProcessSampler(p.call, device=device, warmup=warmup, setup_s=p.setup_s, host_clock=p.host_clock)
+
+    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
+                     cache_dir: Path) -> Timing:
+        """One contiguous measurement (first call, ``warmup`` calls, ``iters`` timed calls)."""
+        smp = self.sampler(model, input_ids, attention_mask, device=device, warmup=warmup, cache_dir=cache_dir)
+        first = smp.first()
+        samples = smp.round(iters)
+        return Timing(samples, first, smp.setup_s, smp.output.detach().float().cpu().reshape(-1))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from calibrate.runtimes.base import Runtime, ScoreModule, Timing
+from calibrate.interleave import Prepared
+from calibrate.runtimes.base import Runtime, ScoreModule
 
 
 def inductor_available(device: str) -> tuple[bool, str]:
@@ -36,8 +37,7 @@ class Compile(Runtime):
     def available(self, device: str) -> tuple[bool, str]:
         return inductor_available(device)
 
-    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
-                     cache_dir: Path) -> Timing:
+    def prepare(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> Prepared:
         key = id(model)
         if key not in self._compiled:
             self._compiled = {key: torch.compile(ScoreModule(model), backend="inductor", dynamic=True)}
@@ -47,4 +47,4 @@ class Compile(Runtime):
             with torch.inference_mode():
                 return mod(input_ids, attention_mask)
 
-        return self._timed(call, device=device, warmup=warmup, iters=iters, setup_s=0.0)
+        return Prepared(call)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from calibrate.runtimes.base import Runtime, ScoreModule, Timing
+from calibrate.interleave import Prepared
+from calibrate.runtimes.base import Runtime, ScoreModule
 
 
 class Eager(Runtime):
@@ -15,12 +16,11 @@ class Eager(Runtime):
 
     NAME = "eager"
 
-    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
-                     cache_dir: Path) -> Timing:
+    def prepare(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> Prepared:
         mod = ScoreModule(model)
 
         def call():
             with torch.inference_mode():
                 return mod(input_ids, attention_mask)
 
-        return self._timed(call, device=device, warmup=warmup, iters=iters, setup_s=0.0)
+        return Prepared(call)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from calibrate.runtimes.base import Runtime, ScoreModule, Timing, model_key
+from calibrate.interleave import Prepared
+from calibrate.runtimes.base import Runtime, ScoreModule, model_key
 from rlhfsim.errors import RlhfsimError
 
 MAX_BATCH = 4096
@@ -89,8 +90,7 @@ class OnnxRuntime(Runtime):
         sess = ort.InferenceSession(str(path), so, providers=providers)
         return sess, time.perf_counter() - t0
 
-    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
-                     cache_dir: Path) -> Timing:
+    def prepare(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> Prepared:
         key = id(model)
         setup_s = 0.0
         if key not in self._sessions:
@@ -105,7 +105,7 @@ class OnnxRuntime(Runtime):
             def call():
                 return torch.from_numpy(sess.run(["scores"], feeds)[0])
 
-        return self._timed(call, device=device, warmup=warmup, iters=iters, setup_s=setup_s, host_clock=True)
+        return Prepared(call, setup_s, host_clock=True)
 
     @staticmethod
     def _cuda_call(sess, input_ids, attention_mask, device: str):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from calibrate.runtimes.base import Runtime, ScoreModule, Timing
+from calibrate.interleave import Prepared
+from calibrate.runtimes.base import Runtime, ScoreModule
 from rlhfsim.errors import RlhfsimError
 
 MAX_SHAPE = (256, 4096)
@@ -38,8 +39,7 @@ class TensorRT(Runtime):
             return False, "torch-tensorrt is not installed"
         return True, ""
 
-    def time_scoring(self, model, input_ids, attention_mask, *, device: str, warmup: int, iters: int,
-                     cache_dir: Path) -> Timing:
+    def prepare(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> Prepared:
         import torch_tensorrt
 
         b, n = input_ids.shape
@@ -67,4 +67,4 @@ class TensorRT(Runtime):
             with torch.inference_mode():
                 return trt(input_ids, attention_mask)
 
-        return self._timed(call, device=device, warmup=warmup, iters=iters, setup_s=setup_s)
+        return Prepared(call, setup_s)

@@ -16,7 +16,8 @@ from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
 from calibrate.journal import Journal  # noqa: E402
 from calibrate.models import build_hf_model  # noqa: E402
 from calibrate.progress import Progress  # noqa: E402
-from calibrate.runtimes import Runtime, ScoreModule, Timing  # noqa: E402
+from calibrate.interleave import Prepared  # noqa: E402
+from calibrate.runtimes import Runtime, ScoreModule  # noqa: E402
 from calibrate.runtimes.eager import Eager  # noqa: E402
 from calibrate.scoring import measure_runtime  # noqa: E402
 from calibrate.session import Session  # noqa: E402
@@ -36,11 +37,14 @@ class Offset(Runtime):
     def __init__(self, offset: float):
         self.offset, self.calls = offset, 0
 
-    def time_scoring(self, model, input_ids, attention_mask, *, device, warmup, iters, cache_dir: Path) -> Timing:
+    def prepare(self, model, input_ids, attention_mask, *, device, cache_dir: Path) -> Prepared:
         self.calls += 1
-        with torch.inference_mode():
-            out = ScoreModule(model)(input_ids, attention_mask).float() + self.offset
-        return Timing([1e-3] * iters, 2e-3, 0.5, out)
+
+        def call():
+            with torch.inference_mode():
+                return ScoreModule(model)(input_ids, attention_mask).float() + self.offset
+
+        return Prepared(call, 0.5)
 
 
 class FailsAt(Offset):
@@ -50,15 +54,15 @@ class FailsAt(Offset):
         super().__init__(0.0)
         self.at = at
 
-    def time_scoring(self, *a, **kw) -> Timing:
+    def prepare(self, *a, **kw) -> Prepared:
         if self.calls == self.at:
             raise RlhfsimError("flaky: cannot export this shape")
-        return super().time_scoring(*a, **kw)
+        return super().prepare(*a, **kw)
 
 
 @pytest.fixture
 def session(tmp_path):
-    grid = with_overrides(QUICK_CPU, {"warmup": 0, "min_iters": 2, "max_iters": 2})
+    grid = with_overrides(QUICK_CPU, {"warmup": 0, "min_iters": 2, "max_iters": 2, "rounds": 2, "per_round": 1})
     meta = {"device_kind": "cpu", "device_name": "t", "dtype": "float32", "threads": 1}
     with Journal.open(tmp_path / "j.jsonl", meta, resume=False) as j:
         yield Session("cpu", "float32", grid, j, Progress(0, enabled=False), tmp_path)
