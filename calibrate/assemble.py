@@ -209,7 +209,9 @@ def batching_summary(points: list[dict]) -> list[dict]:
         row = rows.setdefault((p["model"], p["batch"], p["seq_len"]), {
             "model": p["model"], "batch": p["batch"], "max_len": p["seq_len"], "tokens": p["tokens"], "strategies": {}})
         row["strategies"][p["strategy"]] = {"median_s": p["median_s"], "iqr_s": p["iqr_s"],
-                                            "padded_tokens": p["padded_tokens"], "max_abs_diff": p["max_abs_diff"]}
+                                            "padded_tokens": p["padded_tokens"], "max_abs_diff": p["max_abs_diff"],
+                                            "peak_mem_mb": p.get("peak_mem_mb"), "samples_s": p["samples_s"],
+                                            "rounds_of": p.get("rounds_of")}
     for row in rows.values():
         row["best"] = min(row["strategies"], key=lambda k: row["strategies"][k]["median_s"])
     return list(rows.values())

@@ -116,6 +116,32 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
     click.echo(f"profile {profile['name']!r} written to {profile['_path']} ({time.perf_counter() - t0:.0f} s)")
 
 
+def _rich_runtime_table(profile: dict) -> None:
+    """The scoring-runtime comparison as a rich table (plain text where rich is not installed)."""
+    from calibrate.report import RUNTIME_HEADER, runtime_cells, runtime_rows, runtime_table
+
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        click.echo(runtime_table(profile))
+        return
+    colour = {"faster": "green", "slower": "red", "tie": "yellow"}
+    t = Table(title="scoring runtimes: median with 95% CI (bootstrap over rounds), speedup over eager with "
+                    "95% CI, Welch verdict at 95%", title_justify="left")
+    for i, h in enumerate(RUNTIME_HEADER):
+        t.add_column(h, justify="left" if i in (0, 3) else "right")
+    for r in runtime_rows(profile):
+        cells = runtime_cells(r)
+        if r["verdict"] in colour and r["runtime"] != "eager":
+            cells[7] = f"[{colour[r['verdict']]}]{cells[7]}[/]"
+        t.add_row(*cells)
+    Console(width=220).print(t)
+    notes = runtime_table(profile).split("\n\n", 1)
+    if len(notes) > 1:
+        click.echo(notes[1])
+
+
 @click.command("runtimes")
 @click.option("--profile", "profile_ref", required=True, metavar="NAME|PATH", help="A profile name or JSON path.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -136,9 +162,12 @@ def runtimes_command(profile_ref, fmt):
         return
     click.echo(f"profile {profile['name']} ({profile['device'].get('name')}, {profile['dtype']}, "
                f"{profile['device'].get('threads')} threads)")
-    click.echo(runtime_table(profile))
+    _rich_runtime_table(profile)
+    if profile.get("quality", {}).get("warnings"):
+        for w in profile["quality"]["warnings"]:
+            click.echo(f"warning: {w}")
     if profile.get("batching"):
-        click.echo("\nbatching strategies (eager):")
+        click.echo("\nbatching strategies (eager; against scoring one sequence at a time, batch1):")
         click.echo(batching_table(profile))
     if profile.get("chunked_scoring"):
         click.echo("\nchunked scoring (chunk on a cached prefix vs one-shot prefill):")

@@ -1,6 +1,7 @@
 """Reports of a profile: the scoring-runtime comparison (per model, batch and length: median, p95,
-speedup over eager, max abs difference; like the tables of the runtime study), batching strategies,
-chunked scoring, and the fitted parameters with held-out error. Plain text, no dependencies.
+speedup over eager with 95% intervals and a Welch verdict (``calibrate.stats``), throughput, peak memory,
+max abs difference; like the tables of the runtime study), batching strategies against scoring one
+sequence at a time, chunked scoring, and the fitted parameters with held-out error. Plain text.
 
 ``runtime_json`` picks a reference shape: the padded (model, batch, length) point measured by the most
 valid runtimes, ties broken by more tokens; runtimes not measured there report nulls.
@@ -15,7 +16,7 @@ valid runtimes, ties broken by more cached tokens.
 
 from __future__ import annotations
 
-import numpy as np
+from calibrate import stats
 
 
 def _fmt_table(header: list[str], rows: list[list[str]]) -> str:
@@ -32,31 +33,69 @@ def _padded_points(profile: dict) -> list[dict]:
 
 
 def runtime_rows(profile: dict) -> list[dict]:
-    """One row per (model, batch, length, runtime) with the eager median of the same shape."""
+    """One row per (model, batch, length, runtime): percentiles, the median's 95% interval, the speedup
+    over eager at the same shape with its interval, Welch's verdict (``calibrate.stats``), throughput and
+    peak memory."""
     pts = _padded_points(profile)
-    eager = {(p["model"], p["batch"], p["seq_len"]): p["median_s"] for p in pts if p["runtime"] == "eager"}
+    eager = {(p["model"], p["batch"], p["seq_len"]): p for p in pts if p["runtime"] == "eager"}
     rows = []
     for p in sorted(pts, key=lambda p: (p["model"], p["batch"], p["seq_len"], p["runtime"] != "eager", p["runtime"])):
         e = eager.get((p["model"], p["batch"], p["seq_len"]))
-        rows.append({"model": p["model"], "batch": p["batch"], "seq_len": p["seq_len"], "runtime": p["runtime"],
-                     "median_ms": p["median_s"] * 1e3, "p95_ms": float(np.percentile(p["samples_s"], 95)) * 1e3,
-                     "speedup_vs_eager": e / p["median_s"] if e else None, "max_abs_diff": p["max_abs_diff"],
-                     "valid": p["valid"] and profile["runtimes"].get(p["runtime"], {}).get("valid", False),
-                     "first_call_ms": p["first_call_s"] * 1e3, "setup_s": p["setup_s"]})
+        d = stats.describe(p["samples_s"], p.get("rounds_of"))
+        row = {"model": p["model"], "batch": p["batch"], "seq_len": p["seq_len"], "runtime": p["runtime"],
+               "median_ms": p["median_s"] * 1e3, "ci95_ms": _scaled(d["ci95"], 1e3),
+               "p50_ms": d["p50"] * 1e3, "p95_ms": d["p95"] * 1e3, "p99_ms": d["p99"] * 1e3,
+               "n_samples": d["n"], "n_rounds": d["n_rounds"], "interleaved": d["interleaved"],
+               "launches": p.get("launches", 1),
+               "speedup_vs_eager": None, "speedup_ci95": None, "verdict": None, "welch_p": None,
+               "sequences_per_s": p["batch"] / p["median_s"], "tokens_per_s": p["batch"] * p["seq_len"] / p["median_s"],
+               "peak_mem_mb": p.get("peak_mem_mb"), "peak_mem_extra_mb": p.get("peak_mem_extra_mb"),
+               "max_abs_diff": p["max_abs_diff"],
+               "valid": p["valid"] and profile["runtimes"].get(p["runtime"], {}).get("valid", False),
+               "first_call_ms": p["first_call_s"] * 1e3, "setup_s": p["setup_s"],
+               "contended": p.get("contended"), "contention_ratio": p.get("contention_ratio")}
+        if e is not None:
+            c = stats.compare(e["samples_s"], e.get("rounds_of"), p["samples_s"], p.get("rounds_of"))
+            row.update(speedup_vs_eager=c["speedup"], speedup_ci95=c["speedup_ci95"], verdict=c["verdict"],
+                       welch_p=None if c["welch"] is None else c["welch"]["p"])
+            if p["runtime"] == "eager":   # the baseline against itself
+                row.update(speedup_vs_eager=1.0, speedup_ci95=(1.0, 1.0), verdict="tie", welch_p=1.0)
+        rows.append(row)
     return rows
+
+
+def _scaled(pair, k: float):
+    return None if pair is None else [pair[0] * k, pair[1] * k]
+
+
+def _ci(v, pair, fmt: str) -> str:
+    if v is None:
+        return "-"
+    return fmt.format(v) + ("" if pair is None else " [" + fmt.format(pair[0]) + "-" + fmt.format(pair[1]) + "]")
+
+
+def runtime_cells(r: dict) -> list[str]:
+    return [r["model"], str(r["batch"]), str(r["seq_len"]), r["runtime"], _ci(r["median_ms"], r["ci95_ms"], "{:.2f}"),
+            f"{r['p95_ms']:.2f}", _ci(r["speedup_vs_eager"], r["speedup_ci95"], "{:.2f}"), r["verdict"] or "-",
+            f"{r['sequences_per_s']:.1f}", f"{r['tokens_per_s']:.0f}",
+            "-" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}", f"{r['max_abs_diff']:.1e}",
+            str(r["n_rounds"]) + ("" if r["interleaved"] else "*"), "yes" if r["valid"] else "NO"]
+
+
+RUNTIME_HEADER = ["model", "batch", "len", "runtime", "median ms [95% CI]", "p95 ms", "vs eager [95% CI]",
+                  "verdict", "seq/s", "tok/s", "peak MiB", "max|diff|", "rounds", "valid"]
 
 
 def runtime_table(profile: dict) -> str:
     rows = runtime_rows(profile)
     shown = {r["runtime"] for r in rows}
-    t = _fmt_table(["model", "batch", "len", "runtime", "median ms", "p95 ms", "vs eager", "max|diff|", "valid"],
-                   [[r["model"], str(r["batch"]), str(r["seq_len"]), r["runtime"], f"{r['median_ms']:.3f}",
-                     f"{r['p95_ms']:.3f}", "-" if r["speedup_vs_eager"] is None else f"{r['speedup_vs_eager']:.2f}x",
-                     f"{r['max_abs_diff']:.1e}", "yes" if r["valid"] else "NO"] for r in rows])
+    t = _fmt_table(RUNTIME_HEADER, [runtime_cells(r) for r in rows])
     notes = [f"{name}: not measured ({info['reason']})" for name, info in sorted(profile["runtimes"].items())
              if name not in shown]
     notes += [f"{name}: invalid ({info['reason']})" for name, info in sorted(profile["runtimes"].items())
               if name in shown and not info["valid"]]
+    if any(not r["interleaved"] for r in rows):
+        notes.append("* not interleaved (a profile measured before interleaving): each sample counts as a round")
     setup = [f"{name} on {m}: setup {mi['setup_s']:.1f} s, first call {mi['first_point']['first_call_s'] * 1e3:.0f} ms "
              f"(steady {mi['first_point']['median_s'] * 1e3:.2f} ms)"
              for name, info in sorted(profile["runtimes"].items()) for m, mi in sorted(info["models"].items())
@@ -80,31 +119,66 @@ def reference_shape(profile: dict) -> tuple | None:
 
 def runtime_json(profile: dict) -> dict:
     ref = reference_shape(profile)
-    rows = {r["runtime"]: r for r in runtime_rows(profile) if ref and (r["model"], r["batch"], r["seq_len"]) == ref}
+    rows = runtime_rows(profile)
+    at = {r["runtime"]: r for r in rows if ref and (r["model"], r["batch"], r["seq_len"]) == ref}
+    keys = ("median_ms", "ci95_ms", "p50_ms", "p95_ms", "p99_ms", "speedup_vs_eager", "speedup_ci95", "verdict",
+            "welch_p", "sequences_per_s", "tokens_per_s", "peak_mem_mb", "peak_mem_extra_mb", "n_samples",
+            "n_rounds", "interleaved", "launches", "contended")
     out = {}
     for name, info in sorted(profile["runtimes"].items()):
-        r = rows.get(name)
-        out[name] = {"median_ms": r["median_ms"] if r else None, "p95_ms": r["p95_ms"] if r else None,
-                     "speedup_vs_eager": r["speedup_vs_eager"] if r else None,
+        r = at.get(name)
+        out[name] = {**{k: (r[k] if r else None) for k in keys},
                      "max_abs_diff": r["max_abs_diff"] if r else info.get("max_abs_diff"),
                      "valid": bool(info["valid"]), "reason": info["reason"], "op": info.get("op")}
     reference = {"model": ref[0], "batch": ref[1], "seq_len": ref[2]} if ref else None
     gen_ref, gen = generation_json(profile)
-    return {"profile": profile["name"], "reference": reference, "runtimes": out, "generation_reference": gen_ref,
-            "generation": gen}
+    return {"profile": profile["name"], "quality": profile.get("quality"), "reference": reference,
+            "statistics": "median and p95/p99 of all samples; 95% CIs by scipy.stats.bootstrap over rounds; "
+                          "verdict from Welch's t-test on per-round means at alpha 0.05 (calibrate.stats)",
+            "runtimes": out, "shapes": [_json_row(r) for r in rows], "batching": batching_rows(profile),
+            "generation_reference": gen_ref, "generation": gen}
+
+
+def _json_row(r: dict) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
+
+
+def batching_rows(profile: dict) -> list[dict]:
+    """Per (model, batch, max length) and strategy: ms with its 95% interval, sequences/s and (real)
+    tokens/s, peak memory, and the speedup over scoring one sequence at a time (``batch1``) with its
+    interval and verdict; over ``padded`` in profiles measured before batch1 existed (``baseline``)."""
+    out = []
+    for row in profile.get("batching", []):
+        st = row["strategies"]
+        base_name = "batch1" if "batch1" in st else "padded"
+        base = st.get(base_name)
+        for name, v in st.items():
+            samples = v.get("samples_s")
+            d = stats.describe(samples, v.get("rounds_of")) if samples else None
+            r = {"model": row["model"], "batch": row["batch"], "max_len": row["max_len"], "tokens": row["tokens"],
+                 "strategy": name, "baseline": base_name, "median_ms": v["median_s"] * 1e3,
+                 "ci95_ms": _scaled(d["ci95"], 1e3) if d else None,
+                 "sequences_per_s": row["batch"] / v["median_s"], "tokens_per_s": row["tokens"] / v["median_s"],
+                 "padded_tokens": v["padded_tokens"], "peak_mem_mb": v.get("peak_mem_mb"),
+                 "speedup_vs_baseline": base["median_s"] / v["median_s"] if base else None,
+                 "speedup_ci95": None, "verdict": None}
+            if base and samples and base.get("samples_s") and name != base_name:
+                c = stats.compare(base["samples_s"], base.get("rounds_of"), samples, v.get("rounds_of"))
+                r.update(speedup_ci95=_scaled(c["speedup_ci95"], 1.0), verdict=c["verdict"])
+            elif name == base_name:
+                r.update(verdict="tie", speedup_ci95=[1.0, 1.0])
+            out.append(r)
+    return out
 
 
 def batching_table(profile: dict) -> str:
-    rows = []
-    for r in profile.get("batching", []):
-        st = r["strategies"]
-        base = st.get("padded", {}).get("median_s")
-        cells = [f"{st[k]['median_s'] * 1e3:.2f} ({st[k]['padded_tokens']})" if k in st else "-"
-                 for k in ("padded", "bucketed", "packed")]
-        speed = f"{base / st[r['best']]['median_s']:.2f}x" if base else "-"
-        rows.append([r["model"], str(r["batch"]), str(r["max_len"]), str(r["tokens"]), *cells, r["best"], speed])
-    return _fmt_table(["model", "batch", "max len", "tokens", "padded ms (tok)", "bucketed ms (tok)",
-                       "packed ms (tok)", "best", "vs padded"], rows)
+    rows = [[r["model"], str(r["batch"]), str(r["max_len"]), str(r["tokens"]), r["strategy"],
+             _ci(r["median_ms"], r["ci95_ms"], "{:.2f}"), str(r["padded_tokens"]), f"{r['sequences_per_s']:.1f}",
+             f"{r['tokens_per_s']:.0f}", "-" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}",
+             _ci(r["speedup_vs_baseline"], r["speedup_ci95"], "{:.2f}") + f" vs {r['baseline']}", r["verdict"] or "-"]
+            for r in batching_rows(profile)]
+    return _fmt_table(["model", "batch", "max len", "tokens", "strategy", "ms [95% CI]", "computed tok", "seq/s",
+                       "tok/s", "peak MiB", "speedup [95% CI]", "verdict"], rows)
 
 
 def chunk_table(profile: dict) -> str:

@@ -33,7 +33,7 @@ from calibrate.models import dtype_name
 from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
-from calibrate.scoring import measure_runtimes, measure_strategies
+from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import user_profile_dir, write_json_atomic
 from rlhfsim.errors import RlhfsimError
@@ -66,7 +66,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
     dec = [m for m in models if m.arch == "decoder"]
     n = len(dec) * (len(grid.prefill) + len(grid.decode) + len(grid.chunk_points()) + 2 * (len(grid.train) + 1))
     for m in models:
-        n += len(within(grid.score, m.max_positions)) + 3 * len(within(grid.strategies, m.max_positions))
+        n += len(within(grid.score, m.max_positions)) + len(STRATEGIES) * len(within(grid.strategies, m.max_positions))
         if m.name in runtime_models:
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, dec)

@@ -1,19 +1,20 @@
 """Reward-model scoring: runtimes against eager, and batching strategies.
 
-Runtime points: a right-padded batch of ``batch`` sequences of ``seq_len`` tokens, timed by each runtime's
-``time_scoring``; every point is checked against eager's scores on the same inputs (``max_abs_diff``).
+Runtime points: a right-padded batch of ``batch`` sequences of ``seq_len`` tokens; the runtimes of one
+(batch, length) are timed together in interleaved rounds (``measure_runtimes``); every point is checked against eager's scores on the same inputs (``max_abs_diff``).
 Tolerance: ``1e-3 x s`` in float32 and ``5e-2 x s`` in bfloat16/float16, with s = max(1, max |eager|).
 A runtime whose first point is beyond tolerance is marked invalid for that model and not measured
 further; one that cannot run (not installed, no export) is recorded unavailable with the reason.
 
 Batching strategies (eager, the same model): ``batch`` sequences with lengths drawn uniformly from
 [max/8, max] (seeded), scored as
+  batch1    one call per sequence at its own length (no padding): the baseline the study compares with;
   padded    one call, every row padded to the longest;
   bucketed  sorted by length, split into min(4, batch) buckets, one call per bucket padded to its longest;
   packed    sequences packed first-fit-decreasing into rows of the longest length, block-diagonal
             attention inside each row (causal for decoders; per-sequence position ids), padding-free
             except the rows' tails; scores read at each sequence's last (decoder) / first (encoder) token.
-All three return the same scores (checked: ``max_abs_diff`` against padded). ``tokens`` counts real tokens,
+All four return the same scores (checked: ``max_abs_diff`` against padded). ``tokens`` counts real tokens,
 ``padded_tokens`` the tokens actually computed.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from calibrate.interleave import interleave
+from calibrate.interleave import InProcessSampler, interleave
 from calibrate.measure import summarize
 from calibrate.models import PAD_ID, random_batch
 from calibrate.runtimes.base import Runtime, eager_scores
@@ -30,7 +31,7 @@ from calibrate.session import Session, point_key
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.models.catalog import ModelShape
 
-STRATEGIES = ("padded", "bucketed", "packed")
+STRATEGIES = ("batch1", "padded", "bucketed", "packed")
 
 
 def tolerance(dtype: str, ref: torch.Tensor) -> float:
@@ -266,6 +267,12 @@ def strategy_calls(model, shape: ModelShape, lengths: list[int], device: str):
         return model(input_ids=ids, attention_mask=mask).logits[:, 0]
 
     calls["padded"] = (padded, len(lengths) * max(lengths))
+    singles = [(ids[i:i + 1, :n], mask[i:i + 1, :n]) for i, n in enumerate(lengths)]
+
+    def batch1():
+        return torch.cat([model(input_ids=x, attention_mask=m).logits[:, 0] for x, m in singles])
+
+    calls["batch1"] = (batch1, sum(lengths))
     buckets = [(torch.tensor(b, device=device), max(lengths[i] for i in b)) for b in _buckets(lengths)]
 
     def bucketed():
@@ -286,6 +293,7 @@ def strategy_calls(model, shape: ModelShape, lengths: list[int], device: str):
 
 
 def measure_strategies(s: Session, model, shape: ModelShape, batch: int, max_len: int) -> None:
+    """The batching strategies of one (batch, max length), interleaved in rounds like the runtimes."""
     keys = {st: point_key("score", shape.name, s.dtype, batch=batch, seq_len=max_len, head="value",
                           runtime="eager", strategy=st) for st in STRATEGIES}
     if all(s.journal.has(k) for k in keys.values()):
@@ -296,17 +304,34 @@ def measure_strategies(s: Session, model, shape: ModelShape, batch: int, max_len
     calls = strategy_calls(model, shape, lengths, s.device)
     with torch.inference_mode():
         ref = calls["padded"][0]().float().cpu()
-    for st in STRATEGIES:
-        fn, padded_tokens = calls[st]
+    todo = [st for st in STRATEGIES if s.pending(keys[st])]
+    g = s.grid
 
-        def call(fn=fn):
-            with torch.inference_mode():
-                return fn()
+    def measure():
+        smp = {}
+        for st in todo:
+            def call(fn=calls[st][0]):
+                with torch.inference_mode():
+                    return fn()
+            smp[st] = InProcessSampler(call, device=s.device, warmup=g.warmup)
+        return smp, interleave(smp, g.rounds, g.per_round)
 
+    try:
+        samplers, got = s.guarded(measure)
+    except torch.cuda.OutOfMemoryError as e:
+        s.free()
+        for st in todo:
+            s.record(keys[st], {"op": "score", "model": shape.name, "runtime": "eager", "strategy": st,
+                                "batch": batch, "seq_len": max_len}, skipped=f"out of memory ({str(e).splitlines()[0][:120]})")
+        return
+    for st in todo:
         fields = {"op": "score", "model": shape.name, "shape": shape.to_dict(), "head": "value", "runtime": "eager",
                   "strategy": st, "varlen": True, "lengths": lengths, "batch": batch, "seq_len": max_len,
-                  "prefix_len": 0, "tokens": sum(lengths), "padded_tokens": padded_tokens}
-        rec = s.measure(keys[st], fields, call, extra=lambda m: {
-            "max_abs_diff": float((m.output.float().cpu() - ref).abs().max())})
-        if rec is not None and "skipped" not in rec and rec["max_abs_diff"] > tolerance(s.dtype, ref):
+                  "prefix_len": 0, "tokens": sum(lengths), "padded_tokens": calls[st][1],
+                  "max_abs_diff": float((samplers[st].output.float().cpu() - ref).abs().max()),
+                  "peak_mem_mb": samplers[st].peak_mem_mb, "peak_mem_extra_mb": samplers[st].peak_mem_extra_mb,
+                  "rounds_of": got[st].rounds_of, "interleaved_with": list(todo), "rounds": g.rounds,
+                  "per_round": g.per_round}
+        rec = s.record(keys[st], fields, timing=summarize(got[st].samples_s, got[st].first_call_s))
+        if rec["max_abs_diff"] > tolerance(s.dtype, ref):
             s.progress.note(f"warning: strategy {st} on {shape.name} disagrees with padded by {rec['max_abs_diff']:.3g}")
