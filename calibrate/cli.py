@@ -59,8 +59,8 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--model-path", "model_paths", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
               help="A local checkpoint directory to measure with its real weights (repeatable).")
 @click.option("--runtimes", multiple=True, metavar="NAMES", help="Scoring runtimes (comma-separated or repeated; "
-              "default all): eager, compile, onnxruntime, aoti_cpp, tensorrt. eager always runs (the baseline).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Profile path (default: the user profile directory, "
+              "default all): eager, compile, onnxruntime, aoti_python, aoti_cpp, tensorrt. eager always runs (the baseline).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Profile path (default: <user profile directory>/<name>.json, "
               "where `rlhfsim simulate --profile NAME` finds it).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run: points already in the journal are skipped.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), help="Default: float32 on CPU, "
@@ -71,8 +71,14 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--grid", "grid_json", metavar="JSON|PATH", help="Override grid fields (calibrate/grid.py), as a JSON "
               "object or a JSON file, e.g. '{\"score\": [[1, 64], [8, 256]], \"max_iters\": 10}'.")
 @click.option("--no-progress", is_flag=True, help="No progress display (warnings still print).")
+@click.option("--name", "name", metavar="NAME", help="Profile name (default: the device's: cpu-<cpu model>, or the "
+              "GPU's catalog name such as h200). A bundled profile's name (cpu, default) is refused where it "
+              "would shadow the bundled profile.")
+@click.option("--launches", type=click.IntRange(min=1), help="Measure each scoring shape in N separate process "
+              "launches (each with the grid's interleaved rounds), pooled (default 1: in this process).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Interleaved rounds per scoring shape (grid field rounds).")
 def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
-                      cache_dir, grid_json, no_progress):
+                      cache_dir, grid_json, no_progress, name, launches, rounds):
     """Measure this machine's costs and write a calibration profile."""
     if gpu_name and device == "cpu":
         raise click.UsageError("--gpu and --device cpu contradict each other; give one")
@@ -82,6 +88,9 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
 
     try:
         grid = _grid_overrides(grid_json)
+        for key, v in (("launches", launches), ("rounds", rounds)):
+            if v is not None:
+                grid = {**(grid or {}), key: v}
         shapes = [load_model(ref, "--models") for ref in _split(models)] or None
         checkpoints: dict[str, Path] = {}
         for d in model_paths:
@@ -100,7 +109,8 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
         profile = run_calibration(device or "cuda", gpu_name=gpu_name, models=shapes, runtimes=_split(runtimes) or None,
                                   quick=quick, out=Path(out) if out else None, resume=resume, dtype=dtype,
                                   grid=grid, progress=not no_progress, threads=threads, checkpoints=checkpoints, force=force,
-                                  cache_dir=Path(cache_dir) if cache_dir else None, command=_command_line())
+                                  cache_dir=Path(cache_dir) if cache_dir else None, command=_command_line(),
+                                  name=name)
     except RlhfsimError as e:
         _fail(str(e))
     except KeyboardInterrupt:
@@ -113,7 +123,11 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
     click.echo("")
     click.echo(fit_table(profile))
     click.echo(interference_line(profile))
-    click.echo(f"profile {profile['name']!r} written to {profile['_path']} ({time.perf_counter() - t0:.0f} s)")
+    q = profile["quality"]
+    for w in q["warnings"]:
+        click.echo(f"warning: {w}", err=True)
+    status = "" if q["status"] == "ok" else f" with quality {q['status']!r} (see the warnings above)"
+    click.echo(f"profile {profile['name']!r} written to {profile['_path']}{status} ({time.perf_counter() - t0:.0f} s)")
 
 
 def _rich_runtime_table(profile: dict) -> None:

@@ -97,6 +97,34 @@ def contention_ratio(threads: int, calls: int = 20) -> float:
         torch.set_num_threads(threads)
 
 
+def contention_probe(threads: int, calls: int = 9) -> dict:
+    """The contention probe at every thread count 1..``threads``: the probe matmul's median time (us)
+    with k threads and its ratio to one thread, plus the 1-minute load average. On an idle machine the
+    ratio stays near or below 1 at every k; a ratio far above 1 at k threads means other processes hold
+    some of those k cores (recorded in the profile's ``device`` at the start and end of a calibration)."""
+    import time
+
+    x, w = torch.randn(64, 256), torch.randn(256, 256)
+    old = torch.get_num_threads()
+    out: dict = {"load_avg_1m": load_avg(), "by_threads": {}}
+    try:
+        base = None
+        for k in range(1, max(int(threads), 1) + 1):
+            torch.set_num_threads(k)
+            torch.nn.functional.linear(x, w)
+            ts = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                torch.nn.functional.linear(x, w)
+                ts.append(time.perf_counter() - t0)
+            med = sorted(ts)[len(ts) // 2]
+            base = base or med
+            out["by_threads"][str(k)] = {"median_us": med * 1e6, "ratio_to_1": med / base}
+    finally:
+        torch.set_num_threads(old)
+    return out
+
+
 def _norm(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 

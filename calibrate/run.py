@@ -13,6 +13,7 @@ Dtype: float32 on CPU (bfloat16 matmuls there are slow and unrepresentative), bf
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import time
@@ -22,8 +23,9 @@ from pathlib import Path
 import torch
 
 from calibrate.assemble import build_profile
+from calibrate.quality import assess_quality
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
-from calibrate.device_info import contention_ratio, describe, load_avg, resolve_cuda_gpu, usable_cores
+from calibrate.device_info import contention_probe, contention_ratio, cpu_model, describe, load_avg, resolve_cuda_gpu, usable_cores
 from calibrate.genbench import measure_gen_runtimes
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
@@ -35,7 +37,7 @@ from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
-from rlhfsim.costs.profile import user_profile_dir, write_json_atomic
+from rlhfsim.costs.profile import bundled_names, user_profile_dir, write_json_atomic
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import CATALOG, ModelShape
@@ -45,8 +47,17 @@ def default_out(name: str) -> Path:
     return user_profile_dir() / f"{name}.json"
 
 
+def cpu_profile_name(model: str) -> str:
+    """``cpu-<model>``: the CPU model as a slug (``Intel(R) Xeon(R) Processor`` -> ``cpu-intel-xeon-processor``)."""
+    slug = re.sub(r"\((r|tm)\)", "", model.lower())
+    slug = re.sub(r"(\s+cpu)?\s*@.*$", "", slug)       # "... CPU @ 3.60GHz": the clock is not the model
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
+    return f"cpu-{slug[:48].strip('-') or 'unknown'}"
+
+
 def resolve_target(device: str, gpu_name: str | None, force: bool) -> tuple[str, GpuSpec, str]:
-    """(torch device string, catalog entry the fit is relative to, profile name)."""
+    """(torch device string, catalog entry the fit is relative to, default profile name: the GPU's catalog
+    name, or ``cpu-<model>`` for the CPU; never a bundled profile's name)."""
     kind = torch.device(device).type
     if kind == "cuda":
         spec = resolve_cuda_gpu(gpu_name, device, force)
@@ -55,7 +66,24 @@ def resolve_target(device: str, gpu_name: str | None, force: bool) -> tuple[str,
         raise RlhfsimError(f"--device: expected cpu or cuda, got {device!r}")
     if gpu_name not in (None, "cpu"):
         raise RlhfsimError(f"--gpu {gpu_name}: expected a CUDA device; --device cpu calibrates the CPU")
-    return "cpu", get_gpu("cpu"), "cpu"
+    return "cpu", get_gpu("cpu"), cpu_profile_name(cpu_model())
+
+
+def profile_target(default_name: str, name: str | None, out: Path | None) -> tuple[str, Path]:
+    """(profile name, path): ``--name``, else the device's name; written to ``--out`` or the user profile
+    directory as ``<name>.json``. A profile that ``--profile NAME`` would find in place of a
+    bundled one (a bundled name in the user profile directory) is refused: it would shadow the bundled
+    profile for every later command."""
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise RlhfsimError(f"--name: expected letters, digits, '.', '_' or '-', got {name!r}")
+    final = name or default_name
+    path = Path(out) if out is not None else default_out(final)
+    bundled = bundled_names()
+    if path.stem in bundled and path.resolve().parent == user_profile_dir().resolve():
+        raise RlhfsimError(f"profile name {path.stem!r} is a bundled profile's; a profile of that name in "
+                           f"{user_profile_dir()} would shadow it for every later command; pick another "
+                           "--name (default: the device's, e.g. cpu-<model> or h200)")
+    return final, path
 
 
 def runtime_shapes(grid: Grid, name: str) -> tuple:
@@ -85,12 +113,13 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
                     resume: bool = False, dtype: str | None = None, progress: bool = True,
                     grid: dict | None = None, threads: int | None = None,
                     checkpoints: dict[str, Path] | None = None, force: bool = False,
-                    cache_dir: Path | None = None, command: str | None = None) -> dict:
+                    cache_dir: Path | None = None, command: str | None = None, name: str | None = None) -> dict:
     """Calibrate ``device`` ("cpu", "cuda", "cuda:N") and write the profile to ``out`` (default: the user
     profile directory, ``<name>.json``); returns the profile. ``grid`` overrides fields of the default
     ``calibrate.grid.Grid``; ``checkpoints`` maps shape names to local checkpoint directories whose weights
     replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``."""
-    device, spec, name = resolve_target(device, gpu_name, force)
+    device, spec, default_name = resolve_target(device, gpu_name, force)
+    name, out = profile_target(default_name, name, out)
     kind = torch.device(device).type
     dtype = dtype_name(dtype or ("bfloat16" if kind == "cuda" else "float32"))
     threads = threads or usable_cores()
@@ -120,7 +149,6 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     if bad:
         raise RlhfsimError(f"--runtimes: expected some of {', '.join(RUNTIMES)}, got {', '.join(bad)}")
     g = with_overrides(default_grid(kind, quick), grid)
-    out = Path(out) if out is not None else default_out(name)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     info = describe(device, threads)
     meta = {"device_kind": kind, "device_name": info["name"], "dtype": dtype, "threads": threads,
@@ -133,6 +161,8 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     with Journal.open(journal_path(out), meta, resume) as journal, \
             Progress(plan_size(g, models, rts, rt_models) * passes, enabled=progress) as prog:
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
+        if kind == "cpu":
+            info["contention_probe_at_start"] = contention_probe(threads)
         if kind == "cpu" and threads > 1:
             ratio = info["contention_ratio"] = contention_ratio(threads)
             if ratio > CONTENTION_LIMIT:
@@ -148,6 +178,9 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
     profile["provenance"]["wall_s"] = time.perf_counter() - t0
     profile["device"]["load_avg_1m_at_end"] = load_avg()
+    if kind == "cpu":
+        profile["device"]["contention_probe_at_end"] = contention_probe(threads)
+    profile["quality"] = assess_quality(profile)
     write_json_atomic(out, profile)
     profile["_path"] = str(out)
     return profile

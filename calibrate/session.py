@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from calibrate.device_info import contention_ratio
+from calibrate.device_info import contention_ratio, load_avg
 from calibrate.grid import Grid
 from calibrate.journal import Journal
 from calibrate.measure import Measurement, time_calls
@@ -137,6 +137,7 @@ class Session:
             rec.update(timing if timing is not None else m.summary())
             rec["contention_ratio"] = self.ratio
             rec["contended"] = self.ratio is not None and self.ratio > CONTENTION_LIMIT
+            rec["load_avg_1m"] = load_avg()
         self.journal.append(rec)
         label = self.label(rec)
         if skipped is not None:

@@ -239,13 +239,13 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None):
 def validate_scenario(prepared, profile: str, measured: list) -> dict:
     """Measured (the executor's StepResults of this scenario) against the simulation of the same rollouts."""
     from rlhfsim.costs.model import CostModel
-    from rlhfsim.sim.run import simulate
+    from rlhfsim.sim.run import simulate_uncertain
 
     sc, setup, cfg, rollouts = prepared
     # The executor scores with the Hugging Face model in eager mode; the simulator prices reward passes
     # with the profile's eager fit by default (Simulation.forward_runtime).
     cost = CostModel.load(setup.gpu, profile)
-    predicted = simulate(sc, cost=cost, rollouts=rollouts)
+    predicted, unc = simulate_uncertain(sc, cost=cost, rollouts=rollouts)
     warm = sc.warmup_steps
     m_steps = measured[warm:]
     p_steps = predicted.steps[warm:]
@@ -267,6 +267,9 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
     return {"name": sc.name, "steps": sc.steps, "warmup_steps": warm,
             "profile": cost.name if not str(profile).endswith(".json") else str(profile),
             "measured_step_time_s": m_time, "predicted_step_time_s": p_time, "error_pct": _err(p_time, m_time),
+            "predicted_step_time_s_interval": unc["step_time_s_interval"], "interval_level": unc["level"],
+            "interval_source": unc["source"],
+            "inside_interval": bool(unc["step_time_s_interval"][0] <= m_time <= unc["step_time_s_interval"][1]),
             "phases": phases, "checks": checks}
 
 
@@ -341,6 +344,9 @@ def print_table(doc: dict) -> None:
         for col in ("", "measured s", "predicted s", "error"):
             t.add_column(col, justify="right" if col else "left")
         t.add_row("[bold]step[/bold]", f"{s['measured_step_time_s']:.3f}", f"{s['predicted_step_time_s']:.3f}", f"{s['error_pct']:+.1f}%")
+        lo, hi = s["predicted_step_time_s_interval"]
+        t.add_row(f"{100 * s['interval_level']:.0f}% interval ({s['interval_source']})", "", f"{lo:.3f}-{hi:.3f}",
+                  "inside" if s["inside_interval"] else "[red]outside[/red]")
         for ph, v in s["phases"].items():
             e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
             t.add_row(ph, f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e)

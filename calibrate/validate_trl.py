@@ -128,7 +128,7 @@ def validate_trl(scenarios: list[Path], device: str, profiles: list[str], steps:
     from calibrate.frameworks.base import spec_from_scenario
     from rlhfsim.costs.model import CostModel
     from rlhfsim.scenario import build_setup, load_scenario
-    from rlhfsim.sim.run import rebuild, simulate
+    from rlhfsim.sim.run import rebuild, simulate_uncertain
     from rlhfsim.workload.trace import write_trace
 
     if device != "cpu":
@@ -161,9 +161,12 @@ def validate_trl(scenarios: list[Path], device: str, profiles: list[str], steps:
             for p in profiles:
                 t0 = time.perf_counter()
                 cost = CostModel.load(setup.gpu, p)
-                predicted = simulate(replay, cost=cost)
+                predicted, unc = simulate_uncertain(replay, cost=cost)
                 walls[sc.name][f"simulate_s[{p}]"] = time.perf_counter() - t0
                 row = compare(replay, measured, predicted, p)
+                lo, hi = unc["step_time_s_interval"]   # an interval of the mean steady step
+                row.update(predicted_step_time_s_interval=[lo, hi], interval_level=unc["level"],
+                           interval_source=unc["source"], inside_interval=bool(lo <= row["measured_mean_s"] <= hi))
                 row["actor_train_detail"] = train_detail(predicted.setup, cost, measured)
                 row["wall_s"] = walls[sc.name]
                 by_profile[p].append(row)

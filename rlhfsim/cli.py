@@ -61,17 +61,27 @@ def main():
 @click.option("--profile", "profile", help="Calibration profile name or JSON path (default: bundled).")
 @click.option("--compare", "compare_", help="Comma-separated schedule variants: sync,oppo-intra,oppo-inter,oppo,partial,async.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write summary.json, steps.csv, intervals.csv, lengths.csv here.")
+@click.option("--uncertainty", is_flag=True, help="Also report a 90% interval of the step time and phases, from "
+              "the profile's fitted-parameter uncertainty (re-simulates once per draw; see docs/calibration.md).")
+@click.option("--draws", type=click.IntRange(min=4), help="Draws for --uncertainty (default 24).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def simulate(scenario, steps, seed, profile, compare_, out, fmt):
+def simulate(scenario, steps, seed, profile, compare_, out, fmt, uncertainty, draws):
     """Simulate SCENARIO (a YAML file) and print step time, phases and GPU utilization."""
     from rlhfsim.report.text import print_comparison, print_summary
     from rlhfsim.scenario import load_scenario
-    from rlhfsim.sim.run import compare, simulate as run_sim, write_outputs
+    from rlhfsim.sim.run import compare, simulate as run_sim, simulate_uncertain, write_outputs
 
     sc = load_scenario(scenario)
     names = [n.strip() for n in compare_.split(",") if n.strip()] if compare_ else (sc.compare or [])
     kw = {"profile": profile, "steps": steps, "seed": seed}
-    result = run_sim(sc, **kw)
+    unc = None
+    if uncertainty:
+        result, unc = simulate_uncertain(sc, draws=draws, **kw)
+        result.summary.update(step_time_s_interval=unc["step_time_s_interval"],
+                              phases_s_interval=unc["phases_s_interval"],
+                              uncertainty={k: v for k, v in unc.items() if k not in ("step_time_s_interval", "phases_s_interval")})
+    else:
+        result = run_sim(sc, **kw)
     variants = None
     if names:
         variants, _ = compare(sc, names, base=result, **kw)
@@ -84,6 +94,10 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt):
         click.echo(json.dumps(doc))
     else:
         print_summary(result.summary)
+        if unc is not None:
+            from rlhfsim.report.text import print_interval
+
+            print_interval(result.summary)
         if variants:
             print_comparison(variants)
         if out:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 from rlhfsim.costs.genruntimes import GEN_SCALARS
@@ -52,8 +53,19 @@ def user_profile_dir() -> Path:
     return Path(base) / "rlhfsim" / "profiles"
 
 
+def bundled_names() -> set[str]:
+    """Names of the profiles shipped with rlhfsim (``cpu``, ``default``)."""
+    return {q.stem for q in BUNDLED_DIR.glob("*.json")}
+
+
+class ProfileShadowWarning(UserWarning):
+    """A user profile carries a bundled profile's name and is used in its place."""
+
+
 def resolve_profile_path(ref: str) -> Path:
-    """A path to a JSON file, or a name looked up in the user profile directory, then the bundled ones."""
+    """A path to a JSON file, or a name looked up in the user profile directory, then the bundled ones.
+    A user profile with a bundled profile's name (written by an older ``calibrate``, which named every CPU
+    profile ``cpu``) is still used, but never silently: a ``ProfileShadowWarning`` names both files."""
     p = Path(ref)
     if p.suffix == ".json" or os.sep in ref:
         if not p.is_file():
@@ -62,6 +74,10 @@ def resolve_profile_path(ref: str) -> Path:
     for d in (user_profile_dir(), BUNDLED_DIR):
         cand = d / f"{ref}.json"
         if cand.is_file():
+            if d != BUNDLED_DIR and (BUNDLED_DIR / cand.name).is_file():
+                warnings.warn(f"profile {ref!r}: using {cand}, which shadows the bundled profile of that name "
+                              f"({BUNDLED_DIR / cand.name}); pass a path to choose, or rename the user profile",
+                              ProfileShadowWarning, stacklevel=2)
             return cand
     names = sorted({q.stem for d in (user_profile_dir(), BUNDLED_DIR) if d.is_dir() for q in d.glob("*.json")})
     raise ProfileError(f"profile: expected a profile name ({', '.join(names) or 'none found'}) or a path, got {ref!r}")

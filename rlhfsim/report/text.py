@@ -55,3 +55,20 @@ def print_comparison(v: dict, console: Console | None = None) -> None:
         util = "  ".join(f"{p} {100 * u:.0f}%/{100 * r['gpu_active'][p]:.0f}%" for p, u in r["gpu_busy"].items())
         t.add_row(name, f"{r['step_time_s']:.2f}", sp, util, f"{100 * r['off_policy_token_frac']:.1f}%")
     c.print(t)
+
+
+def print_interval(s: dict, console: Console | None = None) -> None:
+    """The 90% interval of ``simulate --uncertainty`` (rlhfsim.sim.uncertainty)."""
+    c = console or Console()
+    u = s["uncertainty"]
+    lo, hi = s["step_time_s_interval"]
+    t = Table(title=f"{100 * u['level']:.0f}% interval from the profile's parameter uncertainty "
+                    f"({u['draws']} draws, source: {u['source']})")
+    for col in ("", "point s", "low s", "high s"):
+        t.add_column(col, justify="right" if col else "left")
+    t.add_row("[bold]step[/bold]", f"{s['step_time_s']:.3f}", f"{lo:.3f}", f"{hi:.3f}")
+    for ph, (a, b) in s["phases_s_interval"].items():
+        t.add_row(ph, f"{s['phases_s'].get(ph, 0.0):.3f}", f"{a:.3f}", f"{b:.3f}")
+    c.print(t)
+    if u.get("note"):
+        c.print(f"[yellow]{u['note']}[/yellow]")

@@ -37,6 +37,22 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
     return SimResult(setup, records, sim.rec.intervals, summarize(sim, records))
 
 
+def simulate_uncertain(sc: Scenario, *, profile: str | None = None, steps: int | None = None,
+                       seed: int | None = None, draws: int | None = None, rollouts: list[tuple[int, int]] | None = None,
+                       cost: CostModel | None = None) -> tuple[SimResult, dict]:
+    """The point prediction and its 90% interval from the profile's parameter uncertainty
+    (``rlhfsim.sim.uncertainty``): the same scenario, seed and rollouts re-simulated once per draw."""
+    from rlhfsim.sim.uncertainty import DEFAULT_DRAWS, interval
+
+    base = simulate(sc, profile=profile, steps=steps, seed=seed, rollouts=rollouts, cost=cost)
+    cost = cost or CostModel.load(base.setup.gpu, profile)
+    unc = interval(lambda c: simulate(sc, steps=steps, seed=seed, rollouts=rollouts, cost=c), cost.profile,
+                   base.setup.gpu, n=draws or DEFAULT_DRAWS)
+    lo, hi = unc["step_time_s_interval"]
+    unc["point_inside"] = bool(lo <= base.summary["step_time_s"] <= hi)
+    return base, unc
+
+
 def rebuild(sc: Scenario, update: dict) -> Scenario:
     """A copy of the scenario with top-level fields replaced, validated again."""
     data = sc.model_dump(mode="json")

@@ -200,3 +200,46 @@ def test_a_point_that_never_gets_quiet_is_flagged(tmp_path, monkeypatch):
     s = _scripted_session(tmp_path, monkeypatch, itertools.repeat(9.0), wait_s=0.05)
     rec = s.measure("k", {"op": "score", "model": "m", "batch": 1, "seq_len": 1}, lambda: None)
     assert rec["contended"] is True and rec["contention_ratio"] == 9.0
+
+
+# -- identifiability and uncertainty ------------------------------------------------------------------
+def test_fit_with_fewer_points_than_parameters_plus_two_is_underdetermined():
+    gpu = get_gpu("cpu")
+    true = OpParams(0.5, 0.5, 2e-3, 0.0)
+    for shapes in ([(4, 64)], [(1, 8), (16, 512)], [(1, 8), (4, 64), (16, 512), (16, 256)]):
+        pts = synthetic("score", true, gpu, ["tiny-qwen2"], shapes)   # one layer count: 3 parameters
+        got = fit_operation(pts, gpu, PRIOR)
+        assert got["n_params"] == 3 and got["status"] == "underdetermined", shapes
+        assert got["heldout_mape"] is None and got["samples"] is None and got["covariance"] is None
+    pts = synthetic("score", true, gpu, ["tiny-qwen2"], [(1, 8), (4, 64), (16, 512), (16, 256), (4, 512)])
+    assert fit_operation(pts, gpu, PRIOR)["status"] == "ok"
+    # two layer counts: 4 parameters, so 5 points are still too few
+    pts = synthetic("score", true, gpu, ["tiny-qwen2", "small-qwen2"], [(1, 8), (4, 64)])[:5]
+    got = fit_operation(pts, gpu, PRIOR)
+    assert got["n_params"] == 4 and got["status"] == "underdetermined"
+
+
+def test_assembled_underdetermined_operation_is_never_measured():
+    from calibrate.assemble import fitted
+
+    gpu = get_gpu("cpu")
+    pts = synthetic("score", OpParams(0.5, 0.5, 2e-3, 0.0), gpu, ["tiny-qwen2"], [(4, 64), (16, 128)])
+    assert fitted(pts, gpu, PRIOR)["source"] == "underdetermined"
+    pts = synthetic("score", OpParams(0.5, 0.5, 2e-3, 0.0), gpu, ["tiny-qwen2"], [(1, 8), (1, 64), (4, 64), (16, 128), (16, 512)])
+    assert fitted(pts, gpu, PRIOR)["source"] == "measured"
+
+
+def test_ok_fit_keeps_covariance_and_bootstrap_samples_around_the_estimate():
+    gpu = get_gpu("cpu")
+    true = OpParams(0.6, 0.4, 3e-4, 1e-4)
+    shapes = [(1, 8), (1, 64), (4, 32), (4, 256), (16, 128), (16, 512)]
+    pts = synthetic("score", true, gpu, ["tiny-qwen2", "small-qwen2"], shapes, noise=0.05, seed=4)
+    got = fit_operation(pts, gpu, PRIOR)
+    assert got["status"] == "ok" and "least_squares" in got["method"]
+    cov = np.array(got["covariance"])
+    assert cov.shape == (4, 4) and np.allclose(cov, cov.T) and np.all(np.diag(cov) >= 0)
+    samples = np.array(got["samples"])
+    assert samples.shape[1] == 4 and len(samples) >= 30
+    assert np.all(samples[:, :2] > 0) and np.all(samples[:, :2] <= 1.5) and np.all(samples[:, 2:] >= 0)
+    lo, hi = np.percentile(samples[:, 0], [2.5, 97.5])
+    assert lo <= got["compute_eff"] <= hi
