@@ -3,9 +3,11 @@ loaded from a local checkpoint directory.
 
 Heads: ``lm`` -> ``*ForCausalLM`` (actor, reference), ``value`` -> ``*ForSequenceClassification`` with one
 label (reward model, critic). Decoder shapes use Qwen2 or Llama classes (by ``hf_model_type``); encoder
-shapes use DeBERTa-v2 classes with the DeBERTa-v3 settings (relative attention, no absolute positions).
-Decoder attention runs through ``torch.nn.functional.scaled_dot_product_attention`` ("sdpa"); DeBERTa's
-disentangled attention has only transformers' own ("eager") implementation.
+shapes by theirs: ``deberta-v2`` -> DeBERTa-v2 classes with the DeBERTa-v3 settings (relative attention, no
+absolute positions), ``electra`` -> ``ElectraForSequenceClassification`` (ELECTRA discriminator settings);
+any other encoder type is an error, never silently built as another architecture (``ENCODER_TYPES``).
+Decoder and ELECTRA attention run through ``torch.nn.functional.scaled_dot_product_attention`` ("sdpa");
+DeBERTa's disentangled attention has only transformers' own ("eager") implementation.
 
 Padding convention of every input built here: right padding with token id 0 (``PAD_ID``); real tokens are
 drawn from [1, vocab).
@@ -50,27 +52,58 @@ def hf_config(shape: ModelShape, head: str):
     if shape.arch == "encoder":
         if head != "value":
             raise RlhfsimError(f"model {shape.name}: an encoder shape has only a value (score) head, got head {head!r}")
-        cfg = transformers.DebertaV2Config(
-            **common, max_position_embeddings=min(shape.max_positions, 512), relative_attention=True,
-            position_biased_input=False, pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
-            position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True, hidden_act="gelu",
-            type_vocab_size=0, layer_norm_eps=1e-7)
+        if shape.hf_model_type not in ENCODER_TYPES:
+            raise RlhfsimError(f"model {shape.name}: expected an encoder hf_model_type of {', '.join(ENCODER_TYPES)}, "
+                               f"got {shape.hf_model_type!r} (no builder for it; it is not built as another architecture)")
+        cfg = ENCODER_TYPES[shape.hf_model_type][0](shape, common)
     elif shape.hf_model_type in ("qwen2", "llama"):
         cls = transformers.Qwen2Config if shape.hf_model_type == "qwen2" else transformers.LlamaConfig
         cfg = cls(**common, num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
                   tie_word_embeddings=shape.tied_embeddings)
     else:
-        raise RlhfsimError(f"model {shape.name}: expected hf_model_type qwen2, llama or deberta-v2, got {shape.hf_model_type!r}")
+        raise RlhfsimError(f"model {shape.name}: expected hf_model_type qwen2, llama, deberta-v2 or electra, got {shape.hf_model_type!r}")
     # DeBERTa-v2 has no sdpa path in transformers; its own attention is the "eager" implementation.
-    cfg._attn_implementation = "eager" if shape.arch == "encoder" else "sdpa"
+    cfg._attn_implementation = "eager" if shape.hf_model_type == "deberta-v2" else "sdpa"
     return cfg
+
+
+def _deberta_v3_config(shape: ModelShape, common: dict):
+    import transformers
+
+    return transformers.DebertaV2Config(
+        **common, max_position_embeddings=min(shape.max_positions, 512), relative_attention=True,
+        position_biased_input=False, pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
+        position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True, hidden_act="gelu",
+        type_vocab_size=0, layer_norm_eps=1e-7)
+
+
+def _electra_config(shape: ModelShape, common: dict):
+    """ELECTRA's discriminator settings (google/electra-large-discriminator: absolute positions, GELU,
+    embedding size = hidden, 2 token types, layer-norm eps 1e-12)."""
+    import transformers
+
+    return transformers.ElectraConfig(**common, embedding_size=shape.hidden, max_position_embeddings=shape.max_positions,
+                                      hidden_act="gelu", type_vocab_size=2, layer_norm_eps=1e-12)
+
+
+def _class(name: str):
+    import transformers
+
+    return getattr(transformers, name)
+
+
+# encoder hf_model_type -> (config builder, sequence-classification class name)
+ENCODER_TYPES = {
+    "deberta-v2": (_deberta_v3_config, "DebertaV2ForSequenceClassification"),
+    "electra": (_electra_config, "ElectraForSequenceClassification"),
+}
 
 
 def _model_class(shape: ModelShape, head: str):
     import transformers
 
     if shape.arch == "encoder":
-        return transformers.DebertaV2ForSequenceClassification
+        return _class(ENCODER_TYPES[shape.hf_model_type][1])
     if shape.hf_model_type == "llama":
         return transformers.LlamaForCausalLM if head == "lm" else transformers.LlamaForSequenceClassification
     return transformers.Qwen2ForCausalLM if head == "lm" else transformers.Qwen2ForSequenceClassification

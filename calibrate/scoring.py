@@ -255,7 +255,18 @@ def _packed_encoder(model, ids, pos, mask, where):
     return model.classifier(model.pooler(first))[:, 0]
 
 
-PACKED = {"decoder": _packed_decoder, "encoder": _packed_encoder}
+def _packed_electra(model, ids, pos, mask, where):
+    # additive mask [R, 1, C, C]: 0 inside a sequence's block, the dtype's minimum elsewhere
+    dtype = next(model.parameters()).dtype
+    add = (1.0 - mask[:, None].to(dtype)) * torch.finfo(dtype).min
+    emb = model.electra.embeddings(input_ids=ids, position_ids=pos)
+    h = model.electra.encoder(emb, attention_mask=add).last_hidden_state
+    first = h.reshape(-1, h.shape[-1])[where][:, None]
+    return model.classifier(first)[:, 0]
+
+
+# packed scoring per family: decoders, and encoders by hf_model_type
+PACKED = {"decoder": _packed_decoder, "deberta-v2": _packed_encoder, "electra": _packed_electra}
 
 
 def strategy_calls(model, shape: ModelShape, lengths: list[int], device: str):
@@ -283,7 +294,7 @@ def strategy_calls(model, shape: ModelShape, lengths: list[int], device: str):
 
     calls["bucketed"] = (bucketed, sum(len(idx) * w for idx, w in buckets))
     p_ids, pos, p_mask, where, p_tokens = packed_inputs(ids, lengths, causal=shape.arch == "decoder")
-    fn = PACKED[shape.arch]
+    fn = PACKED["decoder" if shape.arch == "decoder" else shape.hf_model_type]
 
     def packed():
         return fn(model, p_ids, pos, p_mask, where)

@@ -19,7 +19,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 @dataclass(frozen=True)
 class ModelShape:
     """The architecture of one transformer. ``arch`` is ``decoder`` (causal LM, Qwen2/Llama) or
-    ``encoder`` (bidirectional, DeBERTa-v3-like). ``gated_mlp`` is True for SwiGLU MLPs (3 matrices)."""
+    ``encoder`` (bidirectional: DeBERTa-v3 or ELECTRA, by ``hf_model_type``). ``gated_mlp`` is True for SwiGLU MLPs (3 matrices)."""
 
     name: str
     arch: str
@@ -90,10 +90,13 @@ CATALOG: dict[str, ModelShape] = {
         _l("llama-3.1-8b", 32, 4096, 14336, 32, 8),
         _l("llama-3.1-70b", 80, 8192, 28672, 64, 8),
         ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512),
+        # google/electra-large-discriminator: the reward-scoring study's second encoder
+        ModelShape("electra-large", "encoder", 24, 1024, 4096, 16, 16, 30522, True, False, "electra", 512),
         # Tiny shapes for CPU calibration, validation and CI: same architecture families, small sizes.
         _q("tiny-qwen2", 2, 128, 512, 4, 2, 1024, True, 4096),
         _q("small-qwen2", 4, 256, 1024, 8, 2, 4096, True, 4096),
         ModelShape("tiny-deberta", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "deberta-v2", 512),
+        ModelShape("tiny-electra", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "electra", 512),
     ]
 }
 
