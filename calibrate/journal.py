@@ -174,6 +174,8 @@ def merge_passes(points: list[dict]) -> list[dict]:
         ratios = [r["contention_ratio"] for r in measured if r.get("contention_ratio") is not None]
         rec["contention_ratio"] = max(ratios) if ratios else None
         rec["contended"] = any(r.get("contended") for r in measured)
+        if all(r.get("rounds_of") is not None for r in measured):   # rounds of different passes stay distinct
+            rec["rounds_of"] = [f"{r.get('pass', 0)}:{k}" for r in measured for k in r["rounds_of"]]
         if "max_abs_diff" in first:
             rec["max_abs_diff"] = max(r["max_abs_diff"] for r in measured)
         if "alone_samples_s" in first:
