@@ -161,7 +161,7 @@ def _rich_runtime_table(profile: dict) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def runtimes_command(profile_ref, fmt):
     """Compare the scoring runtimes, batching strategies and generation runtimes a profile measured."""
-    from calibrate.report import batching_table, chunk_table, generation_table, runtime_json, runtime_table
+    from calibrate.report import batching_table, chunk_table, generation_table, runtime_json
     from rlhfsim.costs.profile import load_profile
 
     try:

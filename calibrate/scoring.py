@@ -108,6 +108,7 @@ def measure_runtimes(s: Session, rts: dict[str, Runtime], model, shape: ModelSha
             continue
         live[name] = rt
     notes: dict[str, str] = {}
+    closed: set[str] = set()
     order_of = list(dict.fromkeys(x for name in live for x in shapes.get(name, ())))
     for b, n in order_of:
         here = {name: rt for name, rt in live.items() if (b, n) in shapes.get(name, ()) and name not in notes}
@@ -152,12 +153,13 @@ def measure_runtimes(s: Session, rts: dict[str, Runtime], model, shape: ModelSha
             extra.update(interleaved_with=sorted(todo), rounds=s.grid.rounds, per_round=s.grid.per_round,
                          launches=max(int(s.grid.launches), 1), launch_of=r.get("launch_of"))
             s.record(key, {**fields, **extra}, timing=timing)
-        # later shapes are skipped for runtimes that just became invalid or unavailable
-        for name in [x for x in live if notes.get(x) in ("invalid", "unavailable")]:
-            rest = [x for x in shapes.get(name, ()) if order_of.index(x) > order_of.index((b, n))]
-            for _ in rest:
+        # the later shapes of a runtime that just failed or became invalid are skipped (counted as done)
+        for name in [x for x in todo if x in notes and x not in closed]:
+            closed.add(name)
+            for _ in [x for x in shapes.get(name, ()) if order_of.index(x) > order_of.index((b, n))]:
                 s.progress.advance(f"score {shape.name} {name}", skipped=True)
-            del live[name]
+            if notes[name] in ("invalid", "unavailable"):
+                del live[name]
     for name in live:
         if s.journal.get(runtime_key(name, shape.name)) is None and _has_points(s, name, shape.name):
             s.journal.append({"kind": "runtime", "key": runtime_key(name, shape.name), "runtime": name,

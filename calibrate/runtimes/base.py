@@ -15,7 +15,7 @@ same model reuse it; ``setup_s`` is then 0.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar

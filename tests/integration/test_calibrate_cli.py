@@ -29,7 +29,8 @@ from rlhfsim.models.catalog import CATALOG  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TINY_GRID = {
     "score": [[1, 16], [2, 32], [4, 64]], "runtime_score": [[1, 16], [2, 32]], "runtime_score_static": [[2, 32]],
-    "strategies": [[4, 32]], "prefill": [[1, 16], [2, 32], [4, 64]], "decode": [[1, 16], [2, 32], [4, 64]],
+    "strategies": [[4, 32]], "prefill": [[1, 16], [2, 32], [4, 64], [1, 64], [4, 16]],
+    "decode": [[1, 16], [2, 32], [4, 64], [1, 64], [4, 16]], "rounds": 3, "per_round": 2,
     "chunk_batches": [2], "chunk_prefixes": [0, 16], "chunk_sizes": [8], "train": [[1, 16], [2, 32], [2, 64]],
     "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
     "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
@@ -63,13 +64,18 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert prof["device"]["threads"] == 1 and prof["device"]["kind"] == "cpu" and prof["device"]["torch"]
     ops = prof["operations"]
     for op in ("prefill", "decode", "chunk_prefill", "train", "optimizer", "score:eager", "score:onnxruntime"):
-        assert ops[op]["source"] == "measured" and ops[op]["n_points"] >= 2, op
+        # measured only with at least parameters + 2 points; fewer is underdetermined, never measured
+        enough = ops[op]["n_points"] >= ops[op]["n_params"] + 2
+        assert ops[op]["source"] == ("measured" if enough else "underdetermined"), op
+    assert ops["prefill"]["source"] == "measured" and ops["score:onnxruntime"]["source"] == "underdetermined"
+    assert ops["prefill"]["samples"] and len(ops["prefill"]["covariance"]) == 4
+    assert prof["name"] != "cpu" and prof["quality"]["status"] in ("ok", "poor")
     assert ops["score:eager"]["source_points"] == "padded uniform-length batches of decoder reward models"
     assert set(prof["runtimes"]["eager"]["fits"]) == {"decoder", "encoder"}
     assert ops["prefill"]["heldout_mape"] is not None
     # generation runtimes: their own fits, which leave the plain prefill/decode fits to our decoder's points
     assert ops["prefill"]["n_points"] == len(TINY_GRID["prefill"]) and ops["decode"]["n_points"] == len(TINY_GRID["decode"])
-    assert ops["decode:hf_generate"]["source"] == "measured" and prof["generation"]["hf_generate"]["valid"]
+    assert ops["decode:hf_generate"]["source"] in ("measured", "underdetermined") and prof["generation"]["hf_generate"]["valid"]
     cm = CostModel(get_gpu("cpu"), prof)
     assert cm.runtimes == ["eager", "onnxruntime"]
     m = CATALOG["tiny-qwen2"]
@@ -85,7 +91,11 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert {"op", "model", "shape", "dtype", "batch", "seq_len", "tokens", "median_s", "iqr_s", "samples_s",
             "first_call_s", "warn_noisy"} <= set(p)
     strategies = {q["strategy"] for q in prof["points"] if q.get("varlen")}
-    assert strategies == {"padded", "bucketed", "packed"}
+    assert strategies == {"batch1", "padded", "bucketed", "packed"}
+    runtime_pts = [q for q in prof["points"] if q["op"] == "score" and not q.get("varlen") and "skipped" not in q]
+    assert all(len(q["rounds_of"]) == len(q["samples_s"]) == 6 for q in runtime_pts)   # 3 rounds x 2 calls
+    both = [q for q in runtime_pts if q["runtime"] == "onnxruntime"]
+    assert both and all(q["interleaved_with"] == ["eager", "onnxruntime"] for q in both)
     assert all(q["max_abs_diff"] < 1e-4 for q in prof["points"] if q.get("varlen"))
     assert all(q["max_abs_diff_vs_oneshot"] < 1e-4 for q in prof["points"] if q["op"] == "chunk_prefill")
     assert "score:eager" in res.stdout and "written to" in res.stdout
@@ -104,6 +114,13 @@ def test_runtimes_report_table_and_json(tiny):
     eager, ort = doc["runtimes"]["eager"], doc["runtimes"]["onnxruntime"]
     assert eager["speedup_vs_eager"] == 1.0 and eager["valid"] and eager["max_abs_diff"] == 0.0
     assert ort["median_ms"] > 0 and ort["valid"] and ort["speedup_vs_eager"] > 0
+    lo, hi = ort["ci95_ms"]
+    assert lo <= ort["median_ms"] <= hi and ort["verdict"] in ("faster", "slower", "tie")
+    assert ort["speedup_ci95"][0] <= ort["speedup_vs_eager"] <= ort["speedup_ci95"][1]
+    assert ort["tokens_per_s"] == pytest.approx(2 * 32 / ort["median_ms"] * 1e3) and ort["interleaved"]
+    assert eager["verdict"] == "tie" and "peak_mem_mb" in ort
+    assert {r["strategy"] for r in doc["batching"]} == {"batch1", "padded", "bucketed", "packed"}
+    assert all(r["baseline"] == "batch1" for r in doc["batching"])
 
 
 def test_resume_skips_measured_points_even_after_a_torn_line(tiny, tmp_path):
@@ -178,7 +195,9 @@ def test_aoti_cpp_runs_in_a_tiny_calibration(tmp_path):
     rt = prof["runtimes"]["aoti_cpp"]
     assert rt["valid"], rt
     assert rt["max_abs_diff"] < 1e-3
-    assert prof["operations"]["score:aoti_cpp"]["source"] == "measured"
+    # one static shape: one point, far fewer than parameters + 2: never "measured"
+    assert prof["operations"]["score:aoti_cpp"]["source"] == "underdetermined"
+    assert any("score:aoti_cpp: underdetermined" in w for w in prof["quality"]["warnings"])
     assert CostModel(get_gpu("cpu"), prof).runtimes == ["aoti_cpp", "eager"]
 
 
