@@ -116,7 +116,7 @@ def measure_runtimes(s: Session, rts: dict[str, Runtime], model, shape: ModelSha
         if not todo:
             continue
         try:
-            res = s.guarded(lambda: _measure_point(s, todo, model, shape, b, n))
+            res = s.guarded(lambda: _measure_point(s, todo, model, shape, b, n), attempts=1)
         except torch.cuda.OutOfMemoryError as e:
             s.free()
             for name in todo:
@@ -330,7 +330,7 @@ def measure_strategies(s: Session, model, shape: ModelShape, batch: int, max_len
         return smp, interleave(smp, g.rounds, g.per_round)
 
     try:
-        samplers, got = s.guarded(measure)
+        samplers, got = s.guarded(measure, attempts=1)
     except torch.cuda.OutOfMemoryError as e:
         s.free()
         for st in todo:
