@@ -243,9 +243,15 @@ def _run_measured(cmd: list[str], workdir: Path) -> _Proc:
     with open(err_path, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         timer = threading.Timer(RUN_TIMEOUT_S, proc.kill)
+        timer.daemon = True
         timer.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:   # interrupted (Ctrl-C, SIGTERM): the program must not outlive us
+            proc.kill()
+            os.waitpid(proc.pid, 0)
+            proc.returncode = -9
+            raise
         finally:
             timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
