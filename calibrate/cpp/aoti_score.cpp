@@ -23,7 +23,7 @@
 // Inputs are moved to the device before any timing, matching the Python runtimes (inputs on device).
 //
 // OUT_JSON gets {"first_call_s", "samples_s", "load_s", "device", "package_device", "torch", "threads",
-// "warmup", "iters", "timer", "output_shape", "scores"}; "scores" is the last call's first output as
+// "warmup", "iters", "timer", "peak_rss_mb", "output_shape", "scores"}; "scores" is the last call's first output as
 // float32, printed with 9 significant digits so that it reads back bit-exactly as float32.
 //
 // If the package metadata has "rlhfsim_inputs" (dtypes and static shapes), the inputs must match it.
@@ -55,6 +55,17 @@
 #include <vector>
 
 namespace {
+
+// This process's peak resident set in MiB (VmHWM, Linux; -1 elsewhere). Read here, not by the parent from
+// wait4's ru_maxrss, which keeps the high-water mark of the forked parent's pages across exec.
+double peak_rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1.0;
+}
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -283,6 +294,7 @@ int run(const Args& a) {
      << ", \"package_device\": " << json_string(package_device) << ", \"torch\": " << json_string(TORCH_VERSION)
      << ", \"threads\": " << at::get_num_threads() << ", \"warmup\": " << a.warmup << ", \"iters\": " << a.iters
      << ", \"timer\": " << json_string(guard ? "cuda_event" : "steady_clock") << ", \"num_outputs\": " << out.size()
+     << ", \"peak_rss_mb\": " << json_number(peak_rss_mb())
      << ", \"output_shape\": [";
   for (int64_t d = 0; d < scores.dim(); ++d) js << (d ? ", " : "") << scores.size(d);
   js << "], \"scores\": [";

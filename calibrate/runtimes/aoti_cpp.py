@@ -221,7 +221,8 @@ def run_program(package: Path, inputs: list[torch.Tensor], *, device: str, warmu
             why = (errs or lines or ["no message"])[-1]
             raise RlhfsimError(f"aoti_cpp: {PROGRAM} failed (exit {proc.returncode}): {why}")
         info = json.loads(out_path.read_text())
-        info["peak_rss_mb"] = proc.maxrss_mb
+        if info.get("peak_rss_mb", -1) < 0:
+            info["peak_rss_mb"] = None
     if len(info["samples_s"]) != iters:
         raise RlhfsimError(f"aoti_cpp: expected {iters} samples from {PROGRAM}, got {len(info['samples_s'])}")
     scores = torch.tensor(info.pop("scores"), dtype=torch.float32).reshape(info["output_shape"])
@@ -237,8 +238,9 @@ class _Proc:
 
 
 def _run_measured(cmd: list[str], workdir: Path) -> _Proc:
-    """Run ``cmd`` and return its exit code, stderr and its own peak resident set (``os.wait4``'s
-    ``ru_maxrss``, KiB on Linux): the program's memory, apart from this process's."""
+    """Run ``cmd`` and return its exit code and stderr (``maxrss_mb``: wait4's ru_maxrss, which on Linux
+    keeps the forked parent's high-water mark across exec, so it is not the program's memory; the program
+    reports its own ``peak_rss_mb`` from /proc/self/status)."""
     err_path = workdir / "stderr.txt"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
