@@ -35,7 +35,8 @@ from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.scoring import measure_runtime, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
-from rlhfsim.costs.profile import user_profile_dir, write_json_atomic
+from rlhfsim.costs.profile import user_profile_dir
+from rlhfsim.files import write_json_atomic
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import CATALOG, ModelShape

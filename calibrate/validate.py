@@ -26,10 +26,10 @@ from pathlib import Path
 import click
 
 from calibrate.frameworks import FRAMEWORKS
+from rlhfsim.contracts import PHASES
 from rlhfsim.errors import RlhfsimError, ScenarioError
 
 EXECUTOR_RUNTIMES = ("kv_decoder", "hf_generate")  # generation runtimes calibrate.executor runs
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
 
 def cache_dir() -> Path:
@@ -378,7 +378,7 @@ def validate_command(device, scenarios, profile, steps, threads, sequential, rec
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
                    recalibrate=recalibrate)
     if out:
-        from rlhfsim.costs.profile import write_json_atomic
+        from rlhfsim.files import write_json_atomic
 
         write_json_atomic(out, doc)
     if fmt == "json":

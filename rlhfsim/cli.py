@@ -76,7 +76,7 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt):
     if names:
         variants, _ = compare(sc, names, base=result, **kw)
     if out:
-        write_outputs(result, out, variants)
+        written = write_outputs(result, out, variants)
     if fmt == "json":
         doc = dict(result.summary)
         if variants:
@@ -87,7 +87,7 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt):
         if variants:
             print_comparison(variants)
         if out:
-            click.echo(f"wrote {out}/summary.json, steps.csv, intervals.csv, lengths.csv")
+            click.echo(f"wrote {out}/" + ", ".join(written))
 
 
 @main.command()

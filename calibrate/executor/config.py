@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlhfsim.contracts import PHASES  # noqa: F401 (the executor's phases are the simulator's)
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.models.catalog import ModelShape
 
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from rlhfsim.costs.genruntimes import GEN_SCALARS
@@ -110,22 +109,3 @@ def load_profile(ref: str) -> dict:
     return doc
 
 
-def write_json_atomic(path: str | Path, doc: dict) -> None:
-    """Write JSON so that a reader (or a crash) never sees a half-written file: temp file in the same
-    directory, fsync, then rename over the target."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

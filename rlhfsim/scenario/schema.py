@@ -14,7 +14,6 @@ from rlhfsim.costs.genruntimes import DEFAULT_RUNTIME, GEN_RUNTIMES
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Dtype = Literal["bfloat16", "float16", "float32"]
-ROLES = ("actor", "critic", "reference", "reward", "rollout")
 
 
 class Frozen(BaseModel):

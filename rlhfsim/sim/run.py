@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
+from rlhfsim import contracts as C
 from rlhfsim.costs.model import CostModel
 from rlhfsim.errors import ScenarioError
+from rlhfsim.files import write_atomic
 from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import validate_model
 from rlhfsim.scenario.schema import Scenario
-from rlhfsim.sim.simulation import PHASES, SimResult, Simulation, summarize
+from rlhfsim.sim.simulation import SimResult, Simulation, summarize
 
 VARIANTS = ("sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async")
 
@@ -95,32 +98,59 @@ def compare(sc: Scenario, names: list[str], base: SimResult | None = None, **kw)
     return {"variants": out}, results
 
 
-def write_outputs(result: SimResult, out: Path, variants: dict | None = None) -> None:
-    """``summary.json``, ``steps.csv``, ``intervals.csv`` (one row per GPU of each interval, with its
-    active seconds) and ``lengths.csv`` in ``out``."""
+def write_outputs(result: SimResult, out: Path, variants: dict | None = None) -> list[str]:
+    """A run directory ``out``: ``summary.json``, ``steps.csv``, ``intervals.csv`` (one row per GPU of each
+    interval, with its active seconds), ``lengths.csv``, the step metrics under verl's names
+    (``metrics.jsonl``) and as TensorBoard event files (``tensorboard/``). Every file is written
+    atomically. Returns the names written."""
     out.mkdir(parents=True, exist_ok=True)
     summary = dict(result.summary)
     if variants:
         summary["variants"] = variants["variants"]
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    with open(out / "steps.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "start_s", "end_s", "step_time_s", "generated_tokens", "trained_rollouts", "deferred",
-                    "off_policy_token_frac", "chunk_tokens", "delta", "staleness"] + [f"{p}_s" for p in PHASES])
-        for r in result.steps:
-            w.writerow([r.step, r.start_s, r.end_s, r.step_time_s, r.generated_tokens, r.trained_rollouts, r.deferred,
-                        r.off_policy_token_frac, r.chunk_tokens, r.delta, r.staleness]
-                       + [r.phases_s.get(p, 0.0) for p in PHASES])
-    with open(out / "intervals.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"])
-        for iv in result.intervals:
-            for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus):
-                w.writerow([iv.step, iv.pool, g, iv.role, iv.phase, f"{iv.start_s:.6f}", f"{iv.end_s:.6f}",
-                            f"{iv.active:.6f}"])
-    with open(out / "lengths.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "rollout_id", "prompt_len", "response_len"])
-        for r in result.steps:
-            for rid, pl, rl in r.lengths:
-                w.writerow([r.step, rid, pl, rl])
+    write_atomic(out / C.SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
+    write_atomic(out / C.STEPS_FILE, _csv([C.STEP_COLUMNS] + [
+        [r.step, r.start_s, r.end_s, r.step_time_s, r.generated_tokens, r.trained_rollouts, r.deferred,
+         r.off_policy_token_frac, r.chunk_tokens, r.delta, r.staleness] + [r.phases_s.get(p, 0.0) for p in C.PHASES]
+        for r in result.steps]))
+    write_atomic(out / C.INTERVALS_FILE, _csv([C.INTERVAL_COLUMNS] + [
+        [iv.step, iv.pool, g, iv.role, iv.phase, f"{iv.start_s:.6f}", f"{iv.end_s:.6f}", f"{iv.active:.6f}"]
+        for iv in result.intervals for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus)]))
+    write_atomic(out / C.LENGTHS_FILE, _csv([C.LENGTH_COLUMNS] + [
+        [r.step, rid, pl, rl] for r in result.steps for rid, pl, rl in r.lengths]))
+    rows = verl_metrics(result)
+    write_atomic(out / C.VERL_METRICS_FILE, "".join(json.dumps(m) + "\n" for m in rows))
+    from rlhfsim.report.tfevents import event_file_bytes, event_file_name
+
+    # Wall time of each event: the step's simulated end, so TensorBoard's "relative" axis is simulated time.
+    events = [(m["step"], result.steps[i].end_s, {k: v for k, v in m.items() if k != "step"}) for i, m in enumerate(rows)]
+    tb = out / C.TENSORBOARD_DIR
+    for old in tb.glob("events.out.tfevents.*") if tb.is_dir() else ():
+        old.unlink()  # one event file per run directory: TensorBoard would merge a stale one
+    write_atomic(tb / event_file_name(0), event_file_bytes(events))
+    return [*C.RUN_FILES, C.VERL_METRICS_FILE, C.TENSORBOARD_DIR + "/"]
+
+
+def verl_metrics(result: SimResult) -> list[dict]:
+    """One dict per step under verl's metric names (``rlhfsim.contracts.VERL_PHASE_KEYS``): each phase's
+    span, the step time, tokens (prompt + response of the trained rollouts) and ``perf/throughput``, tokens
+    per second per GPU as verl computes it (total tokens / (step time x GPUs)). verl counts steps from 1."""
+    n_gpus = sum(p.gpus for p in result.setup.pools)
+    rows = []
+    for r in result.steps:
+        tokens = sum(pl + rl for _, pl, rl in r.lengths)
+        m = {"step": r.step + 1}
+        m.update({key: r.phases_s[p] for p, key in C.VERL_PHASE_KEYS.items() if p in r.phases_s})
+        m[C.VERL_STEP_KEY] = r.step_time_s
+        m[C.VERL_TOTAL_TOKENS_KEY] = tokens
+        m[C.VERL_THROUGHPUT_KEY] = tokens / (r.step_time_s * n_gpus) if r.step_time_s > 0 else 0.0
+        if r.lengths:
+            m[C.VERL_RESPONSE_LENGTH_KEY] = sum(rl for _, _, rl in r.lengths) / len(r.lengths)
+            m[C.VERL_PROMPT_LENGTH_KEY] = sum(pl for _, pl, _ in r.lengths) / len(r.lengths)
+        rows.append(m)
+    return rows
+
+
+def _csv(rows: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from rlhfsim.contracts import PHASES
 from rlhfsim.costs.model import CostModel
 from rlhfsim.scenario.checks import Setup
 from rlhfsim.sim import stages
@@ -17,7 +18,6 @@ from rlhfsim.sim.generation import GenRequest, Generation
 from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
 
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
 
 class Simulation:
