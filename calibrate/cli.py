@@ -51,7 +51,7 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate the local CUDA device as this catalog GPU "
               "(a100, h100, h200, l40s, ...); the profile gets this name. Fails if there is no such device.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Calibrate the CPU, or the local CUDA "
-              "device under the catalog name its device name matches.")
+              "device under the catalog name its device name matches.  [default: cpu; cuda with --gpu]")
 @click.option("--force", is_flag=True, help="With --gpu: skip the check that the local device is that GPU.")
 @click.option("--quick", is_flag=True, help="Small shapes and a short grid (CPU: about 5 minutes on 2 cores).")
 @click.option("--models", multiple=True, metavar="NAMES", help="Model shapes to measure: catalog names or "
@@ -60,8 +60,8 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
               help="A local checkpoint directory to measure with its real weights (repeatable).")
 @click.option("--runtimes", multiple=True, metavar="NAMES", help="Scoring runtimes (comma-separated or repeated; "
               "default all): eager, compile, onnxruntime, aoti_cpp, tensorrt. eager always runs (the baseline).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Profile path (default: the user profile directory, "
-              "where `rlhfsim simulate --profile NAME` finds it).")
+@click.option("-o", "--out", type=click.Path(), help="Directory for profile.json (default: the user profile directory, "
+              "where `rlhfsim simulate --profile NAME` finds it); a path ending in .json is the profile file itself (older usage).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run: points already in the journal are skipped.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), help="Default: float32 on CPU, "
               "bfloat16 on CUDA.")
@@ -76,8 +76,11 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
     """Measure this machine's costs and write a calibration profile."""
     if gpu_name and device == "cpu":
         raise click.UsageError("--gpu and --device cpu contradict each other; give one")
-    if not gpu_name and not device:
-        raise click.UsageError("expected --gpu NAME (a CUDA GPU) or --device cpu|cuda")
+    device = device or ("cuda" if gpu_name else "cpu")  # the same default as `rlhfsim validate`
+    from rlhfsim.contracts import PROFILE_FILE
+    from rlhfsim.files import out_path
+
+    out = out_path(out, PROFILE_FILE)
     from rlhfsim.models.catalog import load_model, shape_from_hf_config, with_name
 
     try:

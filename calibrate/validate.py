@@ -220,12 +220,12 @@ def _err(pred: float, meas: float) -> float | None:
     return 100.0 * (pred - meas) / meas if meas > 0 else None
 
 
-def prepare(path: Path, device: str, steps: int | None, threads: int | None):
+def prepare(path: Path, device: str, steps: int | None, threads: int | None, overrides: list | None = None):
     """Scenario, setup, the executor config and the shared rollout list of one validation scenario."""
     from rlhfsim.scenario import build_setup, load_scenario
     from rlhfsim.sim.run import rebuild
 
-    sc = load_scenario(path)
+    sc = load_scenario(path, overrides=overrides)
     if steps is not None:
         sc = rebuild(sc, {"steps": steps, "warmup_steps": min(sc.warmup_steps, steps - 1)})
     setup = build_setup(sc)
@@ -272,7 +272,7 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
 
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
-             recalibrate: bool = False) -> dict:
+             recalibrate: bool = False, overrides: list | None = None) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
     one executor in memory at a time, for models too large to hold every scenario's at once. Without
@@ -287,7 +287,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         import torch
 
         threads = torch.get_num_threads()   # explicit, so the cached calibration is keyed by it
-    prepared = [prepare(p, device, steps, threads) for p in scenarios]
+    prepared = [prepare(p, device, steps, threads, overrides) for p in scenarios]
     from calibrate.executor import RoundRobin, run_steps
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
@@ -362,21 +362,32 @@ def print_table(doc: dict) -> None:
 @click.option("--recalibrate", is_flag=True,
               help="Measure the quick calibration again (between blocks of the real steps) instead of using the cached one.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON document here.")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Override a field of every scenario (repeatable): a dotted path and a YAML value, e.g. --set steps=4.")
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Also write the JSON document as validation.json in this directory (a path ending in .json: that file, the older usage).")
 @click.option("--framework", type=click.Choice(["rlhfsim", *FRAMEWORKS]), default="rlhfsim", show_default=True,
               help="What runs the real steps: rlhfsim's own executor, or a real RL framework (trl: TRL's GRPO/RLOO "
                    "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
                    "comma-separated profiles, compared side by side).")
-def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, out, framework):
+def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, sets, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
+    from rlhfsim.contracts import VALIDATION_FILE
+    from rlhfsim.files import out_path
+
+    from rlhfsim.scenario.loader import parse_set
+
+    out = out_path(out, VALIDATION_FILE)
+    overrides = [parse_set(s) for s in sets]
     if framework != "rlhfsim":
+        if overrides:
+            raise click.UsageError("--set: supported with --framework rlhfsim only (edit the scenario for --framework trl)")
         from calibrate.validate_trl import validate_trl_command
 
         return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
     if recalibrate and profile:
         raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it cannot be used with --profile")
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
-                   recalibrate=recalibrate)
+                   recalibrate=recalibrate, overrides=overrides)
     if out:
         from rlhfsim.files import write_json_atomic
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from rlhfsim.errors import RlhfsimError
+from rlhfsim.errors import RlhfsimError, ScenarioError
 
 
 LAZY = {
@@ -44,11 +44,38 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except RlhfsimError as e:
-            click.echo(f"error: {e}", err=True)
+            for line in e.lines() if isinstance(e, ScenarioError) else [str(e)]:
+                click.echo(f"error: {line}", err=True)
             sys.exit(2)
 
 
-@click.group(cls=Group)
+class RegistryHelp(click.Option):
+    """An option whose help names the registered schedule variants, looked up only when help is shown
+    (the registry imports pydantic and simpy, which the CLI loads lazily)."""
+
+    def get_help_record(self, ctx):
+        from rlhfsim.sim.schedules import VARIANTS
+
+        self.help = f"Comma-separated schedule variants: {', '.join(VARIANTS)}."
+        return super().get_help_record(ctx)
+
+
+def set_option(f):
+    return click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+                        help="Override a scenario field (repeatable): a dotted path as the planner's axes write it, "
+                             "and a YAML value, e.g. --set workload.prompts_per_step=56 --set schedule.kind=sync.")(f)
+
+
+def to_json(doc) -> str:
+    """JSON of a result; a non-finite number is an error, never a bare NaN (which is not JSON)."""
+    try:
+        return json.dumps(doc, allow_nan=False)
+    except ValueError:
+        raise RlhfsimError("result: expected finite numbers, got NaN or infinity (a time or size in the scenario "
+                           "is too large; check the fields set near their limits)") from None
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rlhfsim")
 def main():
     """Predict how long an RLHF (PPO/GRPO) step takes, on which GPUs, under which schedule, and why."""
@@ -59,29 +86,35 @@ def main():
 @click.option("--steps", type=click.IntRange(min=1), help="Steps to simulate (default: the scenario's).")
 @click.option("--seed", type=click.IntRange(min=0), help="Random seed (default: the scenario's).")
 @click.option("--profile", "profile", help="Calibration profile name or JSON path (default: bundled).")
-@click.option("--compare", "compare_", help="Comma-separated schedule variants: sync,oppo-intra,oppo-inter,oppo,partial,async.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write summary.json, steps.csv, intervals.csv, lengths.csv here.")
+@click.option("--compare", "compare_", cls=RegistryHelp, help="Comma-separated schedule variants.")
+@set_option
+@click.option("--max-work", type=click.FloatRange(min=0), metavar="UNITS",
+              help="Refuse runs whose estimated work exceeds this (docs/schedules.md, rlhfsim.sim.budget); 0: no limit.  [default: 1e8]")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory: summary.json, steps.csv, intervals.csv, lengths.csv, metrics.jsonl (verl's names), tensorboard/.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def simulate(scenario, steps, seed, profile, compare_, out, fmt):
+def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, fmt):
     """Simulate SCENARIO (a YAML file) and print step time, phases and GPU utilization."""
     from rlhfsim.report.text import print_comparison, print_summary
-    from rlhfsim.scenario import load_scenario
+    from rlhfsim.scenario.loader import load_scenario, parse_set
+    from rlhfsim.sim.budget import DEFAULT_MAX_WORK
     from rlhfsim.sim.run import compare, simulate as run_sim, write_outputs
 
-    sc = load_scenario(scenario)
+    sc = load_scenario(scenario, overrides=[parse_set(s) for s in sets])
     names = [n.strip() for n in compare_.split(",") if n.strip()] if compare_ else (sc.compare or [])
-    kw = {"profile": profile, "steps": steps, "seed": seed}
+    kw = {"profile": profile, "steps": steps, "seed": seed, "max_work": DEFAULT_MAX_WORK if max_work is None else max_work}
     result = run_sim(sc, **kw)
     variants = None
     if names:
         variants, _ = compare(sc, names, base=result, **kw)
+    doc = dict(result.summary)
+    if variants:
+        doc["variants"] = variants["variants"]
+    text = to_json(doc)  # checks the numbers before anything is written
     if out:
         written = write_outputs(result, out, variants)
     if fmt == "json":
-        doc = dict(result.summary)
-        if variants:
-            doc["variants"] = variants["variants"]
-        click.echo(json.dumps(doc))
+        click.echo(text)
     else:
         print_summary(result.summary)
         if variants:
@@ -131,28 +164,37 @@ def gpus(fmt):
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "out_html", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report.")
-@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write a Chrome/Perfetto trace JSON.")
+@click.option("-o", "--out", "--output", "out_html", type=click.Path(path_type=Path),
+              help="Directory for a self-contained report.html (a path ending in .html: that file, the older usage).")
+@click.option("--trace", type=click.Path(path_type=Path),
+              help="Write a Chrome/Perfetto trace: trace.json in this directory (a path ending in .json: that file).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
-def report(ctx, run_dir, out_html, trace):
+def report(ctx, run_dir, out_html, trace, fmt):
     """Render a run (or plan) directory as HTML and/or a Chrome trace; a rollout-length file (a trace,
     a TRL completions log, a verl dump, a CSV/JSONL table) as its distribution next to lognormal and
     Pareto fits (`rlhfsim lengths report`)."""
+    from rlhfsim.contracts import REPORT_FILE, TRACE_FILE
+    from rlhfsim.files import out_path
     from rlhfsim.report import render
 
+    out_html, trace = out_path(out_html, REPORT_FILE), out_path(trace, TRACE_FILE)
     if run_dir.is_file():
         if trace is not None:
             raise RlhfsimError(f"report --trace: expected a run directory for a Chrome trace, got the file {str(run_dir)!r}")
         from rlhfsim.lengths.cli import report_command
 
         return ctx.invoke(report_command, source=run_dir, fmt="auto", tokenizer=None, group_size=1,
-                          prompts_per_step=None, out_html=out_html, as_json=False)
+                          prompts_per_step=None, out_html=out_html, as_json=fmt == "json")
     if out_html is None and trace is None:
-        raise RlhfsimError("report: expected -o FILE.html and/or --trace FILE.json, got neither")
+        raise RlhfsimError("report: expected -o DIR (or FILE.html) and/or --trace DIR (or FILE.json), got neither")
     render(run_dir, out_html, trace)
-    for p in (out_html, trace):
-        if p is not None:
-            click.echo(f"wrote {p}")
+    written = [str(p) for p in (out_html, trace) if p is not None]
+    if fmt == "json":
+        click.echo(json.dumps({"written": written}))
+        return
+    for p in written:
+        click.echo(f"wrote {p}")
 
 
 def _missing(name: str, err: ImportError) -> click.Command:

@@ -17,6 +17,12 @@ VERL_METRICS_FILE = "metrics.jsonl"  # one JSON object per step, verl's metric n
 TENSORBOARD_DIR = "tensorboard"      # TensorBoard event files of the same metrics
 RUN_FILES = (SUMMARY_FILE, STEPS_FILE, INTERVALS_FILE, LENGTHS_FILE)
 
+# Files of the other commands' ``-o/--out DIR``.
+PROFILE_FILE = "profile.json"        # rlhfsim calibrate
+VALIDATION_FILE = "validation.json"  # rlhfsim validate
+REPORT_FILE = "report.html"          # rlhfsim report
+TRACE_FILE = "trace.json"            # rlhfsim report --trace
+
 # Files of a plan directory (``rlhfsim plan --out DIR``).
 PLAN_FILE = "plan.json"
 RESULTS_FILE = "results.csv"

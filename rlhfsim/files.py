@@ -38,3 +38,15 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def write_json_atomic(path: str | Path, doc, *, fsync: bool = True) -> Path:
     """JSON (indent 1, a final newline), fsynced by default."""
     return write_atomic(path, json.dumps(doc, indent=1) + "\n", fsync=fsync)
+
+
+def out_path(out: str | Path | None, default_name: str) -> Path | None:
+    """Where a command's ``-o/--out`` writes its main file: ``-o`` names a directory of results (the
+    same meaning for every command) and the file is ``default_name`` inside it. A path ending in the
+    file's own suffix (``x.json``, ``x.html``) is the older usage, a file path, and still works."""
+    if out is None:
+        return None
+    out = Path(out)
+    if out.suffix.lower() == Path(default_name).suffix.lower() and not out.is_dir():
+        return out
+    return out / default_name

@@ -261,11 +261,17 @@ def _heatmap(pf: PlanFile, axes: dict) -> Optional[dict]:
     return {"x": pf.heatmap.x, "y": pf.heatmap.y}
 
 
-def load_plan(source: Union[str, Path]) -> Plan:
-    """Read a plan YAML, check it and expand it into configurations (nothing is simulated)."""
+def load_plan(source: Union[str, Path], overrides: Optional[list[tuple[str, Any]]] = None) -> Plan:
+    """Read a plan YAML, check it and expand it into configurations (nothing is simulated).
+    ``overrides``: (dotted path, value) pairs added to the plan's ``set:`` (``rlhfsim plan --set``)."""
     path = Path(source)
     plan_dir = path.resolve().parent
-    pf = validate_model(PlanFile, read_yaml(path, "plan"))
+    doc = read_yaml(path, "plan")
+    if overrides:
+        if not isinstance(doc.get("set", {}), dict):
+            raise ScenarioError("set", f"expected a mapping of dotted paths to values, got {doc['set']!r}")
+        doc["set"] = {**(doc.get("set") or {}), **dict(overrides)}
+    pf = validate_model(PlanFile, doc)
     base_sc, base_dir = _load_base(pf, plan_dir)
     base = base_sc.model_dump(mode="json")
     if pf.steps is not None:

@@ -187,11 +187,9 @@ def build_setup(sc: Scenario) -> Setup:
     rollouts = sc.workload.prompts_per_step * sc.algorithm.group_size
     if sc.algorithm.minibatch_size > rollouts:
         raise ScenarioError("algorithm.minibatch_size", f"expected at most the {rollouts} rollouts per step, got {sc.algorithm.minibatch_size}")
-    sched = sc.schedule
-    if sched.kind == "oppo" and sched.inter.adaptive is not None:
-        a = sched.inter.adaptive
-        if a.min > a.max:
-            raise ScenarioError("schedule.inter.adaptive.min", f"expected min <= max ({a.max}), got {a.min}")
+    from rlhfsim.sim.schedules import SCHEDULES
+
+    SCHEDULES[sc.schedule.kind].check(sc)
     if sc.warmup_steps >= sc.steps:
         raise ScenarioError("warmup_steps", f"expected fewer warm-up steps than steps ({sc.steps}), got {sc.warmup_steps}")
 

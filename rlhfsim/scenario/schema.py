@@ -8,22 +8,20 @@ from typing import Annotated, Literal, Optional, Union
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
+from rlhfsim.contracts import ROLES
 from rlhfsim.costs.genruntimes import DEFAULT_RUNTIME, GEN_RUNTIMES
+from rlhfsim.scenario.fields import Frozen, PositiveInt, Seconds, Tokens  # noqa: F401 (the blocks' types)
+from rlhfsim.sim.schedules import SCHEDULES, VARIANTS
 
-PositiveInt = Annotated[int, Field(ge=1)]
 Dtype = Literal["bfloat16", "float16", "float32"]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # --- length distributions -------------------------------------------------------------------------
 class Fixed(Frozen):
     kind: Literal["fixed"] = "fixed"
-    value: PositiveInt = Field(description="Every sample has this many tokens.")
+    value: Tokens = Field(description="Every sample has this many tokens.")
 
 
 class Normal(Frozen):
@@ -61,13 +59,13 @@ class Trace(Frozen):
 
 
 class Component(Frozen):
-    weight: float = Field(gt=0, description="Relative weight of this component.")
+    weight: float = Field(gt=0, le=1e12, description="Relative weight of this component (relative to the others; at most 1e12).")
     dist: "LengthDist"
 
 
 class Mixture(Frozen):
     kind: Literal["mixture"] = "mixture"
-    components: list[Component] = Field(min_length=1, description="Weighted components.")
+    components: list[Component] = Field(min_length=1, max_length=64, description="Weighted components.")
 
 
 LengthDist = Annotated[Union[Fixed, Normal, LogNormal, Pareto, Empirical, Trace, Mixture], Field(discriminator="kind")]
@@ -91,7 +89,7 @@ class RewardModel(ModelRef):
 
 class RuleReward(Frozen):
     kind: Literal["rule"] = "rule"
-    cpu_s_per_sample: float = Field(0.001, ge=0, description="CPU seconds to check one response (e.g. a GSM8K answer matcher).")
+    cpu_s_per_sample: Seconds = Field(0.001, description="CPU seconds to check one response (e.g. a GSM8K answer matcher).")
     workers: PositiveInt = Field(8, description="CPU processes scoring in parallel.")
 
 
@@ -119,9 +117,9 @@ class Cluster(Frozen):
 
 class Pool(Frozen):
     name: str = Field(description="Pool name used in outputs.")
-    gpus: PositiveInt = Field(description="GPUs in this pool.")
-    roles: list[Literal["actor", "critic", "reference", "reward", "rollout"]] = Field(
-        min_length=1, description="Roles on this pool. `rollout` (the generation engine) goes with `actor` unless placed elsewhere.")
+    gpus: int = Field(ge=1, le=262_144, description="GPUs in this pool.")
+    roles: list[Literal[ROLES]] = Field(
+        min_length=1, max_length=len(ROLES), description="Roles on this pool. `rollout` (the generation engine) goes with `actor` unless placed elsewhere.")
 
 
 class TensorParallel(Frozen):
@@ -147,7 +145,7 @@ class DedicatedReward(Frozen):
 
 class CustomPlacement(Frozen):
     kind: Literal["pools"] = "pools"
-    pools: list[Pool] = Field(min_length=1)
+    pools: list[Pool] = Field(min_length=1, max_length=64)
     tp: TensorParallel = TensorParallel()
 
 
@@ -158,7 +156,7 @@ Placement = Annotated[Union[Colocated, DedicatedReward, CustomPlacement], Field(
 class Algorithm(Frozen):
     kind: Literal["ppo", "grpo", "rloo"] = "ppo"
     group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt (GRPO, RLOO); 1 for PPO.")
-    ppo_epochs: PositiveInt = Field(1, description="Passes over the batch per step.")
+    ppo_epochs: int = Field(1, ge=1, le=1000, description="Passes over the batch per step.")
     minibatch_size: PositiveInt = Field(16, description="Sequences per optimizer step (global, over data-parallel ranks).")
 
 
@@ -176,7 +174,7 @@ class Generation(Frozen):
     max_batch: PositiveInt = Field(64, description="Maximum concurrent sequences per generation replica.")
     replicas: Optional[PositiveInt] = Field(None, description="Data-parallel generation replicas; default: rollout pool GPUs / rollout TP.")
     kv_cache_fraction: float = Field(0.9, gt=0, le=1, description="Fraction of GPU memory left after weights that the KV cache may use.")
-    step_overhead_s: Optional[float] = Field(None, ge=0, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
+    step_overhead_s: Optional[Seconds] = Field(None, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
     runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
         None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
 
@@ -195,65 +193,10 @@ class Generation(Frozen):
 
 
 # --- schedules ------------------------------------------------------------------------------------
-class SyncSchedule(Frozen):
-    kind: Literal["sync"] = "sync"
-
-
-class AdaptiveChunk(Frozen):
-    window_steps: PositiveInt = Field(50, description="Steps per window; each candidate is tried on different steps at the start of a window.")
-    candidates: list[PositiveInt] = Field([128, 256, 512], min_length=1, description="Chunk sizes to try.")
-
-
-class Intra(Frozen):
-    enabled: bool = Field(True, description="Stream responses to the reward model in chunks during generation.")
-    chunk_tokens: PositiveInt = Field(256, description="Tokens per chunk (initial value when adaptive).")
-    adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
-    stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
-    max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
-
-
-class RewardCurve(Frozen):
-    """Reward the simulator pretends training reaches at step s (it has no real rewards):
-    r(s) = r_max x (1 - exp(-s / tau)) + noise."""
-
-    r_max: float = Field(1.0, description="Asymptotic reward.")
-    tau_steps: float = Field(60.0, gt=0, description="Steps to reach 63% of r_max.")
-    noise_std: float = Field(0.02, ge=0, description="Gaussian noise on each step's reward (so the windowed slope can turn negative once the curve saturates).")
-
-
-class AdaptiveDelta(Frozen):
-    window_steps: int = Field(10, ge=2, description="Window over which the reward slope is measured (a slope needs at least 2 steps).")
-    min: int = Field(0, ge=0, description="Lower bound of delta.")
-    max: PositiveInt = Field(32, description="Upper bound of delta.")
-    step: PositiveInt = Field(4, description="Change of delta per window.")
-    curve: RewardCurve = RewardCurve()
-
-
-class Inter(Frozen):
-    enabled: bool = Field(True, description="Keep B + delta prompts in flight and train on the first B to finish.")
-    delta: int = Field(16, ge=0, description="Extra prompts in flight (initial value when adaptive).")
-    adaptive: Optional[AdaptiveDelta] = None
-    keep_kv: bool = Field(True, description="Deferred sequences keep their KV cache; false: pay a re-prefill of prompt + generated tokens.")
-
-
-class OppoSchedule(Frozen):
-    kind: Literal["oppo"] = "oppo"
-    intra: Intra = Intra()
-    inter: Inter = Inter()
-
-
-class PartialSchedule(Frozen):
-    kind: Literal["partial"] = "partial"
-    token_budget: PositiveInt = Field(description="Decode tokens generated per step over all replicas (Kimi k1.5 partial rollouts); unfinished responses continue next step from a buffer.")
-    extra_prompts: int = Field(0, ge=0, description="Prompts admitted beyond B to keep the engine full.")
-
-
-class AsyncSchedule(Frozen):
-    kind: Literal["async"] = "async"
-    max_staleness: int = Field(1, ge=0, description="Generation may run ahead of training by at most this many steps (AReaL); 0 is synchronous.")
-
-
-Schedule = Annotated[Union[SyncSchedule, OppoSchedule, PartialSchedule, AsyncSchedule], Field(discriminator="kind")]
+# Each schedule's config model lives beside its class (rlhfsim/sim/schedules/); the registry is the only
+# list of them, and the union and the variant names below are derived from it.
+Schedule = Annotated[Union[tuple(cls.Config for cls in SCHEDULES.values())], Field(discriminator="kind")]
+SyncSchedule = SCHEDULES["sync"].Config  # the default
 
 
 class Scenario(Frozen):
@@ -269,9 +212,9 @@ class Scenario(Frozen):
     generation: Generation = Generation()
     schedule: Schedule = SyncSchedule()
     steps: int = Field(10, ge=1, le=100_000, description="Steps to simulate.")
-    warmup_steps: int = Field(1, ge=0, description="Leading steps excluded from steady-state statistics.")
-    seed: int = Field(0, ge=0, description="Random seed: same seed, same output.")
-    compare: Optional[list[Literal["sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async"]]] = Field(
+    warmup_steps: int = Field(1, ge=0, le=100_000, description="Leading steps excluded from steady-state statistics.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Random seed: same seed, same output.")
+    compare: Optional[list[Literal[VARIANTS]]] = Field(
         None, description="Schedule variants `rlhfsim simulate` compares when run without --compare.")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)  # where relative paths in the scenario resolve
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from rlhfsim.scenario.checks import Setup
+if TYPE_CHECKING:  # the schema imports the schedules, which import this module
+    from rlhfsim.scenario.checks import Setup
 
 
 @dataclass(eq=False)

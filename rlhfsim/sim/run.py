@@ -14,14 +14,17 @@ from rlhfsim.files import write_atomic
 from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import validate_model
 from rlhfsim.scenario.schema import Scenario
+from rlhfsim.sim.budget import DEFAULT_MAX_WORK, check_work
+from rlhfsim.sim.schedules import VARIANT_OWNER, VARIANTS
 from rlhfsim.sim.simulation import SimResult, Simulation, summarize
 
-VARIANTS = ("sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async")
 
 
 def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = None, seed: int | None = None,
-             rollouts: list[tuple[int, int]] | None = None, cost: CostModel | None = None) -> SimResult:
-    """Run the scenario's schedule for ``steps`` steps and summarize it."""
+             rollouts: list[tuple[int, int]] | None = None, cost: CostModel | None = None,
+             max_work: float | None = DEFAULT_MAX_WORK) -> SimResult:
+    """Run the scenario's schedule for ``steps`` steps and summarize it. A run whose estimated work
+    (``rlhfsim.sim.budget``) exceeds ``max_work`` is refused before it starts (None or 0: no limit)."""
     if steps is not None or seed is not None:
         upd = {}
         if steps is not None:
@@ -31,6 +34,7 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
             upd["seed"] = seed
         sc = rebuild(sc, upd)
     setup = build_setup(sc)
+    check_work(setup, max_work=max_work)
     cost = cost or CostModel.load(setup.gpu, profile)
     if sc.models.reward.kind == "model" and sc.models.reward.runtime and sc.models.reward.runtime not in cost.runtimes:
         raise ScenarioError("models.reward.runtime", f"expected a scoring runtime of profile {cost.name!r} "
@@ -50,29 +54,12 @@ def rebuild(sc: Scenario, update: dict) -> Scenario:
 
 
 def variant(sc: Scenario, name: str) -> Scenario:
-    """The scenario under a named schedule variant. OPPO parts come from the scenario's own oppo block
-    when it has one (else defaults); ``oppo-intra`` turns inter-step off, ``oppo-inter`` intra-step off.
-    ``partial`` defaults to a per-step token budget of max_response_tokens / 4, ``async`` to
-    max_staleness 1, unless the scenario's schedule is already of that kind."""
-    cur = sc.schedule.model_dump(mode="json")
-    if name == "sync":
-        sched = {"kind": "sync"}
-    elif name in ("oppo", "oppo-intra", "oppo-inter"):
-        sched = cur if cur["kind"] == "oppo" else {"kind": "oppo"}
-        sched = json.loads(json.dumps(sched))
-        sched.setdefault("intra", {})
-        sched.setdefault("inter", {})
-        if name == "oppo-intra":
-            sched["inter"]["enabled"] = False
-        if name == "oppo-inter":
-            sched["intra"]["enabled"] = False
-    elif name == "partial":
-        sched = cur if cur["kind"] == "partial" else {"kind": "partial", "token_budget": max(sc.workload.max_response_tokens // 4, 1)}
-    elif name == "async":
-        sched = cur if cur["kind"] == "async" else {"kind": "async", "max_staleness": 1}
-    else:
+    """The scenario under a named schedule variant (``VARIANTS``): the schedule that offers the name
+    (``Schedule.variants``) says which schedule block it stands for."""
+    owner = VARIANT_OWNER.get(name)
+    if owner is None:
         raise ScenarioError("--compare", f"expected variant names from {', '.join(VARIANTS)}, got {name!r}")
-    return rebuild(sc, {"schedule": sched})
+    return rebuild(sc, {"schedule": owner.variants(sc)[name]})
 
 
 def compare(sc: Scenario, names: list[str], base: SimResult | None = None, **kw) -> tuple[dict, dict[str, SimResult]]:

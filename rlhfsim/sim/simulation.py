@@ -104,27 +104,9 @@ class Simulation:
         return result
 
     def after_generation(self, step: int, rows: list[Rollout], streamed: tuple[str, ...] = ()):
-        """Process: scoring, reference and critic passes, training, weight sync (the sync order)."""
-        env, s = self.env, self.setup
-        # The batch in prompt order, as frameworks gather it: which replica and which minibatch a row
-        # lands in must not depend on the order rows happened to finish in.
-        rows = sorted(rows, key=lambda r: r.id)
-        if "reward" in streamed:
-            yield self.scorers["reward"].wait_drained()
-        elif s.rule_reward is not None:
-            yield from stages.rule_reward(env, self, step, rows)
-        else:
-            yield from stages.forward_pass(env, self, step, "reward", rows)
-        for role in ("reference", "critic"):
-            if role not in s.shapes:
-                continue
-            if role in streamed:
-                yield self.scorers[role].wait_drained()
-            else:
-                yield from stages.forward_pass(env, self, step, role, rows)
-        trains = [env.process(stages.train(env, self, step, r, rows)) for r in ("actor", "critic") if r in s.shapes]
-        yield simpy.AllOf(env, trains)
-        yield from stages.weight_sync(env, self, step)
+        """Process: the post-generation pipeline, as the schedule runs it (``Schedule.after_generation``:
+        scoring, reference and critic passes, training, weight sync in the sync order by default)."""
+        return self.schedule.after_generation(step, rows, streamed)
 
     def record_step(self, step: int, start: float, trained: list[Rollout], generated: int, **extra) -> StepRecord:
         rec = StepRecord(step=step, start_s=start, end_s=self.env.now, generated_tokens=generated,

@@ -173,7 +173,7 @@ class ChunkScorer:
         self.pool = sim.setup.pool_of(role)
         s = sim.setup
         self.model, self.dtype, self.head = s.shapes[role], s.dtypes[role], s.head(role)
-        self.mb = s.scenario.schedule.intra.max_chunk_batch
+        self.mb = sim.schedule.max_chunk_batch
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.emitted = 0  # chunks emitted so far
         self.planned = 0  # calls planned so far

@@ -139,9 +139,12 @@ def test_gpu_on_a_cpu_machine_fails_with_one_line(tmp_path):
     assert not (tmp_path / "h200.json").exists() and not (tmp_path / "h200.journal.jsonl").exists()
 
 
-def test_neither_gpu_nor_device_is_a_usage_error():
-    res = CliRunner().invoke(calibrate_command, ["--quick"])
-    assert res.exit_code == 2 and "expected --gpu NAME" in res.output
+def test_device_defaults_to_cpu_as_in_validate():
+    from calibrate.validate import validate_command
+
+    for cmd in (calibrate_command, validate_command):
+        res = CliRunner().invoke(cmd, ["-h"], help_option_names=["-h", "--help"])
+        assert res.exit_code == 0 and "default: cpu" in " ".join(res.output.split()), res.output
 
 
 def test_wrong_schema_version_is_a_clear_error(tiny, tmp_path):
