@@ -113,6 +113,8 @@ def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
         m = re.fullmatch(r"(\d+)gb", part)
         if m and abs(memory_bytes / 1e9 - int(m.group(1))) > 0.25 * int(m.group(1)):
             return False
+        if part == "pcie" and "pcie" not in name:
+            return False
         if part == "sxm" and "pcie" in name:
             return False
     return True

@@ -132,7 +132,7 @@ def schema():
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def models(fmt):
     """List the model catalog."""
     from rlhfsim.models.catalog import CATALOG
@@ -141,25 +141,43 @@ def models(fmt):
     if fmt == "json":
         click.echo(json.dumps(rows))
         return
-    click.echo(f"{'name':18} {'arch':8} {'layers':>6} {'hidden':>6} {'inter':>6} {'heads':>5} {'kv':>3} {'vocab':>7} {'tied':>5} {'params':>8}")
-    for r in rows:
-        click.echo(f"{r['name']:18} {r['arch']:8} {r['layers']:>6} {r['hidden']:>6} {r['intermediate']:>6} {r['heads']:>5} "
-                   f"{r['kv_heads']:>3} {r['vocab']:>7} {str(r['tied_embeddings']):>5} {r['params_b']:>7.3f}B")
+    cols = [("name", "name", "{}"), ("arch", "arch", "{}"), ("layers", "layers", "{}"), ("hidden", "hidden", "{}"),
+            ("inter", "intermediate", "{}"), ("heads", "heads", "{}"), ("kv", "kv_heads", "{}"), ("vocab", "vocab", "{}"),
+            ("tied", "tied_embeddings", "{}"), ("params", "params_b", "{:.3f}B")]
+    _print_table("models", cols, rows)
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def gpus(fmt):
-    """List the hardware catalog (datasheet dense peaks)."""
-    from rlhfsim.hardware.catalog import GPUS
+    """List the hardware catalog (datasheet dense peaks; memory in GiB, bandwidths in GB/s)."""
+    from rlhfsim.hardware.catalog import GPUS, GiB
 
+    rows = [{"name": g.name, "bf16_tflops": g.peak("bfloat16") / 1e12, "fp32_tflops": g.peak("float32") / 1e12,
+             "hbm_gb_s": g.mem_bw / 1e9, "memory_gib": g.mem_bytes / GiB, "intra_node_gb_s": g.intra_node_bw / 1e9,
+             "inter_node_gb_s": g.inter_node_bw / 1e9, "price_per_hour": g.price_per_hour} for g in GPUS.values()]
     if fmt == "json":
-        click.echo(json.dumps([g.to_dict() for g in GPUS.values()]))
+        click.echo(json.dumps([{**g.to_dict(), "memory_gib": g.mem_bytes / GiB} for g in GPUS.values()]))
         return
-    click.echo(f"{'name':10} {'bf16 TFLOP/s':>12} {'fp32 TFLOP/s':>12} {'HBM GB/s':>9} {'memory GB':>9} {'NVLink GB/s':>11} {'net GB/s':>8} {'$/h':>5}")
-    for g in GPUS.values():
-        click.echo(f"{g.name:10} {g.peak('bfloat16') / 1e12:>12.1f} {g.peak('float32') / 1e12:>12.1f} {g.mem_bw / 1e9:>9.0f} "
-                   f"{g.mem_bytes / 1e9:>9.1f} {g.intra_node_bw / 1e9:>11.0f} {g.inter_node_bw / 1e9:>8.1f} {g.price_per_hour:>5.2f}")
+    cols = [("name", "name", "{}"), ("bf16 TFLOP/s", "bf16_tflops", "{:.1f}"), ("fp32 TFLOP/s", "fp32_tflops", "{:.1f}"),
+            ("HBM GB/s", "hbm_gb_s", "{:.0f}"), ("memory GiB", "memory_gib", "{:.1f}"),
+            ("NVLink GB/s", "intra_node_gb_s", "{:.0f}"), ("net GB/s", "inter_node_gb_s", "{:.1f}"), ("$/h", "price_per_hour", "{:.2f}")]
+    _print_table("gpus", cols, rows)
+
+
+def _print_table(title: str, cols: list[tuple[str, str, str]], rows: list[dict]) -> None:
+    """A rich table, as every other command prints (numbers right-aligned)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for head, key, _ in cols:
+        t.add_column(head, justify="left" if key in ("name", "arch") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*(fmt.format(r[key]) for _, key, fmt in cols))
+    console = Console()
+    console.width = max(console.width, 132)  # a catalog row on one line, also when piped
+    console.print(t)
 
 
 @main.command()

@@ -401,7 +401,20 @@ class CostModel:
         comm = self.allreduce_s(grads, dp, inter_node)
         return total + comm, active + comm
 
-    def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False) -> float:
-        """Broadcast the trained actor's weights to a separate generation engine (a ring broadcast
-        costs about one copy per receiver link)."""
-        return self.transfer_s(m.params("lm") * DTYPE_BYTES[dtype] / max(n_gpus, 1), inter_node)
+    def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False,
+                      same_pool: bool = False) -> float:
+        """The trained actor's weights reach the generation engine, ``n_gpus`` = the engine's TP degree
+        (each rank receives its shard): with ``same_pool`` (the engine shares the actor's GPUs) a copy
+        through device memory, read + write at the prefill's memory efficiency,
+        t = 2 x bytes / (mem_bw x memory_eff); otherwise a broadcast over the interconnect (a ring
+        broadcast costs about one copy per receiver link), t = bytes / link_bw + latency."""
+        nbytes = m.params("lm") * DTYPE_BYTES[dtype] / max(n_gpus, 1)
+        if same_pool:
+            return 2 * nbytes / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
+        return self.transfer_s(nbytes, inter_node)
+
+    @staticmethod
+    def rule_reward_s(n_rows: int, cpu_s_per_sample: float, workers: int) -> float:
+        """A rule-based reward (a CPU checker) over ``n_rows`` responses on ``workers`` processes:
+        t = ceil(n_rows / workers) x cpu_s_per_sample (the slowest worker's share; no GPU)."""
+        return math.ceil(n_rows / workers) * cpu_s_per_sample

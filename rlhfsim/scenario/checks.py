@@ -70,7 +70,7 @@ def role_head(role: str) -> str:
 
 
 def _gb(x: float) -> str:
-    return f"{x / 1e9:.1f} GB"
+    return f"{x / 2**30:.1f} GiB"  # memory in GiB, as the catalog and `rlhfsim gpus` give it
 
 
 def _expand_pools(sc: Scenario, roles: list[str], total: int) -> list[tuple[str, int, list[str], str]]:

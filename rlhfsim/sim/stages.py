@@ -20,7 +20,6 @@ from collections import deque
 
 import simpy
 
-from rlhfsim.models.catalog import DTYPE_BYTES
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout
 
@@ -78,7 +77,7 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
 def rule_reward(env, sim, step: int, rows: list[Rollout]):
     """Process: a rule-based checker on CPU workers (no GPU); recorded on the pseudo-pool ``cpu``."""
     rule = sim.setup.rule_reward
-    t = math.ceil(len(rows) / rule.workers) * rule.cpu_s_per_sample
+    t = sim.cost.rule_reward_s(len(rows), rule.cpu_s_per_sample, rule.workers)
     start = env.now
     yield env.timeout(t)
     if t > 0:  # no GPU work: the pseudo-pool is never counted in GPU utilization
@@ -128,11 +127,7 @@ def weight_sync(env, sim, step: int):
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
-    nbytes = model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"]
-    if a is r:
-        t = 2 * nbytes / (s.gpu.mem_bw * sim.cost.ops["prefill"].memory_eff)
-    else:
-        t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes)
+    t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes, same_pool=a is r)
     with sim.locks[r.name].request() as req:
         yield req
         start = env.now
