@@ -97,6 +97,48 @@ def timeline_figure(intervals: Intervals, pools: dict, *, max_bars: int = 6000,
     return fig
 
 
+def gpu_busy_over_time(intervals: Intervals, pools: dict, bins: int = 120) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(GPU labels ``pool:gpu``, bin edges in s, busy fraction per GPU and time bin): the share of each
+    bin in which the GPU had work assigned (the union of its intervals, so overlapping work counts once)."""
+    t1 = float(intervals.end_s.max()) if len(intervals) else 0.0
+    edges = np.linspace(0.0, max(t1, 1e-12), bins + 1)
+    width = edges[1] - edges[0]
+    labels, rows = [], []
+    gpu_pools = [(pool, g) for pool, spec in pools.items() if pool != "cpu" for g in range(spec["gpus"])]
+    for pool, g in gpu_pools:
+        mask = (intervals.pool == pool) & (intervals.gpu == g)
+        segs = sorted(zip(intervals.start_s[mask], intervals.end_s[mask]))
+        merged: list[list[float]] = []
+        for a, b in segs:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        row = np.zeros(bins)
+        for a, b in merged:
+            lo, hi = int(min(a // width, bins - 1)), int(min(b // width, bins - 1))
+            for k in range(lo, hi + 1):
+                row[k] += max(0.0, min(b, edges[k + 1]) - max(a, edges[k]))
+        labels.append(f"{pool}:{g}")
+        rows.append(np.clip(row / width, 0.0, 1.0))
+    return labels, edges, np.array(rows).reshape(len(labels), bins)
+
+
+def gpu_utilization_figure(intervals: Intervals, pools: dict, bins: int = 120) -> go.Figure:
+    """Utilization per GPU over time: a heatmap, one row per GPU, one column per time bin, the busy
+    fraction of the bin (``gpu_busy_over_time``)."""
+    labels, edges, busy = gpu_busy_over_time(intervals, pools, bins)
+    mids = (edges[:-1] + edges[1:]) / 2
+    fig = go.Figure(go.Heatmap(z=busy, x=mids, y=labels, zmin=0, zmax=1, colorscale="Viridis",
+                               colorbar={"title": "busy", "tickformat": ".0%"},
+                               hovertemplate="%{y}<br>t = %{x:.3f} s<br>busy %{z:.0%}<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=160 + 20 * len(labels),
+                      title=_title("Utilization per GPU over time", f"{bins} bins of {edges[1] - edges[0]:.3g} s"),
+                      xaxis_title="simulated time (s)",
+                      yaxis={"autorange": "reversed", "type": "category"}, margin={"l": 110})
+    return fig
+
+
 def step_time_figure(run: RunRecords) -> go.Figure:
     """Step time per step, warm-up steps shaded, steady-state mean as a dashed line."""
     s = run.steps

@@ -21,6 +21,7 @@ from rlhfsim.sim import stages
 from rlhfsim.sim.recorder import Interval
 from rlhfsim.sim.rollouts import Rollout
 from rlhfsim.sim.run import compare, simulate
+from rlhfsim.sim.schedules import SCHEDULES
 from rlhfsim.sim.simulation import Simulation, gpu_busy_active, pool_utilization
 
 # Generation, scoring and training on pools of their own, so each pool's utilization shows one kind of work.
@@ -94,7 +95,7 @@ def test_pool_utilization_clips_active_in_proportion_to_the_window():
 
 # --- summaries ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("schedule", ["sync", "oppo", "async", "partial"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_summary_has_busy_and_active_with_active_at_most_busy(schedule, separate):
     s = _run(separate(schedule)).summary
     assert s["gpu_busy"] == s["gpu_utilization"]
