@@ -71,8 +71,10 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--grid", "grid_json", metavar="JSON|PATH", help="Override grid fields (calibrate/grid.py), as a JSON "
               "object or a JSON file, e.g. '{\"score\": [[1, 64], [8, 256]], \"max_iters\": 10}'.")
 @click.option("--no-progress", is_flag=True, help="No progress display (warnings still print).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: the profile's name, path, seconds taken and runtime summary as one JSON object.")
 def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
-                      cache_dir, grid_json, no_progress):
+                      cache_dir, grid_json, no_progress, fmt):
     """Measure this machine's costs and write a calibration profile."""
     if gpu_name and device == "cpu":
         raise click.UsageError("--gpu and --device cpu contradict each other; give one")
@@ -112,6 +114,12 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
         raise click.exceptions.Exit(130)
     finally:
         signal.signal(signal.SIGTERM, old)
+    if fmt == "json":
+        from calibrate.report import runtime_json
+
+        click.echo(json.dumps({"profile": profile["name"], "path": profile["_path"],
+                               "seconds": time.perf_counter() - t0, "runtimes": runtime_json(profile)}))
+        return
     click.echo(runtime_table(profile))
     click.echo("")
     click.echo(fit_table(profile))
