@@ -20,8 +20,7 @@ import json
 import os
 import signal
 import time
-import types
-from typing import Annotated, Literal, Union, get_args, get_origin
+from typing import Literal, get_args, get_origin
 
 import yaml
 from click.testing import CliRunner
@@ -30,6 +29,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from rlhfsim.cli import main
+from rlhfsim.plan.paths import _flatten
 from rlhfsim.scenario.schema import Scenario
 
 EXAMPLES = int(os.environ.get("RLHFSIM_PROPERTY_EXAMPLES", "1000"))  # fewer only for sizing it locally
@@ -49,15 +49,6 @@ BASE = {
     "steps": 2,
     "warmup_steps": 0,
 }
-
-
-def _flatten(tp):
-    origin = get_origin(tp)
-    if origin is Annotated:
-        return _flatten(get_args(tp)[0])
-    if origin is Union or origin is types.UnionType:
-        return [m for a in get_args(tp) for m in _flatten(a)]
-    return [tp]
 
 
 def schema_paths(model: type[BaseModel] = Scenario, prefix: tuple = (), depth: int = 0) -> list[tuple]:
