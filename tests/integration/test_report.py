@@ -61,7 +61,7 @@ def test_run_report_renders_in_chromium(tmp_path):
     sections = [s for s in run_sections(run) if s.figure is not None]
     dom, stderr = dump_dom(out, tmp_path / "chromium")
     assert not _js_errors(stderr)
-    assert dom.count('class="plot-container plotly"') == len(sections) == 6
+    assert dom.count('class="plot-container plotly"') == len(sections) == 7
     assert dom.count('class="main-svg"') >= 2 * len(sections)
     for i, section in enumerate(sections):
         fig_dom = _figure_dom(dom, i)
