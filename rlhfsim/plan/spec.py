@@ -13,7 +13,7 @@ Special values:
   ``placement``: a mapping (``{kind: colocated}``), ``colocated``, or ``"N+M"`` (OPPO's ``7+1``):
       dedicated_reward with M reward GPUs, infeasible unless N + M equals the cluster's GPUs. A
       placement without ``tp:`` keeps the ``tp`` block it replaces.
-  ``schedule.kind``: sync, oppo, oppo-intra, oppo-inter, partial, async: the block
+  ``schedule.kind``: a variant name of ``rlhfsim.sim.schedules.VARIANTS`` (the registry's): the block
       ``rlhfsim.sim.run.variant`` builds from the base scenario (``partial``: a token budget of the
       base's max_response_tokens / 4; sweep ``schedule.token_budget`` to change it).
 Axes are applied shallowest first, so ``schedule.intra.chunk_tokens`` refines the block that a

@@ -58,3 +58,42 @@ def test_no_source_file_restates_the_schedule_names():
                 if sum(bool(re.search(QUOTE + n + QUOTE, line)) for n in names) >= 3:
                     offenders.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_a_schedule_can_override_the_post_generation_pipeline():
+    """``Schedule.after_generation`` is the pipeline the step runs: a schedule overriding it to run the
+    reward, reference and critic passes at once (verl overlaps them when they sit on different pools)
+    shortens the step when those roles have pools of their own, and keeps every row trained once."""
+    import simpy
+
+    from conftest import make_dict
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.scenario import build_setup, load_scenario
+    from rlhfsim.sim import stages
+    from rlhfsim.sim.simulation import Simulation
+
+    class OverlappedPasses(SCHEDULES["sync"]):
+        def after_generation(self, step, rows, streamed=()):
+            sim = self.sim
+            env, s = sim.env, sim.setup
+            rows = sorted(rows, key=lambda r: r.id)
+            passes = [env.process(stages.forward_pass(env, sim, step, role, rows))
+                      for role in ("reward", "reference", "critic") if role in s.shapes]
+            yield simpy.AllOf(env, passes)
+            trains = [env.process(stages.train(env, sim, step, r, rows)) for r in ("actor", "critic") if r in s.shapes]
+            yield simpy.AllOf(env, trains)
+            yield from stages.weight_sync(env, sim, step)
+
+    d = make_dict("gpu", {"cluster": {"gpus_per_node": 8}}, schedule="sync")
+    d["placement"] = {"kind": "pools", "pools": [
+        {"name": "train", "gpus": 4, "roles": ["actor", "critic", "rollout"]}, {"name": "ref", "gpus": 2, "roles": ["reference"]},
+        {"name": "rm", "gpus": 2, "roles": ["reward"]}]}
+    setup = build_setup(load_scenario(d))
+    runs = {}
+    for name, cls in (("sync", SCHEDULES["sync"]), ("overlapped", OverlappedPasses)):
+        sim = Simulation(setup, CostModel.load(setup.gpu))
+        sim.schedule = cls(sim, setup.scenario.schedule)
+        runs[name] = sim.run(3)
+    for a, b in zip(runs["sync"], runs["overlapped"]):
+        assert sorted(a.trained_ids) == sorted(b.trained_ids)
+        assert b.step_time_s < a.step_time_s
