@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from rlhfsim.contracts import PHASE_COLUMNS
+from rlhfsim.contracts import PHASE_COLUMNS, PHASES
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.files import write_atomic
 from rlhfsim.hardware.catalog import GPUS

@@ -143,7 +143,7 @@ def test_device_defaults_to_cpu_as_in_validate():
     from calibrate.validate import validate_command
 
     for cmd in (calibrate_command, validate_command):
-        res = CliRunner().invoke(cmd, ["-h"], help_option_names=["-h", "--help"])
+        res = CliRunner().invoke(cmd, ["--help"])
         assert res.exit_code == 0 and "default: cpu" in " ".join(res.output.split()), res.output
 
 

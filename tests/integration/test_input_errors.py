@@ -123,7 +123,8 @@ def test_set_overrides_and_errors(tmp_path):
     one_error(run_cli("simulate", p, "--set", "workload.prompts_per_step=-1"), "workload.prompts_per_step")
 
 
-@pytest.mark.parametrize("command", ["simulate", "plan", "report", "schema", "models", "gpus", "lengths"])
+@pytest.mark.parametrize("command", ["simulate", "plan", "report", "schema", "models", "gpus", "lengths", "calibrate",
+                                     "validate", "runtimes"])
 def test_short_help_everywhere(command):
     r = run_cli(command, "-h")
     assert r.returncode == 0 and "Usage:" in r.stdout, r.stderr
