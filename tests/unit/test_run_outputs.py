@@ -108,3 +108,14 @@ def test_gpu_utilization_over_time(result, tmp_path):
             end = max(end, b)
         assert row.sum() * width == pytest.approx(total, rel=1e-6, abs=1e-9)
     assert len(gpu_utilization_figure(run.intervals, run.summary["pools"]).data) == 1
+
+
+def test_out_means_a_directory_and_older_file_paths_still_work(tmp_path):
+    from rlhfsim.files import out_path
+
+    assert out_path(None, C.PROFILE_FILE) is None
+    assert out_path(tmp_path / "runs", C.PROFILE_FILE) == tmp_path / "runs" / "profile.json"
+    assert out_path(tmp_path / "h200.json", C.PROFILE_FILE) == tmp_path / "h200.json"       # older usage
+    assert out_path(tmp_path / "r.html", C.REPORT_FILE) == tmp_path / "r.html"
+    (tmp_path / "d.json").mkdir()  # an existing directory that happens to end in .json is a directory
+    assert out_path(tmp_path / "d.json", C.VALIDATION_FILE) == tmp_path / "d.json" / "validation.json"
