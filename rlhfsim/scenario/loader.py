@@ -29,6 +29,7 @@ def deep_merge(base: dict, over: dict) -> dict:
 MAX_DEPTH = 32          # levels of nesting a scenario document may have (the schema needs 8)
 MAX_NODES = 100_000     # values (mappings, lists, scalars) counted with YAML aliases expanded
 MAX_ERRORS = 20         # validation errors reported at once
+MAX_BYTES = 16 << 20    # a scenario, plan or mixin file (the bundled ones are a few kB)
 
 
 def check_document(doc: Any, name: str) -> None:
@@ -63,6 +64,12 @@ def read_yaml(path: Path, what: str = "scenario") -> dict:
         raise ScenarioError("", f"{what}: expected a readable file name, got {str(path)!r} ({e})") from None
     if not found:
         raise ScenarioError("", f"{what}: expected a YAML file, got {str(path)!r} (no such file)")
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ScenarioError("", f"{what}: expected a readable file, got {str(path)!r} ({e.strerror})") from None
+    if size > MAX_BYTES:
+        raise ScenarioError("", f"{path.name}: expected a YAML file of at most {MAX_BYTES >> 20} MiB, got {size:,} bytes")
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
