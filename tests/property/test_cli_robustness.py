@@ -5,8 +5,9 @@ Two generators, half the examples each:
 
 - schema mutations: a small valid CPU scenario with 1 to 4 fields set to random values, the fields drawn
   from every path the schema has (``schema_paths``: every block, every kind of every union, every
-  registered schedule's config), the values from a mix of right and wrong types, bounds and near-limit
-  numbers (1e308, 2**63, inf, nan, -0.0), strings with NUL bytes and odd unicode;
+  registered schedule's config), the values half plausible (right type, in or near the bounds: many
+  such scenarios validate and simulate) and half hostile (wrong types, near-limit numbers 1e308, 2**63,
+  inf, nan, -0.0, strings with NUL bytes and odd unicode);
 - text corruption: the same scenario as YAML text with 1 to 3 random edits (a character deleted,
   inserted or replaced, a line duplicated or dropped, the text cut short, control bytes).
 
@@ -114,6 +115,16 @@ VALUES = st.one_of(
 )
 
 
+# Values of the right type, in or near the bounds, so that many mutated scenarios validate and reach the
+# simulator (or its work limit) rather than stopping at the schema.
+PLAUSIBLE = st.one_of(
+    st.booleans(), st.sampled_from([0, 1, 2, 3, 4, 7, 16, 64, 100, 1000, 4096, 10**6]),
+    st.sampled_from([0.0, 1e-9, 0.01, 0.5, 0.9, 1.0, 2.5, 100.0, 1e6]), st.sampled_from(KINDS),
+    st.sampled_from(["tiny-qwen2", "small-qwen2", "tiny-deberta", "cpu", "float32", "bfloat16", "static",
+                     "continuous", "vllm", "hf_generate", "eager"]),
+)
+
+
 def _set(doc: dict, path: tuple, value) -> None:
     node = doc
     for p in path[:-1]:
@@ -136,11 +147,25 @@ def _set(doc: dict, path: tuple, value) -> None:
         node[:] = [value]
 
 
+def _leaves(node, prefix=()) -> list[tuple]:
+    if isinstance(node, dict):
+        return [leaf for k, v in node.items() for leaf in _leaves(v, prefix + (k,))]
+    if isinstance(node, list):
+        return [leaf for i, v in enumerate(node) for leaf in _leaves(v, prefix + (i,))]
+    return [(prefix, node)]
+
+
 @st.composite
 def mutated(draw):
     doc = json.loads(json.dumps(BASE))
     for _ in range(draw(st.integers(1, 4))):
-        _set(doc, draw(st.sampled_from(PATHS)), draw(VALUES))
+        if draw(st.booleans()):  # a field the scenario has, a value of its own type
+            path, old = draw(st.sampled_from(_leaves(doc)))
+            same = {bool: st.booleans(), int: st.sampled_from([0, 1, 2, 3, 4, 8, 16, 64, 512, 4096, 10**6]),
+                    float: st.sampled_from([0.0, 1e-6, 0.5, 1.0, 3.0, 50.0, 1e4])}.get(type(old), PLAUSIBLE)
+            _set(doc, path, draw(same))
+        else:  # any field of the schema, any value
+            _set(doc, draw(st.sampled_from(PATHS)), draw(st.one_of(PLAUSIBLE, VALUES)))
     return yaml.safe_dump(doc, allow_unicode=True)
 
 
@@ -202,6 +227,9 @@ def test_generated_scenarios_never_trace_back(text, tmp_path_factory):
         STATS["exit2"] += 1
         lines = r.stderr.strip().splitlines()
         assert lines and all(line.startswith("error: ") for line in lines), r.stderr
+        kind = ("work limit" if "work limit" in lines[0] else "yaml" if "YAML" in lines[0] or "UTF-8" in lines[0]
+                else "scenario")
+        STATS[kind] = STATS.get(kind, 0) + 1
 
 
 def test_report_counts():
