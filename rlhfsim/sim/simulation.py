@@ -19,7 +19,6 @@ from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
 
 
-
 class Simulation:
     """One simulated training run of ``steps`` steps of a scenario under its schedule."""
 
