@@ -20,7 +20,8 @@ are stated in each module's docstring; in short:
   B * g) are carried, with their tokens, and with their KV slots when keep_kv.
 """
 
-from calibrate.executor.config import PHASES, ExecConfig, StepResult
+from calibrate.executor.config import ExecConfig, StepResult
+from rlhfsim.contracts import PHASES  # the executor times the simulator's phases
 from calibrate.executor.run import RoundRobin, run_interleaved, run_steps
 
 __all__ = ["ExecConfig", "StepResult", "RoundRobin", "run_interleaved", "run_steps", "PHASES"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlhfsim.contracts import PHASES  # noqa: F401 (the executor's phases are the simulator's)
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.models.catalog import ModelShape
 
