@@ -10,7 +10,8 @@ Work units (about one Python-level operation of the simulator each, a few micros
 
     work = steps x (generation + forward passes + training + schedule)
 
-Rollouts in flight come from the schedule (``Schedule.in_flight``: B, or B + delta x group for OPPO).
+Rollouts in flight come from the schedule (``Schedule.in_flight``: B, or B + delta x group for OPPO);
+more than ``MAX_IN_FLIGHT`` at once is refused too (memory: each holds a few hundred bytes).
 ``DEFAULT_MAX_WORK`` is a few minutes on one core (oppo.yaml runs at about 500,000 units/s); ``--max-work`` raises it (0: no limit).
 """
 
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from rlhfsim.errors import ScenarioError
 
 DEFAULT_MAX_WORK = 100_000_000
+# Rollouts in flight at once, a memory bound (about 650 bytes each, measured; 1,000,000 is under 1 GB).
+MAX_IN_FLIGHT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class WorkEstimate:
 
     steps: int
     parts: dict  # name -> (units per step, field that scales it)
+    in_flight: int = 0
+    in_flight_field: str = "workload.prompts_per_step"
 
     @property
     def total(self) -> float:
@@ -56,12 +61,16 @@ def estimate_work(setup, steps: int | None = None) -> WorkEstimate:
                      "algorithm.ppo_epochs" if sc.algorithm.ppo_epochs > 1 else "workload.prompts_per_step"),
         "schedule": (float(cls.work_per_step(sc.schedule, setup)), cls.WORK_FIELD),
     }
-    return WorkEstimate(steps or sc.steps, parts)
+    return WorkEstimate(steps or sc.steps, parts, flight, cls.FLIGHT_FIELD if flight > B else "workload.prompts_per_step")
 
 
 def check_work(setup, steps: int | None = None, max_work: float | None = DEFAULT_MAX_WORK) -> WorkEstimate:
     """Raise ScenarioError if the run's estimated work exceeds ``max_work`` (None or 0: no limit)."""
     est = estimate_work(setup, steps)
+    if max_work and est.in_flight > MAX_IN_FLIGHT:
+        raise ScenarioError(est.in_flight_field, (
+            f"expected at most {MAX_IN_FLIGHT:,} rollouts in flight (a memory bound, about 650 bytes each), got "
+            f"{est.in_flight:,}; lower {est.in_flight_field}, or pass --max-work 0 to lift every limit"))
     if max_work and est.total > max_work:
         field = est.dominant_field()
         per_step = ", ".join(f"{k} {u:,.0f}" for k, (u, _) in est.parts.items() if u)

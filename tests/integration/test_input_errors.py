@@ -56,7 +56,9 @@ CASES = {
     "ppo-epochs": ({"algorithm": {"ppo_epochs": 1_000_000_000_000}}, "algorithm.ppo_epochs", "<= 1000"),
     "inter-delta": ({"schedule": {"kind": "oppo", "inter": {"delta": 1_000_000_000_000}}}, "schedule.inter.delta", "<= 1000000"),
     "overhead-inf": ({"generation": {"step_overhead_s": float("inf")}}, "generation.step_overhead_s", "finite"),
-    "work-limit": ({"schedule": {"kind": "oppo", "inter": {"delta": 1_000_000}}, "steps": 100_000}, "schedule.inter.delta", "work limit"),
+    "work-limit": ({"schedule": {"kind": "oppo", "inter": {"delta": 100_000}}, "steps": 100_000}, "schedule.inter.delta", "work limit"),
+    "in-flight": ({"schedule": {"kind": "oppo", "inter": {"delta": 1_000_000}}}, "schedule.inter.delta", "rollouts in flight"),
+    "epochs-work": ({"algorithm": {"ppo_epochs": 1000}, "steps": 100_000}, "algorithm.ppo_epochs", "work limit"),
 }
 
 
