@@ -20,6 +20,7 @@ from collections import deque
 
 import simpy
 
+from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.models.catalog import DTYPE_BYTES
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout
@@ -124,12 +125,16 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
 
 def weight_sync(env, sim, step: int):
     """Process: the trained actor's weights reach the generation engine: a copy through device memory
-    when it shares the actor's pool (read + write), a broadcast over the interconnect when separate."""
+    when it shares the actor's pool (read + write), a broadcast over the interconnect when separate.
+    Nothing to copy when the runtime generates with the trained model itself on its own pool
+    (``SHARES_TRAINING_WEIGHTS``: HF ``generate()`` as TRL calls it): a zero-length phase."""
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
     nbytes = model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"]
-    if a is r:
+    if a is r and s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS:
+        t = 0.0
+    elif a is r:
         t = 2 * nbytes / (s.gpu.mem_bw * sim.cost.ops["prefill"].memory_eff)
     else:
         t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes)
