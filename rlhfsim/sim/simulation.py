@@ -197,7 +197,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "step_time_p90_s": float(np.percentile(times, 90)),
         "phases_s": phases,
         "verl_timing": verl_timing(phases, float(times.mean())),
-        "step_costs": sim.cost.step_costs(),
+        "step_costs": {k: v for k, v in sim.cost.step_costs().items() if k in stages.step_scalars_used(s)},
         "gpu_utilization": busy,
         "gpu_busy": dict(busy),
         "gpu_active": active,

@@ -128,6 +128,26 @@ def _offload_s(sim, role: str, phase: str, calls: int = 1) -> float:
     return sim.cost.host_copy_s(n_bytes)
 
 
+def step_scalars_used(s) -> tuple[str, ...]:
+    """The profile's step scalars (``rlhfsim.costs.stepcosts``) that price this scenario's step."""
+    ex = s.scenario.execution
+    used = []
+    if _framework_calls(s):
+        used += ["microbatch_forward_s", "microbatch_train_s"]
+    if ex.gradient_checkpointing:
+        used.append("checkpoint_extra_frac")
+    off = ex.offload
+    if any(getattr(getattr(off, r), f) for r in ("actor", "critic") for f in ("param", "grad", "optimizer")) or off.reference.param:
+        used.append("host_copy_eff")
+    if ex.weight_sync.kind == "reshard":
+        used.append("reshard_eff")
+        if s.pool_of("actor") is s.pool_of("rollout"):
+            used += ["kv_realloc_s", "kv_realloc_s_per_gib"]
+    if ex.advantage.enabled:
+        used += ["adv_per_token_s", "adv_per_position_s" if "critic" in s.shapes else "adv_per_row_s"]
+    return tuple(used)
+
+
 def advantage(env, sim, step: int, rows: list[Rollout]):
     """Process: advantage computation on the driver's CPU (``CostModel.advantage_s``; GAE when a critic
     gives values), recorded as phase ``adv`` on the pseudo-pool ``cpu`` (no GPU works meanwhile)."""
