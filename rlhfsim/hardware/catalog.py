@@ -54,6 +54,10 @@ GPUS: dict[str, GpuSpec] = {
         _gpu("a100-80gb", 312, 19.5, 2039, 80 * GiB, 300, 25, 2.20, 32),
         _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50, 64),
         _gpu("h200", 989, 67, 4800, 141 * GB, 450, 50, 4.50, 64),
+        # GH200 Grace Hopper (NVIDIA GH200 datasheet, the 96 GB HBM3 part): H100's tensor cores, 4 TB/s HBM3,
+        # NVLink 900 GB/s and NVLink-C2C 900 GB/s to Grace memory (both directions together); inter-node: one
+        # 200 Gb/s NIC per GPU. No public per-GPU-hour price: h100-sxm's is used.
+        _gpu("gh200", 989, 67, 4000, 96 * GB, 450, 25, 3.50, 450),
         _gpu("l40s", 362, 91.6, 864, 48 * GB, 32, 12.5, 1.20, 32),
         # Generic 2-core AVX2 CPU at ~3 GHz: 2 cores x 32 fp32 FLOP/cycle; bf16 has no native matmul
         # units there, so its peak is taken as fp32's. Its "host link" is a copy within host memory,

@@ -173,8 +173,8 @@ def _args_after(toks: list[str], env: dict[str, str]) -> list[str]:
     for t in toks:
         if t in _STOP or t.startswith((">", "2>", "1>")):
             break
-        if t in ("$@", "${@}", "$*"):
-            continue
+        if t in ("$@", "$*") or t.startswith(("${@", "${*")):
+            continue  # the script's own arguments (none when imported)
         out.append(_expand(t, env))
     return out
 

@@ -107,7 +107,7 @@ NO_COST: list[tuple[str, str]] = [
     (r"^ray_init\.|^ray_kwargs\.|^hydra\.|^global_profiler\.|\.profiler\.|^trainer\.npu_profile", "launcher or profiler"),
     (r"^custom_reward_function\.|reward_manager|^reward_model\.reward_kwargs|launch_reward_fn_async",
      "reward function (priced as the rule reward's CPU cost)"),
-    (r"val_kwargs\.", "validation sampling (not part of a training step)"),
+    (r"val_kwargs\.|n_val$|val_temperature$|^trainer\.val_", "validation sampling (not part of a training step)"),
     (r"(^|\.)model\.(external_lib|override_config.*|trust_remote_code|custom_chat_template|tokenizer_path|use_shm|"
      r"hf_config_path)$", "model loading"),
     (r"checkpoint\.|\.seed$|full_determinism|data_loader_seed|\.shuffle$", "run bookkeeping"),
@@ -147,6 +147,11 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"^algorithm\.use_pf_ppo|^algorithm\.pf_ppo", "prioritized replay (not modelled)"),
     (r"critic\.ppo_epochs|critic\.ppo_mini_batch_size", "critic epochs/minibatch differing from the actor's (one value in the scenario)"),
 ]
+
+# rollout.name -> (generation.engine, generation.runtime); sglang_async is verl 0.3's multi-turn SGLang engine.
+ENGINES = {"vllm": ("continuous", "vllm"), "sglang": ("continuous", "sglang"), "sglang_async": ("continuous", "sglang"),
+           "hf": ("static", "hf_generate")}
+STANDARD_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
 
 CRITIC_FREE = {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
                "grpo_passk", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "drgrpo"}
@@ -209,7 +214,7 @@ def classify(key: str) -> tuple[str, str]:
     if key in ("config-path", "config-dir"):
         return "no_cost", "where Hydra finds the config"
     if key == "config-name":
-        return "mapped", "placement.tp (ppo_megatron_trainer: Megatron strategy)"
+        return "mapped", "the base config (ppo_trainer; ppo_megatron_trainer: Megatron strategy)"
     for pat, why in UNMAPPED:
         if re.search(pat, key):
             return "unmapped", why
@@ -241,8 +246,13 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
                 raise ImportError_(f"{k}: expected a value, got the unset shell variable {var} "
                                    f"(define it in the script or pass --set {k}=VALUE)")
             cfg[k] = parse_scalar(v)
-    if cfg.get("config-name") == "ppo_megatron_trainer":
+    base = str(cfg.get("config-name", "ppo_trainer")).removesuffix(".yaml")
+    if base == "ppo_megatron_trainer":
         cfg[f"{AR}.actor.strategy"] = "megatron"
+    elif base not in STANDARD_CONFIGS:
+        res.settings = [s for s in res.settings if s.key != "config-name"]
+        res.settings.append(Setting("config-name", base, "unmapped", "a config file of its own: only the launch's overrides are "
+                                    "read, not that file's settings (the rest take verl's defaults)"))
     left = sorted(k for k in DEFAULTS if k not in seen and not k.startswith(("critic.", "reward_model.")))
     res.assumptions.append(f"verl defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
                            + ", ".join(f"{k.removeprefix(AR + '.')}={DEFAULTS[k]}" for k in left))
@@ -343,9 +353,9 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         placement = {"kind": "colocated", "tp": tp}
 
     name = str(cfg[f"{AR}.rollout.name"])
-    engine = {"vllm": ("continuous", "vllm"), "sglang": ("continuous", "sglang"), "hf": ("static", "hf_generate")}.get(name)
+    engine = ENGINES.get(name)
     if engine is None:
-        raise ImportError_(f"{AR}.rollout.name: expected vllm, sglang or hf, got {name!r}")
+        raise ImportError_(f"{AR}.rollout.name: expected one of {', '.join(ENGINES)}, got {name!r}")
     if f"{AR}.rollout.name" not in seen:
         a.append("rollout.name not set: vllm")
 
