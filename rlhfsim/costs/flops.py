@@ -155,3 +155,23 @@ def tp_allreduce_bytes(m: ModelShape, dtype: str, n_tokens: float, tp: int, pass
     if tp <= 1:
         return 0.0
     return passes * 2 * m.layers * allreduce_bytes(n_tokens * m.hidden * DTYPE_BYTES[dtype], tp)
+
+
+def sequence_parallel(w: Work, weight_bytes: float, sp: int) -> Work:
+    """One GPU's share of ``w`` under Ulysses sequence parallelism over ``sp`` GPUs: each holds 1/sp of
+    every sequence's tokens (and, inside attention, 1/sp of the heads over the whole sequence), so FLOPs,
+    activation, KV and logit bytes divide by sp; the weights (FSDP gathers them whole on every GPU) are
+    read in full by each: F / sp, W_bytes + (B - W_bytes) / sp. ``weight_bytes``: the weight traffic
+    inside ``w`` (P b for a forward, 3 P b for training)."""
+    if sp <= 1:
+        return w
+    return Work(w.flops / sp, weight_bytes + (w.bytes - weight_bytes) / sp, w.comm_bytes, w.layers)
+
+
+def ulysses_bytes(m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: int = 1) -> float:
+    """Bytes each GPU sends in Ulysses' all-to-alls: four per layer per pass (q, k, v in, the attention
+    output back), each of its n / sp tokens x h elements, (sp - 1) / sp of it leaving the GPU (k and v are
+    priced at h wide too: an upper bound under grouped-query attention)."""
+    if sp <= 1:
+        return 0.0
+    return passes * 4 * m.layers * (n_tokens / sp) * m.hidden * DTYPE_BYTES[dtype] * (sp - 1) / sp

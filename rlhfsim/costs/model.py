@@ -167,6 +167,16 @@ class _Forward:
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
         return total + comm, active + comm
 
+    def parts_sp(self, n_tokens, n_seqs, logits_tokens, attn_pairs, sp: int):
+        """``parts`` of one GPU of a Ulysses group of ``sp`` (``flops.sequence_parallel``), plus the
+        group's all-to-alls (``CostModel._ulysses_comm_s``)."""
+        w = fl.sequence_parallel(self.shape.forward(n_tokens, n_seqs, 0.0, logits_tokens, attn_pairs),
+                                 self.shape.weight_bytes, sp)
+        total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens / sp, self.tp) + \
+            self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
+        return total + comm, active + comm
+
 
 class _Decode:
     """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
@@ -293,6 +303,13 @@ class CostModel:
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
         return nbytes / self.link_bw() + 2 * m.layers * passes * LINK_LATENCY_S
 
+    def _ulysses_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: int = 1) -> float:
+        """Ulysses' all-to-alls within a node: ``flops.ulysses_bytes`` over the link, 10 us per call
+        (4 per layer per pass)."""
+        if sp <= 1:
+            return 0.0
+        return fl.ulysses_bytes(m, dtype, n_tokens, sp, passes) / self.link_bw() + 4 * m.layers * passes * LINK_LATENCY_S
+
     # -- operations ----------------------------------------------------------------------------------
     def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                   cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
@@ -308,14 +325,18 @@ class CostModel:
     def forward_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                       cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                       head: str = "value", all_logits: bool = False,
-                      gen_runtime: str | None = None, attn_pairs: float | None = None) -> tuple[float, float]:
+                      gen_runtime: str | None = None, attn_pairs: float | None = None,
+                      sp: int = 1) -> tuple[float, float]:
         """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``). ``attn_pairs``: attention's
-        (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``)."""
+        (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU of a
+        Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        return self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
-            n_tokens, n_seqs, cached_tokens, logits, attn_pairs)
+        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime)
+        if sp > 1:
+            return k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp)
+        return k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs)
 
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
                            cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
@@ -379,8 +400,9 @@ class CostModel:
         return self.train_parts(m, dtype, n_tokens, n_seqs, tp, head)[0]
 
     def train_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                    head: str = "lm", attn_pairs: float | None = None) -> tuple[float, float]:
-        """(total_s, active_s) of ``train_s`` (``attn_pairs``: rows packed without padding)."""
+                    head: str = "lm", attn_pairs: float | None = None, sp: int = 1) -> tuple[float, float]:
+        """(total_s, active_s) of ``train_s`` (``attn_pairs``: rows packed without padding; ``sp``: one GPU
+        of a Ulysses group, its all-to-alls in the forward and again in the backward)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         key = (m, dtype, head)
@@ -388,8 +410,13 @@ class CostModel:
         if shape is None:
             shape = self._shapes[key] = fl.ShapeCoeffs.of(m, dtype, head)
         w = shape.train(n_tokens, n_seqs, attn_pairs)
+        if sp > 1:
+            w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
         total, active = roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
-        comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
+        if sp > 1:
+            comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
+        else:
+            comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
         return total + comm, active + comm
 
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",

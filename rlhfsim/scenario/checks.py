@@ -25,6 +25,7 @@ from rlhfsim.scenario.schema import Colocated, CustomPlacement, DedicatedReward,
 from rlhfsim.workload.lengths import Sampler, sampler_for, trace_for
 
 TRAINED = ("actor", "critic")
+SEQUENCE_PARALLEL = ("actor", "critic", "reference")  # roles execution.ulysses_sequence_parallel_size applies to
 OPTIMIZER_BYTES_PER_PARAM = 14  # bf16 gradient (2) + fp32 master weight (4) + Adam m, v (4 + 4)
 
 
@@ -167,6 +168,14 @@ def build_setup(sc: Scenario) -> Setup:
             raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {pool.gpus} GPUs of pool {pool.name!r}, got {t}")
         if t > sc.cluster.gpus_per_node:
             raise ScenarioError(f"placement.tp.{r}", f"expected TP within one node (<= {sc.cluster.gpus_per_node}), got {t}")
+    sp = sc.execution.ulysses_sequence_parallel_size
+    for r in SEQUENCE_PARALLEL:
+        if sp > 1 and r in role_pool:
+            pool, g = pools[role_pool[r]], tp[r] * sp
+            if pool.gpus % g or g > sc.cluster.gpus_per_node:
+                raise ScenarioError("execution.ulysses_sequence_parallel_size", (
+                    f"expected TP x sp ({tp[r]} x {sp}) to divide the {pool.gpus} GPUs of pool {pool.name!r} "
+                    f"({r}) within one node of {sc.cluster.gpus_per_node}, got {sp}"))
 
     # Memory: weights of every model on the pool, optimizer state of trained ones, one sequence of KV.
     w = sc.workload

@@ -252,6 +252,8 @@ class Execution(Frozen):
     gradient_checkpointing: bool = Field(False, description="Activation recomputation in training: one more forward per training piece, priced as the profile's checkpoint_extra_frac of the piece's train time (verl: enable_gradient_checkpointing).")
     offload: Offload = Offload()
     weight_sync: WeightSync = WeightSync()
+    ulysses_sequence_parallel_size: PositiveInt = Field(
+        1, description="Ulysses sequence parallelism of the actor, critic and reference (verl: ulysses_sequence_parallel_size): groups of this many GPUs of a pool share every piece, each holding 1/sp of its tokens, with four all-to-alls per layer per pass; data-parallel ranks are pool GPUs / (TP x sp) and token budgets cover a group (x sp). Within one node.")
 
 
 # --- schedules ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections import deque
 import simpy
 
 from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
+from rlhfsim.scenario.checks import SEQUENCE_PARALLEL
 from rlhfsim.models.catalog import DTYPE_BYTES
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.engines.clock import wait_until
@@ -52,8 +53,10 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
         return
     s = sim.setup
     n_rep, tp = _replicas(sim, role)
+    sp = _sp(s, role)
+    n_rep, width = max(n_rep // sp, 1), tp * sp  # a Ulysses group of sp x TP GPUs per replica
     pool = s.pool_of(role)
-    size, budget, packed = _forward_cuts(s)
+    size, budget, packed = _forward_cuts(s, sp)
     model, dtype = s.shapes[role], s.dtypes[role]
     per_call_s = sim.cost.step_scalar("microbatch_forward_s") if _framework_calls(s) else 0.0
     phase = phase or ROLE_PHASE[role]
@@ -68,14 +71,14 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
             for p in calls:
                 total, kernel = sim.cost.forward_parts(model, dtype, p.tokens, p.rows, tp, op="prefill",
                                                        runtime=sim.forward_runtime(role), head=s.head(role),
-                                                       all_logits=True, attn_pairs=p.attn_pairs)
+                                                       all_logits=True, attn_pairs=p.attn_pairs, sp=sp)
                 t += total + per_call_s
                 active += kernel
             if mine:
                 t += _offload_s(sim, role, "forward", len(calls))
             durs.append(t)
             if t > 0:
-                sim.rec.busy(step, pool.name, k * tp, tp, role, phase, start, start + t, active_s=active)
+                sim.rec.busy(step, pool.name, k * width, width, role, phase, start, start + t, active_s=active)
         yield env.timeout(max(durs))
 
 
@@ -86,18 +89,24 @@ def _framework_calls(s) -> bool:
             or m.use_dynamic_bsz or m.use_remove_padding)
 
 
-def _forward_cuts(s) -> tuple[int, int | None, bool]:
-    """(rows per call, token budget or None, packed) of a forward pass."""
+def _sp(s, role: str) -> int:
+    """Ulysses group size of ``role`` (1 for the reward model and the generation engine)."""
+    return s.scenario.execution.ulysses_sequence_parallel_size if role in SEQUENCE_PARALLEL else 1
+
+
+def _forward_cuts(s, sp: int = 1) -> tuple[int, int | None, bool]:
+    """(rows per call, token budget or None, packed) of a forward pass; a Ulysses group's token budget
+    is sp times the per-GPU one (verl multiplies it so)."""
     m = s.scenario.execution.micro_batch
     size = m.log_prob_micro_batch_size_per_gpu or s.scenario.generation.max_batch
     budget = (m.log_prob_max_token_len_per_gpu or m.ppo_max_token_len_per_gpu) if m.use_dynamic_bsz else None
-    return size, budget, m.use_remove_padding
+    return size, budget * sp if budget is not None else None, m.use_remove_padding
 
 
-def _train_cuts(s) -> tuple[int | None, int | None, bool]:
+def _train_cuts(s, sp: int = 1) -> tuple[int | None, int | None, bool]:
     """(rows per call or None for one call, token budget or None, packed) of training on one rank."""
     m = s.scenario.execution.micro_batch
-    budget = m.ppo_max_token_len_per_gpu if m.use_dynamic_bsz else None
+    budget = m.ppo_max_token_len_per_gpu * sp if m.use_dynamic_bsz else None
     return m.ppo_micro_batch_size_per_gpu, budget, m.use_remove_padding
 
 
@@ -190,9 +199,11 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     pool = s.pool_of(role)
     tp = s.tp[role]
     dp = max(pool.gpus // tp, 1)
+    sp = _sp(s, role)
+    ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
     model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
     phase = "actor_train" if role == "actor" else "critic_train"
-    size, budget, packed = _train_cuts(s)
+    size, budget, packed = _train_cuts(s, sp)
     per_call_s = sim.cost.step_scalar("microbatch_train_s") if _framework_calls(s) else 0.0
     ckpt = 1.0 + sim.cost.step_scalar("checkpoint_extra_frac") if ex.gradient_checkpointing else None
     with sim.locks[pool.name].request() as req:
@@ -206,11 +217,11 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
             for i in range(0, len(order), alg.minibatch_size):
                 part = order[i:i + alg.minibatch_size]
                 slowest = (0.0, 0.0)
-                for k in range(min(dp, len(part))):
-                    mine = part[k::dp]
+                for k in range(min(ranks, len(part))):
+                    mine = part[k::ranks]
                     rank = (0.0, 0.0)
                     for p in mb.pieces(mine, size, budget, packed):
-                        total, kernel = sim.cost.train_parts(model, dtype, p.tokens, p.rows, tp, head, p.attn_pairs)
+                        total, kernel = sim.cost.train_parts(model, dtype, p.tokens, p.rows, tp, head, p.attn_pairs, sp)
                         if ckpt is not None:
                             total, kernel = total * ckpt, kernel * ckpt
                         rank = (rank[0] + total + per_call_s, rank[1] + kernel)  # 0.0 + x == x: one call, as before

@@ -267,3 +267,42 @@ def test_verl_names_in_the_cli_table(tmp_path):
     doc = json.loads(res.output)
     assert doc["verl_timing"]["timing_s/old_log_prob"] == doc["phases_s"]["old_log_prob"]
     assert copy.deepcopy(doc["step_costs"])["adv_per_row_s"]["source"] == "default"
+
+
+# --- Ulysses sequence parallelism -----------------------------------------------------------------
+def test_ulysses_work_and_all_to_all_by_hand():
+    from rlhfsim.costs import flops as fl
+
+    # F / sp and the weights whole: Work(100 FLOP, 50 B of which 20 B weights) over 2 GPUs -> (50, 20 + 30/2)
+    w = fl.sequence_parallel(fl.Work(100.0, 50.0, 0.0, 2), 20.0, 2)
+    assert (w.flops, w.bytes) == (50.0, 35.0)
+    # 1,000 tokens of tiny-qwen2 in bf16 over sp = 2: 4 all-to-alls x L = 2 x 500 tokens x h = 128 x 2 B
+    # x (sp - 1)/sp = 1/2 = 512,000 B per GPU per pass
+    assert fl.ulysses_bytes(TINY, "bfloat16", 1000, 2) == 512_000
+    # on an H200: 512,000 / 315 GB/s + 4 x 2 calls x 10 us = 1.6254e-6 + 8e-5 = 8.16254e-5 s
+    cost = CostModel.load(get_gpu("h200"))
+    assert cost._ulysses_comm_s(TINY, "bfloat16", 1000, 2) == pytest.approx(8.16254e-5, rel=1e-5)
+
+
+def test_ulysses_groups_share_pieces():
+    d = make_dict("colocated", {"execution": {"ulysses_sequence_parallel_size": 2}, "steps": 2})
+    rollouts = [(64, 100)] * 64
+    setup = build_setup(load_scenario(d))
+    sim = Simulation(setup, CostModel.load(setup.gpu), rollouts=rollouts)
+    sim.run(2)
+    # 4 GPUs, reference at TP 1 in groups of 2: 2 replicas of 2 GPUs; 16 rows -> 8 each, one piece of
+    # generation.max_batch = 8 rows x 164 tokens, priced as one GPU of the group
+    want = sim.cost.forward_parts(setup.shapes["reference"], "bfloat16", 8 * 164, 8, 1, op="prefill",
+                                  runtime=sim.forward_runtime("reference"), head="lm", all_logits=True, sp=2)[0]
+    assert sim.rec.steps[1].phases_s["reference"] == pytest.approx(want, rel=1e-12)
+    ref = [iv for iv in sim.rec.intervals if iv.step == 1 and iv.phase == "reference"]
+    assert sorted((iv.gpu0, iv.n_gpus) for iv in ref) == [(0, 2), (2, 2)]
+    alone = sim.cost.forward_parts(setup.shapes["reference"], "bfloat16", 4 * 164, 4, 1, op="prefill",
+                                   runtime=sim.forward_runtime("reference"), head="lm", all_logits=True)[0]
+    assert want != alone  # not the same as 4 replicas with half the rows each
+
+
+def test_ulysses_must_divide_the_pool():
+    with pytest.raises(ScenarioError) as e:
+        build_setup(load_scenario(make_dict("gpu", {"execution": {"ulysses_sequence_parallel_size": 2}})))
+    assert str(e.value).startswith("execution.ulysses_sequence_parallel_size: expected TP x sp (1 x 2) to divide the 3 GPUs")
