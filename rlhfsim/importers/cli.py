@@ -17,6 +17,9 @@ def _options(f):
                      help="yaml: the scenario with the settings table as a header; json: scenario, settings and assumptions.")(f)
     f = click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path),
                      help="Write the scenario here (default: print it).")(f)
+    f = click.option("--execution/--no-execution", default=True, show_default=True,
+                     help="Map the framework's step mechanics (old-log-prob pass, micro-batches, packing, checkpointing, "
+                          "offload, weight resharding) into the scenario's execution block; --no-execution leaves it off.")(f)
     f = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="A setting applied after the launch's own (repeatable), e.g. for a shell variable the script leaves unset.")(f)
     f = click.option("--name", help="Scenario name (default: the launch's experiment name).")(f)
@@ -30,7 +33,8 @@ def _options(f):
     return click.argument("launch", nargs=-1, required=True)(f)
 
 
-def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_per_node, steps, name, sets, out, fmt):
+def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_per_node, steps, name, sets, execution,
+         out, fmt):
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.importers import IMPORTERS, ImportOptions, render_yaml
     from rlhfsim.scenario.loader import load_scenario
@@ -46,7 +50,7 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
     else:
         src, text, is_yaml = "command line", " ".join(launch), False
     opts = ImportOptions(gpu=gpu, mean_response_len=mean_response_len, mean_prompt_len=mean_prompt_len,
-                         steps=steps, name=name, sets=tuple(sets), gpus_per_node=gpus_per_node)
+                         steps=steps, name=name, sets=tuple(sets), gpus_per_node=gpus_per_node, execution=execution)
     res = IMPORTERS[framework](text, opts, src, is_yaml)
     load_scenario(res.scenario, base_dir=out.parent.resolve() if out else None)  # the result must load and pass checks
     doc = render_yaml(res) if fmt == "yaml" else json.dumps(res.to_json(), indent=1) + "\n"

@@ -59,7 +59,9 @@ class ImportOptions:
     """What a launch does not say. ``gpu``: hardware catalog name (a launch never names its GPU);
     ``mean_response_len`` / ``mean_prompt_len``: tokens (default: half the response cap, a quarter of
     the prompt cap); ``steps``: steps to simulate; ``sets``: extra ``key=value`` settings applied after
-    the launch's own (verl: Hydra overrides; OpenRLHF: flags without the dashes)."""
+    the launch's own (verl: Hydra overrides; OpenRLHF: flags without the dashes); ``execution``: map the
+    framework's step mechanics (micro-batches, packing, offload, ...) into the scenario's ``execution`` block
+    (false: leave it off, the simulator's plain step)."""
 
     gpu: str | None = None
     mean_response_len: float | None = None
@@ -68,6 +70,7 @@ class ImportOptions:
     name: str | None = None
     sets: tuple[str, ...] = ()
     gpus_per_node: int | None = None
+    execution: bool = True
 
 
 @dataclass
@@ -240,11 +243,11 @@ def response_length(mean: float | None, cap: int, assumptions: list[str], key: s
         assumptions.append(f"mean response length {mean:g} tokens (--mean-response-len)")
     if not 0 < mean <= cap:
         raise ImportError_(f"--mean-response-len: expected a mean in (0, {cap}] ({key}), got {mean:g}")
-    median = mean / math.exp(RESPONSE_LOG_SD ** 2 / 2)
-    p99 = median * math.exp(Z99 * RESPONSE_LOG_SD)
+    median = round(mean / math.exp(RESPONSE_LOG_SD ** 2 / 2), 1)
+    p99 = round(median * math.exp(Z99 * RESPONSE_LOG_SD), 1)
     assumptions.append(f"response lengths lognormal (log-sd {RESPONSE_LOG_SD}: median {median:.0f}, p99 {p99:.0f}), "
                        f"cut at {cap}")
-    return {"kind": "lognormal", "median": round(median, 1), "p99": round(p99, 1)}
+    return {"kind": "lognormal", "median": median, "p99": p99}
 
 
 def prompt_length(mean: float | None, cap: int, assumptions: list[str], key: str) -> dict:

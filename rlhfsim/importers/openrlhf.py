@@ -48,7 +48,8 @@ DEFAULTS: dict[str, object] = {
     "colocate_actor_ref": False, "colocate_critic_reward": False, "colocate_all_models": False,
     "rollout_batch_size": 1024, "n_samples_per_prompt": 1, "train_batch_size": 128, "max_epochs": 1,
     "prompt_max_len": 1024, "generate_max_len": 1024, "advantage_estimator": "gae", "init_kl_coef": 0.01,
-    "bf16": False,
+    "bf16": False, "micro_train_batch_size": 1, "micro_rollout_batch_size": 1, "packing_samples": False,
+    "use_dynamic_batch": False, "gradient_checkpointing": False, "adam_offload": False, "ref_reward_offload": False,
 }
 DEFAULTS_RELEASE = "OpenRLHF train_ppo_ray.py argument defaults"
 
@@ -72,6 +73,14 @@ MAPPED = {
     "colocate_critic_reward": "placement: critic and reward share a pool",
     "colocate_all_models": "placement: colocated",
     "bf16": "models.*.dtype",
+    "micro_train_batch_size": "execution.micro_batch.ppo_micro_batch_size_per_gpu",
+    "micro_rollout_batch_size": "execution.micro_batch.log_prob_micro_batch_size_per_gpu",
+    "packing_samples": "execution.micro_batch.use_remove_padding",
+    "use_dynamic_batch": "execution.micro_batch.use_dynamic_bsz",
+    "max_tokens_per_gpu": "execution.micro_batch.ppo_max_token_len_per_gpu",
+    "gradient_checkpointing": "execution.gradient_checkpointing",
+    "adam_offload": "execution.offload.actor.optimizer (and the critic's)",
+    "ref_reward_offload": "execution.offload.reference.param",
     **{f"{r}_{k}": f"placement: the {r} pool" for r in ("actor", "critic", "ref", "reward")
        for k in ("num_nodes", "num_gpus_per_node")},
 }
@@ -91,11 +100,7 @@ NO_COST = [
 ]
 
 UNMAPPED = [
-    (r"micro_train_batch_size|micro_rollout_batch_size|use_dynamic_batch|max_tokens_per_gpu",
-     "micro-batch size (no scenario field)"),
-    (r"packing_samples", "sequence packing (no scenario field; training is priced padded)"),
-    (r"gradient_checkpointing", "activation recomputation (no scenario field)"),
-    (r"adam_offload|ref_reward_offload|offload", "host offload (no scenario field)"),
+    (r"offload", "host offload of another kind (not read)"),
     (r"zero_stage", "DeepSpeed ZeRO stage (the model shards optimizer state over the pool)"),
     (r"lora", "LoRA adapters (not modelled)"),
     (r"enforce_eager", "vLLM without CUDA graphs decodes slower (the runtime's costs assume graphs)"),
@@ -267,8 +272,34 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         raise ImportError_(f"--vllm_gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
     from rlhfsim.importers.verl import kv_fraction
 
+    if opts.execution:
+        scenario["execution"] = _execution(cfg, models, placement["kind"] == "colocated", a)
     scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
     return scenario
+
+
+def _execution(cfg: dict, models: dict, colocated: bool, a: list[str]) -> dict:
+    """OpenRLHF's step mechanics: the actor's log-prob pass in make_experience, advantages, micro-batches
+    (its micro sizes are per GPU), packing, checkpointing, Adam and reference offload, and the weight sync
+    (a broadcast to the vLLM engines; resharding into them under --colocate_all_models)."""
+    mb = {"ppo_micro_batch_size_per_gpu": _int(cfg, "micro_train_batch_size"),
+          "log_prob_micro_batch_size_per_gpu": _int(cfg, "micro_rollout_batch_size"),
+          "use_remove_padding": _flag(cfg, "packing_samples")}
+    if _flag(cfg, "use_dynamic_batch"):
+        if "max_tokens_per_gpu" not in cfg:
+            raise ImportError_("--max_tokens_per_gpu: expected a token budget with --use_dynamic_batch, got none")
+        mb.update(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=_int(cfg, "max_tokens_per_gpu"))
+    adam = _flag(cfg, "adam_offload")
+    offload: dict = {"actor": {"param": False, "grad": False, "optimizer": adam}}
+    if "critic" in models:
+        offload["critic"] = {"param": False, "grad": False, "optimizer": adam}
+    if "reference" in models:
+        offload["reference"] = {"param": _flag(cfg, "ref_reward_offload")}
+    a.append("OpenRLHF mechanics on (execution): the actor's log-prob pass in make_experience, advantages on the "
+             "driver, weight sync " + ("by resharding into the colocated engines" if colocated else "by broadcast to the vLLM engines"))
+    return {"old_log_prob": True, "advantage": {"enabled": True}, "micro_batch": mb,
+            "gradient_checkpointing": _flag(cfg, "gradient_checkpointing"), "offload": offload,
+            "weight_sync": {"kind": "reshard" if colocated else "copy"}}
 
 
 def _placement(cfg: dict, roles: list[str], tp_roll: int, a: list[str]) -> tuple[dict, int]:

@@ -18,6 +18,7 @@ import re
 
 import yaml
 
+from rlhfsim.importers import verl_execution
 from rlhfsim.importers.common import (
     ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
     response_length, unresolved,
@@ -121,12 +122,13 @@ NO_COST: list[tuple[str, str]] = [
 ]
 
 # (pattern, what it does): recognised, can change the step time, no scenario field (yet).
+# The first five catch what rlhfsim.importers.verl_execution does not read (another model's copy of a setting).
 UNMAPPED: list[tuple[str, str]] = [
-    (r"micro_batch_size", "micro-batch size: forward/backward calls per rank (no scenario field)"),
-    (r"use_dynamic_bsz|max_token_len_per_gpu", "token-budget micro-batches (no scenario field)"),
-    (r"use_remove_padding", "sequence packing without padding (no scenario field; training is priced padded)"),
-    (r"enable_gradient_checkpointing", "activation recomputation in training (no scenario field)"),
-    (r"param_offload|optimizer_offload|grad_offload|offload_policy", "host offload of weights/optimizer (no scenario field)"),
+    (r"micro_batch_size", "micro-batch size of a model the scenario does not size separately"),
+    (r"use_dynamic_bsz|max_token_len_per_gpu", "token budget of a model the scenario does not size separately"),
+    (r"use_remove_padding", "packing of a model the scenario does not set separately"),
+    (r"enable_gradient_checkpointing", "checkpointing of a model the scenario does not set separately"),
+    (r"param_offload|optimizer_offload|grad_offload|offload_policy", "offload of a model the scenario does not set separately"),
     (r"enable_activation_offload", "activation offload (no scenario field)"),
     (r"ulysses_sequence_parallel_size", "sequence parallelism (no scenario field)"),
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
@@ -205,10 +207,13 @@ def _flatten(node, prefix: str, out: list) -> None:
             out.append((key, v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()))
 
 
-def classify(key: str) -> tuple[str, str]:
-    """(status, target or reason) of one verl key."""
+def classify(key: str, seen: dict | None = None) -> tuple[str, str]:
+    """(status, target or reason) of one verl key (``seen``: the launch's settings, for per-model copies)."""
     if key in MAPPED:
         return "mapped", MAPPED[key]
+    hit = verl_execution.classify(key, seen or {})
+    if hit is not None:
+        return hit
     if key.startswith("~"):
         return "unmapped", "removes a config entry (not interpreted)"
     if key in ("config-path", "config-dir"):
@@ -233,12 +238,12 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
             raise ImportError_(f"--set: expected key=value, got {s!r}")
         pairs.append((k.lstrip("+"), v))
     res = ImportResult("verl", source, {})
-    cfg = dict(DEFAULTS)
+    cfg = {**DEFAULTS, **verl_execution.DEFAULTS}
     seen: dict[str, str] = {}
     for k, v in pairs:
         seen[k] = str(v)
     for k, v in seen.items():
-        status, target = classify(k)
+        status, target = classify(k, seen)
         res.settings.append(Setting(k, v, status, target))
         if status == "mapped":
             var = unresolved(v)
@@ -394,6 +399,8 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
     util = cfg[f"{AR}.rollout.gpu_memory_utilization"]
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
         raise ImportError_(f"{AR}.rollout.gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
+    if opts.execution:
+        scenario["execution"] = verl_execution.execution(cfg, seen, total, models, a)
     scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
     return scenario
 
