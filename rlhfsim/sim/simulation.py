@@ -13,7 +13,7 @@ import simpy
 from rlhfsim.costs.model import CostModel
 from rlhfsim.phases import PHASES, verl_timing
 from rlhfsim.scenario.checks import Setup
-from rlhfsim.sim import stages
+from rlhfsim.sim import execution, stages
 from rlhfsim.sim.generation import GenRequest, Generation
 from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
@@ -197,7 +197,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "step_time_p90_s": float(np.percentile(times, 90)),
         "phases_s": phases,
         "verl_timing": verl_timing(phases, float(times.mean())),
-        "step_costs": {k: v for k, v in sim.cost.step_costs().items() if k in stages.step_scalars_used(s)},
+        "step_costs": {k: v for k, v in sim.cost.step_costs().items() if k in execution.step_scalars_used(s)},
         "gpu_utilization": busy,
         "gpu_busy": dict(busy),
         "gpu_active": active,

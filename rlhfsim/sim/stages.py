@@ -8,6 +8,10 @@ data-parallel ranks, each rank padding to its own longest row; a minibatch takes
 forward+backward plus a gradient all-reduce and an AdamW step. The chunk scorer serves OPPO's intra-step
 overlap: each streamed chunk is prefilled on top of that sequence's cached prefix.
 
+The scenario's ``execution`` block changes how passes are cut and what they move (``rlhfsim.sim.execution``,
+``rlhfsim.sim.microbatch``): verl's micro-batches, packing, checkpointing, offload, Ulysses groups, the
+actor's old-log-prob pass, advantages and the resharding weight update.
+
 Every interval records its active (kernel) seconds beside its span: the cost model's roofline part
 without host overheads (``CostModel.*_parts``). A data-parallel rank that finishes its rows first waits
 inside the gradient all-reduce, whose (NCCL) kernel is already running: active, as nvidia-smi counts it.
@@ -20,9 +24,8 @@ from collections import deque
 
 import simpy
 
-from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
-from rlhfsim.scenario.checks import SEQUENCE_PARALLEL
 from rlhfsim.models.catalog import DTYPE_BYTES
+from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout
@@ -48,17 +51,17 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
     over the pool's replicas, each replica's rows cut into calls (``rlhfsim.sim.microbatch``: pieces of
     ``generation.max_batch`` rows, padded, unless ``execution.micro_batch`` says otherwise); each replica
     records its busy interval. ``phase``: the phase recorded (default: the role's; ``old_log_prob``
-    for the actor's recompute pass). Offloaded parameters cross the host link (``_offload_s``)."""
+    for the actor's recompute pass). Offloaded parameters cross the host link (``execution.offload_s``)."""
     if not rows:
         return
     s = sim.setup
     n_rep, tp = _replicas(sim, role)
-    sp = _sp(s, role)
+    sp = ex.sp_of(s, role)
     n_rep, width = max(n_rep // sp, 1), tp * sp  # a Ulysses group of sp x TP GPUs per replica
     pool = s.pool_of(role)
-    size, budget, packed = _forward_cuts(s, sp)
+    size, budget, packed = ex.forward_cuts(s, sp)
     model, dtype = s.shapes[role], s.dtypes[role]
-    per_call_s = sim.cost.step_scalar("microbatch_forward_s") if _framework_calls(s) else 0.0
+    per_call_s = sim.cost.step_scalar("microbatch_forward_s") if ex.framework_calls(s) else 0.0
     phase = phase or ROLE_PHASE[role]
     with sim.locks[pool.name].request() as req:
         yield req
@@ -75,86 +78,11 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
                 t += total + per_call_s
                 active += kernel
             if mine:
-                t += _offload_s(sim, role, "forward", len(calls))
+                t += ex.offload_s(sim, role, "forward", len(calls))
             durs.append(t)
             if t > 0:
                 sim.rec.busy(step, pool.name, k * width, width, role, phase, start, start + t, active_s=active)
         yield env.timeout(max(durs))
-
-
-def _framework_calls(s) -> bool:
-    """Are calls cut by ``execution.micro_batch`` (then each pays the profile's per-piece host time)?"""
-    m = s.scenario.execution.micro_batch
-    return (m.log_prob_micro_batch_size_per_gpu is not None or m.ppo_micro_batch_size_per_gpu is not None
-            or m.use_dynamic_bsz or m.use_remove_padding)
-
-
-def _sp(s, role: str) -> int:
-    """Ulysses group size of ``role`` (1 for the reward model and the generation engine)."""
-    return s.scenario.execution.ulysses_sequence_parallel_size if role in SEQUENCE_PARALLEL else 1
-
-
-def _forward_cuts(s, sp: int = 1) -> tuple[int, int | None, bool]:
-    """(rows per call, token budget or None, packed) of a forward pass; a Ulysses group's token budget
-    is sp times the per-GPU one (verl multiplies it so)."""
-    m = s.scenario.execution.micro_batch
-    size = m.log_prob_micro_batch_size_per_gpu or s.scenario.generation.max_batch
-    budget = (m.log_prob_max_token_len_per_gpu or m.ppo_max_token_len_per_gpu) if m.use_dynamic_bsz else None
-    return size, budget * sp if budget is not None else None, m.use_remove_padding
-
-
-def _train_cuts(s, sp: int = 1) -> tuple[int | None, int | None, bool]:
-    """(rows per call or None for one call, token budget or None, packed) of training on one rank."""
-    m = s.scenario.execution.micro_batch
-    budget = m.ppo_max_token_len_per_gpu * sp if m.use_dynamic_bsz else None
-    return m.ppo_micro_batch_size_per_gpu, budget, m.use_remove_padding
-
-
-def _offload_s(sim, role: str, phase: str, calls: int = 1) -> float:
-    """Host-link seconds per GPU that offload adds to a phase of ``role`` (``execution.offload``);
-    ZeRO-3/FSDP shards every model over its pool's GPUs n, W = params x dtype bytes:
-
-    * trained model with ``param``: loaded before the phase and offloaded after, 2 W / n, in its forward
-      pass (old_log_prob, critic values), its training and (actor) the weight sync;
-    * ``grad`` (training): the gradients offloaded, W / n; ``optimizer`` (training): AdamW state
-      loaded and offloaded, 2 x 12 P / n;
-    * reference ``param``: streamed in on every forward call (FSDP CPUOffload), W / n per call."""
-    s = sim.setup
-    off = s.scenario.execution.offload
-    if role not in ("actor", "critic", "reference"):
-        return 0.0
-    cfg = getattr(off, role)
-    pool = s.pool_of(role)
-    params = s.shapes[role].params(s.head(role))
-    w = params * DTYPE_BYTES[s.dtypes[role]] / pool.gpus
-    n_bytes = 0.0
-    if role == "reference":
-        n_bytes = w * calls if cfg.param and phase == "forward" else 0.0
-    else:
-        n_bytes = 2 * w if cfg.param else 0.0
-        if phase == "train":
-            n_bytes += (w if cfg.grad else 0.0) + (2 * OPTIMIZER_STATE_BYTES * params / pool.gpus if cfg.optimizer else 0.0)
-    return sim.cost.host_copy_s(n_bytes)
-
-
-def step_scalars_used(s) -> tuple[str, ...]:
-    """The profile's step scalars (``rlhfsim.costs.stepcosts``) that price this scenario's step."""
-    ex = s.scenario.execution
-    used = []
-    if _framework_calls(s):
-        used += ["microbatch_forward_s", "microbatch_train_s"]
-    if ex.gradient_checkpointing:
-        used.append("checkpoint_extra_frac")
-    off = ex.offload
-    if any(getattr(getattr(off, r), f) for r in ("actor", "critic") for f in ("param", "grad", "optimizer")) or off.reference.param:
-        used.append("host_copy_eff")
-    if ex.weight_sync.kind == "reshard":
-        used.append("reshard_eff")
-        if s.pool_of("actor") is s.pool_of("rollout"):
-            used += ["kv_realloc_s", "kv_realloc_s_per_gib"]
-    if ex.advantage.enabled:
-        used += ["adv_per_token_s", "adv_per_position_s" if "critic" in s.shapes else "adv_per_row_s"]
-    return tuple(used)
 
 
 def advantage(env, sim, step: int, rows: list[Rollout]):
@@ -192,20 +120,20 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     With ``execution.micro_batch`` a rank's rows run as several calls (``rlhfsim.sim.microbatch``) with
     gradient accumulation: t_k = sum over its pieces of (train_s(piece) + microbatch_train_s); with
     ``gradient_checkpointing`` each piece's train_s is x (1 + checkpoint_extra_frac). Offload adds its
-    host-link traffic once per phase (``_offload_s``)."""
+    host-link traffic once per phase (``execution.offload_s``); a Ulysses group of sp GPUs is one rank."""
     s = sim.setup
     alg = s.scenario.algorithm
-    ex = s.scenario.execution
+    exe = s.scenario.execution
     pool = s.pool_of(role)
     tp = s.tp[role]
     dp = max(pool.gpus // tp, 1)
-    sp = _sp(s, role)
+    sp = ex.sp_of(s, role)
     ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
     model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
     phase = "actor_train" if role == "actor" else "critic_train"
-    size, budget, packed = _train_cuts(s, sp)
-    per_call_s = sim.cost.step_scalar("microbatch_train_s") if _framework_calls(s) else 0.0
-    ckpt = 1.0 + sim.cost.step_scalar("checkpoint_extra_frac") if ex.gradient_checkpointing else None
+    size, budget, packed = ex.train_cuts(s, sp)
+    per_call_s = sim.cost.step_scalar("microbatch_train_s") if ex.framework_calls(s) else 0.0
+    ckpt = 1.0 + sim.cost.step_scalar("checkpoint_extra_frac") if exe.gradient_checkpointing else None
     with sim.locks[pool.name].request() as req:
         yield req
         start = env.now
@@ -228,7 +156,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                     slowest = max(slowest, rank)
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
-        t += _offload_s(sim, role, "train")
+        t += ex.offload_s(sim, role, "train")
         yield env.timeout(t)
         if t > 0:
             sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now, active_s=active)
@@ -252,7 +180,7 @@ def weight_sync(env, sim, step: int):
         parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
                                        a.spans_nodes or r.spans_nodes)
         active = parts["gather_s"] + parts["load_s"] + parts.get("broadcast_s", 0.0)
-        t = sum(parts.values()) + _offload_s(sim, "actor", "sync")
+        t = sum(parts.values()) + ex.offload_s(sim, "actor", "sync")
     else:
         nbytes = model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"]
         if a is r:
@@ -260,7 +188,7 @@ def weight_sync(env, sim, step: int):
         else:
             t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes)
         active = t  # a device-memory copy or a link transfer: the device works throughout
-        t += _offload_s(sim, "actor", "sync")
+        t += ex.offload_s(sim, "actor", "sync")
     with sim.locks[r.name].request() as req:
         yield req
         start = env.now
