@@ -204,18 +204,23 @@ _SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-sft", "-hf")
 
 def catalog_model(path: str) -> tuple[str, str] | None:
     """(catalog name, how it was matched) for a Hugging Face model name or a local path that carries
-    one (``.../Qwen2.5-7B-Instruct``, ``models--Qwen--Qwen2.5-1.5B-Instruct/snapshots/...``), or None."""
+    one (``.../Qwen2.5-7B-Instruct``, ``models--Qwen--Qwen2.5-1.5B-Instruct/snapshots/...``), or None. A name
+    that extends a known one after a dash (``Llama-3-8b-sft-mixture``) is taken as a fine-tune of that shape."""
     parts = [p for p in re.split(r"[/\\]", path.strip()) if p]
+    known = {**{n: n for n in CATALOG}, **SAME_SHAPE}
     for part in reversed(parts):
         name = part.split("--")[-1].lower()
         base = name
         for suf in _SUFFIXES:
             base = base.removesuffix(suf)
         for cand in (name, base):
-            if cand in CATALOG:
-                return cand, f"{part} -> {cand}" if cand != part.lower() else cand
-            if cand in SAME_SHAPE:
-                return SAME_SHAPE[cand], f"{part} -> {SAME_SHAPE[cand]} (same config.json shape)"
+            if cand in known:
+                note = "" if cand in CATALOG else " (same config.json shape)"
+                return known[cand], (f"{part} -> {known[cand]}{note}" if known[cand] != part.lower() else known[cand])
+        stems = [k for k in known if name.startswith(k + "-")]
+        if stems:
+            stem = max(stems, key=len)
+            return known[stem], f"{part} -> {known[stem]} (named after {stem}: taken as a fine-tune of that shape)"
     return None
 
 
