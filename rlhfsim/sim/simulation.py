@@ -198,6 +198,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "phases_s": phases,
         "verl_timing": verl_timing(phases, float(times.mean())),
         "step_costs": {k: v for k, v in sim.cost.step_costs().items() if k in execution.step_scalars_used(s)},
+        "weight_sync_parts_s": stages.weight_sync_parts(sim) if sc.execution.weight_sync.kind == "reshard" else None,
         "gpu_utilization": busy,
         "gpu_busy": dict(busy),
         "gpu_active": active,

@@ -176,11 +176,9 @@ def weight_sync(env, sim, step: int):
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
     if s.scenario.execution.weight_sync.kind == "reshard":
-        kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
-        parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
-                                       a.spans_nodes or r.spans_nodes)
+        parts = weight_sync_parts(sim)
         active = parts["gather_s"] + parts["load_s"] + parts.get("broadcast_s", 0.0)
-        t = sum(parts.values()) + ex.offload_s(sim, "actor", "sync")
+        t = sum(parts.values())
     else:
         nbytes = model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"]
         if a is r:
@@ -194,6 +192,19 @@ def weight_sync(env, sim, step: int):
         start = env.now
         yield env.timeout(t)
         sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
+
+
+def weight_sync_parts(sim) -> dict[str, float]:
+    """Named parts (seconds) of a ``reshard`` weight update (``CostModel.reshard_parts``), plus
+    ``offload_s`` (the actor's parameter offload, 0 when off); the same every step."""
+    s = sim.setup
+    a, r = s.pool_of("actor"), s.pool_of("rollout")
+    model, dtype = s.shapes["actor"], s.dtypes["actor"]
+    kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
+    parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
+                                   a.spans_nodes or r.spans_nodes)
+    parts["offload_s"] = ex.offload_s(sim, "actor", "sync")
+    return parts
 
 
 class ChunkScorer:

@@ -306,3 +306,15 @@ def test_ulysses_must_divide_the_pool():
     with pytest.raises(ScenarioError) as e:
         build_setup(load_scenario(make_dict("gpu", {"execution": {"ulysses_sequence_parallel_size": 2}})))
     assert str(e.value).startswith("execution.ulysses_sequence_parallel_size: expected TP x sp (1 x 2) to divide the 3 GPUs")
+
+
+def test_reshard_parts_in_the_summary():
+    sim = _run(_tiny({"weight_sync": {"kind": "reshard"}, "offload": {"actor": {"param": True}}}))
+    parts = summarize(sim, sim.rec.steps)["weight_sync_parts_s"]
+    # one device: gather 0; load 3.5576686e-4 s (as above); param offload: loaded and offloaded,
+    # 2 x 2,490,368 B / 8 GB/s = 6.22592e-4 s
+    assert parts["gather_s"] == 0.0 and parts["load_s"] == pytest.approx(3.5576686e-4)
+    assert parts["offload_s"] == pytest.approx(6.22592e-4)
+    assert sim.rec.steps[1].phases_s["weight_sync"] == pytest.approx(sum(parts.values()), rel=1e-12)
+    plain = _run(_tiny({}))
+    assert summarize(plain, plain.rec.steps)["weight_sync_parts_s"] is None
