@@ -52,7 +52,7 @@ DEFAULTS: dict[str, object] = {
     "trainer.nnodes": 1,
     "trainer.n_gpus_per_node": 8,
 }
-DEFAULTS_RELEASE = "verl ppo_trainer.yaml (main, 2026-01)"
+DEFAULTS_RELEASE = "ppo_trainer.yaml, main 2026-01"
 
 # Settings that set a scenario field (the conversion is in ``_build``).
 MAPPED: dict[str, str] = {
@@ -259,7 +259,7 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
         res.settings.append(Setting("config-name", base, "unmapped", "a config file of its own: only the launch's overrides are "
                                     "read, not that file's settings (the rest take verl's defaults)"))
     left = sorted(k for k in DEFAULTS if k not in seen and not k.startswith(("critic.", "reward_model.")))
-    res.assumptions.append(f"verl defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
+    res.assumptions.append(f"verl's defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
                            + ", ".join(f"{k.removeprefix(AR + '.')}={DEFAULTS[k]}" for k in left))
     res.scenario = _build(cfg, seen, opts, res)
     return res
@@ -363,6 +363,9 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         raise ImportError_(f"{AR}.rollout.name: expected one of {', '.join(ENGINES)}, got {name!r}")
     if f"{AR}.rollout.name" not in seen:
         a.append("rollout.name not set: vllm")
+    if f"{AR}.rollout.enforce_eager" not in seen:
+        a.append("rollout.enforce_eager not set: verl's current default False (CUDA graphs, as the runtime's costs assume); "
+                 "the 0.1/0.2 configs printed True (a host-bound decode, not modelled)")
 
     prompts = _int(cfg, "data.train_batch_size")
     max_prompt = _int(cfg, f"{AR}.rollout.prompt_length" if f"{AR}.rollout.prompt_length" in seen else "data.max_prompt_length")

@@ -119,8 +119,8 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
     ckpt = _flag(cfg, f"{AR}.model.enable_gradient_checkpointing")
     for key, what in ((f"{AR}.model.use_remove_padding", "packing"), (f"{AR}.model.enable_gradient_checkpointing", "checkpointing")):
         if key not in seen:
-            a.append(f"{key.removeprefix(AR + '.')} not set: verl's current default {DEFAULTS[key]} ({what}; releases "
-                     f"before 0.4 defaulted to False)")
+            a.append(f"{key.removeprefix(AR + '.')} not set: verl's current default {DEFAULTS[key]} ({what}; the 0.1/0.2 "
+                     f"configs printed False)")
 
     actor_param = _flag(cfg, f"{AR}.actor.fsdp_config.param_offload") or _flag(cfg, f"{AR}.actor.megatron.param_offload")
     offload: dict = {"actor": {

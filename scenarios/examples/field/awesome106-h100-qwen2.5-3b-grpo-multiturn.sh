@@ -9,8 +9,10 @@
 # Timing quoted from the issue (tqdm's rate, a running average that includes a validation step every 20 steps):
 #   Training Progress:  20%|█▉        | 85/435 [1:50:27<6:53:08, 70.82s/it]
 #   Training Progress:  20%|██        | 88/435 [1:54:01<6:51:05, 71.08s/it]
-# and from the step-80 line: response_length/mean:326.241 - prompt_length/mean:363.992 - timing_s/gen:29.316
-#   - timing_s/reward:1.036 (the rest of that line is cut in the post).
+# and from the step lines (both cut in the post before timing_s/update_actor and timing_s/step):
+#   step:80 ... response_length/mean:326.241 - prompt_length/mean:363.992 - timing_s/gen:29.316 - timing_s/reward:1.036
+#   step:83 ... response_length/mean:330.437 - prompt_length/mean:362.969 - timing_s/gen:29.641 - timing_s/reward:1.042
+#     - timing_s/old_log_prob:6.569 - timing_s/ref:6.307
 python3 -m verl.trainer.main_ppo \
     --config-path="$PROJECT_DIR/examples/sglang_multiturn/config" \
     --config-name='gsm8k_multiturn_grpo' \
