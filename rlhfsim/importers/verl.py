@@ -130,7 +130,7 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"enable_gradient_checkpointing", "checkpointing of a model the scenario does not set separately"),
     (r"param_offload|optimizer_offload|grad_offload|offload_policy", "offload of a model the scenario does not set separately"),
     (r"enable_activation_offload", "activation offload (no scenario field)"),
-    (r"ulysses_sequence_parallel_size", "sequence parallelism (no scenario field)"),
+    (r"ulysses_sequence_parallel_size", "sequence parallelism of a model the scenario does not set separately"),
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
     (r"enforce_eager", "vLLM without CUDA graphs decodes slower (the runtime's costs assume graphs)"),
     (r"free_cache_engine", "KV cache freed and rebuilt around training (not modelled)"),

@@ -1,6 +1,6 @@
 """verl's step mechanics as the scenario's ``execution`` block: the old-log-prob pass, advantages,
-micro-batches (row counts or token budgets), sequence packing, gradient checkpointing, host offload and the
-hybrid engine's weight resharding.
+micro-batches (row counts or token budgets), sequence packing, gradient checkpointing, host offload, Ulysses
+sequence parallelism and the hybrid engine's weight resharding.
 
 The scenario has one micro-batch setting for every forward pass and one for training; verl has one per
 model. The actor's (the rollout's for forward passes) is used, and a different value on another model is
@@ -20,6 +20,7 @@ DEFAULTS: dict[str, object] = {
     f"{AR}.model.enable_gradient_checkpointing": True,
     f"{AR}.actor.use_dynamic_bsz": False,
     f"{AR}.actor.ppo_max_token_len_per_gpu": 16384,
+    f"{AR}.actor.ulysses_sequence_parallel_size": 1,
     f"{AR}.actor.fsdp_config.param_offload": False,
     f"{AR}.actor.fsdp_config.optimizer_offload": False,
     f"{AR}.ref.fsdp_config.param_offload": False,
@@ -48,6 +49,7 @@ MAPPED: dict[str, str] = {
     "critic.model.fsdp_config.param_offload": "execution.offload.critic.param and .grad",
     "critic.model.fsdp_config.grad_offload": "execution.offload.critic.grad",
     "critic.model.fsdp_config.optimizer_offload": "execution.offload.critic.optimizer",
+    f"{AR}.actor.ulysses_sequence_parallel_size": "execution.ulysses_sequence_parallel_size",
 }
 
 # Per-model settings the scenario holds once: mapped when equal to the value used, else unmapped.
@@ -62,6 +64,8 @@ SAME_AS = {
     "critic.model.enable_gradient_checkpointing": f"{AR}.model.enable_gradient_checkpointing",
     f"{AR}.rollout.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
     f"{AR}.ref.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
+    f"{AR}.ref.ulysses_sequence_parallel_size": f"{AR}.actor.ulysses_sequence_parallel_size",
+    "critic.ulysses_sequence_parallel_size": f"{AR}.actor.ulysses_sequence_parallel_size",
 }
 
 
@@ -97,12 +101,14 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
     """The scenario's ``execution`` block from verl's settings (``cfg``: the launch over verl's defaults)."""
     a = assumptions
     mb: dict = {}
+    sp = _int(cfg, f"{AR}.actor.ulysses_sequence_parallel_size")
+    ranks = max(world // sp, 1)  # verl divides a global micro-batch size by the data-parallel ranks
     train = _int(cfg, f"{AR}.actor.ppo_micro_batch_size_per_gpu")
     if train is None and _int(cfg, f"{AR}.actor.ppo_micro_batch_size") is not None:
-        train = max(_int(cfg, f"{AR}.actor.ppo_micro_batch_size") // world, 1)
+        train = max(_int(cfg, f"{AR}.actor.ppo_micro_batch_size") // ranks, 1)
     fwd = _int(cfg, f"{AR}.rollout.log_prob_micro_batch_size_per_gpu")
     if fwd is None and _int(cfg, f"{AR}.rollout.log_prob_micro_batch_size") is not None:
-        fwd = max(_int(cfg, f"{AR}.rollout.log_prob_micro_batch_size") // world, 1)
+        fwd = max(_int(cfg, f"{AR}.rollout.log_prob_micro_batch_size") // ranks, 1)
     if train is not None:
         mb["ppo_micro_batch_size_per_gpu"] = train
     if fwd is not None:
@@ -147,4 +153,5 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
         "gradient_checkpointing": ckpt,
         "offload": offload,
         "weight_sync": {"kind": "reshard"},
+        "ulysses_sequence_parallel_size": sp,
     }

@@ -75,6 +75,7 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
 def _execution(ex: dict) -> list[str]:
     mb, off = ex["micro_batch"], ex["offload"]
     o = [f"{AR}.model.use_remove_padding={mb['use_remove_padding']}",
+         f"{AR}.actor.ulysses_sequence_parallel_size={ex['ulysses_sequence_parallel_size']}",
          f"{AR}.model.enable_gradient_checkpointing={ex['gradient_checkpointing']}",
          f"{AR}.actor.fsdp_config.param_offload={off['actor']['param']}",
          f"{AR}.actor.fsdp_config.grad_offload={off['actor']['grad']}",

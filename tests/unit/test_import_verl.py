@@ -47,6 +47,7 @@ def test_grpo_launch_maps_to_a_colocated_sync_grpo_scenario_that_simulates():
                                  "use_remove_padding": True}
     assert ex["gradient_checkpointing"] and ex["old_log_prob"] and ex["weight_sync"] == {"kind": "reshard"}
     assert ex["offload"]["reference"] == {"param": True} and not ex["offload"]["actor"]["optimizer"]
+    assert ex["ulysses_sequence_parallel_size"] == 1
     summary = simulate(load_scenario(sc), steps=2).summary
     assert summary["step_time_s"] > 0 and "old_log_prob" in summary["phases_s"]
 
@@ -71,9 +72,10 @@ def test_every_setting_of_the_launch_is_accounted_for(path):
 
 
 def test_unmapped_settings_and_assumptions_are_listed_in_the_header():
-    res = _import(GRPO, sets=("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "foo.bar=1"))
+    res = _import(GRPO, sets=(f"{AR}.rollout.enforce_eager=True", f"{AR}.ref.ulysses_sequence_parallel_size=2", "foo.bar=1"))
     unmapped = {s.key: s.target for s in res.by_status("unmapped")}
-    assert "sequence parallelism" in unmapped[f"{AR}.actor.ulysses_sequence_parallel_size"]
+    assert "without CUDA graphs" in unmapped[f"{AR}.rollout.enforce_eager"]
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size's is used" in unmapped[f"{AR}.ref.ulysses_sequence_parallel_size"]
     assert unmapped["foo.bar"] == "not recognised by the importer"
     assert "trainer.test_freq" in unmapped
     text = render_yaml(res)
@@ -145,6 +147,23 @@ def test_bad_settings_name_themselves(override, message):
     with pytest.raises(ImportError_) as e:
         import_verl(GRPO.read_text(), ImportOptions(gpu="h100-sxm", sets=(override,)), "t")
     assert str(e.value).startswith(message)
+
+
+def test_ulysses_and_legacy_global_micro_batches():
+    sets = (f"{AR}.actor.ulysses_sequence_parallel_size=2", f"{AR}.ref.ulysses_sequence_parallel_size=2",
+            f"{AR}.actor.ppo_micro_batch_size=64", f"{AR}.rollout.log_prob_micro_batch_size=128")
+    text = GRPO.read_text().replace(f"{AR}.actor.ppo_micro_batch_size_per_gpu=16", "").replace(
+        f"{AR}.rollout.log_prob_micro_batch_size_per_gpu=32", "")
+    res = import_verl(text, ImportOptions(gpu="h100-sxm", sets=sets), "t")
+    ex = res.scenario["execution"]
+    assert ex["ulysses_sequence_parallel_size"] == 2
+    # verl divides a global size by the data-parallel ranks: 8 GPUs / sp 2 = 4
+    assert ex["micro_batch"]["ppo_micro_batch_size_per_gpu"] == 16
+    assert ex["micro_batch"]["log_prob_micro_batch_size_per_gpu"] == 32
+    # the reference's own per-GPU size has no rollout per-GPU size to equal now: listed
+    assert {s.key for s in res.by_status("unmapped")} == {"trainer.save_freq", "trainer.test_freq",
+                                                          f"{AR}.ref.log_prob_micro_batch_size_per_gpu"}
+    assert simulate(load_scenario(res.scenario), steps=2).summary["step_time_s"] > 0
 
 
 def test_ppo_with_groups_and_missing_model_are_errors():
