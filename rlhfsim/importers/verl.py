@@ -18,6 +18,7 @@ import re
 
 import yaml
 
+from rlhfsim.errors import ScenarioError
 from rlhfsim.importers import verl_execution
 from rlhfsim.importers.common import (
     ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
@@ -404,8 +405,22 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         raise ImportError_(f"{AR}.rollout.gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
     if opts.execution:
         scenario["execution"] = verl_execution.execution(cfg, seen, total, models, a)
-    scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
+    try:
+        scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
+    except ScenarioError as e:
+        raise ImportError_(f"{SCENARIO_TO_VERL.get(e.path, 'the imported scenario')} (scenario {e.path}): {e.message}") from None
     return scenario
+
+
+# The launch setting behind a scenario path that the scenario checks reject (tensor-parallel degrees, memory).
+SCENARIO_TO_VERL = {
+    "placement.tp.rollout": f"{AR}.rollout.tensor_model_parallel_size",
+    "placement.tp.actor": f"{AR}.actor.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
+    "placement.tp.reference": f"{AR}.ref.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
+    "placement.tp.critic": "critic.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
+    "placement.reward_gpus": "reward_model.n_gpus_per_node",
+    "execution.micro_batch.ppo_max_token_len_per_gpu": f"{AR}.actor.ppo_max_token_len_per_gpu",
+}
 
 
 def kv_fraction(scenario: dict, util: float, assumptions: list[str]) -> float:

@@ -166,6 +166,12 @@ def test_ulysses_and_legacy_global_micro_batches():
     assert simulate(load_scenario(res.scenario), steps=2).summary["step_time_s"] > 0
 
 
+def test_scenario_check_failures_name_the_launch_setting():
+    with pytest.raises(ImportError_, match=rf"^{AR}.rollout.tensor_model_parallel_size \(scenario placement.tp.rollout\): "
+                                           "expected a TP degree dividing the 8 GPUs"):
+        import_verl(GRPO.read_text(), ImportOptions(gpu="h100-sxm", sets=(f"{AR}.rollout.tensor_model_parallel_size=3",)), "t")
+
+
 def test_ppo_with_groups_and_missing_model_are_errors():
     with pytest.raises(ImportError_, match=f"^{AR}.rollout.n: expected 1 with algorithm.adv_estimator=gae"):
         import_verl(f"{AR}.model.path=qwen2.5-0.5b {AR}.rollout.n=4", ImportOptions(gpu="h100-sxm"), "t")
