@@ -19,6 +19,7 @@ LAZY = {
     "validate": "calibrate.validate:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
     "lengths": "rlhfsim.lengths.cli:lengths_group",
+    "import": "rlhfsim.importers.cli:import_group",
 }
 
 
@@ -62,7 +63,10 @@ def main():
 @click.option("--compare", "compare_", help="Comma-separated schedule variants: sync,oppo-intra,oppo-inter,oppo,partial,async.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write summary.json, steps.csv, intervals.csv, lengths.csv here.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def simulate(scenario, steps, seed, profile, compare_, out, fmt):
+@click.option("--names", "phase_names", type=click.Choice(["rlhfsim", "verl"]), default="rlhfsim", show_default=True,
+              help="Phase names in the table: the simulator's, or verl's timing_s/* metrics (the JSON always "
+                   "has both: phases_s and verl_timing).")
+def simulate(scenario, steps, seed, profile, compare_, out, fmt, phase_names):
     """Simulate SCENARIO (a YAML file) and print step time, phases and GPU utilization."""
     from rlhfsim.report.text import print_comparison, print_summary
     from rlhfsim.scenario import load_scenario
@@ -83,7 +87,7 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt):
             doc["variants"] = variants["variants"]
         click.echo(json.dumps(doc))
     else:
-        print_summary(result.summary)
+        print_summary(result.summary, names=phase_names)
         if variants:
             print_comparison(variants)
         if out:

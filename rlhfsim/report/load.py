@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from rlhfsim.errors import RlhfsimError
+from rlhfsim.phases import PHASES  # the one home of phase names
 
 # Fixed by the shared contracts (notes/contracts.md); the report rejects anything else.
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 ROLES = ("actor", "critic", "reference", "reward", "rollout")
 
 STEP_COLUMNS = ("step", "start_s", "end_s", "step_time_s", "generated_tokens", "trained_rollouts",
@@ -249,8 +249,16 @@ def load_steps(path: Path) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
     return steps, phases
 
 
+CPU_POOL = "cpu"  # the simulator's pseudo-pool of driver-side work (rule rewards, advantages): no GPU lane
+
+
 def load_intervals(path: Path, pools: dict) -> Intervals:
+    """intervals.csv; rows of the CPU pseudo-pool (``CPU_POOL``, when no real pool has that name) are left
+    out: they occupy no GPU (their phases still show in steps.csv and summary.json)."""
     header, rows = _read_csv(path, INTERVAL_COLUMNS)
+    if CPU_POOL not in pools:
+        col = header.index("pool")
+        rows = [r for r in rows if r[col].strip() != CPU_POOL]
     iv = Intervals(
         step=_column(path, header, rows, "step", "int"),
         pool=_column(path, header, rows, "pool", "str"),

@@ -11,13 +11,14 @@ import numpy as np
 import simpy
 
 from rlhfsim.costs.model import CostModel
+from rlhfsim.phases import PHASES, verl_timing
 from rlhfsim.scenario.checks import Setup
-from rlhfsim.sim import stages
+from rlhfsim.sim import execution, stages
 from rlhfsim.sim.generation import GenRequest, Generation
 from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
 
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
+__all__ = ["PHASES", "SimResult", "Simulation", "summarize"]
 
 
 class Simulation:
@@ -104,7 +105,8 @@ class Simulation:
         return result
 
     def after_generation(self, step: int, rows: list[Rollout], streamed: tuple[str, ...] = ()):
-        """Process: scoring, reference and critic passes, training, weight sync (the sync order)."""
+        """Process: scoring, the actor's old-log-prob pass (``execution.old_log_prob``), reference and
+        critic passes, advantages (``execution.advantage``), training, weight sync (verl's order)."""
         env, s = self.env, self.setup
         # The batch in prompt order, as frameworks gather it: which replica and which minibatch a row
         # lands in must not depend on the order rows happened to finish in.
@@ -115,6 +117,9 @@ class Simulation:
             yield from stages.rule_reward(env, self, step, rows)
         else:
             yield from stages.forward_pass(env, self, step, "reward", rows)
+        ex = s.scenario.execution
+        if ex.old_log_prob:
+            yield from stages.forward_pass(env, self, step, "actor", rows, phase="old_log_prob")
         for role in ("reference", "critic"):
             if role not in s.shapes:
                 continue
@@ -122,6 +127,8 @@ class Simulation:
                 yield self.scorers[role].wait_drained()
             else:
                 yield from stages.forward_pass(env, self, step, role, rows)
+        if ex.advantage.enabled:
+            yield from stages.advantage(env, self, step, rows)
         trains = [env.process(stages.train(env, self, step, r, rows)) for r in ("actor", "critic") if r in s.shapes]
         yield simpy.AllOf(env, trains)
         yield from stages.weight_sync(env, self, step)
@@ -189,6 +196,9 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "step_time_p50_s": float(np.percentile(times, 50)),
         "step_time_p90_s": float(np.percentile(times, 90)),
         "phases_s": phases,
+        "verl_timing": verl_timing(phases, float(times.mean())),
+        "step_costs": {k: v for k, v in sim.cost.step_costs().items() if k in execution.step_scalars_used(s)},
+        "weight_sync_parts_s": stages.weight_sync_parts(sim) if sc.execution.weight_sync.kind == "reshard" else None,
         "gpu_utilization": busy,
         "gpu_busy": dict(busy),
         "gpu_active": active,

@@ -32,6 +32,8 @@ and say here which values moved and why (``FIXED`` lists them). Changes so far:
   microseconds), yet a device-memory copy of the actor was priced. It is now a zero-length phase. The 70
   cases in ``FIXED`` whose static engine defaults to or names ``hf_generate`` on a colocated or shared
   pool moved; their step times by -0.42% to -0.004%, nothing else.
+* Issue 17, ``scenarios/verl-ppo.yaml`` added (the ``execution`` mechanics turned on): its six cases are
+  new keys, recorded from the code of that commit; no earlier value moved (``execution`` defaults to off).
 """
 
 from __future__ import annotations
