@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
 import simpy
 
 from rlhfsim.models.catalog import DTYPE_BYTES
@@ -40,10 +41,37 @@ def _kernel_share(span_s: float, parts: tuple[float, float]) -> float:
     return span_s * active / total if total > 0 else 0.0
 
 
-def _padded_microbatches(rows: list[Rollout], mb: int):
-    for i in range(0, len(rows), mb):
-        part = rows[i:i + mb]
-        yield len(part), max(r.prompt_len + r.response_len for r in part)
+def _row_tokens(rows: list[Rollout]) -> np.ndarray:
+    """Each row's prompt + response tokens, as int64 (read once; padding is then computed on arrays)."""
+    return np.fromiter([r.prompt_len + r.response_len for r in rows], dtype=np.int64, count=len(rows))
+
+
+def _padded_microbatches(tokens: np.ndarray, mb: int) -> list[tuple[int, int]]:
+    """(rows, longest row's tokens) of each micro-batch of ``mb`` consecutive rows."""
+    if not len(tokens):
+        return []
+    starts = np.arange(0, len(tokens), mb)
+    sizes = np.minimum(len(tokens) - starts, mb)
+    return list(zip(sizes.tolist(), np.maximum.reduceat(tokens, starts).tolist()))
+
+
+def _rank_longest(tokens: np.ndarray, mb: int, dp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """For each minibatch of ``mb`` consecutive rows dealt round-robin over ``dp`` ranks (rank k takes
+    rows k, k + dp, ...): the rows each rank gets and its longest row's tokens, ranks without rows left
+    out. Computed on a zero-padded (minibatches x rows-per-rank x dp) array (lengths are positive)."""
+    n = len(tokens)
+    n_mb = -(-n // mb)
+    per_rank = -(-mb // dp)
+    grid = np.zeros((n_mb, per_rank * dp), dtype=np.int64)
+    grid[:, :mb] = np.concatenate([tokens, np.zeros(n_mb * mb - n, dtype=np.int64)]).reshape(n_mb, mb)
+    longest = grid.reshape(n_mb, per_rank, dp).max(axis=1).tolist()
+    counts, lengths = [], []
+    for m in range(n_mb):
+        size = min(mb, n - m * mb)
+        ranks = min(dp, size)
+        counts.append([(size - k + dp - 1) // dp for k in range(ranks)])
+        lengths.append(longest[m][:ranks])
+    return counts, lengths
 
 
 def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
@@ -60,10 +88,10 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
         yield req
         start = env.now
         durs = []
+        tokens = _row_tokens(rows)
         for k in range(n_rep):
-            mine = rows[k::n_rep]
             t = active = 0.0
-            for n, length in _padded_microbatches(mine, mb):
+            for n, length in _padded_microbatches(tokens[k::n_rep], mb):
                 total, kernel = sim.cost.forward_parts(model, dtype, n * length, n, tp, op="prefill",
                                                        runtime=sim.forward_runtime(role), head=s.head(role),
                                                        all_logits=True)
@@ -105,16 +133,14 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         start = env.now
         t = active = 0.0
         opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes)
+        tokens = _row_tokens(rows)
         for _ in range(alg.ppo_epochs):
             # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
-            order = [rows[j] for j in sim.shuffle_rng.permutation(len(rows))]
-            for i in range(0, len(order), alg.minibatch_size):
-                part = order[i:i + alg.minibatch_size]
+            order = tokens[sim.shuffle_rng.permutation(len(rows))]
+            for counts, lengths in zip(*_rank_longest(order, alg.minibatch_size, dp)):
                 slowest = (0.0, 0.0)
-                for k in range(min(dp, len(part))):
-                    mine = part[k::dp]
-                    length = max(r.prompt_len + r.response_len for r in mine)
-                    slowest = max(slowest, sim.cost.train_parts(model, dtype, len(mine) * length, len(mine), tp, head))
+                for n, length in zip(counts, lengths):
+                    slowest = max(slowest, sim.cost.train_parts(model, dtype, n * length, n, tp, head))
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
         yield env.timeout(t)
