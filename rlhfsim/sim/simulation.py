@@ -156,10 +156,12 @@ class Simulation:
 def collector_paused():
     """Pause Python's cyclic garbage collector (reference counting goes on), restoring its state after.
 
-    A large step holds tens of thousands of live rollouts; while they are alive the collector's full
-    passes walk all of them again and again and find nothing (rows hold no reference cycles; the engine
-    drops its own when it ends: ``Engine.run``), about a sixth of a 65,536-rollout step's CPU time. What a
-    run leaves for the collector is a few objects per step (SimPy processes), collected as usual after."""
+    A large step holds tens of thousands of live rollouts; while they are alive the collector's passes
+    walk them again and again and find nothing to free (rows hold no reference cycles, and no engine
+    keeps one holding its rows: a finished step's rows are freed by reference counting). That was about
+    a sixth of a 65,536-rollout step's CPU time (three full passes, ~115 ms of ~700 ms). What a run leaves
+    for the collector is small and does not grow with the rollouts: 120 to 720 objects per simulated run
+    of the bundled scenarios (5 to 20 steps), collected as usual once the collector runs again."""
     was = gc.isenabled()
     gc.disable()
     try:
