@@ -8,6 +8,7 @@ import gc
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import simpy
@@ -18,6 +19,8 @@ from rlhfsim.sim import stages
 from rlhfsim.sim.generation import GenRequest, Generation
 from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
+
+_ROW_ID = attrgetter("id")
 
 PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
@@ -113,7 +116,7 @@ class Simulation:
         env, s = self.env, self.setup
         # The batch in prompt order, as frameworks gather it: which replica and which minibatch a row
         # lands in must not depend on the order rows happened to finish in.
-        rows = sorted(rows, key=lambda r: r.id)
+        rows = sorted(rows, key=_ROW_ID)
         if "reward" in streamed:
             yield self.scorers["reward"].wait_drained()
         elif s.rule_reward is not None:
