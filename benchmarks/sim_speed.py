@@ -13,8 +13,11 @@ What is compared, in CPU time (``time.process_time``) of this process, pinned to
   iteration per replica, fed the same sampled lengths, slots, KV capacity and costs. Its generation span
   must equal rlhfsim's ``generate`` phase (checked: "span diff").
 
-The two are timed interleaved (rlhfsim, peer, rlhfsim, peer, ...), ``--repeats`` times each, so a busy
-neighbour slows both alike; medians and bests are printed and the ratio is peer median / rlhfsim median.
+The two are timed interleaved (rlhfsim, peer, rlhfsim, peer, ...), ``--repeats`` times each at every size,
+so a busy neighbour slows both alike; medians and bests are printed and the ratio is peer median / rlhfsim
+median. A size whose runs spread widely (interquartile range over 10% of the median) is flagged: CPU time
+is robust to waiting for the CPU, not to neighbours sharing the caches, and a 65,536-rollout step (tens of
+megabytes of rows) feels that more than a 1,024-rollout one.
 Each timed run starts after a ``gc.collect()`` (the previous run's garbage is not this run's cost) and
 ends with a collection of the young generation, ``gc.collect(0)``, inside the timer: ``Simulation.run``
 pauses the cyclic garbage collector while it runs (``collector_paused``), and what the collector would
@@ -112,6 +115,11 @@ def time_peer(peer: PeriterPeer, lengths) -> tuple[float, float]:
     return time.process_time() - t0, span
 
 
+def _iqr(xs: list[float]) -> float:
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return q[2] - q[0]
+
+
 def count_work(rollouts: int) -> dict[str, int]:
     """The generation engine's work in one step (a separate run): decode segments and engine calls
     (prefills) booked by the replicas' deferred clocks, and recompute preemptions."""
@@ -188,20 +196,20 @@ def breakdown(rollouts: int) -> tuple[dict[str, float], float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rollouts", type=int, nargs="+", default=[1024, 8192, 65536])
-    ap.add_argument("--repeats", type=int, default=7, help="timed runs of each, interleaved (3 at 65,536 and above)")
+    ap.add_argument("--repeats", type=int, default=7, help="timed runs of each, interleaved")
     ap.add_argument("--profile", action="store_true", help="print the top functions of a cProfile run")
     ap.add_argument("--breakdown", action="store_true", help="time the parts of one step at each size")
     args = ap.parse_args()
     print(f"sim_speed: synchronous GRPO step, continuous batching, lognormal(600, p99 8000) cap 16384; "
           f"CPU time; {pin_to_one_core()}")
-    print(f"{'rollouts':>8} {'rlhfsim ms':>16} {'peer ms':>16} {'ratio':>6} {'us/rollout':>10} {'events':>7} "
-          f"{'peer iters':>10} {'span diff':>9}")
-    med_ms, ratio = {}, {}
+    print(f"{'rollouts':>8} {'rlhfsim ms':>16} {'IQR':>5} {'peer ms':>16} {'IQR':>5} {'ratio':>6} {'us/rollout':>10} "
+          f"{'events':>7} {'peer iters':>10} {'span diff':>9}")
+    med_ms, ratio, spread = {}, {}, []
     for n in args.rollouts:
         setup, cost, lengths = workload(n)
         peer = PeriterPeer(setup, cost)
         ours, theirs, spans = [], [], set()
-        for _ in range(args.repeats if n < 65536 else min(args.repeats, 3)):
+        for _ in range(args.repeats):
             t, span_ours = time_rlhfsim(n)
             ours.append(t)
             t, span_peer = time_peer(peer, lengths)
@@ -210,10 +218,16 @@ def main() -> None:
         events = run_counting_events(build(n), 1)[0]
         m_ours, m_peer = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
         med_ms[n], ratio[n] = m_ours, m_peer / m_ours
-        print(f"{n:>8} {m_ours:>8.1f} ({min(ours) * 1e3:>5.1f}) {m_peer:>8.1f} ({min(theirs) * 1e3:>5.1f}) "
-              f"{ratio[n]:>5.1f}x {m_ours / n * 1e3:>10.2f} {events:>7} {peer.iterations:>10} {max(spans):>9.1e}")
-    print("(rlhfsim ms and peer ms: median (best) CPU-ms; ratio: peer median / rlhfsim median; span diff: "
-          "relative difference of the two generation spans)")
+        iqr_ours, iqr_peer = _iqr(ours) * 1e3 / m_ours, _iqr(theirs) * 1e3 / m_peer
+        if max(iqr_ours, iqr_peer) > 0.1:
+            spread.append(n)
+        print(f"{n:>8} {m_ours:>8.1f} ({min(ours) * 1e3:>5.1f}) {iqr_ours:>5.0%} {m_peer:>8.1f} ({min(theirs) * 1e3:>5.1f}) "
+              f"{iqr_peer:>5.0%} {ratio[n]:>5.1f}x {m_ours / n * 1e3:>10.2f} {events:>7} {peer.iterations:>10} "
+              f"{max(spans):>9.1e}")
+    print("(rlhfsim ms and peer ms: median (best) CPU-ms; IQR: interquartile range / median; ratio: peer median / "
+          "rlhfsim median; span diff: relative difference of the two generation spans)")
+    for n in spread:
+        print(f"warning: {n:,} rollouts: runs spread over more than 10% of their median (a busy machine?)")
     if 1024 in med_ms:
         ok = med_ms[1024] <= TARGET_MS and ratio[1024] >= TARGET_RATIO
         print(f"target 1,024 rollouts: <= {TARGET_MS:.0f} ms and >= {TARGET_RATIO:.0f}x the peer: "
