@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
 import simpy
 
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
@@ -47,6 +48,39 @@ def _kernel_share(span_s: float, parts: tuple[float, float]) -> float:
     return span_s * active / total if total > 0 else 0.0
 
 
+def _row_tokens(rows: list[Rollout]) -> np.ndarray:
+    """Each row's prompt + response tokens, as int64 (read once; padding is then computed on arrays)."""
+    return np.fromiter([r.prompt_len + r.response_len for r in rows], dtype=np.int64, count=len(rows))
+
+
+def _padded_microbatches(tokens: np.ndarray, mb: int) -> list[tuple[int, int]]:
+    """(rows, longest row's tokens) of each micro-batch of ``mb`` consecutive rows."""
+    if not len(tokens):
+        return []
+    starts = np.arange(0, len(tokens), mb)
+    sizes = np.minimum(len(tokens) - starts, mb)
+    return list(zip(sizes.tolist(), np.maximum.reduceat(tokens, starts).tolist()))
+
+
+def _rank_longest(tokens: np.ndarray, mb: int, dp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """For each minibatch of ``mb`` consecutive rows dealt round-robin over ``dp`` ranks (rank k takes
+    rows k, k + dp, ...): the rows each rank gets and its longest row's tokens, ranks without rows left
+    out. Computed on a zero-padded (minibatches x rows-per-rank x dp) array (lengths are positive)."""
+    n = len(tokens)
+    n_mb = -(-n // mb)
+    per_rank = -(-mb // dp)
+    grid = np.zeros((n_mb, per_rank * dp), dtype=np.int64)
+    grid[:, :mb] = np.concatenate([tokens, np.zeros(n_mb * mb - n, dtype=np.int64)]).reshape(n_mb, mb)
+    longest = grid.reshape(n_mb, per_rank, dp).max(axis=1).tolist()
+    counts, lengths = [], []
+    for m in range(n_mb):
+        size = min(mb, n - m * mb)
+        ranks = min(dp, size)
+        counts.append([(size - k + dp - 1) // dp for k in range(ranks)])
+        lengths.append(longest[m][:ranks])
+    return counts, lengths
+
+
 def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str | None = None):
     """Process: one forward pass of ``role`` over every row (prompt + response), rows dealt round-robin
     over the pool's replicas, each replica's rows cut into calls (``rlhfsim.sim.microbatch``: pieces of
@@ -68,10 +102,14 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
         yield req
         start = env.now
         durs = []
+        tokens = _row_tokens(rows) if budget is None and not packed else None
         for k in range(n_rep):
             mine = rows[k::n_rep]
             t = active = 0.0
-            calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder")
+            if tokens is None:
+                calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder")
+            else:  # padded pieces of ``size`` rows, on arrays (issue 12): the same pieces as mb.pieces
+                calls = [mb.Piece(n, n * length) for n, length in _padded_microbatches(tokens[k::n_rep], size)]
             for p in calls:
                 total, kernel = sim.cost.forward_parts(model, dtype, p.tokens, p.rows, tp, op="prefill",
                                                        runtime=sim.forward_runtime(role), head=s.head(role),
@@ -140,11 +178,23 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         start = env.now
         t = active = 0.0
         opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes)
+        tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         for _ in range(alg.ppo_epochs):
             # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
-            order = [rows[j] for j in sim.shuffle_rng.permutation(len(rows))]
-            for i in range(0, len(order), alg.minibatch_size):
-                part = order[i:i + alg.minibatch_size]
+            perm = sim.shuffle_rng.permutation(len(rows))
+            if tokens is not None:  # one padded call per rank, on arrays (issue 12): as mb.pieces would
+                for counts, lengths in zip(*_rank_longest(tokens[perm], alg.minibatch_size, ranks)):
+                    slowest = (0.0, 0.0)
+                    for n, length in zip(counts, lengths):
+                        total, kernel = sim.cost.train_parts(model, dtype, n * length, n, tp, head, None, sp)
+                        if ckpt is not None:
+                            total, kernel = total * ckpt, kernel * ckpt
+                        slowest = max(slowest, (0.0 + total + per_call_s, 0.0 + kernel))
+                    t += slowest[0] + opt
+                    active += slowest[1] + opt_active
+                continue
+            for i in range(0, len(rows), alg.minibatch_size):
+                part = [rows[j] for j in perm[i:i + alg.minibatch_size]]
                 slowest = (0.0, 0.0)
                 for k in range(min(ranks, len(part))):
                     mine = part[k::ranks]
