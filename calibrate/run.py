@@ -25,6 +25,7 @@ from calibrate.assemble import build_profile
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
 from calibrate.device_info import contention_ratio, describe, load_avg, resolve_cuda_gpu, usable_cores
 from calibrate.genbench import measure_gen_runtimes
+from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
 from calibrate.journal import Journal, PassView, journal_path, merge_passes
@@ -147,6 +148,10 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
+    if g.step_iters > 0 and decoders:
+        # Framework step scalars (rlhfsim.costs.stepcosts): timed directly, not journaled (seconds).
+        with torch.inference_mode(False):
+            profile["step"] = measure_step_scalars(device, dtype, decoders[0], spec, iters=g.step_iters)
     profile["provenance"]["wall_s"] = time.perf_counter() - t0
     profile["device"]["load_avg_1m_at_end"] = load_avg()
     write_json_atomic(out, profile)

@@ -11,6 +11,11 @@ For each scenario:
      blocks of the real steps), which never sees the validation runs.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
+  5. Find where generation's time goes: every generation operation the executor timed inside the real
+     steps (a prefill call, a decode step, a ``generate()`` call; ``StepLog.op``, with its shape) is priced
+     with the profile at that shape, exactly as the simulator prices it (``price_op``), and summed per
+     operation (``operations``); the generate span not covered by any operation is host work between
+     operations (token bookkeeping, the scorer handoff), which the simulator does not price.
 
 Needs both sides (torch for the executor; pydantic and simpy for the simulator).
 """
@@ -220,6 +225,46 @@ def _err(pred: float, meas: float) -> float | None:
     return 100.0 * (pred - meas) / meas if meas > 0 else None
 
 
+def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict) -> float:
+    """The profile's price of one in-step generation operation (``StepLog.op``), with the calls the
+    simulator's engines make for the same work (tp 1, no co-running scoring)."""
+    if name == "prefill":
+        return cost.forward_s(model, dtype, shape["n_tokens"], shape["n_seqs"], 1, op="prefill", head="lm",
+                              gen_runtime=runtime)
+    if name == "decode":
+        return cost.decode_steps_s(model, dtype, shape["batch"], shape["kv0"], 1, runtime=runtime)
+    if name == "generate_call":
+        b, w, k = shape["rows"], shape["width"], shape["steps"]
+        if shape["first"]:   # one call: its host overhead, the padded prefill (first token), k - 1 steps
+            return (cost.call_overhead_s(runtime)
+                    + cost.forward_s(model, dtype, b * w, b, 1, op="prefill", head="lm", gen_runtime=runtime)
+                    + cost.decode_steps_s(model, dtype, b, b * (w + 1), k - 1, runtime=runtime))
+        # a continuation under streaming: the chunk handoff, then k steps on the cached prefix
+        return cost.handoff_s(runtime, b) + cost.decode_steps_s(model, dtype, b, b * w, k, runtime=runtime)
+    raise RlhfsimError(f"price_op: expected prefill, decode or generate_call, got {name!r}")
+
+
+def operations(setup, cost, steps: list) -> dict:
+    """Per generation operation over the given (steady) steps: calls, measured and predicted seconds per
+    step, the error; plus ``outside_ops_s``: the generate span per step minus the operations in it."""
+    model, dtype = setup.shapes["actor"], setup.dtypes["actor"]
+    runtime = setup.scenario.generation.resolved_runtime
+    n = max(len(steps), 1)
+    acc: dict[str, list[float]] = {}
+    for r in steps:
+        for name, secs, shape in r.ops:
+            a = acc.setdefault(name, [0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += secs
+            a[2] += price_op(cost, model, dtype, runtime, name, shape)
+    ops = {name: {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
+                  "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c,
+                  "error_pct": _err(p, m)} for name, (c, m, p) in sorted(acc.items())}
+    span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
+    return {"runtime": runtime, "operations": ops,
+            "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
+
+
 def prepare(path: Path, device: str, steps: int | None, threads: int | None, overrides: list | None = None):
     """Scenario, setup, the executor config and the shared rollout list of one validation scenario."""
     from rlhfsim.scenario import build_setup, load_scenario
@@ -267,7 +312,7 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
     return {"name": sc.name, "steps": sc.steps, "warmup_steps": warm,
             "profile": cost.name if not str(profile).endswith(".json") else str(profile),
             "measured_step_time_s": m_time, "predicted_step_time_s": p_time, "error_pct": _err(p_time, m_time),
-            "phases": phases, "checks": checks}
+            "phases": phases, "generation_ops": operations(setup, cost, m_steps), "checks": checks}
 
 
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
@@ -345,6 +390,17 @@ def print_table(doc: dict) -> None:
             e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
             t.add_row(ph, f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e)
         c.print(t)
+        g = s.get("generation_ops")
+        if g and g["operations"]:
+            t = Table(title=f"generation inside the step ({g['runtime']}; per step; priced alone, no co-running scoring)")
+            for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
+                t.add_column(col, justify="left" if col == "operation" else "right")
+            for name, v in g["operations"].items():
+                e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
+                t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
+                          f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
+            t.add_row("host work between operations", "", f"{g['outside_ops_s']:.3f}", "0.000 (not priced)", "", "", "")
+            c.print(t)
     if doc["median_abs_error_pct"] is not None:
         c.print(f"median |step-time error| over {len(doc['scenarios'])} scenario(s): {doc['median_abs_error_pct']:.1f}%")
 

@@ -19,6 +19,7 @@ LAZY = {
     "validate": "calibrate.validate:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
     "lengths": "rlhfsim.lengths.cli:lengths_group",
+    "import": "rlhfsim.importers.cli:import_group",
 }
 
 
@@ -93,7 +94,10 @@ def main():
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory: summary.json, steps.csv, intervals.csv, lengths.csv, metrics.jsonl (verl's names), tensorboard/.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, fmt):
+@click.option("--names", "phase_names", type=click.Choice(["rlhfsim", "verl"]), default="rlhfsim", show_default=True,
+              help="Phase names in the table: the simulator's, or verl's timing_s/* metrics (the JSON always "
+                   "has both: phases_s and verl_timing).")
+def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, fmt, phase_names):
     """Simulate SCENARIO (a YAML file) and print step time, phases and GPU utilization."""
     from rlhfsim.report.text import print_comparison, print_summary
     from rlhfsim.scenario.loader import load_scenario, parse_set
@@ -116,7 +120,7 @@ def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, fmt)
     if fmt == "json":
         click.echo(text)
     else:
-        print_summary(result.summary)
+        print_summary(result.summary, names=phase_names)
         if variants:
             print_comparison(variants)
         if out:

@@ -40,13 +40,15 @@ def write_json_atomic(path: str | Path, doc, *, fsync: bool = True) -> Path:
     return write_atomic(path, json.dumps(doc, indent=1) + "\n", fsync=fsync)
 
 
-def out_path(out: str | Path | None, default_name: str) -> Path | None:
+def out_path(out: str | Path | None, default_name: str, also: tuple[str, ...] = ()) -> Path | None:
     """Where a command's ``-o/--out`` writes its main file: ``-o`` names a directory of results (the
     same meaning for every command) and the file is ``default_name`` inside it. A path ending in the
-    file's own suffix (``x.json``, ``x.html``) is the older usage, a file path, and still works."""
+    file's own suffix (``x.json``, ``x.html``; or one of ``also``, e.g. ``.yml``) is the older usage, a
+    file path, and still works."""
     if out is None:
         return None
     out = Path(out)
-    if out.suffix.lower() == Path(default_name).suffix.lower() and not out.is_dir():
+    suffixes = {Path(default_name).suffix.lower(), *(x.lower() for x in also)}
+    if out.suffix.lower() in suffixes and not out.is_dir():
         return out
     return out / default_name

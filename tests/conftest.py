@@ -142,9 +142,9 @@ def _spy_stages(run: TrackedRun):
     """Record the rollouts each forward pass and each training call receives (restored afterwards)."""
     fwd, trn = stages.forward_pass, stages.train
 
-    def forward_pass(env, sim, step, role, rows):
-        run.forward_ids.setdefault(role, []).extend(r.id for r in rows)
-        return fwd(env, sim, step, role, rows)
+    def forward_pass(env, sim, step, role, rows, phase=None):
+        run.forward_ids.setdefault(phase or role, []).extend(r.id for r in rows)
+        return fwd(env, sim, step, role, rows, phase)
 
     def train(env, sim, step, role, rows):
         run.train_ids.setdefault(role, []).extend(r.id for r in rows)

@@ -21,7 +21,7 @@ are stated in each module's docstring; in short:
 """
 
 from calibrate.executor.config import ExecConfig, StepResult
-from rlhfsim.contracts import PHASES  # the executor times the simulator's phases
+from rlhfsim.contracts import BASE_PHASES as PHASES  # the simulator's phases the executor times (no opt-in ones)
 from calibrate.executor.run import RoundRobin, run_interleaved, run_steps
 
 __all__ = ["ExecConfig", "StepResult", "RoundRobin", "run_interleaved", "run_steps", "PHASES"]

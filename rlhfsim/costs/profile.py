@@ -20,6 +20,7 @@ Layout (``schema_version`` 1)::
                                          # prefill:RUNTIME, decode:RUNTIME (generation runtimes)
       "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default"},
       "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
+      "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
       "points": [ {...one measured point...} ]
     }
@@ -32,6 +33,7 @@ import os
 from pathlib import Path
 
 from rlhfsim.costs.genruntimes import GEN_SCALARS
+from rlhfsim.costs.stepcosts import check_step
 from rlhfsim.errors import ProfileError
 
 SCHEMA_VERSION = 1
@@ -95,6 +97,10 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             v = info.get(k)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
+    if "step" in doc:
+        problem = check_step(doc["step"], f"{where}.step")
+        if problem:
+            raise ProfileError(problem)
     return doc
 
 

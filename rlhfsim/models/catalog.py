@@ -87,6 +87,12 @@ CATALOG: dict[str, ModelShape] = {
         _q("qwen2.5-14b", 48, 5120, 13824, 40, 8, 152064, False),
         _q("qwen2.5-32b", 64, 5120, 27648, 40, 8, 152064, False),
         _q("qwen2.5-72b", 80, 8192, 29568, 64, 8, 152064, False),
+        # Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, intermediate 12288, 32 heads (head_dim 128), 8 KV heads,
+        # vocab 151936, untied embeddings, 40960 positions (its q/k RMSNorms cost nothing here).
+        ModelShape("qwen3-8b", "decoder", 36, 4096, 12288, 32, 8, 151936, False, True, "qwen3", 40960),
+        # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json: Qwen2.5-Math-1.5B's shape with an untied LM head
+        # (1.78B parameters), 131072 positions.
+        _q("deepseek-r1-distill-qwen-1.5b", 28, 1536, 8960, 12, 2, 151936, False, 131072),
         _l("llama-3.1-8b", 32, 4096, 14336, 32, 8),
         _l("llama-3.1-70b", 80, 8192, 28672, 64, 8),
         ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512),

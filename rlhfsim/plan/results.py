@@ -18,11 +18,12 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from rlhfsim.contracts import PHASE_COLUMNS, PHASES
+from rlhfsim.contracts import PHASE_COLUMNS, PHASE_DESCRIPTIONS, PHASES
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.files import write_atomic
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.plan.spec import OBJECTIVES, Config, Plan
+
 METRICS = ("step_time_s", "cost_per_1000_steps", "gpus", "gpu_type", "step_time_p90_s", "tokens_per_s",
            "off_policy_token_frac")
 NUMERIC = ("step_time_s", "cost_per_1000_steps", "step_time_p90_s", "tokens_per_s", "off_policy_token_frac")
@@ -174,14 +175,14 @@ _WHY = {
     "generate": "decoding is memory-bound and the longest responses hold the rollout pool",
     "reward": "the reward model cannot keep up: give it more GPUs or a faster scoring runtime",
     "reference": "the reference forward pass over every rollout follows generation",
+    "old_log_prob": "the actor recomputes log-probs over every rollout before training",
     "critic_fwd": "the critic forward pass over every rollout follows generation",
+    "adv": "advantages are computed on the driver while the GPUs wait",
     "actor_train": "actor training is compute-bound: more or faster GPUs shorten it",
     "critic_train": "critic training is compute-bound: more or faster GPUs shorten it",
     "weight_sync": "copying the actor's weights to the generation engine is the bottleneck",
 }
-_NAMES = {"generate": "generation", "reward": "reward scoring", "reference": "the reference pass",
-          "critic_fwd": "the critic forward pass", "actor_train": "actor training",
-          "critic_train": "critic training", "weight_sync": "weight sync"}
+_NAMES = PHASE_DESCRIPTIONS
 
 
 def explain(row: dict) -> str:

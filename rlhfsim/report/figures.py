@@ -21,15 +21,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from rlhfsim.contracts import CPU_POOL
 from rlhfsim.report.load import PHASES, ROLES, Intervals, PlanRecords, RunRecords, axis_key, axis_label
 from rlhfsim.report.timeline import timeline_rows
 
 ROLE_COLOURS = {"actor": "#1f77b4", "critic": "#ff7f0e", "reference": "#2ca02c", "reward": "#d62728",
                 "rollout": "#9467bd"}
-PHASE_COLOURS = {"generate": "#9467bd", "reward": "#d62728", "reference": "#2ca02c", "critic_fwd": "#ffbb78",
-                 "actor_train": "#1f77b4", "critic_train": "#ff7f0e", "weight_sync": "#7f7f7f"}
-PHASE_PATTERNS = {"generate": "", "reward": "/", "reference": "\\", "critic_fwd": "x", "actor_train": ".",
-                  "critic_train": "+", "weight_sync": "|"}
+PHASE_COLOURS = {"generate": "#9467bd", "reward": "#d62728", "old_log_prob": "#aec7e8", "reference": "#2ca02c",
+                 "critic_fwd": "#ffbb78", "adv": "#bcbd22", "actor_train": "#1f77b4", "critic_train": "#ff7f0e",
+                 "weight_sync": "#7f7f7f"}
+PHASE_PATTERNS = {"generate": "", "reward": "/", "old_log_prob": "-", "reference": "\\", "critic_fwd": "x",
+                  "adv": "", "actor_train": ".", "critic_train": "+", "weight_sync": "|"}
+assert set(PHASE_COLOURS) == set(PHASE_PATTERNS) == set(PHASES)
 SERIES_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
                   "#9d755d", "#bab0ac")
 TEMPLATE = "plotly_white"
@@ -104,7 +107,7 @@ def gpu_busy_over_time(intervals: Intervals, pools: dict, bins: int = 120) -> tu
     edges = np.linspace(0.0, max(t1, 1e-12), bins + 1)
     width = edges[1] - edges[0]
     labels, rows = [], []
-    gpu_pools = [(pool, g) for pool, spec in pools.items() if pool != "cpu" for g in range(spec["gpus"])]
+    gpu_pools = [(pool, g) for pool, spec in pools.items() if pool != CPU_POOL for g in range(spec["gpus"])]
     for pool, g in gpu_pools:
         mask = (intervals.pool == pool) & (intervals.gpu == g)
         segs = sorted(zip(intervals.start_s[mask], intervals.end_s[mask]))

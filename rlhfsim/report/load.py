@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 # The columns and names are the shared contracts (rlhfsim.contracts); the report rejects anything else.
-from rlhfsim.contracts import (INTERVAL_REQUIRED_COLUMNS as INTERVAL_COLUMNS, INTERVALS_FILE, LENGTH_COLUMNS,
+from rlhfsim.contracts import (CPU_POOL, INTERVAL_REQUIRED_COLUMNS as INTERVAL_COLUMNS, INTERVALS_FILE, LENGTH_COLUMNS,
                                LENGTHS_FILE, PHASES, PLAN_FILE, RESULTS_FILE, ROLES, STEP_REQUIRED_COLUMNS as STEP_COLUMNS,
                                STEP_REQUIRED_VALUES, STEPS_FILE, SUMMARY_FILE)
 from rlhfsim.errors import RlhfsimError
@@ -243,7 +243,12 @@ def load_steps(path: Path) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
 
 
 def load_intervals(path: Path, pools: dict) -> Intervals:
+    """intervals.csv; rows of the CPU pseudo-pool (``CPU_POOL``, when no real pool has that name) are left
+    out: they occupy no GPU (their phases still show in steps.csv and summary.json)."""
     header, rows = _read_csv(path, INTERVAL_COLUMNS)
+    if CPU_POOL not in pools:
+        col = header.index("pool")
+        rows = [r for r in rows if r[col].strip() != CPU_POOL]
     iv = Intervals(
         step=_column(path, header, rows, "step", "int"),
         pool=_column(path, header, rows, "pool", "str"),

@@ -192,6 +192,67 @@ class Generation(Frozen):
         return self.runtime or DEFAULT_RUNTIME[self.engine]
 
 
+# --- how the training framework runs a step (verl / OpenRLHF mechanics; everything off by default) -------
+class MicroBatch(Frozen):
+    """How forward passes and training are cut into calls per data-parallel rank (verl's names). Unset
+    fields keep the simulator's older behaviour: forward passes in pieces of ``generation.max_batch``
+    rows, training as one padded call per rank per minibatch."""
+
+    log_prob_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="Rows per call of every forward pass (reward, old_log_prob, reference, critic values) on each data-parallel rank (verl: actor_rollout_ref.rollout/ref.log_prob_micro_batch_size_per_gpu, critic.forward_micro_batch_size_per_gpu). Default: generation.max_batch.")
+    ppo_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="Rows per forward+backward call in training on each data-parallel rank; a minibatch's rows on a rank run in pieces of this size with gradient accumulation, one optimizer step per minibatch (verl: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; OpenRLHF: micro_train_batch_size). Default: all of the rank's rows in one call.")
+    use_dynamic_bsz: bool = Field(
+        False, description="Form pieces by a token budget instead of a row count: rows are taken in order into a piece while its tokens stay within the budget (a row longer than the budget is a piece of its own); verl: use_dynamic_bsz.")
+    ppo_max_token_len_per_gpu: Optional[Tokens] = Field(
+        None, description="Token budget of a training piece with use_dynamic_bsz (verl: actor_rollout_ref.actor.ppo_max_token_len_per_gpu). Required with use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: Optional[Tokens] = Field(
+        None, description="Token budget of a forward-pass piece with use_dynamic_bsz (verl: log_prob_max_token_len_per_gpu). Default: ppo_max_token_len_per_gpu.")
+    use_remove_padding: bool = Field(
+        False, description="Sequence packing (verl: use_remove_padding; OpenRLHF: packing_samples): a piece costs the sum of its rows' real tokens and attention over each row's own length, not every row padded to the piece's longest.")
+
+
+class TrainedOffload(Frozen):
+    param: bool = Field(False, description="Parameters live in host memory between phases: loaded onto the device before each phase that uses the model and offloaded after (verl: fsdp_config.param_offload).")
+    grad: bool = Field(False, description="Gradients are moved to host memory after each training phase (verl moves them with param_offload; DeepSpeed ZeRO offload).")
+    optimizer: bool = Field(False, description="AdamW state (fp32 master weights and moments, 12 bytes per parameter) lives in host memory: loaded before the training phase and offloaded after (verl: fsdp_config.optimizer_offload; OpenRLHF: adam_offload).")
+
+
+class ReferenceOffload(Frozen):
+    param: bool = Field(False, description="The reference model's parameters stay in host memory and stream to the device on every forward call (FSDP CPUOffload; verl: actor_rollout_ref.ref.fsdp_config.param_offload; OpenRLHF: ref_reward_offload).")
+
+
+class Offload(Frozen):
+    """Host-memory offload per model; every move crosses the host link (``host_link_bw`` of the device)."""
+
+    actor: TrainedOffload = TrainedOffload()
+    critic: TrainedOffload = TrainedOffload()
+    reference: ReferenceOffload = ReferenceOffload()
+
+
+class WeightSync(Frozen):
+    kind: Literal["copy", "reshard"] = Field(
+        "copy", description="`copy`: the trained weights are copied through device memory (shared pool) or broadcast over the link (separate pools), nothing else; `reshard`: as verl's hybrid engine does it: the training layout's shards are gathered into the engine's tensor-parallel layout (intra-node link), loaded into the engine (a copy through device memory) and, on a shared pool, the engine's KV cache is freed and allocated again.")
+
+
+class Advantage(Frozen):
+    enabled: bool = Field(False, description="Record advantage computation (GAE for PPO, group normalization for GRPO/RLOO) as the phase `adv`, on the driver's CPU between the forward passes and training; priced from the profile's adv_* step scalars.")
+
+
+class Execution(Frozen):
+    """The mechanics of a step as verl and OpenRLHF run it. Every field defaults to off, which is the
+    simulator's older step (generation, scoring, reference and critic passes, training, a weight copy)."""
+
+    old_log_prob: bool = Field(False, description="The actor recomputes log-probs of every rollout (prompt + response) in a forward pass on its pool after scoring and before the reference pass (verl: compute_log_prob, phase old_log_prob).")
+    advantage: Advantage = Advantage()
+    micro_batch: MicroBatch = MicroBatch()
+    gradient_checkpointing: bool = Field(False, description="Activation recomputation in training: one more forward per training piece, priced as the profile's checkpoint_extra_frac of the piece's train time (verl: enable_gradient_checkpointing).")
+    offload: Offload = Offload()
+    weight_sync: WeightSync = WeightSync()
+    ulysses_sequence_parallel_size: PositiveInt = Field(
+        1, description="Ulysses sequence parallelism of the actor, critic and reference (verl: ulysses_sequence_parallel_size): groups of this many GPUs of a pool share every piece, each holding 1/sp of its tokens, with four all-to-alls per layer per pass; data-parallel ranks are pool GPUs / (TP x sp) and token budgets cover a group (x sp). Within one node.")
+
+
 # --- schedules ------------------------------------------------------------------------------------
 # Each schedule's config model lives beside its class (rlhfsim/sim/schedules/); the registry is the only
 # list of them, and the union and the variant names below are derived from it.
@@ -210,6 +271,7 @@ class Scenario(Frozen):
     algorithm: Algorithm = Algorithm()
     workload: Workload
     generation: Generation = Generation()
+    execution: Execution = Field(Execution(), description="How the training framework runs the step (verl/OpenRLHF mechanics: old-log-prob pass, advantages, micro-batches, checkpointing, offload, weight resharding); all off by default.")
     schedule: Schedule = SyncSchedule()
     steps: int = Field(10, ge=1, le=100_000, description="Steps to simulate.")
     warmup_steps: int = Field(1, ge=0, le=100_000, description="Leading steps excluded from steady-state statistics.")

@@ -4,7 +4,8 @@ naming the estimate and the field to change.
 Work units (about one Python-level operation of the simulator each, a few microseconds), per step:
 
     generation      2 x rollouts in flight                   (admission and completion events)
-    forward passes  rollouts x scored roles                  (reward, reference, critic rows)
+    forward passes  rollouts x scored roles                  (reward, reference, critic rows; the actor's
+                                                             old-log-prob pass with execution.old_log_prob)
     training        ppo_epochs x rollouts x trained models   (minibatch rows dealt over ranks)
     schedule        Schedule.work_per_step                   (e.g. OPPO: one scorer call per chunk)
 
@@ -51,7 +52,8 @@ def estimate_work(setup, steps: int | None = None) -> WorkEstimate:
     cls = SCHEDULES[sc.schedule.kind]
     B = setup.rollouts_per_step
     flight = cls.in_flight(sc.schedule, setup)
-    n_fwd = sum(r in setup.shapes for r in ("reward", "reference", "critic")) + (setup.rule_reward is not None)
+    n_fwd = (sum(r in setup.shapes for r in ("reward", "reference", "critic")) + (setup.rule_reward is not None)
+             + sc.execution.old_log_prob)
     n_train = sum(r in setup.shapes for r in ("actor", "critic"))
     flight_field = cls.FLIGHT_FIELD if flight > 2 * B else "workload.prompts_per_step"
     parts = {

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the schema imports the schedules, which import this module
     from rlhfsim.scenario.checks import Setup
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Rollout:
     """One response being generated. ``generated`` counts decoded tokens; ``scored`` counts response
     tokens the reward model has prefilled under chunked scoring; ``kv_resident`` says whether its KV

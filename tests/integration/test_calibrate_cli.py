@@ -34,6 +34,7 @@ TINY_GRID = {
     "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
     "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
     "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
+    "step_iters": 1,
 }
 
 

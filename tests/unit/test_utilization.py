@@ -150,6 +150,22 @@ def test_weight_sync_is_all_active(separate):
     assert syncs and all(iv.active == pytest.approx(iv.end_s - iv.start_s, rel=1e-12) for iv in syncs)
 
 
+@pytest.mark.parametrize("runtime, placement, copied", [
+    ("hf_generate", None, False),        # TRL: generate() on the trained policy itself, same GPUs
+    ("hf_static", None, False),
+    ("kv_decoder", None, True),          # a decoder holding its own copy of the weights
+    ("hf_generate", SEPARATE, True),     # generation on other GPUs: the weights still travel
+])
+def test_weight_sync_copies_only_when_generation_holds_other_weights(scenario_dict, runtime, placement, copied):
+    d = scenario_dict("colocated")
+    d["generation"] = {**d["generation"], "engine": "static", "runtime": runtime}
+    if placement is not None:
+        d["placement"] = copy.deepcopy(placement)
+    syncs = [iv for iv in _run(d, steps=2).intervals if iv.phase == "weight_sync"]
+    assert len(syncs) == 2
+    assert all((iv.end_s - iv.start_s > 0) == copied for iv in syncs)
+
+
 # --- training priced per rank, forward passes per replica --------------------------------------------
 
 def _sim(d: dict) -> Simulation:

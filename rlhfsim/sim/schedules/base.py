@@ -7,19 +7,22 @@ generator that appends a StepRecord per step), and hooks a schedule may override
 - ``check(sc)``: cross-field checks of its block against the rest of the scenario (YAML paths named);
 - ``in_flight``, ``work_per_step``: its share of the work estimate (``rlhfsim.sim.budget``), with the
   fields that scale them (``FLIGHT_FIELD``, ``WORK_FIELD``);
-- ``after_generation(step, rows, streamed)``: the post-generation pipeline (reward, reference, critic,
-  training, weight sync), in the synchronous order by default;
+- ``after_generation(step, rows, streamed)``: the post-generation pipeline (reward, the actor's
+  old-log-prob pass, reference, critic, advantages, training, weight sync), in verl's order by default;
 - ``max_chunk_batch``: chunks a chunk-scorer replica prefills in one call (schedules that stream).
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import ClassVar
 
 import simpy
 
 from rlhfsim.scenario.fields import Frozen
 from rlhfsim.sim import stages
+
+_ROW_ID = attrgetter("id")
 
 
 class Schedule:
@@ -69,18 +72,22 @@ class Schedule:
         raise NotImplementedError
 
     def after_generation(self, step: int, rows, streamed: tuple[str, ...] = ()):
-        """Process: scoring, reference and critic passes, training, weight sync (the sync order)."""
+        """Process: scoring, the actor's old-log-prob pass (``execution.old_log_prob``), reference and
+        critic passes, advantages (``execution.advantage``), training, weight sync (verl's order)."""
         sim = self.sim
         env, s = sim.env, sim.setup
         # The batch in prompt order, as frameworks gather it: which replica and which minibatch a row
         # lands in must not depend on the order rows happened to finish in.
-        rows = sorted(rows, key=lambda r: r.id)
+        rows = sorted(rows, key=_ROW_ID)
         if "reward" in streamed:
             yield sim.scorers["reward"].wait_drained()
         elif s.rule_reward is not None:
             yield from stages.rule_reward(env, sim, step, rows)
         else:
             yield from stages.forward_pass(env, sim, step, "reward", rows)
+        ex = s.scenario.execution
+        if ex.old_log_prob:
+            yield from stages.forward_pass(env, sim, step, "actor", rows, phase="old_log_prob")
         for role in ("reference", "critic"):
             if role not in s.shapes:
                 continue
@@ -88,6 +95,8 @@ class Schedule:
                 yield sim.scorers[role].wait_drained()
             else:
                 yield from stages.forward_pass(env, sim, step, role, rows)
+        if ex.advantage.enabled:
+            yield from stages.advantage(env, sim, step, rows)
         trains = [env.process(stages.train(env, sim, step, r, rows)) for r in ("actor", "critic") if r in s.shapes]
         yield simpy.AllOf(env, trains)
         yield from stages.weight_sync(env, sim, step)
