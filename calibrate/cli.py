@@ -51,7 +51,7 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate the local CUDA device as this catalog GPU "
               "(a100, h100, h200, l40s, ...); the profile gets this name. Fails if there is no such device.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Calibrate the CPU, or the local CUDA "
-              "device under the catalog name its device name matches.")
+              "device under the catalog name its device name matches.  [default: cpu; cuda with --gpu]")
 @click.option("--force", is_flag=True, help="With --gpu: skip the check that the local device is that GPU.")
 @click.option("--quick", is_flag=True, help="Small shapes and a short grid (CPU: about 5 minutes on 2 cores).")
 @click.option("--models", multiple=True, metavar="NAMES", help="Model shapes to measure: catalog names or "
@@ -60,8 +60,9 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
               help="A local checkpoint directory to measure with its real weights (repeatable).")
 @click.option("--runtimes", multiple=True, metavar="NAMES", help="Scoring runtimes (comma-separated or repeated; "
               "default all): eager, compile, onnxruntime, aoti_python, aoti_cpp, tensorrt. eager always runs (the baseline).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Profile path (default: <user profile directory>/<name>.json, "
-              "where `rlhfsim simulate --profile NAME` finds it).")
+@click.option("-o", "--out", type=click.Path(), help="Directory for profile.json (default: the user profile directory as "
+              "<name>.json, where `rlhfsim simulate --profile NAME` finds it); a path ending in .json is the profile file "
+              "itself (older usage; how the bundled profile is written).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run: points already in the journal are skipped.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), help="Default: float32 on CPU, "
               "bfloat16 on CUDA.")
@@ -77,13 +78,18 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--launches", type=click.IntRange(min=1), help="Measure each scoring shape in N separate process "
               "launches (each with the grid's interleaved rounds), pooled (default 1: in this process).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Interleaved rounds per scoring shape (grid field rounds).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: the profile's name, path, seconds taken, quality and runtime summary as one JSON object.")
 def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
-                      cache_dir, grid_json, no_progress, name, launches, rounds):
+                      cache_dir, grid_json, no_progress, name, launches, rounds, fmt):
     """Measure this machine's costs and write a calibration profile."""
     if gpu_name and device == "cpu":
         raise click.UsageError("--gpu and --device cpu contradict each other; give one")
-    if not gpu_name and not device:
-        raise click.UsageError("expected --gpu NAME (a CUDA GPU) or --device cpu|cuda")
+    device = device or ("cuda" if gpu_name else "cpu")  # the same default as `rlhfsim validate`
+    from rlhfsim.contracts import PROFILE_FILE
+    from rlhfsim.files import out_path
+
+    out = out_path(out, PROFILE_FILE)
     from rlhfsim.models.catalog import load_model, shape_from_hf_config, with_name
 
     try:
@@ -119,6 +125,13 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
         raise click.exceptions.Exit(130)
     finally:
         signal.signal(signal.SIGTERM, old)
+    if fmt == "json":
+        from calibrate.report import runtime_json
+
+        click.echo(json.dumps({"profile": profile["name"], "path": profile["_path"],
+                               "seconds": time.perf_counter() - t0, "quality": profile["quality"],
+                               "runtimes": runtime_json(profile)}))
+        return
     click.echo(runtime_table(profile))
     click.echo("")
     click.echo(fit_table(profile))

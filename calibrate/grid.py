@@ -76,6 +76,7 @@ class Grid:
     gen_compiled_batch: int | None = None           # compiled runtimes: only points of this batch (None: all)
     gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
     gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)
+    step_iters: int = 7                             # samples per step-scalar timing (calibrate.stepbench; 0: skip)
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +

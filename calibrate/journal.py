@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from rlhfsim.errors import RlhfsimError
+from rlhfsim.files import write_atomic
 
 META_KEYS = ("device_kind", "device_name", "dtype", "threads")
 
@@ -50,12 +51,7 @@ class Journal:
                     raise RlhfsimError(f"--resume: journal {str(path)!r} was measured with {k}={old.get(k)!r}, "
                                        f"this run has {k}={meta.get(k)!r}; run without --resume to start over")
             return cls(path, records)
-        tmp = path.with_name(path.name + ".new")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"kind": "meta", **meta}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps({"kind": "meta", **meta}) + "\n", fsync=True)
         return cls(path, [{"kind": "meta", **meta}])
 
     def has(self, key: str) -> bool:

@@ -20,11 +20,20 @@ from calibrate import stats
 
 
 def _fmt_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) if i >= 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    return "\n".join(out)
+    """A rich table (as the rest of the CLI prints), rendered to text: first column left, the rest right."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(table)
+    return buf.getvalue().rstrip("\n")
 
 
 def _padded_points(profile: dict) -> list[dict]:

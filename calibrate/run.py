@@ -27,6 +27,7 @@ from calibrate.quality import assess_quality
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
 from calibrate.device_info import contention_probe, contention_ratio, cpu_model, describe, load_avg, resolve_cuda_gpu, usable_cores
 from calibrate.genbench import measure_gen_runtimes
+from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
 from calibrate.journal import Journal, PassView, journal_path, merge_passes
@@ -37,7 +38,8 @@ from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
-from rlhfsim.costs.profile import bundled_names, user_profile_dir, write_json_atomic
+from rlhfsim.costs.profile import bundled_names, user_profile_dir
+from rlhfsim.files import write_json_atomic
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import CATALOG, ModelShape
@@ -176,6 +178,10 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
+    if g.step_iters > 0 and decoders:
+        # Framework step scalars (rlhfsim.costs.stepcosts): timed directly, not journaled (seconds).
+        with torch.inference_mode(False):
+            profile["step"] = measure_step_scalars(device, dtype, decoders[0], spec, iters=g.step_iters)
     profile["provenance"]["wall_s"] = time.perf_counter() - t0
     profile["device"]["load_avg_1m_at_end"] = load_avg()
     if kind == "cpu":

@@ -11,6 +11,11 @@ For each scenario:
      blocks of the real steps), which never sees the validation runs.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
+  5. Find where generation's time goes: every generation operation the executor timed inside the real
+     steps (a prefill call, a decode step, a ``generate()`` call; ``StepLog.op``, with its shape) is priced
+     with the profile at that shape, exactly as the simulator prices it (``price_op``), and summed per
+     operation (``operations``); the generate span not covered by any operation is host work between
+     operations (token bookkeeping, the scorer handoff), which the simulator does not price.
 
 Needs both sides (torch for the executor; pydantic and simpy for the simulator).
 """
@@ -26,10 +31,10 @@ from pathlib import Path
 import click
 
 from calibrate.frameworks import FRAMEWORKS
+from rlhfsim.contracts import PHASES
 from rlhfsim.errors import RlhfsimError, ScenarioError
 
 EXECUTOR_RUNTIMES = ("kv_decoder", "hf_generate")  # generation runtimes calibrate.executor runs
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
 
 
 def cache_dir() -> Path:
@@ -220,12 +225,52 @@ def _err(pred: float, meas: float) -> float | None:
     return 100.0 * (pred - meas) / meas if meas > 0 else None
 
 
-def prepare(path: Path, device: str, steps: int | None, threads: int | None):
+def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict) -> float:
+    """The profile's price of one in-step generation operation (``StepLog.op``), with the calls the
+    simulator's engines make for the same work (tp 1, no co-running scoring)."""
+    if name == "prefill":
+        return cost.forward_s(model, dtype, shape["n_tokens"], shape["n_seqs"], 1, op="prefill", head="lm",
+                              gen_runtime=runtime)
+    if name == "decode":
+        return cost.decode_steps_s(model, dtype, shape["batch"], shape["kv0"], 1, runtime=runtime)
+    if name == "generate_call":
+        b, w, k = shape["rows"], shape["width"], shape["steps"]
+        if shape["first"]:   # one call: its host overhead, the padded prefill (first token), k - 1 steps
+            return (cost.call_overhead_s(runtime)
+                    + cost.forward_s(model, dtype, b * w, b, 1, op="prefill", head="lm", gen_runtime=runtime)
+                    + cost.decode_steps_s(model, dtype, b, b * (w + 1), k - 1, runtime=runtime))
+        # a continuation under streaming: the chunk handoff, then k steps on the cached prefix
+        return cost.handoff_s(runtime, b) + cost.decode_steps_s(model, dtype, b, b * w, k, runtime=runtime)
+    raise RlhfsimError(f"price_op: expected prefill, decode or generate_call, got {name!r}")
+
+
+def operations(setup, cost, steps: list) -> dict:
+    """Per generation operation over the given (steady) steps: calls, measured and predicted seconds per
+    step, the error; plus ``outside_ops_s``: the generate span per step minus the operations in it."""
+    model, dtype = setup.shapes["actor"], setup.dtypes["actor"]
+    runtime = setup.scenario.generation.resolved_runtime
+    n = max(len(steps), 1)
+    acc: dict[str, list[float]] = {}
+    for r in steps:
+        for name, secs, shape in r.ops:
+            a = acc.setdefault(name, [0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += secs
+            a[2] += price_op(cost, model, dtype, runtime, name, shape)
+    ops = {name: {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
+                  "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c,
+                  "error_pct": _err(p, m)} for name, (c, m, p) in sorted(acc.items())}
+    span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
+    return {"runtime": runtime, "operations": ops,
+            "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
+
+
+def prepare(path: Path, device: str, steps: int | None, threads: int | None, overrides: list | None = None):
     """Scenario, setup, the executor config and the shared rollout list of one validation scenario."""
     from rlhfsim.scenario import build_setup, load_scenario
     from rlhfsim.sim.run import rebuild
 
-    sc = load_scenario(path)
+    sc = load_scenario(path, overrides=overrides)
     if steps is not None:
         sc = rebuild(sc, {"steps": steps, "warmup_steps": min(sc.warmup_steps, steps - 1)})
     setup = build_setup(sc)
@@ -270,12 +315,12 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
             "predicted_step_time_s_interval": unc["step_time_s_interval"], "interval_level": unc["level"],
             "interval_source": unc["source"],
             "inside_interval": bool(unc["step_time_s_interval"][0] <= m_time <= unc["step_time_s_interval"][1]),
-            "phases": phases, "checks": checks}
+            "phases": phases, "generation_ops": operations(setup, cost, m_steps), "checks": checks}
 
 
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
-             recalibrate: bool = False) -> dict:
+             recalibrate: bool = False, overrides: list | None = None) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
     one executor in memory at a time, for models too large to hold every scenario's at once. Without
@@ -290,7 +335,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         import torch
 
         threads = torch.get_num_threads()   # explicit, so the cached calibration is keyed by it
-    prepared = [prepare(p, device, steps, threads) for p in scenarios]
+    prepared = [prepare(p, device, steps, threads, overrides) for p in scenarios]
     from calibrate.executor import RoundRobin, run_steps
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
@@ -351,6 +396,17 @@ def print_table(doc: dict) -> None:
             e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
             t.add_row(ph, f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e)
         c.print(t)
+        g = s.get("generation_ops")
+        if g and g["operations"]:
+            t = Table(title=f"generation inside the step ({g['runtime']}; per step; priced alone, no co-running scoring)")
+            for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
+                t.add_column(col, justify="left" if col == "operation" else "right")
+            for name, v in g["operations"].items():
+                e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
+                t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
+                          f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
+            t.add_row("host work between operations", "", f"{g['outside_ops_s']:.3f}", "0.000 (not priced)", "", "", "")
+            c.print(t)
     if doc["median_abs_error_pct"] is not None:
         c.print(f"median |step-time error| over {len(doc['scenarios'])} scenario(s): {doc['median_abs_error_pct']:.1f}%")
 
@@ -368,23 +424,34 @@ def print_table(doc: dict) -> None:
 @click.option("--recalibrate", is_flag=True,
               help="Measure the quick calibration again (between blocks of the real steps) instead of using the cached one.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON document here.")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Override a field of every scenario (repeatable): a dotted path and a YAML value, e.g. --set steps=4.")
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Also write the JSON document as validation.json in this directory (a path ending in .json: that file, the older usage).")
 @click.option("--framework", type=click.Choice(["rlhfsim", *FRAMEWORKS]), default="rlhfsim", show_default=True,
               help="What runs the real steps: rlhfsim's own executor, or a real RL framework (trl: TRL's GRPO/RLOO "
                    "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
                    "comma-separated profiles, compared side by side).")
-def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, out, framework):
+def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, sets, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
+    from rlhfsim.contracts import VALIDATION_FILE
+    from rlhfsim.files import out_path
+
+    from rlhfsim.scenario.loader import parse_set
+
+    out = out_path(out, VALIDATION_FILE)
+    overrides = [parse_set(s) for s in sets]
     if framework != "rlhfsim":
+        if overrides:
+            raise click.UsageError("--set: supported with --framework rlhfsim only (edit the scenario for --framework trl)")
         from calibrate.validate_trl import validate_trl_command
 
         return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
     if recalibrate and profile:
         raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it cannot be used with --profile")
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
-                   recalibrate=recalibrate)
+                   recalibrate=recalibrate, overrides=overrides)
     if out:
-        from rlhfsim.costs.profile import write_json_atomic
+        from rlhfsim.files import write_json_atomic
 
         write_json_atomic(out, doc)
     if fmt == "json":

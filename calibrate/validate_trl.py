@@ -243,7 +243,7 @@ def validate_trl_command(scenarios: list[Path], device: str, profile: str | None
     keep = out.with_name(out.stem + ".trl") if out else None
     doc = validate_trl(scenarios, device, profiles, steps, threads, progress=fmt == "table", trace_dir=keep)
     if out:
-        from rlhfsim.costs.profile import write_json_atomic
+        from rlhfsim.files import write_json_atomic
 
         write_json_atomic(out, doc)
     if fmt == "json":

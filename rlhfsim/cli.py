@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from rlhfsim.errors import RlhfsimError
+from rlhfsim.errors import RlhfsimError, ScenarioError
 
 
 LAZY = {
@@ -19,6 +19,7 @@ LAZY = {
     "validate": "calibrate.validate:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
     "lengths": "rlhfsim.lengths.cli:lengths_group",
+    "import": "rlhfsim.importers.cli:import_group",
 }
 
 
@@ -44,11 +45,38 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except RlhfsimError as e:
-            click.echo(f"error: {e}", err=True)
+            for line in e.lines() if isinstance(e, ScenarioError) else [str(e)]:
+                click.echo(f"error: {line}", err=True)
             sys.exit(2)
 
 
-@click.group(cls=Group)
+class RegistryHelp(click.Option):
+    """An option whose help names the registered schedule variants, looked up only when help is shown
+    (the registry imports pydantic and simpy, which the CLI loads lazily)."""
+
+    def get_help_record(self, ctx):
+        from rlhfsim.sim.schedules import VARIANTS
+
+        self.help = f"Comma-separated schedule variants: {', '.join(VARIANTS)}."
+        return super().get_help_record(ctx)
+
+
+def set_option(f):
+    return click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+                        help="Override a scenario field (repeatable): a dotted path as the planner's axes write it, "
+                             "and a YAML value, e.g. --set workload.prompts_per_step=56 --set schedule.kind=sync.")(f)
+
+
+def to_json(doc) -> str:
+    """JSON of a result; a non-finite number is an error, never a bare NaN (which is not JSON)."""
+    try:
+        return json.dumps(doc, allow_nan=False)
+    except ValueError:
+        raise RlhfsimError("result: expected finite numbers, got NaN or infinity (a time or size in the scenario "
+                           "is too large; check the fields set near their limits)") from None
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rlhfsim")
 def main():
     """Predict how long an RLHF (PPO/GRPO) step takes, on which GPUs, under which schedule, and why."""
@@ -59,21 +87,29 @@ def main():
 @click.option("--steps", type=click.IntRange(min=1), help="Steps to simulate (default: the scenario's).")
 @click.option("--seed", type=click.IntRange(min=0), help="Random seed (default: the scenario's).")
 @click.option("--profile", "profile", help="Calibration profile name or JSON path (default: bundled).")
-@click.option("--compare", "compare_", help="Comma-separated schedule variants: sync,oppo-intra,oppo-inter,oppo,partial,async.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write summary.json, steps.csv, intervals.csv, lengths.csv here.")
+@click.option("--compare", "compare_", cls=RegistryHelp, help="Comma-separated schedule variants.")
+@set_option
+@click.option("--max-work", type=click.FloatRange(min=0), metavar="UNITS",
+              help="Refuse runs whose estimated work exceeds this (docs/schedules.md, rlhfsim.sim.budget); 0: no limit.  [default: 1e8]")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory: summary.json, steps.csv, intervals.csv, lengths.csv, metrics.jsonl (verl's names), tensorboard/.")
 @click.option("--uncertainty", is_flag=True, help="Also report a 90% interval of the step time and phases, from "
               "the profile's fitted-parameter uncertainty (re-simulates once per draw; see docs/calibration.md).")
 @click.option("--draws", type=click.IntRange(min=4), help="Draws for --uncertainty (default 24).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def simulate(scenario, steps, seed, profile, compare_, out, fmt, uncertainty, draws):
+@click.option("--names", "phase_names", type=click.Choice(["rlhfsim", "verl"]), default="rlhfsim", show_default=True,
+              help="Phase names in the table: the simulator's, or verl's timing_s/* metrics (the JSON always "
+                   "has both: phases_s and verl_timing).")
+def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, uncertainty, draws, fmt, phase_names):
     """Simulate SCENARIO (a YAML file) and print step time, phases and GPU utilization."""
     from rlhfsim.report.text import print_comparison, print_summary
-    from rlhfsim.scenario import load_scenario
+    from rlhfsim.scenario.loader import load_scenario, parse_set
+    from rlhfsim.sim.budget import DEFAULT_MAX_WORK
     from rlhfsim.sim.run import compare, simulate as run_sim, simulate_uncertain, write_outputs
 
-    sc = load_scenario(scenario)
+    sc = load_scenario(scenario, overrides=[parse_set(s) for s in sets])
     names = [n.strip() for n in compare_.split(",") if n.strip()] if compare_ else (sc.compare or [])
-    kw = {"profile": profile, "steps": steps, "seed": seed}
+    kw = {"profile": profile, "steps": steps, "seed": seed, "max_work": DEFAULT_MAX_WORK if max_work is None else max_work}
     unc = None
     if uncertainty:
         result, unc = simulate_uncertain(sc, draws=draws, **kw)
@@ -85,15 +121,16 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt, uncertainty, dr
     variants = None
     if names:
         variants, _ = compare(sc, names, base=result, **kw)
+    doc = dict(result.summary)
+    if variants:
+        doc["variants"] = variants["variants"]
+    text = to_json(doc)  # checks the numbers before anything is written
     if out:
-        write_outputs(result, out, variants)
+        written = write_outputs(result, out, variants)
     if fmt == "json":
-        doc = dict(result.summary)
-        if variants:
-            doc["variants"] = variants["variants"]
-        click.echo(json.dumps(doc))
+        click.echo(text)
     else:
-        print_summary(result.summary)
+        print_summary(result.summary, names=phase_names)
         if unc is not None:
             from rlhfsim.report.text import print_interval
 
@@ -101,7 +138,7 @@ def simulate(scenario, steps, seed, profile, compare_, out, fmt, uncertainty, dr
         if variants:
             print_comparison(variants)
         if out:
-            click.echo(f"wrote {out}/summary.json, steps.csv, intervals.csv, lengths.csv")
+            click.echo(f"wrote {out}/" + ", ".join(written))
 
 
 @main.command()
@@ -113,7 +150,7 @@ def schema():
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def models(fmt):
     """List the model catalog."""
     from rlhfsim.models.catalog import CATALOG
@@ -122,51 +159,78 @@ def models(fmt):
     if fmt == "json":
         click.echo(json.dumps(rows))
         return
-    click.echo(f"{'name':18} {'arch':8} {'layers':>6} {'hidden':>6} {'inter':>6} {'heads':>5} {'kv':>3} {'vocab':>7} {'tied':>5} {'params':>8}")
-    for r in rows:
-        click.echo(f"{r['name']:18} {r['arch']:8} {r['layers']:>6} {r['hidden']:>6} {r['intermediate']:>6} {r['heads']:>5} "
-                   f"{r['kv_heads']:>3} {r['vocab']:>7} {str(r['tied_embeddings']):>5} {r['params_b']:>7.3f}B")
+    cols = [("name", "name", "{}"), ("arch", "arch", "{}"), ("layers", "layers", "{}"), ("hidden", "hidden", "{}"),
+            ("inter", "intermediate", "{}"), ("heads", "heads", "{}"), ("kv", "kv_heads", "{}"), ("vocab", "vocab", "{}"),
+            ("tied", "tied_embeddings", "{}"), ("params", "params_b", "{:.3f}B")]
+    _print_table("models", cols, rows)
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def gpus(fmt):
-    """List the hardware catalog (datasheet dense peaks)."""
-    from rlhfsim.hardware.catalog import GPUS
+    """List the hardware catalog (datasheet dense peaks; memory in GiB, bandwidths in GB/s)."""
+    from rlhfsim.hardware.catalog import GPUS, GiB
 
+    rows = [{"name": g.name, "bf16_tflops": g.peak("bfloat16") / 1e12, "fp32_tflops": g.peak("float32") / 1e12,
+             "hbm_gb_s": g.mem_bw / 1e9, "memory_gib": g.mem_bytes / GiB, "intra_node_gb_s": g.intra_node_bw / 1e9,
+             "inter_node_gb_s": g.inter_node_bw / 1e9, "price_per_hour": g.price_per_hour} for g in GPUS.values()]
     if fmt == "json":
-        click.echo(json.dumps([g.to_dict() for g in GPUS.values()]))
+        click.echo(json.dumps([{**g.to_dict(), "memory_gib": g.mem_bytes / GiB} for g in GPUS.values()]))
         return
-    click.echo(f"{'name':10} {'bf16 TFLOP/s':>12} {'fp32 TFLOP/s':>12} {'HBM GB/s':>9} {'memory GB':>9} {'NVLink GB/s':>11} {'net GB/s':>8} {'$/h':>5}")
-    for g in GPUS.values():
-        click.echo(f"{g.name:10} {g.peak('bfloat16') / 1e12:>12.1f} {g.peak('float32') / 1e12:>12.1f} {g.mem_bw / 1e9:>9.0f} "
-                   f"{g.mem_bytes / 1e9:>9.1f} {g.intra_node_bw / 1e9:>11.0f} {g.inter_node_bw / 1e9:>8.1f} {g.price_per_hour:>5.2f}")
+    cols = [("name", "name", "{}"), ("bf16 TFLOP/s", "bf16_tflops", "{:.1f}"), ("fp32 TFLOP/s", "fp32_tflops", "{:.1f}"),
+            ("HBM GB/s", "hbm_gb_s", "{:.0f}"), ("memory GiB", "memory_gib", "{:.1f}"),
+            ("NVLink GB/s", "intra_node_gb_s", "{:.0f}"), ("net GB/s", "inter_node_gb_s", "{:.1f}"), ("$/h", "price_per_hour", "{:.2f}")]
+    _print_table("gpus", cols, rows)
+
+
+def _print_table(title: str, cols: list[tuple[str, str, str]], rows: list[dict]) -> None:
+    """A rich table, as every other command prints (numbers right-aligned)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for head, key, _ in cols:
+        t.add_column(head, justify="left" if key in ("name", "arch") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*(fmt.format(r[key]) for _, key, fmt in cols))
+    console = Console()
+    console.width = max(console.width, 132)  # a catalog row on one line, also when piped
+    console.print(t)
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "out_html", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report.")
-@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write a Chrome/Perfetto trace JSON.")
+@click.option("-o", "--out", "--output", "out_html", type=click.Path(path_type=Path),
+              help="Directory for a self-contained report.html (a path ending in .html: that file, the older usage).")
+@click.option("--trace", type=click.Path(path_type=Path),
+              help="Write a Chrome/Perfetto trace: trace.json in this directory (a path ending in .json: that file).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
-def report(ctx, run_dir, out_html, trace):
+def report(ctx, run_dir, out_html, trace, fmt):
     """Render a run (or plan) directory as HTML and/or a Chrome trace; a rollout-length file (a trace,
     a TRL completions log, a verl dump, a CSV/JSONL table) as its distribution next to lognormal and
     Pareto fits (`rlhfsim lengths report`)."""
+    from rlhfsim.contracts import REPORT_FILE, TRACE_FILE
+    from rlhfsim.files import out_path
     from rlhfsim.report import render
 
+    out_html, trace = out_path(out_html, REPORT_FILE), out_path(trace, TRACE_FILE)
     if run_dir.is_file():
         if trace is not None:
             raise RlhfsimError(f"report --trace: expected a run directory for a Chrome trace, got the file {str(run_dir)!r}")
         from rlhfsim.lengths.cli import report_command
 
         return ctx.invoke(report_command, source=run_dir, fmt="auto", tokenizer=None, group_size=1,
-                          prompts_per_step=None, out_html=out_html, as_json=False)
+                          prompts_per_step=None, out_html=out_html, as_json=fmt == "json")
     if out_html is None and trace is None:
-        raise RlhfsimError("report: expected -o FILE.html and/or --trace FILE.json, got neither")
+        raise RlhfsimError("report: expected -o DIR (or FILE.html) and/or --trace DIR (or FILE.json), got neither")
     render(run_dir, out_html, trace)
-    for p in (out_html, trace):
-        if p is not None:
-            click.echo(f"wrote {p}")
+    written = [str(p) for p in (out_html, trace) if p is not None]
+    if fmt == "json":
+        click.echo(json.dumps({"written": written}))
+        return
+    for p in written:
+        click.echo(f"wrote {p}")
 
 
 def _missing(name: str, err: ImportError) -> click.Command:

@@ -25,6 +25,7 @@ from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import deep_merge
 from rlhfsim.scenario.schema import Scenario
 from rlhfsim.sim import stages
+from rlhfsim.sim.schedules import SCHEDULES
 from rlhfsim.sim.simulation import Simulation
 
 # Hypothesis: a modest budget by default so the property suite stays well under a minute on 2 cores;
@@ -101,20 +102,8 @@ CPU_TINY = {
 BASES = {"gpu": GPU_SMALL, "colocated": GPU_COLOCATED, "cpu": CPU_TINY}
 
 # One config per schedule kind (applied with deep_merge over a base scenario).
-SCHEDULE_CONFIGS = {
-    "sync": {"kind": "sync"},
-    "oppo": {"kind": "oppo", "intra": {"chunk_tokens": 64}, "inter": {"delta": 4}},
-    "oppo-intra": {"kind": "oppo", "intra": {"chunk_tokens": 64}, "inter": {"enabled": False}},
-    "oppo-inter": {"kind": "oppo", "intra": {"enabled": False}, "inter": {"delta": 4}},
-    "oppo-nokv": {"kind": "oppo", "intra": {"chunk_tokens": 32, "stream_reference_critic": True},
-                  "inter": {"delta": 6, "keep_kv": False}},
-    "oppo-adaptive": {"kind": "oppo",
-                      "intra": {"chunk_tokens": 64, "adaptive": {"window_steps": 4, "candidates": [32, 64]}},
-                      "inter": {"delta": 4, "adaptive": {"window_steps": 2, "min": 0, "max": 8, "step": 2}}},
-    "partial": {"kind": "partial", "token_budget": 128, "extra_prompts": 2},
-    "async": {"kind": "async", "max_staleness": 1},
-    "async2": {"kind": "async", "max_staleness": 2},
-}
+# The test matrix of schedules: every registered schedule's EXAMPLES (the registry is the only list).
+SCHEDULE_CONFIGS = {name: cfg for cls in SCHEDULES.values() for name, cfg in cls.EXAMPLES.items()}
 
 
 def make_dict(base: str = "gpu", over: dict | None = None, schedule: str | None = None) -> dict:
@@ -153,9 +142,9 @@ def _spy_stages(run: TrackedRun):
     """Record the rollouts each forward pass and each training call receives (restored afterwards)."""
     fwd, trn = stages.forward_pass, stages.train
 
-    def forward_pass(env, sim, step, role, rows):
-        run.forward_ids.setdefault(role, []).extend(r.id for r in rows)
-        return fwd(env, sim, step, role, rows)
+    def forward_pass(env, sim, step, role, rows, phase=None):
+        run.forward_ids.setdefault(phase or role, []).extend(r.id for r in rows)
+        return fwd(env, sim, step, role, rows, phase)
 
     def train(env, sim, step, role, rows):
         run.train_ids.setdefault(role, []).extend(r.id for r in rows)

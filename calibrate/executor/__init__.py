@@ -20,7 +20,8 @@ are stated in each module's docstring; in short:
   B * g) are carried, with their tokens, and with their KV slots when keep_kv.
 """
 
-from calibrate.executor.config import PHASES, ExecConfig, StepResult
+from calibrate.executor.config import ExecConfig, StepResult
+from rlhfsim.contracts import BASE_PHASES as PHASES  # the simulator's phases the executor times (no opt-in ones)
 from calibrate.executor.run import RoundRobin, run_interleaved, run_steps
 
 __all__ = ["ExecConfig", "StepResult", "RoundRobin", "run_interleaved", "run_steps", "PHASES"]

@@ -166,16 +166,22 @@ class Generator:
         toks, lps = self._sample(logits)
         end = self.clock.now()
         log.add("actor", "generate", start, end, prefill_calls=1, prefill_tokens=sum(lens), decoded_tokens=len(seqs))
+        # priced as the simulator prices it: one call padded to its longest row
+        log.op("prefill", end - start, n_tokens=len(seqs) * max(lens), n_seqs=len(seqs))
         self._append(seqs, toks, lps, finished, log)
 
     def _decode(self, rows: list[Sequence], finished: list[Sequence], log: StepLog) -> None:
         ids = torch.tensor([[s.tokens[-1]] for s in rows], device=self.dec.device)
         slots = torch.tensor([s.slot for s in rows])
+        ctx = [len(s.prompt) + len(s.tokens) for s in rows]
         start = self.clock.now()
         logits = self.dec.extend(slots, ids)
         toks, lps = self._sample(logits)
         end = self.clock.now()
         log.add("actor", "generate", start, end, decode_steps=1, decoded_tokens=len(rows))
+        # kv0 as the simulator counts it: a static batch at its padded width, continuous rows as they are
+        kv0 = len(rows) * max(ctx) if self.engine.NAME == "static" else sum(ctx)
+        log.op("decode", end - start, batch=len(rows), kv0=kv0, kv_padded=len(rows) * max(ctx))
         self._append(rows, toks, lps, finished, log)
 
 
@@ -354,6 +360,7 @@ class HfGeneration:
             log.add("actor", "generate", start, end, prefill_calls=int(first),
                     prefill_tokens=prompt_tokens if first else 0, decode_steps=steps - 1 if first else steps,
                     decoded_tokens=len(rows) * steps)
+            log.op("generate_call", end - start, rows=len(rows), width=int(seq.shape[1]), steps=steps, first=first)
             ended = []
             for i, s in enumerate(rows):
                 n = max(0, min(steps, rem[i] - done))

@@ -222,7 +222,7 @@ class _Executor:
             decoded_tokens=c["decoded_tokens"], decode_steps=c["decode_steps"], prefill_calls=c["prefill_calls"],
             prefill_tokens=c["prefill_tokens"], scored_prompt_tokens=c["scored_prompt_tokens"],
             score_calls=c["score_calls"], deferred_tokens=sum(len(s.tokens) for s in self.carried), deferred_ids=[s.rid for s in self.carried],
-            rewards=[float(x) for x in rewards.tolist()])
+            rewards=[float(x) for x in rewards.tolist()], ops=list(log.ops))
 
     # ----------------------------------------------------------------------------------- phases
     def _batches(self, seqs: list[Sequence], size: int):

@@ -39,7 +39,15 @@ class StepLog:
         self.t0_at = t0_at
         self.intervals: list[tuple[str, str, float, float]] = []
         self.counts: Counter = Counter()
+        # Operations timed inside the step with the shape the cost model prices them at:
+        # (operation, seconds, shape), e.g. ("decode", 0.004, {"batch": 4, "kv0": 412}); see ``op``.
+        self.ops: list[tuple[str, float, dict]] = []
         self._lock = threading.Lock()
+
+    def op(self, name: str, seconds: float, **shape) -> None:
+        """One timed operation and its shape (``calibrate.validate.OP_PRICES`` prices it)."""
+        with self._lock:
+            self.ops.append((name, seconds, shape))
 
     def add(self, role: str, phase: str, start_at: float, end_at: float, **counts: int) -> None:
         with self._lock:

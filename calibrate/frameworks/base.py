@@ -18,7 +18,7 @@ from rlhfsim.errors import ScenarioError
 from rlhfsim.models.catalog import ModelShape
 
 # Phases a framework step is cut into. generate, reward, reference and actor_train mean what they mean in
-# the simulator (rlhfsim.sim.simulation.PHASES); old_logprobs is the actor's own no-grad forward pass over
+# the simulator (rlhfsim.contracts.PHASES); old_logprobs is the actor's own no-grad forward pass over
 # the batch before training (RLOO always, GRPO only when generation and optimizer steps are misaligned);
 # other is the rest of the framework's batch preparation (tokenizing, decoding completions to text,
 # padding, advantages, metrics).

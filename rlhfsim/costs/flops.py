@@ -72,11 +72,16 @@ class ShapeCoeffs:
                    act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b,
                    logit_bytes=LOGIT_BYTES * m.vocab)
 
-    def forward(self, n_tokens, n_seqs, cached_tokens=0.0, logits_tokens=0.0) -> Work:
-        """``forward_work`` (token counts may be numpy arrays: the same arithmetic, elementwise)."""
+    def forward(self, n_tokens, n_seqs, cached_tokens=0.0, logits_tokens=0.0, attn_pairs=None) -> Work:
+        """``forward_work`` (token counts may be numpy arrays: the same arithmetic, elementwise).
+        ``attn_pairs``: the (query, key) pairs attention visits when rows of different lengths are
+        packed without padding (``rlhfsim.costs.stepcosts.packed_attn_pairs``); F_attn = 4 L h x pairs
+        instead of the even spread of ``n_tokens`` over ``n_seqs`` (no cached tokens)."""
         n_seqs = max(n_seqs, 1.0)
         per_seq = n_tokens / n_seqs
-        if self.encoder:
+        if attn_pairs is not None:
+            f_attn = self.f_attn * attn_pairs
+        elif self.encoder:
             f_attn = self.f_attn * n_seqs * per_seq * per_seq
         else:
             f_attn = self.f_attn * n_seqs * per_seq * (cached_tokens / n_seqs + (per_seq + 1) / 2)
@@ -91,9 +96,9 @@ class ShapeCoeffs:
         return Work(self.f_linear * n_tokens + f_attn + f_head, self.weight_bytes + kv_read + act + logit_bytes,
                     0.0, self.layers)
 
-    def train(self, n_tokens, n_seqs) -> Work:
+    def train(self, n_tokens, n_seqs, attn_pairs=None) -> Work:
         """``train_work``: 3x the forward (logits of every token with an LM head)."""
-        fwd = self.forward(n_tokens, n_seqs, 0.0, n_tokens if self.lm else 0.0)
+        fwd = self.forward(n_tokens, n_seqs, 0.0, n_tokens if self.lm else 0.0, attn_pairs)
         return Work(3.0 * fwd.flops, 3.0 * fwd.bytes, 0.0, self.layers)
 
     def decode(self, batch, kv_tokens, kv_passes: float = 1.0) -> Work:
@@ -150,3 +155,23 @@ def tp_allreduce_bytes(m: ModelShape, dtype: str, n_tokens: float, tp: int, pass
     if tp <= 1:
         return 0.0
     return passes * 2 * m.layers * allreduce_bytes(n_tokens * m.hidden * DTYPE_BYTES[dtype], tp)
+
+
+def sequence_parallel(w: Work, weight_bytes: float, sp: int) -> Work:
+    """One GPU's share of ``w`` under Ulysses sequence parallelism over ``sp`` GPUs: each holds 1/sp of
+    every sequence's tokens (and, inside attention, 1/sp of the heads over the whole sequence), so FLOPs,
+    activation, KV and logit bytes divide by sp; the weights (FSDP gathers them whole on every GPU) are
+    read in full by each: F / sp, W_bytes + (B - W_bytes) / sp. ``weight_bytes``: the weight traffic
+    inside ``w`` (P b for a forward, 3 P b for training)."""
+    if sp <= 1:
+        return w
+    return Work(w.flops / sp, weight_bytes + (w.bytes - weight_bytes) / sp, w.comm_bytes, w.layers)
+
+
+def ulysses_bytes(m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: int = 1) -> float:
+    """Bytes each GPU sends in Ulysses' all-to-alls: four per layer per pass (q, k, v in, the attention
+    output back), each of its n / sp tokens x h elements, (sp - 1) / sp of it leaving the GPU (k and v are
+    priced at h wide too: an upper bound under grouped-query attention)."""
+    if sp <= 1:
+        return 0.0
+    return passes * 4 * m.layers * (n_tokens / sp) * m.hidden * DTYPE_BYTES[dtype] * (sp - 1) / sp

@@ -57,6 +57,11 @@ DEFAULT_RUNTIME = {"static": "hf_generate", "continuous": "vllm"}
 
 GEN_SCALARS = ("call_overhead_s", "handoff_s", "handoff_per_row_s")
 
+# Runtimes that generate with the training framework's own model object (TRL calls ``generate()`` on
+# the policy it trains): when generation runs on the actor's own GPUs there are no inference weights to
+# refresh after an update, so the weight sync costs nothing. (Across pools the weights still travel.)
+SHARES_TRAINING_WEIGHTS = frozenset({"hf_generate", "hf_static"})
+
 # Passes over the cached K/V a decode step makes, by runtime (a mechanism of the implementation, not a
 # fit): transformers' DynamicCache appends with ``torch.cat`` per layer per step
 # (``DynamicLayer.update``), which reads the whole cache and writes it anew before attention reads it:

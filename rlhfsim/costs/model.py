@@ -29,6 +29,7 @@ import numpy as np
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
+from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
@@ -160,10 +161,20 @@ class _Forward:
         self.shape = fl.ShapeCoeffs.of(m, dtype, head)
         self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
 
-    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens):
-        w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens)
+    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None):
+        w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs)
         total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
+        return total + comm, active + comm
+
+    def parts_sp(self, n_tokens, n_seqs, logits_tokens, attn_pairs, sp: int):
+        """``parts`` of one GPU of a Ulysses group of ``sp`` (``flops.sequence_parallel``), plus the
+        group's all-to-alls (``CostModel._ulysses_comm_s``)."""
+        w = fl.sequence_parallel(self.shape.forward(n_tokens, n_seqs, 0.0, logits_tokens, attn_pairs),
+                                 self.shape.weight_bytes, sp)
+        total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens / sp, self.tp) + \
+            self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
         return total + comm, active + comm
 
 
@@ -208,6 +219,10 @@ class CostModel:
         self.profile = profile
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
         self.generation = profile.get("generation", {})
+        step = profile.get("step") or {}
+        # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
+        self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
+        self.step_sources = {k: "profile" if step.get(k) is not None else "default" for k in STEP_SCALARS}
         inter = profile.get("interference", {})
         self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
         self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
@@ -288,6 +303,13 @@ class CostModel:
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
         return nbytes / self.link_bw() + 2 * m.layers * passes * LINK_LATENCY_S
 
+    def _ulysses_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: int = 1) -> float:
+        """Ulysses' all-to-alls within a node: ``flops.ulysses_bytes`` over the link, 10 us per call
+        (4 per layer per pass)."""
+        if sp <= 1:
+            return 0.0
+        return fl.ulysses_bytes(m, dtype, n_tokens, sp, passes) / self.link_bw() + 4 * m.layers * passes * LINK_LATENCY_S
+
     # -- operations ----------------------------------------------------------------------------------
     def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                   cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
@@ -303,13 +325,18 @@ class CostModel:
     def forward_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                       cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                       head: str = "value", all_logits: bool = False,
-                      gen_runtime: str | None = None) -> tuple[float, float]:
-        """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``)."""
+                      gen_runtime: str | None = None, attn_pairs: float | None = None,
+                      sp: int = 1) -> tuple[float, float]:
+        """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``). ``attn_pairs``: attention's
+        (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU of a
+        Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        return self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
-            n_tokens, n_seqs, cached_tokens, logits)
+        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime)
+        if sp > 1:
+            return k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp)
+        return k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs)
 
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
                            cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
@@ -373,17 +400,23 @@ class CostModel:
         return self.train_parts(m, dtype, n_tokens, n_seqs, tp, head)[0]
 
     def train_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                    head: str = "lm") -> tuple[float, float]:
-        """(total_s, active_s) of ``train_s``."""
+                    head: str = "lm", attn_pairs: float | None = None, sp: int = 1) -> tuple[float, float]:
+        """(total_s, active_s) of ``train_s`` (``attn_pairs``: rows packed without padding; ``sp``: one GPU
+        of a Ulysses group, its all-to-alls in the forward and again in the backward)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         key = (m, dtype, head)
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = fl.ShapeCoeffs.of(m, dtype, head)
-        w = shape.train(n_tokens, n_seqs)
+        w = shape.train(n_tokens, n_seqs, attn_pairs)
+        if sp > 1:
+            w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
         total, active = roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
-        comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
+        if sp > 1:
+            comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
+        else:
+            comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
         return total + comm, active + comm
 
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
@@ -401,7 +434,76 @@ class CostModel:
         comm = self.allreduce_s(grads, dp, inter_node)
         return total + comm, active + comm
 
-    def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False) -> float:
-        """Broadcast the trained actor's weights to a separate generation engine (a ring broadcast
-        costs about one copy per receiver link)."""
-        return self.transfer_s(m.params("lm") * DTYPE_BYTES[dtype] / max(n_gpus, 1), inter_node)
+    def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False,
+                      same_pool: bool = False, shares_weights: bool = False) -> float:
+        """The trained actor's weights reach the generation engine (``execution.weight_sync.kind: copy``),
+        ``n_gpus`` = the engine's TP degree (each rank receives its shard): with ``same_pool`` (the engine
+        shares the actor's GPUs) a copy through device memory, read + write at the prefill's memory
+        efficiency, t = 2 x bytes / (mem_bw x memory_eff), or nothing at all when the runtime generates
+        with the trained model itself (``shares_weights``: ``SHARES_TRAINING_WEIGHTS``, HF ``generate()``
+        as TRL calls it), t = 0; otherwise a broadcast over the interconnect (a ring broadcast costs
+        about one copy per receiver link), t = bytes / link_bw + latency."""
+        nbytes = m.params("lm") * DTYPE_BYTES[dtype] / max(n_gpus, 1)
+        if same_pool and shares_weights:
+            return 0.0
+        if same_pool:
+            return 2 * nbytes / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
+        return self.transfer_s(nbytes, inter_node)
+
+    @staticmethod
+    def rule_reward_s(n_rows: int, cpu_s_per_sample: float, workers: int) -> float:
+        """A rule-based reward (a CPU checker) over ``n_rows`` responses on ``workers`` processes:
+        t = ceil(n_rows / workers) x cpu_s_per_sample (the slowest worker's share; no GPU)."""
+        return math.ceil(n_rows / workers) * cpu_s_per_sample
+
+    # -- framework step mechanics (rlhfsim.costs.stepcosts; docs/cost-model.md "A step as verl runs it")
+    def step_scalar(self, key: str) -> float:
+        """A step scalar: the profile's value, else its documented default (``step_sources`` says which)."""
+        return self.step[key]
+
+    def step_costs(self) -> dict:
+        """Every step scalar with its value and source ("profile" or "default"), for the summary."""
+        return {k: {"value": self.step[k], "source": self.step_sources[k]} for k in STEP_SCALARS}
+
+    def host_copy_s(self, n_bytes: float) -> float:
+        """Host <-> device copy of ``n_bytes`` per GPU over the host link:
+        n_bytes / (host_link_bw x host_copy_eff)."""
+        if n_bytes <= 0:
+            return 0.0
+        if self.gpu.host_link_bw <= 0:
+            raise ValueError(f"device {self.gpu.name!r} has no host_link_bw in the hardware catalog")
+        return n_bytes / (self.gpu.host_link_bw * self.step["host_copy_eff"])
+
+    def reshard_parts(self, m: ModelShape, dtype: str, train_gpus: int, engine_tp: int, kv_bytes: float,
+                      shared: bool, inter_node: bool = False) -> dict[str, float]:
+        """Named parts (seconds) of a weight update as verl's hybrid engine does it:
+
+        * ``gather_s``: the training layout's shards (FSDP over ``train_gpus``) all-gathered into full
+          tensors on every rank: W (n - 1) / n bytes received per GPU over the link, W = P x b;
+        * ``load_s``: the engine copies its tensor-parallel slice into its own layout, read + write
+          through device memory: 2 W / engine_tp / (mem_bw x reshard_eff);
+        * ``kv_realloc_s`` (shared pool only: the engine frees its KV cache for training and takes it
+          back): kv_realloc_s + kv_realloc_s_per_gib x KV GiB per GPU;
+        * ``broadcast_s`` (separate pools only): the weights cross to the engine's GPUs
+          (``weight_sync_s``)."""
+        w = m.params("lm") * DTYPE_BYTES[dtype]
+        n = max(train_gpus, 1)
+        gather = (w * (n - 1) / n / self.link_bw(inter_node) + LINK_LATENCY_S) if n > 1 else 0.0
+        load = 2 * w / max(engine_tp, 1) / (self.gpu.mem_bw * self.step["reshard_eff"])
+        parts = {"gather_s": gather, "load_s": load}
+        if shared:
+            parts["kv_realloc_s"] = self.step["kv_realloc_s"] + self.step["kv_realloc_s_per_gib"] * kv_bytes / GIB
+        else:
+            parts["broadcast_s"] = self.weight_sync_s(m, dtype, engine_tp, inter_node)
+        return parts
+
+    def advantage_s(self, rows: int, response_tokens: int, longest_response: int, gae: bool) -> float:
+        """Advantage computation on the driver: adv_per_token_s x tokens, plus GAE's reverse loop
+        (adv_per_position_s x the longest response) when a critic gives values, else the group
+        statistics' loop over rows (adv_per_row_s x rows)."""
+        if rows <= 0:
+            return 0.0
+        t = self.step["adv_per_token_s"] * response_tokens
+        if gae:
+            return t + self.step["adv_per_position_s"] * longest_response
+        return t + self.step["adv_per_row_s"] * rows

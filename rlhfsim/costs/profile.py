@@ -20,6 +20,7 @@ Layout (``schema_version`` 1)::
                                          # prefill:RUNTIME, decode:RUNTIME (generation runtimes)
       "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default"},
       "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
+      "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
       "points": [ {...one measured point...} ]
     }
@@ -29,11 +30,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
 from rlhfsim.costs.genruntimes import GEN_SCALARS
+from rlhfsim.costs.stepcosts import check_step
 from rlhfsim.errors import ProfileError
 
 SCHEMA_VERSION = 1
@@ -112,6 +113,10 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             v = info.get(k)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
+    if "step" in doc:
+        problem = check_step(doc["step"], f"{where}.step")
+        if problem:
+            raise ProfileError(problem)
     return doc
 
 
@@ -126,22 +131,3 @@ def load_profile(ref: str) -> dict:
     return doc
 
 
-def write_json_atomic(path: str | Path, doc: dict) -> None:
-    """Write JSON so that a reader (or a crash) never sees a half-written file: temp file in the same
-    directory, fsync, then rename over the target."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

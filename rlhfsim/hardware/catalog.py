@@ -1,7 +1,47 @@
 """Datasheet numbers per device (dense, no sparsity). Units: FLOP/s, bytes/s, bytes.
 
-Sources: NVIDIA A100, H100, H200 and L40S datasheets (dense tensor-core peaks, i.e. half the "with
-sparsity" figures). Inter-node bandwidth is per GPU (one 200 Gb/s HDR or 400 Gb/s NDR NIC per GPU).
+Memory is in one unit throughout: GiB (2**30 bytes). Vendors write "80GB", "141GB", "192GB" for HBM and
+GDDR capacities that are binary sizes (an A100 80GB reports 81,920 MiB, an H200 143,771 MiB: 140.4 GiB,
+a MI300X 196,592 MiB); ``rlhfsim gpus`` prints GiB. Bandwidths are decimal (GB/s = 1e9 bytes/s), as
+datasheets give them. Interconnect figures are one direction per GPU (datasheets give NVLink and
+Infinity Fabric bidirectional: half of it here); inter-node bandwidth is per GPU (one 200 Gb/s HDR or
+400 Gb/s NDR NIC per GPU; 25 GB/s on the PCIe inference parts).
+
+Sources (dense tensor-core peaks, i.e. half of the "with sparsity" figures):
+- A100: NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/).
+- H100 SXM and PCIe: NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/),
+  SXM and PCIe columns: BF16 1,979 / 1,513 TFLOPS sparse, FP32 67 / 51 TFLOPS, 3.35 / 2.0 TB/s, NVLink
+  900 GB/s (SXM); the PCIe card without NVLink bridges talks over PCIe Gen5 (128 GB/s bidirectional).
+- H200: NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200/): 141GB HBM3e, 4.8 TB/s.
+- B200: NVIDIA HGX B200 datasheet (nvidia.com/en-us/data-center/hgx/): per GPU FP16/BF16 4.5 PFLOPS
+  sparse, FP32 75 TFLOPS (600 for eight), 180GB HBM3e at 8 TB/s (1.44 TB and 64 TB/s for eight), fifth
+  generation NVLink 1.8 TB/s.
+- H20: NVIDIA H20 product brief (HGX H20): FP16/BF16 148 TFLOPS dense, FP32 44 TFLOPS, 96GB HBM3 at
+  4.0 TB/s, NVLink 900 GB/s.
+- L4: NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4/): BF16 242 TFLOPS sparse, FP32 30.3
+  TFLOPS, 24GB GDDR6 at 300 GB/s, PCIe Gen4 x16 (64 GB/s bidirectional), no NVLink.
+- A10G: the NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu/): BF16 250 TFLOPS
+  sparse, FP32 31.2 TFLOPS, 24GB GDDR6 at 600 GB/s, PCIe Gen4; AWS's A10G (G5 instances) publishes no
+  separate tensor figures, so the A10's are used.
+- L40S: NVIDIA L40S datasheet: BF16 733 TFLOPS sparse (362 dense), FP32 91.6 TFLOPS, 48GB, 864 GB/s.
+- GH200 Grace Hopper: NVIDIA GH200 datasheet, the 96GB HBM3 part: H100's tensor cores, 4 TB/s HBM3,
+  NVLink 900 GB/s and NVLink-C2C 900 GB/s to Grace memory (both directions together); inter-node one
+  200 Gb/s NIC per GPU. No public per-GPU-hour price: h100-sxm's is used.
+- MI300X: AMD Instinct MI300X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi300x.html):
+  FP16/BF16 1,307.4 TFLOPS dense (2,614.9 sparse), FP32 163.4 TFLOPS, 192GB HBM3 at 5.3 TB/s, Infinity
+  Fabric 896 GB/s aggregate peer bandwidth. Runs under ROCm, which PyTorch drives through its CUDA API
+  (``kind: cuda`` here means "a torch.cuda device").
+
+Host link (``host_link_bw``, one direction, what an offloaded parameter or optimizer shard crosses
+between host memory and the device): the datasheets' PCIe figure, which they give for both directions
+together: A100 SXM "PCIe Gen4: 64 GB/s", H100 SXM and H200 SXM "PCIe Gen5: 128 GB/s", L40S "PCIe Gen4 x16:
+64 GB/s bidirectional"; so 32, 64, 64 and 32 GB/s each way. The same reading for the other entries:
+PCIe Gen5 x16 (H100 PCIe, H20, B200, MI300X) 64 GB/s, PCIe Gen4 x16 (L4, A10G) 32 GB/s each way; GH200's
+host memory sits behind NVLink-C2C (900 GB/s both directions: 450 each way).
+
+Prices are rough on-demand dollars per GPU-hour for plans to start from (override them in a plan's
+``prices:``); they are not vendor figures.
+
 The ``cpu`` entry describes a generic 2-core AVX2 machine like the CI runner; a calibrated CPU profile
 replaces its efficiencies with measured ones.
 """
@@ -12,8 +52,8 @@ from dataclasses import asdict, dataclass
 
 from rlhfsim.errors import ScenarioError
 
-GB = 1e9
-GiB = 2**30
+GB = 1e9  # bandwidths (decimal, as datasheets give them)
+GiB = 2**30  # memory sizes
 TFLOPS = 1e12
 
 
@@ -29,6 +69,7 @@ class GpuSpec:
     inter_node_bw: float  # bytes/s per GPU across nodes
     price_per_hour: float  # default on-demand dollars per GPU-hour (overridable in plans)
     kind: str = "cuda"
+    host_link_bw: float = 0.0  # bytes/s host <-> device, one direction (PCIe); 0: not known
 
     def peak(self, dtype: str) -> float:
         return self.peak_flops[dtype]
@@ -37,27 +78,36 @@ class GpuSpec:
         return asdict(self)
 
 
-def _gpu(name, bf16, fp32, bw, mem, intra, inter, price):
+def _gpu(name, bf16, fp32, bw, mem, intra, inter, price, host):
     return GpuSpec(name, {"bfloat16": bf16 * TFLOPS, "float16": bf16 * TFLOPS, "float32": fp32 * TFLOPS},
-                   bw * GB, mem, intra * GB, inter * GB, price)
+                   bw * GB, mem, intra * GB, inter * GB, price, host_link_bw=host * GB)
 
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        _gpu("a100-40gb", 312, 19.5, 1555, 40 * GiB, 300, 25, 1.80),
-        _gpu("a100-80gb", 312, 19.5, 2039, 80 * GiB, 300, 25, 2.20),
-        _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50),
-        _gpu("h200", 989, 67, 4800, 141 * GB, 450, 50, 4.50),
-        _gpu("l40s", 362, 91.6, 864, 48 * GB, 32, 12.5, 1.20),
+        _gpu("a100-40gb", 312, 19.5, 1555, 40 * GiB, 300, 25, 1.80, 32),
+        _gpu("a100-80gb", 312, 19.5, 2039, 80 * GiB, 300, 25, 2.20, 32),
+        _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50, 64),
+        _gpu("h100-pcie", 756, 51, 2000, 80 * GiB, 64, 25, 2.90, 64),
+        _gpu("h200", 989, 67, 4800, 141 * GiB, 450, 50, 4.50, 64),
+        _gpu("gh200", 989, 67, 4000, 96 * GiB, 450, 25, 3.50, 450),
+        _gpu("h20", 148, 44, 4000, 96 * GiB, 450, 50, 1.80, 64),
+        _gpu("b200", 2250, 75, 8000, 180 * GiB, 900, 50, 6.00, 64),
+        _gpu("l40s", 362, 91.6, 864, 48 * GiB, 32, 12.5, 1.20, 32),
+        _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32),
+        _gpu("a10g", 125, 31.2, 600, 24 * GiB, 32, 12.5, 1.00, 32),
+        _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64),
         # Generic 2-core AVX2 CPU at ~3 GHz: 2 cores x 32 fp32 FLOP/cycle; bf16 has no native matmul
-        # units there, so its peak is taken as fp32's.
+        # units there, so its peak is taken as fp32's. Its "host link" is a copy within host memory,
+        # taken as its intra-node figure.
         GpuSpec("cpu", {"bfloat16": 0.19 * TFLOPS, "float16": 0.19 * TFLOPS, "float32": 0.19 * TFLOPS},
-                20 * GB, 24 * GiB, 10 * GB, 1.25 * GB, 0.10, "cpu"),
+                20 * GB, 24 * GiB, 10 * GB, 1.25 * GB, 0.10, "cpu", host_link_bw=10 * GB),
     ]
 }
 
-ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "h100-80gb": "h100-sxm", "h200-141gb": "h200"}
+ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "h100-80gb": "h100-sxm", "h200-141gb": "h200",
+           "b200-180gb": "b200", "mi300x-192gb": "mi300x", "h20-96gb": "h20", "a10": "a10g"}
 
 
 def get_gpu(name: str, yaml_path: str = "cluster.gpu") -> GpuSpec:

@@ -87,6 +87,12 @@ CATALOG: dict[str, ModelShape] = {
         _q("qwen2.5-14b", 48, 5120, 13824, 40, 8, 152064, False),
         _q("qwen2.5-32b", 64, 5120, 27648, 40, 8, 152064, False),
         _q("qwen2.5-72b", 80, 8192, 29568, 64, 8, 152064, False),
+        # Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, intermediate 12288, 32 heads (head_dim 128), 8 KV heads,
+        # vocab 151936, untied embeddings, 40960 positions (its q/k RMSNorms cost nothing here).
+        ModelShape("qwen3-8b", "decoder", 36, 4096, 12288, 32, 8, 151936, False, True, "qwen3", 40960),
+        # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json: Qwen2.5-Math-1.5B's shape with an untied LM head
+        # (1.78B parameters), 131072 positions.
+        _q("deepseek-r1-distill-qwen-1.5b", 28, 1536, 8960, 12, 2, 151936, False, 131072),
         _l("llama-3.1-8b", 32, 4096, 14336, 32, 8),
         _l("llama-3.1-70b", 80, 8192, 28672, 64, 8),
         ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512),
@@ -104,21 +110,52 @@ CATALOG: dict[str, ModelShape] = {
 def shape_from_hf_config(path: str | Path, yaml_path: str = "") -> ModelShape:
     """Read a local Hugging Face ``config.json`` (or a directory holding one) into a ModelShape."""
     p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.is_file():
+    try:
+        if p.is_dir():
+            p = p / "config.json"
+        found = p.is_file()
+    except (OSError, ValueError) as e:  # a NUL byte or an over-long name
+        raise ScenarioError(yaml_path, f"expected a catalog model name or a path to a config.json, got {str(path)!r} ({e})") from None
+    if not found:
         raise ScenarioError(yaml_path, f"expected a catalog model name or a path to a config.json, got {str(path)!r} (no such file)")
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ScenarioError(yaml_path, f"expected a valid Hugging Face config.json, got unreadable {str(p)!r} ({e})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(yaml_path, f"expected a Hugging Face config.json (UTF-8 JSON text), got a binary file {str(p)!r}") from None
+    except RecursionError:
+        raise ScenarioError(yaml_path, f"expected a Hugging Face config.json, got JSON nested too deep in {str(p)!r}") from None
+    if not isinstance(cfg, dict):
+        raise ScenarioError(yaml_path, f"expected a Hugging Face config.json holding a JSON object, got a {type(cfg).__name__} in {str(p)!r}")
+    shape = _shape_from_config(cfg, p, yaml_path)
+    for name, hi in SIZE_LIMITS.items():
+        v = getattr(shape, name)
+        if not 1 <= v <= hi:
+            raise ScenarioError(yaml_path, f"expected {name} (config.json {HF_KEYS[name]}) in 1..{hi:,}, got {v} in {str(p)!r}")
+    if shape.hidden < shape.heads:
+        raise ScenarioError(yaml_path, f"expected hidden_size >= num_attention_heads ({shape.heads}: at least one dimension per head), got {shape.hidden} in {str(p)!r}")
+    if shape.kv_heads > shape.heads:
+        raise ScenarioError(yaml_path, f"expected num_key_value_heads <= num_attention_heads ({shape.heads}), got {shape.kv_heads} in {str(p)!r}")
+    return shape
+
+
+# Bounds on the sizes read from a config.json (the largest published models are well inside them).
+SIZE_LIMITS = {"layers": 1024, "hidden": 131_072, "intermediate": 1_048_576, "heads": 4096, "kv_heads": 4096,
+               "vocab": 16_777_216, "max_positions": 1 << 24}
+HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "intermediate": "intermediate_size",
+           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "vocab": "vocab_size",
+           "max_positions": "max_position_embeddings"}
+
+
+def _shape_from_config(cfg: dict, p: Path, yaml_path: str) -> ModelShape:
     try:
-        mtype = cfg.get("model_type", "llama")
+        mtype = str(cfg.get("model_type", "llama"))
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])
         encoder = mtype in ("deberta", "deberta-v2", "bert", "roberta", "electra")
         return ModelShape(
-            name=cfg.get("_name_or_path") or p.parent.name,
+            name=str(cfg.get("_name_or_path") or p.parent.name),
             arch="encoder" if encoder else "decoder",
             layers=int(cfg["num_hidden_layers"]),
             hidden=hidden,
@@ -131,8 +168,8 @@ def shape_from_hf_config(path: str | Path, yaml_path: str = "") -> ModelShape:
             hf_model_type=mtype,
             max_positions=int(cfg.get("max_position_embeddings", 32768)),
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise ScenarioError(yaml_path, f"expected a config.json with hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size; {str(p)!r} lacks {e}") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise ScenarioError(yaml_path, f"expected a config.json with hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size; {str(p)!r} has a missing or invalid one ({type(e).__name__}: {e})") from None
 
 
 def load_model(ref: str, yaml_path: str = "", base_dir: Path | None = None) -> ModelShape:
@@ -140,9 +177,13 @@ def load_model(ref: str, yaml_path: str = "", base_dir: Path | None = None) -> M
     key = ref.lower()
     if key in CATALOG:
         return CATALOG[key]
-    if "/" in ref or ref.endswith(".json") or (base_dir and (base_dir / ref).exists()):
+    try:
+        beside = bool(base_dir) and (base_dir / ref).exists()
+    except (OSError, ValueError):  # a NUL byte or an over-long name: not a file
+        beside = False
+    if "/" in ref or ref.endswith(".json") or beside:
         p = Path(ref)
-        if not p.is_absolute() and base_dir is not None and (base_dir / p).exists():
+        if not p.is_absolute() and beside:
             p = base_dir / p
         return shape_from_hf_config(p, yaml_path)
     raise ScenarioError(yaml_path, f"expected a catalog model ({', '.join(CATALOG)}) or a path to a config.json, got {ref!r}")

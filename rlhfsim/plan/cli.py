@@ -18,11 +18,13 @@ from rlhfsim.errors import RlhfsimError
               help="local: worker processes; ray: Ray tasks (a local Ray cluster unless --address).")
 @click.option("--address", help="Join this Ray cluster (e.g. ray://head:10001 or auto); --backend ray only.")
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes / Ray CPUs (default: CPU count).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Override a base-scenario field (repeatable), added to the plan's `set:`, e.g. --set workload.prompts_per_step=56.")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Plan directory for results.csv and plan.json (default: runs/plan-<name>).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--resume", is_flag=True, help="Keep the configurations already in results.csv and run the rest.")
-def plan_command(plan_file, backend, address, workers, out, fmt, resume):
+def plan_command(plan_file, backend, address, workers, sets, out, fmt, resume):
     """Sweep a base scenario over the axes of PLAN.yaml: every configuration's step time, phases,
     utilization and cost (or why it cannot run), the Pareto front of step time against cost and the best
     configuration for the plan's objective."""
@@ -33,7 +35,9 @@ def plan_command(plan_file, backend, address, workers, out, fmt, resume):
     if address is not None and backend != "ray":
         raise RlhfsimError(f"--address: expected only with --backend ray, got {address!r} with --backend {backend}")
     err = Console(stderr=True)
-    plan = load_plan(plan_file)
+    from rlhfsim.scenario.loader import parse_set
+
+    plan = load_plan(plan_file, overrides=[parse_set(s) for s in sets])
     with _Progress(err, plan.name) as bar:
         try:
             outcome = run_plan(plan, backend=backend, workers=workers, address=address, out=out, resume=resume,

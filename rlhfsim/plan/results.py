@@ -12,18 +12,18 @@ the Pareto front is the feasible configurations no other one dominates (equal po
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Optional
 
+from rlhfsim.contracts import PHASE_COLUMNS, PHASE_DESCRIPTIONS, PHASES
 from rlhfsim.errors import RlhfsimError
+from rlhfsim.files import write_atomic
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.plan.spec import OBJECTIVES, Config, Plan
-from rlhfsim.sim.simulation import PHASES
 
-PHASE_COLUMNS = tuple(f"{p}_s" for p in PHASES)
 METRICS = ("step_time_s", "cost_per_1000_steps", "gpus", "gpu_type", "step_time_p90_s", "tokens_per_s",
            "off_policy_token_frac")
 NUMERIC = ("step_time_s", "cost_per_1000_steps", "step_time_p90_s", "tokens_per_s", "off_policy_token_frac")
@@ -136,22 +136,12 @@ class ResultsFile:
     def finish(self, rows: list[dict]) -> None:
         """Rewrite the file with ``rows`` (in configuration order), atomically."""
         self.close()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(self.header)
-            for row in rows:
-                w.writerow([cell(row[c]) for c in self.header])
-        os.replace(tmp, self.path)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so that a reader never sees half of it: a temporary sibling, then a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(self.header)
+        for row in rows:
+            w.writerow([cell(row[c]) for c in self.header])
+        write_atomic(self.path, buf.getvalue())
 
 
 def pareto_front(rows: list[dict]) -> list[dict]:
@@ -185,14 +175,14 @@ _WHY = {
     "generate": "decoding is memory-bound and the longest responses hold the rollout pool",
     "reward": "the reward model cannot keep up: give it more GPUs or a faster scoring runtime",
     "reference": "the reference forward pass over every rollout follows generation",
+    "old_log_prob": "the actor recomputes log-probs over every rollout before training",
     "critic_fwd": "the critic forward pass over every rollout follows generation",
+    "adv": "advantages are computed on the driver while the GPUs wait",
     "actor_train": "actor training is compute-bound: more or faster GPUs shorten it",
     "critic_train": "critic training is compute-bound: more or faster GPUs shorten it",
     "weight_sync": "copying the actor's weights to the generation engine is the bottleneck",
 }
-_NAMES = {"generate": "generation", "reward": "reward scoring", "reference": "the reference pass",
-          "critic_fwd": "the critic forward pass", "actor_train": "actor training",
-          "critic_train": "critic training", "weight_sync": "weight sync"}
+_NAMES = PHASE_DESCRIPTIONS
 
 
 def explain(row: dict) -> str:

@@ -13,7 +13,7 @@ Special values:
   ``placement``: a mapping (``{kind: colocated}``), ``colocated``, or ``"N+M"`` (OPPO's ``7+1``):
       dedicated_reward with M reward GPUs, infeasible unless N + M equals the cluster's GPUs. A
       placement without ``tp:`` keeps the ``tp`` block it replaces.
-  ``schedule.kind``: sync, oppo, oppo-intra, oppo-inter, partial, async: the block
+  ``schedule.kind``: a variant name of ``rlhfsim.sim.schedules.VARIANTS`` (the registry's): the block
       ``rlhfsim.sim.run.variant`` builds from the base scenario (``partial``: a token budget of the
       base's max_response_tokens / 4; sweep ``schedule.token_budget`` to change it).
 Axes are applied shallowest first, so ``schedule.intra.chunk_tokens`` refines the block that a
@@ -261,11 +261,17 @@ def _heatmap(pf: PlanFile, axes: dict) -> Optional[dict]:
     return {"x": pf.heatmap.x, "y": pf.heatmap.y}
 
 
-def load_plan(source: Union[str, Path]) -> Plan:
-    """Read a plan YAML, check it and expand it into configurations (nothing is simulated)."""
+def load_plan(source: Union[str, Path], overrides: Optional[list[tuple[str, Any]]] = None) -> Plan:
+    """Read a plan YAML, check it and expand it into configurations (nothing is simulated).
+    ``overrides``: (dotted path, value) pairs added to the plan's ``set:`` (``rlhfsim plan --set``)."""
     path = Path(source)
     plan_dir = path.resolve().parent
-    pf = validate_model(PlanFile, read_yaml(path, "plan"))
+    doc = read_yaml(path, "plan")
+    if overrides:
+        if not isinstance(doc.get("set", {}), dict):
+            raise ScenarioError("set", f"expected a mapping of dotted paths to values, got {doc['set']!r}")
+        doc["set"] = {**(doc.get("set") or {}), **dict(overrides)}
+    pf = validate_model(PlanFile, doc)
     base_sc, base_dir = _load_base(pf, plan_dir)
     base = base_sc.model_dump(mode="json")
     if pf.steps is not None:

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from rlhfsim.contracts import PLAN_FILE, RESULTS_FILE
 from rlhfsim.errors import RlhfsimError
+from rlhfsim.files import write_json_atomic
 from rlhfsim.plan.backends import chunked, default_workers
 from rlhfsim.plan.results import (ResultsFile, columns, explain, make_row, pareto_front, parse_row, pick_best,
-                                  price_of, write_text_atomic)
+                                  price_of)
 from rlhfsim.plan.spec import OBJECTIVES, Plan
 
 
@@ -58,8 +60,8 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
     t0 = time.perf_counter()
     out = Path(out) if out is not None else default_out(plan)
     workers = workers or default_workers()
-    results = ResultsFile(out / "results.csv", columns(plan), resume)
-    (out / "plan.json").unlink(missing_ok=True)  # written again at the end; never stale next to new rows
+    results = ResultsFile(out / RESULTS_FILE, columns(plan), resume)
+    (out / PLAN_FILE).unlink(missing_ok=True)  # written again at the end; never stale next to new rows
     rows: dict[int, dict] = {}
     try:
         todo = []
@@ -132,4 +134,4 @@ def write_plan_json(o: Outcome, backend: str, workers: int) -> None:
     }
     if doc["heatmap"] is None:
         del doc["heatmap"]
-    write_text_atomic(o.out / "plan.json", json.dumps(doc, indent=1) + "\n")
+    write_json_atomic(o.out / PLAN_FILE, doc, fsync=False)

@@ -15,7 +15,7 @@ __all__ = ["render"]
 
 
 def _write(path: Path, text: str) -> None:
-    from rlhfsim.report.load import write_text_atomic
+    from rlhfsim.files import write_text_atomic
 
     try:
         write_text_atomic(path, text)

@@ -21,15 +21,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from rlhfsim.contracts import CPU_POOL
 from rlhfsim.report.load import PHASES, ROLES, Intervals, PlanRecords, RunRecords, axis_key, axis_label
 from rlhfsim.report.timeline import timeline_rows
 
 ROLE_COLOURS = {"actor": "#1f77b4", "critic": "#ff7f0e", "reference": "#2ca02c", "reward": "#d62728",
                 "rollout": "#9467bd"}
-PHASE_COLOURS = {"generate": "#9467bd", "reward": "#d62728", "reference": "#2ca02c", "critic_fwd": "#ffbb78",
-                 "actor_train": "#1f77b4", "critic_train": "#ff7f0e", "weight_sync": "#7f7f7f"}
-PHASE_PATTERNS = {"generate": "", "reward": "/", "reference": "\\", "critic_fwd": "x", "actor_train": ".",
-                  "critic_train": "+", "weight_sync": "|"}
+PHASE_COLOURS = {"generate": "#9467bd", "reward": "#d62728", "old_log_prob": "#aec7e8", "reference": "#2ca02c",
+                 "critic_fwd": "#ffbb78", "adv": "#bcbd22", "actor_train": "#1f77b4", "critic_train": "#ff7f0e",
+                 "weight_sync": "#7f7f7f"}
+PHASE_PATTERNS = {"generate": "", "reward": "/", "old_log_prob": "-", "reference": "\\", "critic_fwd": "x",
+                  "adv": "", "actor_train": ".", "critic_train": "+", "weight_sync": "|"}
+assert set(PHASE_COLOURS) == set(PHASE_PATTERNS) == set(PHASES)
 SERIES_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
                   "#9d755d", "#bab0ac")
 TEMPLATE = "plotly_white"
@@ -94,6 +97,48 @@ def timeline_figure(intervals: Intervals, pools: dict, *, max_bars: int = 6000,
         yaxis={"categoryorder": "array", "categoryarray": labels, "autorange": "reversed", "type": "category"},
         margin={"l": 150, "r": 20, "t": 70, "b": 130},
     )
+    return fig
+
+
+def gpu_busy_over_time(intervals: Intervals, pools: dict, bins: int = 120) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(GPU labels ``pool:gpu``, bin edges in s, busy fraction per GPU and time bin): the share of each
+    bin in which the GPU had work assigned (the union of its intervals, so overlapping work counts once)."""
+    t1 = float(intervals.end_s.max()) if len(intervals) else 0.0
+    edges = np.linspace(0.0, max(t1, 1e-12), bins + 1)
+    width = edges[1] - edges[0]
+    labels, rows = [], []
+    gpu_pools = [(pool, g) for pool, spec in pools.items() if pool != CPU_POOL for g in range(spec["gpus"])]
+    for pool, g in gpu_pools:
+        mask = (intervals.pool == pool) & (intervals.gpu == g)
+        segs = sorted(zip(intervals.start_s[mask], intervals.end_s[mask]))
+        merged: list[list[float]] = []
+        for a, b in segs:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        row = np.zeros(bins)
+        for a, b in merged:
+            lo, hi = int(min(a // width, bins - 1)), int(min(b // width, bins - 1))
+            for k in range(lo, hi + 1):
+                row[k] += max(0.0, min(b, edges[k + 1]) - max(a, edges[k]))
+        labels.append(f"{pool}:{g}")
+        rows.append(np.clip(row / width, 0.0, 1.0))
+    return labels, edges, np.array(rows).reshape(len(labels), bins)
+
+
+def gpu_utilization_figure(intervals: Intervals, pools: dict, bins: int = 120) -> go.Figure:
+    """Utilization per GPU over time: a heatmap, one row per GPU, one column per time bin, the busy
+    fraction of the bin (``gpu_busy_over_time``)."""
+    labels, edges, busy = gpu_busy_over_time(intervals, pools, bins)
+    mids = (edges[:-1] + edges[1:]) / 2
+    fig = go.Figure(go.Heatmap(z=busy, x=mids, y=labels, zmin=0, zmax=1, colorscale="Viridis",
+                               colorbar={"title": "busy", "tickformat": ".0%"},
+                               hovertemplate="%{y}<br>t = %{x:.3f} s<br>busy %{z:.0%}<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=160 + 20 * len(labels),
+                      title=_title("Utilization per GPU over time", f"{bins} bins of {edges[1] - edges[0]:.3g} s"),
+                      xaxis_title="simulated time (s)",
+                      yaxis={"autorange": "reversed", "type": "category"}, margin={"l": 110})
     return fig
 
 

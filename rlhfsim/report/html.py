@@ -139,6 +139,8 @@ def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
         Section("Utilization per pool", figures.utilization_figure(s),
                 note="Busy: a GPU has work assigned. Active: it executes kernels (the cost model's roofline "
                      "part, host overheads excluded), what nvidia-smi and DCGM report as GPU utilization."),
+        Section("Utilization per GPU over time", figures.gpu_utilization_figure(run.intervals, s["pools"]),
+                note="Each row is one GPU; colour is the share of each time bin in which it had work assigned."),
         Section("Response lengths", figures.length_histogram_figure(run.lengths)),
     ]
     if s.get("variants"):

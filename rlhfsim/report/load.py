@@ -29,24 +29,17 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+# The columns and names are the shared contracts (rlhfsim.contracts); the report rejects anything else.
+from rlhfsim.contracts import (CPU_POOL, INTERVAL_REQUIRED_COLUMNS as INTERVAL_COLUMNS, INTERVALS_FILE, LENGTH_COLUMNS,
+                               LENGTHS_FILE, PHASES, PLAN_FILE, RESULTS_FILE, ROLES, STEP_REQUIRED_COLUMNS as STEP_COLUMNS,
+                               STEP_REQUIRED_VALUES, STEPS_FILE, SUMMARY_FILE)
 from rlhfsim.errors import RlhfsimError
 
-# Fixed by the shared contracts (notes/contracts.md); the report rejects anything else.
-PHASES = ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync")
-ROLES = ("actor", "critic", "reference", "reward", "rollout")
-
-STEP_COLUMNS = ("step", "start_s", "end_s", "step_time_s", "generated_tokens", "trained_rollouts",
-                "deferred", "off_policy_token_frac", "chunk_tokens", "delta")
-STEP_REQUIRED_VALUES = ("step", "start_s", "end_s", "step_time_s")  # the rest may be empty (NaN)
-INTERVAL_COLUMNS = ("step", "pool", "gpu", "role", "phase", "start_s", "end_s")
-LENGTH_COLUMNS = ("step", "rollout_id", "prompt_len", "response_len")
 PLAN_METRICS = ("step_time_s", "cost_per_1000_steps", "gpus")
 
 _SUMMARY_NUMBERS = ("step_time_s", "step_time_p50_s", "step_time_p90_s", "tokens_per_s")
@@ -98,7 +91,7 @@ class PlanRecords:
 
 
 def is_plan_dir(path: Path) -> bool:
-    return (Path(path) / "plan.json").is_file()
+    return (Path(path) / PLAN_FILE).is_file()
 
 
 def _fail(where: str, message: str) -> RlhfsimError:
@@ -250,7 +243,12 @@ def load_steps(path: Path) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
 
 
 def load_intervals(path: Path, pools: dict) -> Intervals:
+    """intervals.csv; rows of the CPU pseudo-pool (``CPU_POOL``, when no real pool has that name) are left
+    out: they occupy no GPU (their phases still show in steps.csv and summary.json)."""
     header, rows = _read_csv(path, INTERVAL_COLUMNS)
+    if CPU_POOL not in pools:
+        col = header.index("pool")
+        rows = [r for r in rows if r[col].strip() != CPU_POOL]
     iv = Intervals(
         step=_column(path, header, rows, "step", "int"),
         pool=_column(path, header, rows, "pool", "str"),
@@ -297,15 +295,15 @@ def load_run(run_dir: Path) -> RunRecords:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise _fail(str(run_dir), "expected a run directory (from `rlhfsim simulate --out`), found none")
-    summary = check_summary(_read_json(run_dir / "summary.json"), str(run_dir / "summary.json"))
-    steps, step_phases = load_steps(run_dir / "steps.csv")
+    summary = check_summary(_read_json(run_dir / SUMMARY_FILE), str(run_dir / SUMMARY_FILE))
+    steps, step_phases = load_steps(run_dir / STEPS_FILE)
     return RunRecords(
         path=run_dir,
         summary=summary,
         steps=steps,
         step_phases=step_phases,
-        intervals=load_intervals(run_dir / "intervals.csv", summary["pools"]),
-        lengths=load_lengths(run_dir / "lengths.csv"),
+        intervals=load_intervals(run_dir / INTERVALS_FILE, summary["pools"]),
+        lengths=load_lengths(run_dir / LENGTHS_FILE),
     )
 
 
@@ -332,23 +330,6 @@ def axis_label(key: float | str) -> str:
     return key
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so a reader never sees half of it: temp file in the same directory, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _feasible(text: str, where: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1"):
@@ -361,8 +342,8 @@ def _feasible(text: str, where: str) -> bool:
 def load_plan(plan_dir: Path) -> PlanRecords:
     """Read and check a plan directory written by ``rlhfsim plan --out``."""
     plan_dir = Path(plan_dir)
-    where = str(plan_dir / "plan.json")
-    plan = _read_json(plan_dir / "plan.json")
+    where = str(plan_dir / PLAN_FILE)
+    plan = _read_json(plan_dir / PLAN_FILE)
     axes = plan.get("axes")
     if not isinstance(axes, dict) or not axes or not all(isinstance(v, list) for v in axes.values()):
         raise _fail(where, f"field 'axes': expected an object of path -> [values], got {axes!r}"[:300])
@@ -376,7 +357,7 @@ def load_plan(plan_dir: Path) -> PlanRecords:
         if not isinstance(heatmap, dict) or any(heatmap.get(k) not in axes for k in ("x", "y")):
             raise _fail(where, f"field 'heatmap': expected {{\"x\": axis, \"y\": axis}} with axes from "
                         f"{list(axes)}, got {heatmap!r}")
-    path = plan_dir / "results.csv"
+    path = plan_dir / RESULTS_FILE
     header, raw_rows = _read_csv(path, (*axes, *PLAN_METRICS, "feasible", "reason"))
     phase_columns = tuple(f"{p}_s" for p in PHASES if f"{p}_s" in header)
     util_columns = tuple(c for c in header if c.startswith(("util_", "active_")))

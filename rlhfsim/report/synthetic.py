@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhfsim.report.load import PHASES, STEP_COLUMNS
+from rlhfsim.contracts import (INTERVAL_COLUMNS, INTERVALS_FILE, LENGTH_COLUMNS, LENGTHS_FILE, PHASES, PLAN_FILE,
+                               RESULTS_FILE, STEP_REQUIRED_COLUMNS as STEP_COLUMNS, STEPS_FILE, SUMMARY_FILE)
 from rlhfsim.sim.simulation import gpu_busy_active
 
 POOLS = {"rollout": {"gpus": 4, "roles": ["rollout"]},
@@ -97,12 +98,12 @@ def write_run_dir(out: Path, *, steps: int = 6, warmup_steps: int = 1, chunks: i
         t0 = sync_end
 
     phase_cols = [f"{p}_s" for p in PHASES if f"{p}_s" in step_rows[0]]
-    _write_csv(out / "steps.csv", [*STEP_COLUMNS, *phase_cols],
+    _write_csv(out / STEPS_FILE, [*STEP_COLUMNS, *phase_cols],
                [[row.get(c, "") for c in (*STEP_COLUMNS, *phase_cols)] for row in step_rows])
-    _write_csv(out / "intervals.csv", ["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"],
+    _write_csv(out / INTERVALS_FILE, INTERVAL_COLUMNS,
                [[s, pool, g, role, ph, f"{a:.9g}", f"{b:.9g}", f"{ACTIVE_SHARE[ph] * (b - a):.9g}"]
                 for s, pool, g, role, ph, a, b in intervals])
-    _write_csv(out / "lengths.csv", ["step", "rollout_id", "prompt_len", "response_len"], length_rows)
+    _write_csv(out / LENGTHS_FILE, LENGTH_COLUMNS, length_rows)
 
     steady = step_rows[warmup_steps:]
     times = np.array([r["step_time_s"] for r in steady])
@@ -138,7 +139,7 @@ def write_run_dir(out: Path, *, steps: int = 6, warmup_steps: int = 1, chunks: i
                      "gpu_busy": util, "gpu_active": active,
                      "phases_s": phases_s},
         }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
     return out
 
 
@@ -165,7 +166,7 @@ def write_plan_dir(out: Path, *, seed: int = 0, heatmap: dict | None = None) -> 
                **phase, "util_rollout": 0.6, "util_train": 0.5, "active_rollout": 0.4, "active_train": 0.45}
         rows.append(row)
     header = list(rows[0])
-    _write_csv(out / "results.csv", header, [[r[c] for c in header] for r in rows])
+    _write_csv(out / RESULTS_FILE, header, [[r[c] for c in header] for r in rows])
     ok = [r for r in rows if r["feasible"] == "true"]
     pareto = [r for r in ok if not any(o["step_time_s"] <= r["step_time_s"] and o["cost_per_1000_steps"]
                                        <= r["cost_per_1000_steps"] and o is not r and
@@ -178,5 +179,5 @@ def write_plan_dir(out: Path, *, seed: int = 0, heatmap: dict | None = None) -> 
             "pareto": as_json}
     if heatmap is not None:
         plan["heatmap"] = heatmap
-    (out / "plan.json").write_text(json.dumps(plan, indent=1))
+    (out / PLAN_FILE).write_text(json.dumps(plan, indent=1))
     return out

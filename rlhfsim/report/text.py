@@ -5,8 +5,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
 
-def print_summary(s: dict, console: Console | None = None) -> None:
+
+def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim") -> None:
+    """The summary as tables; ``names="verl"``: phases under verl's ``timing_s/*`` names
+    (``rlhfsim.contracts.VERL_PHASE_KEYS``), with ``timing_s/step`` last."""
     c = console or Console()
     steady = s["steady_steps"]
     c.print(f"[bold]{s['scenario']}[/bold]  schedule={s['schedule']}  profile={s['profile']} ({s['profile_source']})  "
@@ -28,8 +32,14 @@ def print_summary(s: dict, console: Console | None = None) -> None:
     t.add_column("s", justify="right")
     t.add_column("% of step", justify="right")
     for ph, v in s["phases_s"].items():
-        t.add_row(ph, f"{v:.3f}", f"{100 * v / s['step_time_s']:.1f}")
+        t.add_row(VERL_PHASE_KEYS[ph] if names == "verl" else ph, f"{v:.3f}", f"{100 * v / s['step_time_s']:.1f}")
+    if names == "verl":
+        t.add_row(VERL_STEP_KEY, f"{s['step_time_s']:.3f}", "100.0")
     c.print(t)
+    defaults = [k for k, v in s.get("step_costs", {}).items() if v["source"] == "default"]
+    if defaults:
+        c.print(f"[yellow]step costs priced with documented defaults, not measured: {', '.join(defaults)} "
+                "(docs/cost-model.md; `rlhfsim calibrate` measures them)[/yellow]")
     t = Table(title="GPU utilization (busy: work assigned; active: kernels running)")
     t.add_column("pool")
     t.add_column("GPUs", justify="right")

@@ -5,7 +5,8 @@ Memory check per GPU of a pool (bytes):
 
     resident = sum over models on the pool of params x dtype_bytes / tp[role]
              + sum over trained models (actor, critic) of 14 x params / pool_gpus   (bf16 grads + fp32
-               master weights and Adam moments, ZeRO-3 sharded over the pool)
+               master weights and Adam moments, ZeRO-3 sharded over the pool; 12 less with
+               execution.offload.ROLE.optimizer, 2 less with .grad: that state lives in host memory)
     resident + one full-length sequence of KV (max_prompt + max_response tokens) / tp  <=  GPU memory
 
 KV capacity of a generation replica (tokens) = (memory - resident) x tp x kv_cache_fraction /
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlhfsim.contracts import SEQUENCE_PARALLEL
+from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
 from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape, load_model
@@ -70,7 +73,7 @@ def role_head(role: str) -> str:
 
 
 def _gb(x: float) -> str:
-    return f"{x / 1e9:.1f} GB"
+    return f"{x / 2**30:.1f} GiB"  # memory in GiB, as the catalog and `rlhfsim gpus` give it
 
 
 def _expand_pools(sc: Scenario, roles: list[str], total: int) -> list[tuple[str, int, list[str], str]]:
@@ -87,6 +90,20 @@ def _expand_pools(sc: Scenario, roles: list[str], total: int) -> list[tuple[str,
         return [("actor", total - pl.reward_gpus, rest, "placement"), ("reward", pl.reward_gpus, ["reward"], "placement.reward_gpus")]
     assert isinstance(pl, CustomPlacement)
     return [(p.name, p.gpus, list(p.roles), f"placement.pools[{i}]") for i, p in enumerate(pl.pools)]
+
+
+def _check_execution(sc: Scenario, shapes: dict) -> None:
+    """``execution`` settings that cannot apply to this scenario, each named by its YAML path."""
+    ex = sc.execution
+    m = ex.micro_batch
+    if m.use_dynamic_bsz and m.ppo_max_token_len_per_gpu is None:
+        raise ScenarioError("execution.micro_batch.ppo_max_token_len_per_gpu",
+                            "expected a token budget with use_dynamic_bsz: true, got none")
+    for role, fields in (("critic", ("param", "grad", "optimizer")), ("reference", ("param",))):
+        cfg = getattr(ex.offload, role)
+        for f in fields:
+            if getattr(cfg, f) and role not in shapes:
+                raise ScenarioError(f"execution.offload.{role}.{f}", f"expected false without a {role} model (models.{role}), got true")
 
 
 def build_setup(sc: Scenario) -> Setup:
@@ -114,6 +131,8 @@ def build_setup(sc: Scenario) -> Setup:
         raise ScenarioError("models.critic", f"expected no critic with algorithm.kind {sc.algorithm.kind} (group-relative advantages: GRPO's group-normalized, RLOO's leave-one-out baseline), got a critic")
     if sc.algorithm.kind == "ppo" and sc.algorithm.group_size != 1:
         raise ScenarioError("algorithm.group_size", f"expected 1 for ppo (use kind: grpo or rloo for groups), got {sc.algorithm.group_size}")
+
+    _check_execution(sc, shapes)
 
     roles = [r for r in ("actor", "critic", "reference", "reward") if r in shapes]
     total = sc.cluster.nodes * sc.cluster.gpus_per_node
@@ -149,6 +168,14 @@ def build_setup(sc: Scenario) -> Setup:
             raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {pool.gpus} GPUs of pool {pool.name!r}, got {t}")
         if t > sc.cluster.gpus_per_node:
             raise ScenarioError(f"placement.tp.{r}", f"expected TP within one node (<= {sc.cluster.gpus_per_node}), got {t}")
+    sp = sc.execution.ulysses_sequence_parallel_size
+    for r in SEQUENCE_PARALLEL:
+        if sp > 1 and r in role_pool:
+            pool, g = pools[role_pool[r]], tp[r] * sp
+            if pool.gpus % g or g > sc.cluster.gpus_per_node:
+                raise ScenarioError("execution.ulysses_sequence_parallel_size", (
+                    f"expected TP x sp ({tp[r]} x {sp}) to divide the {pool.gpus} GPUs of pool {pool.name!r} "
+                    f"({r}) within one node of {sc.cluster.gpus_per_node}, got {sp}"))
 
     # Memory: weights of every model on the pool, optimizer state of trained ones, one sequence of KV.
     w = sc.workload
@@ -162,7 +189,9 @@ def build_setup(sc: Scenario) -> Setup:
             shape = shapes[r]
             b = shape.params(role_head(r)) * DTYPE_BYTES[dtypes[r]] / tp[r]
             if r in TRAINED:
-                b += OPTIMIZER_BYTES_PER_PARAM * shape.params(role_head(r)) / pool.gpus
+                off = getattr(sc.execution.offload, r)  # offloaded state lives in host memory
+                per_param = OPTIMIZER_BYTES_PER_PARAM - (OPTIMIZER_STATE_BYTES if off.optimizer else 0) - (2 if off.grad else 0)
+                b += per_param * shape.params(role_head(r)) / pool.gpus
             total_b += b
             worst_role = worst_role or r
         resident.append(total_b)
@@ -187,11 +216,9 @@ def build_setup(sc: Scenario) -> Setup:
     rollouts = sc.workload.prompts_per_step * sc.algorithm.group_size
     if sc.algorithm.minibatch_size > rollouts:
         raise ScenarioError("algorithm.minibatch_size", f"expected at most the {rollouts} rollouts per step, got {sc.algorithm.minibatch_size}")
-    sched = sc.schedule
-    if sched.kind == "oppo" and sched.inter.adaptive is not None:
-        a = sched.inter.adaptive
-        if a.min > a.max:
-            raise ScenarioError("schedule.inter.adaptive.min", f"expected min <= max ({a.max}), got {a.min}")
+    from rlhfsim.sim.schedules import SCHEDULES
+
+    SCHEDULES[sc.schedule.kind].check(sc)
     if sc.warmup_steps >= sc.steps:
         raise ScenarioError("warmup_steps", f"expected fewer warm-up steps than steps ({sc.steps}), got {sc.warmup_steps}")
 

@@ -26,9 +26,50 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+MAX_DEPTH = 32          # levels of nesting a scenario document may have (the schema needs 8)
+MAX_NODES = 100_000     # values (mappings, lists, scalars) counted with YAML aliases expanded
+MAX_ERRORS = 20         # validation errors reported at once
+MAX_BYTES = 16 << 20    # a scenario, plan or mixin file (the bundled ones are a few kB)
+
+
+def check_document(doc: Any, name: str) -> None:
+    """Refuse documents no scenario needs before anything recursive reads them: nesting deeper than
+    MAX_DEPTH, more than MAX_NODES values (YAML aliases counted each time they are used: a few lines can
+    otherwise expand into billions), strings with NUL bytes (no path or name can hold one)."""
+    stack = [(doc, "", 0)]
+    nodes = 0
+    while stack:
+        node, path, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ScenarioError(path or name, f"expected a document of at most {MAX_NODES:,} values (YAML aliases counted each time they are used), got more")
+        if depth > MAX_DEPTH:
+            raise ScenarioError(path or name, f"expected at most {MAX_DEPTH} levels of nesting, got deeper")
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(k, str) and "\x00" in k:
+                    raise ScenarioError(path or name, f"expected keys without NUL bytes, got {k!r}")
+                stack.append((v, f"{path}.{_key(k)}" if path else _key(k), depth + 1))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                stack.append((v, f"{path}[{i}]", depth + 1))
+        elif isinstance(node, str) and "\x00" in node:
+            raise ScenarioError(path or name, f"expected text without NUL bytes, got {_given(node)}")
+
+
 def read_yaml(path: Path, what: str = "scenario") -> dict:
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except (OSError, ValueError) as e:  # a NUL byte or an over-long name
+        raise ScenarioError("", f"{what}: expected a readable file name, got {str(path)!r} ({e})") from None
+    if not found:
         raise ScenarioError("", f"{what}: expected a YAML file, got {str(path)!r} (no such file)")
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ScenarioError("", f"{what}: expected a readable file, got {str(path)!r} ({e.strerror})") from None
+    if size > MAX_BYTES:
+        raise ScenarioError("", f"{path.name}: expected a YAML file of at most {MAX_BYTES >> 20} MiB, got {size:,} bytes")
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
@@ -40,10 +81,13 @@ def read_yaml(path: Path, what: str = "scenario") -> dict:
         raise ScenarioError("", f"{what}: expected a readable file, got {str(path)!r} ({e.strerror})") from None
     except UnicodeDecodeError:
         raise ScenarioError("", f"{path.name}: expected a UTF-8 text YAML file, got undecodable bytes") from None
+    except RecursionError:
+        raise ScenarioError("", f"{path.name}: expected at most {MAX_DEPTH} levels of nesting, got a document too deep to parse") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise ScenarioError("", f"{path.name}: expected a mapping at the top level, got {type(doc).__name__}")
+    check_document(doc, path.name)
     return doc
 
 
@@ -56,16 +100,20 @@ def resolve_defaults(doc: dict, base_dir: Path, seen: tuple = ()) -> dict:
     if isinstance(defaults, str):
         defaults = [defaults]
     if not isinstance(defaults, list) or not all(isinstance(d, str) for d in defaults):
-        raise ScenarioError("defaults", f"expected a list of mixin file names, got {defaults!r}")
+        raise ScenarioError("defaults", f"expected a list of mixin file names, got {_given(defaults)}")
     merged: dict = {}
     for i, name in enumerate(defaults):
         fname = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
         if not Path(fname).name.startswith("_"):
             raise ScenarioError(f"defaults[{i}]", f"expected a mixin file name starting with '_', got {name!r}")
-        p = (base_dir / fname).resolve()
+        try:
+            p = (base_dir / fname).resolve()
+            found = p.is_file()
+        except (OSError, ValueError) as e:  # a NUL byte or an over-long name
+            raise ScenarioError(f"defaults[{i}]", f"expected a mixin file name, got {name!r} ({e})") from None
         if p in seen:
             raise ScenarioError(f"defaults[{i}]", f"expected no cycles, got {name!r} included twice")
-        if not p.is_file():
+        if not found:
             raise ScenarioError(f"defaults[{i}]", f"expected a mixin file next to the scenario, got {name!r} (no such file: {p})")
         sub = resolve_defaults(read_yaml(p, "mixin"), p.parent, seen + (p,))
         merged = deep_merge(merged, sub)
@@ -140,9 +188,13 @@ def _message(err: dict) -> str:
         return f"expected a known key, got unknown key (value {_given(inp)})"
     if t == "missing":
         return "expected a value, got nothing (required)"
+    if t == "finite_number":
+        return f"expected a finite number, got {_given(inp)}"
     if t in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[t]
         bound = next(iter(ctx.values()))
+        if isinstance(bound, float) and bound.is_integer() and abs(bound) < 1e15:
+            bound = int(bound)
         return f"expected a number {op} {bound}, got {_given(inp)}"
     if t in EXPECTED:
         return f"expected {EXPECTED[t]}, got {_given(inp)}"
@@ -160,23 +212,64 @@ def _message(err: dict) -> str:
 
 
 def validate_model(cls: type[BaseModel], data: dict, prefix: str = "") -> BaseModel:
-    """Validate ``data`` as ``cls``; the first error becomes a ScenarioError with its YAML path."""
+    """Validate ``data`` as ``cls``. Every error (up to MAX_ERRORS) becomes a ScenarioError with its YAML
+    path: the first is raised, the others ride along in its ``more``."""
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        loc = err["loc"]
-        if err["type"] in ("union_tag_invalid",):
-            loc = tuple(loc) + ("kind",)
-        path = _fmt_path(tuple(loc), data)
-        if prefix:
-            path = f"{prefix}.{path}" if path else prefix
-        raise ScenarioError(path, _message(err)) from None
+        found: list[ScenarioError] = []
+        for err in e.errors(include_url=False)[:MAX_ERRORS]:
+            loc = err["loc"]
+            if err["type"] in ("union_tag_invalid",):
+                loc = tuple(loc) + ("kind",)
+            path = _fmt_path(tuple(loc), data)
+            if prefix:
+                path = f"{prefix}.{path}" if path else prefix
+            new = ScenarioError(path, _message(err))
+            if all(str(new) != str(f) for f in found):
+                found.append(new)
+        if e.error_count() > MAX_ERRORS:
+            found.append(ScenarioError("", f"... and {e.error_count() - MAX_ERRORS} more error(s)"))
+        raise ScenarioError(found[0].path, found[0].message, found[1:]) from None
 
 
-def load_scenario(source: str | Path | dict, base_dir: Path | None = None, check: bool = True) -> Scenario:
-    """Load and validate a scenario from a YAML path or an already-parsed mapping. With ``check`` (the
-    default) the cross-field checks of ``rlhfsim.scenario.checks`` run too."""
+def parse_set(item: str) -> tuple[str, Any]:
+    """``--set path=value``: a dotted scenario path (as the planner's axes write them) and a YAML value
+    (``56``, ``null``, ``[128, 256]``, ``{kind: sync}``)."""
+    path, sep, text = item.partition("=")
+    if not sep or not path.strip():
+        raise ScenarioError("--set", f"expected path=value (e.g. workload.prompts_per_step=56), got {item!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ScenarioError(f"--set {path.strip()}", f"expected a YAML value, got {text!r} ({problem})") from None
+    return path.strip(), value
+
+
+def apply_overrides(doc: dict, overrides: list[tuple[str, Any]]) -> dict:
+    """Set each (dotted path, value) in the merged document, in order (``rlhfsim.plan.paths`` rules)."""
+    from rlhfsim.plan.paths import PathError, check_path, parse_path, set_path
+
+    for path, value in overrides:
+        try:
+            parts = parse_path(path)
+            check_path(parts)
+            if not set_path(doc, parts, value):
+                raise PathError(f"expected a path that applies to this scenario's blocks, got {path!r} "
+                                f"(its block is of another kind; set its `kind` first)")
+        except PathError as e:
+            raise ScenarioError(f"--set {path}", str(e)) from None
+        except (AttributeError, TypeError):  # a value where the path needs a mapping or a list
+            raise ScenarioError(f"--set {path}", f"expected {path!r} to lead through mappings, got a value on the way") from None
+    return doc
+
+
+def load_scenario(source: str | Path | dict, base_dir: Path | None = None, check: bool = True,
+                  overrides: list[tuple[str, Any]] | None = None) -> Scenario:
+    """Load and validate a scenario from a YAML path or an already-parsed mapping. ``overrides``:
+    (dotted path, value) pairs set after the mixins are merged (``--set``). With ``check`` (the default)
+    the cross-field checks of ``rlhfsim.scenario.checks`` run too."""
     if isinstance(source, dict):
         try:
             doc = json.loads(json.dumps(source))  # a deep copy that also rejects non-JSON values early
@@ -187,7 +280,14 @@ def load_scenario(source: str | Path | dict, base_dir: Path | None = None, check
         path = Path(source)
         doc = read_yaml(path)
         base_dir = path.resolve().parent
+        if "axes" in doc and "base" in doc and "models" not in doc:
+            raise ScenarioError("", f"{path.name}: expected a scenario, got a plan file (it has `base:` and `axes:`); "
+                                f"run it with `rlhfsim plan {source}`")
+    check_document(doc, "scenario")
     doc = resolve_defaults(doc, base_dir)
+    if overrides:
+        doc = apply_overrides(doc, overrides)
+        check_document(doc, "scenario")
     sc = validate_model(Scenario, doc)
     sc._base_dir = base_dir
     if check:

@@ -8,23 +8,20 @@ from typing import Annotated, Literal, Optional, Union
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
+from rlhfsim.contracts import ROLES
 from rlhfsim.costs.genruntimes import DEFAULT_RUNTIME, GEN_RUNTIMES
+from rlhfsim.scenario.fields import Frozen, PositiveInt, Seconds, Tokens  # noqa: F401 (the blocks' types)
+from rlhfsim.sim.schedules import SCHEDULES, VARIANTS
 
-PositiveInt = Annotated[int, Field(ge=1)]
 Dtype = Literal["bfloat16", "float16", "float32"]
-ROLES = ("actor", "critic", "reference", "reward", "rollout")
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # --- length distributions -------------------------------------------------------------------------
 class Fixed(Frozen):
     kind: Literal["fixed"] = "fixed"
-    value: PositiveInt = Field(description="Every sample has this many tokens.")
+    value: Tokens = Field(description="Every sample has this many tokens.")
 
 
 class Normal(Frozen):
@@ -62,13 +59,13 @@ class Trace(Frozen):
 
 
 class Component(Frozen):
-    weight: float = Field(gt=0, description="Relative weight of this component.")
+    weight: float = Field(gt=0, le=1e12, description="Relative weight of this component (relative to the others; at most 1e12).")
     dist: "LengthDist"
 
 
 class Mixture(Frozen):
     kind: Literal["mixture"] = "mixture"
-    components: list[Component] = Field(min_length=1, description="Weighted components.")
+    components: list[Component] = Field(min_length=1, max_length=64, description="Weighted components.")
 
 
 LengthDist = Annotated[Union[Fixed, Normal, LogNormal, Pareto, Empirical, Trace, Mixture], Field(discriminator="kind")]
@@ -92,7 +89,7 @@ class RewardModel(ModelRef):
 
 class RuleReward(Frozen):
     kind: Literal["rule"] = "rule"
-    cpu_s_per_sample: float = Field(0.001, ge=0, description="CPU seconds to check one response (e.g. a GSM8K answer matcher).")
+    cpu_s_per_sample: Seconds = Field(0.001, description="CPU seconds to check one response (e.g. a GSM8K answer matcher).")
     workers: PositiveInt = Field(8, description="CPU processes scoring in parallel.")
 
 
@@ -120,9 +117,9 @@ class Cluster(Frozen):
 
 class Pool(Frozen):
     name: str = Field(description="Pool name used in outputs.")
-    gpus: PositiveInt = Field(description="GPUs in this pool.")
-    roles: list[Literal["actor", "critic", "reference", "reward", "rollout"]] = Field(
-        min_length=1, description="Roles on this pool. `rollout` (the generation engine) goes with `actor` unless placed elsewhere.")
+    gpus: int = Field(ge=1, le=262_144, description="GPUs in this pool.")
+    roles: list[Literal[ROLES]] = Field(
+        min_length=1, max_length=len(ROLES), description="Roles on this pool. `rollout` (the generation engine) goes with `actor` unless placed elsewhere.")
 
 
 class TensorParallel(Frozen):
@@ -148,7 +145,7 @@ class DedicatedReward(Frozen):
 
 class CustomPlacement(Frozen):
     kind: Literal["pools"] = "pools"
-    pools: list[Pool] = Field(min_length=1)
+    pools: list[Pool] = Field(min_length=1, max_length=64)
     tp: TensorParallel = TensorParallel()
 
 
@@ -159,7 +156,7 @@ Placement = Annotated[Union[Colocated, DedicatedReward, CustomPlacement], Field(
 class Algorithm(Frozen):
     kind: Literal["ppo", "grpo", "rloo"] = "ppo"
     group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt (GRPO, RLOO); 1 for PPO.")
-    ppo_epochs: PositiveInt = Field(1, description="Passes over the batch per step.")
+    ppo_epochs: int = Field(1, ge=1, le=1000, description="Passes over the batch per step.")
     minibatch_size: PositiveInt = Field(16, description="Sequences per optimizer step (global, over data-parallel ranks).")
 
 
@@ -177,7 +174,7 @@ class Generation(Frozen):
     max_batch: PositiveInt = Field(64, description="Maximum concurrent sequences per generation replica.")
     replicas: Optional[PositiveInt] = Field(None, description="Data-parallel generation replicas; default: rollout pool GPUs / rollout TP.")
     kv_cache_fraction: float = Field(0.9, gt=0, le=1, description="Fraction of GPU memory left after weights that the KV cache may use.")
-    step_overhead_s: Optional[float] = Field(None, ge=0, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
+    step_overhead_s: Optional[Seconds] = Field(None, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
     runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
         None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
 
@@ -195,66 +192,72 @@ class Generation(Frozen):
         return self.runtime or DEFAULT_RUNTIME[self.engine]
 
 
+# --- how the training framework runs a step (verl / OpenRLHF mechanics; everything off by default) -------
+class MicroBatch(Frozen):
+    """How forward passes and training are cut into calls per data-parallel rank (verl's names). Unset
+    fields keep the simulator's older behaviour: forward passes in pieces of ``generation.max_batch``
+    rows, training as one padded call per rank per minibatch."""
+
+    log_prob_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="Rows per call of every forward pass (reward, old_log_prob, reference, critic values) on each data-parallel rank (verl: actor_rollout_ref.rollout/ref.log_prob_micro_batch_size_per_gpu, critic.forward_micro_batch_size_per_gpu). Default: generation.max_batch.")
+    ppo_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="Rows per forward+backward call in training on each data-parallel rank; a minibatch's rows on a rank run in pieces of this size with gradient accumulation, one optimizer step per minibatch (verl: actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; OpenRLHF: micro_train_batch_size). Default: all of the rank's rows in one call.")
+    use_dynamic_bsz: bool = Field(
+        False, description="Form pieces by a token budget instead of a row count: rows are taken in order into a piece while its tokens stay within the budget (a row longer than the budget is a piece of its own); verl: use_dynamic_bsz.")
+    ppo_max_token_len_per_gpu: Optional[Tokens] = Field(
+        None, description="Token budget of a training piece with use_dynamic_bsz (verl: actor_rollout_ref.actor.ppo_max_token_len_per_gpu). Required with use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: Optional[Tokens] = Field(
+        None, description="Token budget of a forward-pass piece with use_dynamic_bsz (verl: log_prob_max_token_len_per_gpu). Default: ppo_max_token_len_per_gpu.")
+    use_remove_padding: bool = Field(
+        False, description="Sequence packing (verl: use_remove_padding; OpenRLHF: packing_samples): a piece costs the sum of its rows' real tokens and attention over each row's own length, not every row padded to the piece's longest.")
+
+
+class TrainedOffload(Frozen):
+    param: bool = Field(False, description="Parameters live in host memory between phases: loaded onto the device before each phase that uses the model and offloaded after (verl: fsdp_config.param_offload).")
+    grad: bool = Field(False, description="Gradients are moved to host memory after each training phase (verl moves them with param_offload; DeepSpeed ZeRO offload).")
+    optimizer: bool = Field(False, description="AdamW state (fp32 master weights and moments, 12 bytes per parameter) lives in host memory: loaded before the training phase and offloaded after (verl: fsdp_config.optimizer_offload; OpenRLHF: adam_offload).")
+
+
+class ReferenceOffload(Frozen):
+    param: bool = Field(False, description="The reference model's parameters stay in host memory and stream to the device on every forward call (FSDP CPUOffload; verl: actor_rollout_ref.ref.fsdp_config.param_offload; OpenRLHF: ref_reward_offload).")
+
+
+class Offload(Frozen):
+    """Host-memory offload per model; every move crosses the host link (``host_link_bw`` of the device)."""
+
+    actor: TrainedOffload = TrainedOffload()
+    critic: TrainedOffload = TrainedOffload()
+    reference: ReferenceOffload = ReferenceOffload()
+
+
+class WeightSync(Frozen):
+    kind: Literal["copy", "reshard"] = Field(
+        "copy", description="`copy`: the trained weights are copied through device memory (shared pool) or broadcast over the link (separate pools), nothing else; `reshard`: as verl's hybrid engine does it: the training layout's shards are gathered into the engine's tensor-parallel layout (intra-node link), loaded into the engine (a copy through device memory) and, on a shared pool, the engine's KV cache is freed and allocated again.")
+
+
+class Advantage(Frozen):
+    enabled: bool = Field(False, description="Record advantage computation (GAE for PPO, group normalization for GRPO/RLOO) as the phase `adv`, on the driver's CPU between the forward passes and training; priced from the profile's adv_* step scalars.")
+
+
+class Execution(Frozen):
+    """The mechanics of a step as verl and OpenRLHF run it. Every field defaults to off, which is the
+    simulator's older step (generation, scoring, reference and critic passes, training, a weight copy)."""
+
+    old_log_prob: bool = Field(False, description="The actor recomputes log-probs of every rollout (prompt + response) in a forward pass on its pool after scoring and before the reference pass (verl: compute_log_prob, phase old_log_prob).")
+    advantage: Advantage = Advantage()
+    micro_batch: MicroBatch = MicroBatch()
+    gradient_checkpointing: bool = Field(False, description="Activation recomputation in training: one more forward per training piece, priced as the profile's checkpoint_extra_frac of the piece's train time (verl: enable_gradient_checkpointing).")
+    offload: Offload = Offload()
+    weight_sync: WeightSync = WeightSync()
+    ulysses_sequence_parallel_size: PositiveInt = Field(
+        1, description="Ulysses sequence parallelism of the actor, critic and reference (verl: ulysses_sequence_parallel_size): groups of this many GPUs of a pool share every piece, each holding 1/sp of its tokens, with four all-to-alls per layer per pass; data-parallel ranks are pool GPUs / (TP x sp) and token budgets cover a group (x sp). Within one node.")
+
+
 # --- schedules ------------------------------------------------------------------------------------
-class SyncSchedule(Frozen):
-    kind: Literal["sync"] = "sync"
-
-
-class AdaptiveChunk(Frozen):
-    window_steps: PositiveInt = Field(50, description="Steps per window; each candidate is tried on different steps at the start of a window.")
-    candidates: list[PositiveInt] = Field([128, 256, 512], min_length=1, description="Chunk sizes to try.")
-
-
-class Intra(Frozen):
-    enabled: bool = Field(True, description="Stream responses to the reward model in chunks during generation.")
-    chunk_tokens: PositiveInt = Field(256, description="Tokens per chunk (initial value when adaptive).")
-    adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
-    stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
-    max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
-
-
-class RewardCurve(Frozen):
-    """Reward the simulator pretends training reaches at step s (it has no real rewards):
-    r(s) = r_max x (1 - exp(-s / tau)) + noise."""
-
-    r_max: float = Field(1.0, description="Asymptotic reward.")
-    tau_steps: float = Field(60.0, gt=0, description="Steps to reach 63% of r_max.")
-    noise_std: float = Field(0.02, ge=0, description="Gaussian noise on each step's reward (so the windowed slope can turn negative once the curve saturates).")
-
-
-class AdaptiveDelta(Frozen):
-    window_steps: int = Field(10, ge=2, description="Window over which the reward slope is measured (a slope needs at least 2 steps).")
-    min: int = Field(0, ge=0, description="Lower bound of delta.")
-    max: PositiveInt = Field(32, description="Upper bound of delta.")
-    step: PositiveInt = Field(4, description="Change of delta per window.")
-    curve: RewardCurve = RewardCurve()
-
-
-class Inter(Frozen):
-    enabled: bool = Field(True, description="Keep B + delta prompts in flight and train on the first B to finish.")
-    delta: int = Field(16, ge=0, description="Extra prompts in flight (initial value when adaptive).")
-    adaptive: Optional[AdaptiveDelta] = None
-    keep_kv: bool = Field(True, description="Deferred sequences keep their KV cache; false: pay a re-prefill of prompt + generated tokens.")
-
-
-class OppoSchedule(Frozen):
-    kind: Literal["oppo"] = "oppo"
-    intra: Intra = Intra()
-    inter: Inter = Inter()
-
-
-class PartialSchedule(Frozen):
-    kind: Literal["partial"] = "partial"
-    token_budget: PositiveInt = Field(description="Decode tokens generated per step over all replicas (Kimi k1.5 partial rollouts); unfinished responses continue next step from a buffer.")
-    extra_prompts: int = Field(0, ge=0, description="Prompts admitted beyond B to keep the engine full.")
-
-
-class AsyncSchedule(Frozen):
-    kind: Literal["async"] = "async"
-    max_staleness: int = Field(1, ge=0, description="Generation may run ahead of training by at most this many steps (AReaL); 0 is synchronous.")
-
-
-Schedule = Annotated[Union[SyncSchedule, OppoSchedule, PartialSchedule, AsyncSchedule], Field(discriminator="kind")]
+# Each schedule's config model lives beside its class (rlhfsim/sim/schedules/); the registry is the only
+# list of them, and the union and the variant names below are derived from it.
+Schedule = Annotated[Union[tuple(cls.Config for cls in SCHEDULES.values())], Field(discriminator="kind")]
+SyncSchedule = SCHEDULES["sync"].Config  # the default
 
 
 class Scenario(Frozen):
@@ -268,11 +271,12 @@ class Scenario(Frozen):
     algorithm: Algorithm = Algorithm()
     workload: Workload
     generation: Generation = Generation()
+    execution: Execution = Field(Execution(), description="How the training framework runs the step (verl/OpenRLHF mechanics: old-log-prob pass, advantages, micro-batches, checkpointing, offload, weight resharding); all off by default.")
     schedule: Schedule = SyncSchedule()
     steps: int = Field(10, ge=1, le=100_000, description="Steps to simulate.")
-    warmup_steps: int = Field(1, ge=0, description="Leading steps excluded from steady-state statistics.")
-    seed: int = Field(0, ge=0, description="Random seed: same seed, same output.")
-    compare: Optional[list[Literal["sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async"]]] = Field(
+    warmup_steps: int = Field(1, ge=0, le=100_000, description="Leading steps excluded from steady-state statistics.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Random seed: same seed, same output.")
+    compare: Optional[list[Literal[VARIANTS]]] = Field(
         None, description="Schedule variants `rlhfsim simulate` compares when run without --compare.")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)  # where relative paths in the scenario resolve
 

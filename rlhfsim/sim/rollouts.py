@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from rlhfsim.scenario.checks import Setup
+if TYPE_CHECKING:  # the schema imports the schedules, which import this module
+    from rlhfsim.scenario.checks import Setup
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Rollout:
     """One response being generated. ``generated`` counts decoded tokens; ``scored`` counts response
     tokens the reward model has prefilled under chunked scoring; ``kv_resident`` says whether its KV

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
+from rlhfsim import contracts as C
 from rlhfsim.costs.model import CostModel
 from rlhfsim.errors import ScenarioError
+from rlhfsim.files import write_atomic
 from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import validate_model
 from rlhfsim.scenario.schema import Scenario
-from rlhfsim.sim.simulation import PHASES, SimResult, Simulation, summarize
+from rlhfsim.sim.budget import DEFAULT_MAX_WORK, check_work
+from rlhfsim.sim.schedules import VARIANT_OWNER, VARIANTS
+from rlhfsim.sim.simulation import SimResult, Simulation, summarize
 
-VARIANTS = ("sync", "oppo-intra", "oppo-inter", "oppo", "partial", "async")
 
 
 def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = None, seed: int | None = None,
-             rollouts: list[tuple[int, int]] | None = None, cost: CostModel | None = None) -> SimResult:
-    """Run the scenario's schedule for ``steps`` steps and summarize it."""
+             rollouts: list[tuple[int, int]] | None = None, cost: CostModel | None = None,
+             max_work: float | None = DEFAULT_MAX_WORK) -> SimResult:
+    """Run the scenario's schedule for ``steps`` steps and summarize it. A run whose estimated work
+    (``rlhfsim.sim.budget``) exceeds ``max_work`` is refused before it starts (None or 0: no limit)."""
     if steps is not None or seed is not None:
         upd = {}
         if steps is not None:
@@ -28,6 +34,7 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
             upd["seed"] = seed
         sc = rebuild(sc, upd)
     setup = build_setup(sc)
+    check_work(setup, max_work=max_work)
     cost = cost or CostModel.load(setup.gpu, profile)
     if sc.models.reward.kind == "model" and sc.models.reward.runtime and sc.models.reward.runtime not in cost.runtimes:
         raise ScenarioError("models.reward.runtime", f"expected a scoring runtime of profile {cost.name!r} "
@@ -39,14 +46,15 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
 
 def simulate_uncertain(sc: Scenario, *, profile: str | None = None, steps: int | None = None,
                        seed: int | None = None, draws: int | None = None, rollouts: list[tuple[int, int]] | None = None,
-                       cost: CostModel | None = None) -> tuple[SimResult, dict]:
+                       cost: CostModel | None = None, max_work: float | None = DEFAULT_MAX_WORK) -> tuple[SimResult, dict]:
     """The point prediction and its 90% interval from the profile's parameter uncertainty
-    (``rlhfsim.sim.uncertainty``): the same scenario, seed and rollouts re-simulated once per draw."""
+    (``rlhfsim.sim.uncertainty``): the same scenario, seed and rollouts re-simulated once per draw.
+    ``max_work`` bounds the point prediction's run (``simulate``); each draw is the same run."""
     from rlhfsim.sim.uncertainty import DEFAULT_DRAWS, interval
 
-    base = simulate(sc, profile=profile, steps=steps, seed=seed, rollouts=rollouts, cost=cost)
+    base = simulate(sc, profile=profile, steps=steps, seed=seed, rollouts=rollouts, cost=cost, max_work=max_work)
     cost = cost or CostModel.load(base.setup.gpu, profile)
-    unc = interval(lambda c: simulate(sc, steps=steps, seed=seed, rollouts=rollouts, cost=c), cost.profile,
+    unc = interval(lambda c: simulate(sc, steps=steps, seed=seed, rollouts=rollouts, cost=c, max_work=None), cost.profile,
                    base.setup.gpu, n=draws or DEFAULT_DRAWS)
     lo, hi = unc["step_time_s_interval"]
     unc["point_inside"] = bool(lo <= base.summary["step_time_s"] <= hi)
@@ -63,29 +71,12 @@ def rebuild(sc: Scenario, update: dict) -> Scenario:
 
 
 def variant(sc: Scenario, name: str) -> Scenario:
-    """The scenario under a named schedule variant. OPPO parts come from the scenario's own oppo block
-    when it has one (else defaults); ``oppo-intra`` turns inter-step off, ``oppo-inter`` intra-step off.
-    ``partial`` defaults to a per-step token budget of max_response_tokens / 4, ``async`` to
-    max_staleness 1, unless the scenario's schedule is already of that kind."""
-    cur = sc.schedule.model_dump(mode="json")
-    if name == "sync":
-        sched = {"kind": "sync"}
-    elif name in ("oppo", "oppo-intra", "oppo-inter"):
-        sched = cur if cur["kind"] == "oppo" else {"kind": "oppo"}
-        sched = json.loads(json.dumps(sched))
-        sched.setdefault("intra", {})
-        sched.setdefault("inter", {})
-        if name == "oppo-intra":
-            sched["inter"]["enabled"] = False
-        if name == "oppo-inter":
-            sched["intra"]["enabled"] = False
-    elif name == "partial":
-        sched = cur if cur["kind"] == "partial" else {"kind": "partial", "token_budget": max(sc.workload.max_response_tokens // 4, 1)}
-    elif name == "async":
-        sched = cur if cur["kind"] == "async" else {"kind": "async", "max_staleness": 1}
-    else:
+    """The scenario under a named schedule variant (``VARIANTS``): the schedule that offers the name
+    (``Schedule.variants``) says which schedule block it stands for."""
+    owner = VARIANT_OWNER.get(name)
+    if owner is None:
         raise ScenarioError("--compare", f"expected variant names from {', '.join(VARIANTS)}, got {name!r}")
-    return rebuild(sc, {"schedule": sched})
+    return rebuild(sc, {"schedule": owner.variants(sc)[name]})
 
 
 def compare(sc: Scenario, names: list[str], base: SimResult | None = None, **kw) -> tuple[dict, dict[str, SimResult]]:
@@ -111,32 +102,59 @@ def compare(sc: Scenario, names: list[str], base: SimResult | None = None, **kw)
     return {"variants": out}, results
 
 
-def write_outputs(result: SimResult, out: Path, variants: dict | None = None) -> None:
-    """``summary.json``, ``steps.csv``, ``intervals.csv`` (one row per GPU of each interval, with its
-    active seconds) and ``lengths.csv`` in ``out``."""
+def write_outputs(result: SimResult, out: Path, variants: dict | None = None) -> list[str]:
+    """A run directory ``out``: ``summary.json``, ``steps.csv``, ``intervals.csv`` (one row per GPU of each
+    interval, with its active seconds), ``lengths.csv``, the step metrics under verl's names
+    (``metrics.jsonl``) and as TensorBoard event files (``tensorboard/``). Every file is written
+    atomically. Returns the names written."""
     out.mkdir(parents=True, exist_ok=True)
     summary = dict(result.summary)
     if variants:
         summary["variants"] = variants["variants"]
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    with open(out / "steps.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "start_s", "end_s", "step_time_s", "generated_tokens", "trained_rollouts", "deferred",
-                    "off_policy_token_frac", "chunk_tokens", "delta", "staleness"] + [f"{p}_s" for p in PHASES])
-        for r in result.steps:
-            w.writerow([r.step, r.start_s, r.end_s, r.step_time_s, r.generated_tokens, r.trained_rollouts, r.deferred,
-                        r.off_policy_token_frac, r.chunk_tokens, r.delta, r.staleness]
-                       + [r.phases_s.get(p, 0.0) for p in PHASES])
-    with open(out / "intervals.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "pool", "gpu", "role", "phase", "start_s", "end_s", "active_s"])
-        for iv in result.intervals:
-            for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus):
-                w.writerow([iv.step, iv.pool, g, iv.role, iv.phase, f"{iv.start_s:.6f}", f"{iv.end_s:.6f}",
-                            f"{iv.active:.6f}"])
-    with open(out / "lengths.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "rollout_id", "prompt_len", "response_len"])
-        for r in result.steps:
-            for rid, pl, rl in r.lengths:
-                w.writerow([r.step, rid, pl, rl])
+    write_atomic(out / C.SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
+    write_atomic(out / C.STEPS_FILE, _csv([C.STEP_COLUMNS] + [
+        [r.step, r.start_s, r.end_s, r.step_time_s, r.generated_tokens, r.trained_rollouts, r.deferred,
+         r.off_policy_token_frac, r.chunk_tokens, r.delta, r.staleness] + [r.phases_s.get(p, 0.0) for p in C.PHASES]
+        for r in result.steps]))
+    write_atomic(out / C.INTERVALS_FILE, _csv([C.INTERVAL_COLUMNS] + [
+        [iv.step, iv.pool, g, iv.role, iv.phase, f"{iv.start_s:.6f}", f"{iv.end_s:.6f}", f"{iv.active:.6f}"]
+        for iv in result.intervals for g in range(iv.gpu0, iv.gpu0 + iv.n_gpus)]))
+    write_atomic(out / C.LENGTHS_FILE, _csv([C.LENGTH_COLUMNS] + [
+        [r.step, rid, pl, rl] for r in result.steps for rid, pl, rl in r.lengths]))
+    rows = verl_metrics(result)
+    write_atomic(out / C.VERL_METRICS_FILE, "".join(json.dumps(m) + "\n" for m in rows))
+    from rlhfsim.report.tfevents import event_file_bytes, event_file_name
+
+    # Wall time of each event: the step's simulated end, so TensorBoard's "relative" axis is simulated time.
+    events = [(m["step"], result.steps[i].end_s, {k: v for k, v in m.items() if k != "step"}) for i, m in enumerate(rows)]
+    tb = out / C.TENSORBOARD_DIR
+    for old in tb.glob("events.out.tfevents.*") if tb.is_dir() else ():
+        old.unlink()  # one event file per run directory: TensorBoard would merge a stale one
+    write_atomic(tb / event_file_name(0), event_file_bytes(events))
+    return [*C.RUN_FILES, C.VERL_METRICS_FILE, C.TENSORBOARD_DIR + "/"]
+
+
+def verl_metrics(result: SimResult) -> list[dict]:
+    """One dict per step under verl's metric names (``rlhfsim.contracts.VERL_PHASE_KEYS``): each phase's
+    span, the step time, tokens (prompt + response of the trained rollouts) and ``perf/throughput``, tokens
+    per second per GPU as verl computes it (total tokens / (step time x GPUs)). verl counts steps from 1."""
+    n_gpus = sum(p.gpus for p in result.setup.pools)
+    rows = []
+    for r in result.steps:
+        tokens = sum(pl + rl for _, pl, rl in r.lengths)
+        m = {"step": r.step + 1}
+        m.update({key: r.phases_s[p] for p, key in C.VERL_PHASE_KEYS.items() if p in r.phases_s})
+        m[C.VERL_STEP_KEY] = r.step_time_s
+        m[C.VERL_TOTAL_TOKENS_KEY] = tokens
+        m[C.VERL_THROUGHPUT_KEY] = tokens / (r.step_time_s * n_gpus) if r.step_time_s > 0 else 0.0
+        if r.lengths:
+            m[C.VERL_RESPONSE_LENGTH_KEY] = sum(rl for _, _, rl in r.lengths) / len(r.lengths)
+            m[C.VERL_PROMPT_LENGTH_KEY] = sum(pl for _, pl, _ in r.lengths) / len(r.lengths)
+        rows.append(m)
+    return rows
+
+
+def _csv(rows: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()

@@ -8,6 +8,10 @@ data-parallel ranks, each rank padding to its own longest row; a minibatch takes
 forward+backward plus a gradient all-reduce and an AdamW step. The chunk scorer serves OPPO's intra-step
 overlap: each streamed chunk is prefilled on top of that sequence's cached prefix.
 
+The scenario's ``execution`` block changes how passes are cut and what they move (``rlhfsim.sim.execution``,
+``rlhfsim.sim.microbatch``): verl's micro-batches, packing, checkpointing, offload, Ulysses groups, the
+actor's old-log-prob pass, advantages and the resharding weight update.
+
 Every interval records its active (kernel) seconds beside its span: the cost model's roofline part
 without host overheads (``CostModel.*_parts``). A data-parallel rank that finishes its rows first waits
 inside the gradient all-reduce, whose (NCCL) kernel is already running: active, as nvidia-smi counts it.
@@ -18,9 +22,13 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
 import simpy
 
-from rlhfsim.models.catalog import DTYPE_BYTES
+from rlhfsim.contracts import CPU_POOL
+from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
+from rlhfsim.sim import execution as ex
+from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout
 
@@ -40,49 +48,103 @@ def _kernel_share(span_s: float, parts: tuple[float, float]) -> float:
     return span_s * active / total if total > 0 else 0.0
 
 
-def _padded_microbatches(rows: list[Rollout], mb: int):
-    for i in range(0, len(rows), mb):
-        part = rows[i:i + mb]
-        yield len(part), max(r.prompt_len + r.response_len for r in part)
+def _row_tokens(rows: list[Rollout]) -> np.ndarray:
+    """Each row's prompt + response tokens, as int64 (read once; padding is then computed on arrays)."""
+    return np.fromiter([r.prompt_len + r.response_len for r in rows], dtype=np.int64, count=len(rows))
 
 
-def forward_pass(env, sim, step: int, role: str, rows: list[Rollout]):
-    """Process: one forward pass of ``role`` over every row (prompt + response), padded micro-batches,
-    rows dealt round-robin over the pool's replicas; each replica records its busy interval."""
+def _padded_microbatches(tokens: np.ndarray, mb: int) -> list[tuple[int, int]]:
+    """(rows, longest row's tokens) of each micro-batch of ``mb`` consecutive rows."""
+    if not len(tokens):
+        return []
+    starts = np.arange(0, len(tokens), mb)
+    sizes = np.minimum(len(tokens) - starts, mb)
+    return list(zip(sizes.tolist(), np.maximum.reduceat(tokens, starts).tolist()))
+
+
+def _rank_longest(tokens: np.ndarray, mb: int, dp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """For each minibatch of ``mb`` consecutive rows dealt round-robin over ``dp`` ranks (rank k takes
+    rows k, k + dp, ...): the rows each rank gets and its longest row's tokens, ranks without rows left
+    out. Computed on a zero-padded (minibatches x rows-per-rank x dp) array (lengths are positive)."""
+    n = len(tokens)
+    n_mb = -(-n // mb)
+    per_rank = -(-mb // dp)
+    grid = np.zeros((n_mb, per_rank * dp), dtype=np.int64)
+    grid[:, :mb] = np.concatenate([tokens, np.zeros(n_mb * mb - n, dtype=np.int64)]).reshape(n_mb, mb)
+    longest = grid.reshape(n_mb, per_rank, dp).max(axis=1).tolist()
+    counts, lengths = [], []
+    for m in range(n_mb):
+        size = min(mb, n - m * mb)
+        ranks = min(dp, size)
+        counts.append([(size - k + dp - 1) // dp for k in range(ranks)])
+        lengths.append(longest[m][:ranks])
+    return counts, lengths
+
+
+def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str | None = None):
+    """Process: one forward pass of ``role`` over every row (prompt + response), rows dealt round-robin
+    over the pool's replicas, each replica's rows cut into calls (``rlhfsim.sim.microbatch``: pieces of
+    ``generation.max_batch`` rows, padded, unless ``execution.micro_batch`` says otherwise); each replica
+    records its busy interval. ``phase``: the phase recorded (default: the role's; ``old_log_prob``
+    for the actor's recompute pass). Offloaded parameters cross the host link (``execution.offload_s``)."""
     if not rows:
         return
     s = sim.setup
     n_rep, tp = _replicas(sim, role)
+    sp = ex.sp_of(s, role)
+    n_rep, width = max(n_rep // sp, 1), tp * sp  # a Ulysses group of sp x TP GPUs per replica
     pool = s.pool_of(role)
-    mb = s.scenario.generation.max_batch
+    size, budget, packed = ex.forward_cuts(s, sp)
     model, dtype = s.shapes[role], s.dtypes[role]
+    per_call_s = sim.cost.step_scalar("microbatch_forward_s") if ex.framework_calls(s) else 0.0
+    phase = phase or ROLE_PHASE[role]
     with sim.locks[pool.name].request() as req:
         yield req
         start = env.now
         durs = []
+        tokens = _row_tokens(rows) if budget is None and not packed else None
         for k in range(n_rep):
             mine = rows[k::n_rep]
             t = active = 0.0
-            for n, length in _padded_microbatches(mine, mb):
-                total, kernel = sim.cost.forward_parts(model, dtype, n * length, n, tp, op="prefill",
+            if tokens is None:
+                calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder")
+            else:  # padded pieces of ``size`` rows, on arrays (issue 12): the same pieces as mb.pieces
+                calls = [mb.Piece(n, n * length) for n, length in _padded_microbatches(tokens[k::n_rep], size)]
+            for p in calls:
+                total, kernel = sim.cost.forward_parts(model, dtype, p.tokens, p.rows, tp, op="prefill",
                                                        runtime=sim.forward_runtime(role), head=s.head(role),
-                                                       all_logits=True)
-                t += total
+                                                       all_logits=True, attn_pairs=p.attn_pairs, sp=sp)
+                t += total + per_call_s
                 active += kernel
+            if mine:
+                t += ex.offload_s(sim, role, "forward", len(calls))
             durs.append(t)
             if t > 0:
-                sim.rec.busy(step, pool.name, k * tp, tp, role, ROLE_PHASE[role], start, start + t, active_s=active)
+                sim.rec.busy(step, pool.name, k * width, width, role, phase, start, start + t, active_s=active)
         yield env.timeout(max(durs))
+
+
+def advantage(env, sim, step: int, rows: list[Rollout]):
+    """Process: advantage computation on the driver's CPU (``CostModel.advantage_s``; GAE when a critic
+    gives values), recorded as phase ``adv`` on the pseudo-pool ``cpu`` (no GPU works meanwhile)."""
+    if not rows:
+        return
+    t = sim.cost.advantage_s(len(rows), sum(r.response_len for r in rows), max(r.response_len for r in rows),
+                             gae="critic" in sim.setup.shapes)
+    start = env.now
+    yield env.timeout(t)
+    if t > 0:
+        sim.rec.busy(step, CPU_POOL, 0, 1, "actor", "adv", start, env.now, active_s=0.0)
 
 
 def rule_reward(env, sim, step: int, rows: list[Rollout]):
     """Process: a rule-based checker on CPU workers (no GPU); recorded on the pseudo-pool ``cpu``."""
     rule = sim.setup.rule_reward
-    t = math.ceil(len(rows) / rule.workers) * rule.cpu_s_per_sample
+    t = sim.cost.rule_reward_s(len(rows), rule.cpu_s_per_sample, rule.workers)
     start = env.now
     yield env.timeout(t)
     if t > 0:  # no GPU work: the pseudo-pool is never counted in GPU utilization
-        sim.rec.busy(step, "cpu", 0, 1, "reward", "reward", start, env.now, active_s=0.0)
+        sim.rec.busy(step, CPU_POOL, 0, 1, "reward", "reward", start, env.now, active_s=0.0)
 
 
 def train(env, sim, step: int, role: str, rows: list[Rollout]):
@@ -92,53 +154,107 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     DistributedSampler deals them); rank k runs its rows padded to its own longest (prompt + response):
     t_k = train_s(n_k x L_k, n_k). The minibatch takes max_k t_k + optimizer_s (the all-reduce waits for
     the slowest rank). Active: the slowest rank's kernel time plus the optimizer's; every rank shares it,
-    since a faster rank waits inside the all-reduce kernel and the host overhead is the same per call."""
+    since a faster rank waits inside the all-reduce kernel and the host overhead is the same per call.
+
+    With ``execution.micro_batch`` a rank's rows run as several calls (``rlhfsim.sim.microbatch``) with
+    gradient accumulation: t_k = sum over its pieces of (train_s(piece) + microbatch_train_s); with
+    ``gradient_checkpointing`` each piece's train_s is x (1 + checkpoint_extra_frac). Offload adds its
+    host-link traffic once per phase (``execution.offload_s``); a Ulysses group of sp GPUs is one rank."""
     s = sim.setup
     alg = s.scenario.algorithm
+    exe = s.scenario.execution
     pool = s.pool_of(role)
     tp = s.tp[role]
     dp = max(pool.gpus // tp, 1)
+    sp = ex.sp_of(s, role)
+    ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
     model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
     phase = "actor_train" if role == "actor" else "critic_train"
+    size, budget, packed = ex.train_cuts(s, sp)
+    per_call_s = sim.cost.step_scalar("microbatch_train_s") if ex.framework_calls(s) else 0.0
+    ckpt = 1.0 + sim.cost.step_scalar("checkpoint_extra_frac") if exe.gradient_checkpointing else None
     with sim.locks[pool.name].request() as req:
         yield req
         start = env.now
         t = active = 0.0
         opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes)
+        tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         for _ in range(alg.ppo_epochs):
             # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
-            order = [rows[j] for j in sim.shuffle_rng.permutation(len(rows))]
-            for i in range(0, len(order), alg.minibatch_size):
-                part = order[i:i + alg.minibatch_size]
+            perm = sim.shuffle_rng.permutation(len(rows))
+            if tokens is not None:  # one padded call per rank, on arrays (issue 12): as mb.pieces would
+                for counts, lengths in zip(*_rank_longest(tokens[perm], alg.minibatch_size, ranks)):
+                    slowest = (0.0, 0.0)
+                    for n, length in zip(counts, lengths):
+                        total, kernel = sim.cost.train_parts(model, dtype, n * length, n, tp, head, None, sp)
+                        if ckpt is not None:
+                            total, kernel = total * ckpt, kernel * ckpt
+                        slowest = max(slowest, (0.0 + total + per_call_s, 0.0 + kernel))
+                    t += slowest[0] + opt
+                    active += slowest[1] + opt_active
+                continue
+            for i in range(0, len(rows), alg.minibatch_size):
+                part = [rows[j] for j in perm[i:i + alg.minibatch_size]]
                 slowest = (0.0, 0.0)
-                for k in range(min(dp, len(part))):
-                    mine = part[k::dp]
-                    length = max(r.prompt_len + r.response_len for r in mine)
-                    slowest = max(slowest, sim.cost.train_parts(model, dtype, len(mine) * length, len(mine), tp, head))
+                for k in range(min(ranks, len(part))):
+                    mine = part[k::ranks]
+                    rank = (0.0, 0.0)
+                    for p in mb.pieces(mine, size, budget, packed):
+                        total, kernel = sim.cost.train_parts(model, dtype, p.tokens, p.rows, tp, head, p.attn_pairs, sp)
+                        if ckpt is not None:
+                            total, kernel = total * ckpt, kernel * ckpt
+                        rank = (rank[0] + total + per_call_s, rank[1] + kernel)  # 0.0 + x == x: one call, as before
+                    slowest = max(slowest, rank)
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
+        t += ex.offload_s(sim, role, "train")
         yield env.timeout(t)
         if t > 0:
             sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now, active_s=active)
 
 
 def weight_sync(env, sim, step: int):
-    """Process: the trained actor's weights reach the generation engine: a copy through device memory
-    when it shares the actor's pool (read + write), a broadcast over the interconnect when separate."""
+    """Process: the trained actor's weights reach the generation engine. ``execution.weight_sync.kind``:
+
+    * ``copy``: a copy through device memory when the engine shares the actor's pool (read + write:
+      2 W / tp_rollout / (mem_bw x memory_eff[prefill])), a broadcast over the interconnect when separate;
+      nothing to copy when the runtime generates with the trained model itself on its own pool
+      (``SHARES_TRAINING_WEIGHTS``: HF ``generate()`` as TRL calls it): a zero-length phase;
+    * ``reshard``: ``CostModel.reshard_parts``: the FSDP shards all-gathered, loaded into the engine's
+      layout, and on a shared pool the KV cache freed and allocated again (separate pools: the
+      broadcast instead), plus the actor's parameter offload (loaded for the sync and offloaded after).
+    Recorded as one interval; its active share is the gather, load and broadcast (the KV allocator and
+    host copies are not kernels)."""
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
-    nbytes = model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"]
-    if a is r:
-        t = 2 * nbytes / (s.gpu.mem_bw * sim.cost.ops["prefill"].memory_eff)
+    if s.scenario.execution.weight_sync.kind == "reshard":
+        parts = weight_sync_parts(sim)
+        active = parts["gather_s"] + parts["load_s"] + parts.get("broadcast_s", 0.0)
+        t = sum(parts.values())
     else:
-        t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes)
+        t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes, same_pool=a is r,
+                                   shares_weights=s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS)
+        active = t  # a device-memory copy or a link transfer: the device works throughout
+        t += ex.offload_s(sim, "actor", "sync")
     with sim.locks[r.name].request() as req:
         yield req
         start = env.now
         yield env.timeout(t)
-        # A device-memory copy or a link transfer: the device works throughout.
-        sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=t)
+        sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
+
+
+def weight_sync_parts(sim) -> dict[str, float]:
+    """Named parts (seconds) of a ``reshard`` weight update (``CostModel.reshard_parts``), plus
+    ``offload_s`` (the actor's parameter offload, 0 when off); the same every step."""
+    s = sim.setup
+    a, r = s.pool_of("actor"), s.pool_of("rollout")
+    model, dtype = s.shapes["actor"], s.dtypes["actor"]
+    kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
+    parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
+                                   a.spans_nodes or r.spans_nodes)
+    parts["offload_s"] = ex.offload_s(sim, "actor", "sync")
+    return parts
 
 
 class ChunkScorer:
@@ -173,7 +289,7 @@ class ChunkScorer:
         self.pool = sim.setup.pool_of(role)
         s = sim.setup
         self.model, self.dtype, self.head = s.shapes[role], s.dtypes[role], s.head(role)
-        self.mb = s.scenario.schedule.intra.max_chunk_batch
+        self.mb = sim.schedule.max_chunk_batch
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.emitted = 0  # chunks emitted so far
         self.planned = 0  # calls planned so far

@@ -128,6 +128,8 @@ def _raw_sampler(d, base_dir: Path | None, yaml_path: str) -> Sampler:
                 raise ScenarioError(f"{yaml_path}.components[{i}].dist.kind", "expected a distribution, got trace (a trace replays whole rollouts; use it as workload.response_length itself)")
         subs = [_raw_sampler(c.dist, base_dir, f"{yaml_path}.components[{i}].dist") for i, c in enumerate(d.components)]
         w = np.array([c.weight for c in d.components], dtype=np.float64)
+        if not np.isfinite(w.sum()):  # weights near the float limit (1e308) overflow their sum: rescale first
+            w = w / w.max()
         w = w / w.sum()
 
         def mix(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -35,6 +35,7 @@ TINY_GRID = {
     "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
     "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
     "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
+    "step_iters": 1,
 }
 
 
@@ -156,9 +157,12 @@ def test_gpu_on_a_cpu_machine_fails_with_one_line(tmp_path):
     assert not (tmp_path / "h200.json").exists() and not (tmp_path / "h200.journal.jsonl").exists()
 
 
-def test_neither_gpu_nor_device_is_a_usage_error():
-    res = CliRunner().invoke(calibrate_command, ["--quick"])
-    assert res.exit_code == 2 and "expected --gpu NAME" in res.output
+def test_device_defaults_to_cpu_as_in_validate():
+    from calibrate.validate import validate_command
+
+    for cmd in (calibrate_command, validate_command):
+        res = CliRunner().invoke(cmd, ["--help"])
+        assert res.exit_code == 0 and "default: cpu" in " ".join(res.output.split()), res.output
 
 
 def test_wrong_schema_version_is_a_clear_error(tiny, tmp_path):

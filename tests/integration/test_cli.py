@@ -101,6 +101,9 @@ def test_models_and_gpus_list_the_catalogs(cli):
     assert p.returncode == 0 and all(name in p.stdout for name in GPUS)
     gpus = json.loads(cli("gpus", "--format", "json").stdout)
     assert {g["name"] for g in gpus} == set(GPUS)
+    # One memory unit throughout: every capacity a whole number of GiB (a100-80gb 80.0, h200 141.0).
+    assert all(float(g["memory_gib"]).is_integer() for g in gpus), gpus
+    assert {"b200", "mi300x", "h20", "l4", "a10g", "h100-pcie"} <= set(GPUS)
 
 
 def test_help_lists_commands(cli):

@@ -61,12 +61,12 @@ def test_run_report_renders_in_chromium(tmp_path):
     sections = [s for s in run_sections(run) if s.figure is not None]
     dom, stderr = dump_dom(out, tmp_path / "chromium")
     assert not _js_errors(stderr)
-    assert dom.count('class="plot-container plotly"') == len(sections) == 6
+    assert dom.count('class="plot-container plotly"') == len(sections) == 7
     assert dom.count('class="main-svg"') >= 2 * len(sections)
     for i, section in enumerate(sections):
         fig_dom = _figure_dom(dom, i)
         assert 'class="cartesianlayer"' in fig_dom, section.title
-        assert re.search(r'class="trace (bars|scatter)', fig_dom), section.title
+        assert re.search(r'class="(trace (bars|scatter)|hm)', fig_dom), section.title  # hm: a heatmap's image
     # The timeline drew one SVG bar per bar it kept, in rows labelled per GPU.
     layout = timeline_rows(run.intervals, run.summary["pools"])
     timeline = _figure_dom(dom, 0)
@@ -104,7 +104,7 @@ def test_cli_report_on_a_simulated_run(tmp_path):
     html, trace = tmp_path / "r.html", tmp_path / "t.json"
     result = runner.invoke(main, ["report", str(run_dir), "-o", str(html), "--trace", str(trace)])
     assert result.exit_code == 0, result.output
-    assert html.stat().st_size < 15e6 and html.read_text().count("Plotly.newPlot(") == 6
+    assert html.stat().st_size < 15e6 and html.read_text().count("Plotly.newPlot(") == 7
     events = json.loads(trace.read_text())["traceEvents"]
     phase_events = [e for e in events if e["ph"] == "X" and e["cat"] in ROLES]
     assert len(phase_events) == len(load_run(run_dir).intervals) > 0

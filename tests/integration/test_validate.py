@@ -122,3 +122,17 @@ def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, mo
     order.clear()
     validate([FIX / "tiny-sync.yaml"], "cpu", None, 4, threads=1, progress=False)
     assert order == [("steps", 0, None)]
+
+
+def test_generation_operations_are_timed_in_the_step_and_priced_at_their_shapes(doc):
+    for s in doc["scenarios"]:
+        g = s["generation_ops"]
+        ops = g["operations"]
+        assert ops, s["name"]
+        for name, v in ops.items():
+            assert name in {"prefill", "decode", "generate_call"}
+            assert v["calls_per_step"] > 0 and v["measured_s"] > 0 and v["predicted_s"] > 0
+            assert v["measured_ms_per_call"] == pytest.approx(1e3 * v["measured_s"] / v["calls_per_step"])
+        # The operations lie inside the generate span; what is left is host work between them.
+        assert 0 <= g["outside_ops_s"] < g["generate_span_s"]
+        assert g["generate_span_s"] == pytest.approx(s["phases"]["generate"]["measured_s"])

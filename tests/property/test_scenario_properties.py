@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import SCHEDULE_CONFIGS
 from rlhfsim.errors import RlhfsimError, ScenarioError
 from rlhfsim.scenario import load_scenario
 from rlhfsim.sim.run import simulate
@@ -44,7 +45,7 @@ def _paths(node, prefix=()):
 @st.composite
 def mutated(draw, make):
     d = make(draw(st.sampled_from(["gpu", "colocated", "cpu"])), schedule=draw(
-        st.sampled_from(["sync", "oppo", "oppo-adaptive", "partial", "async"])))
+        st.sampled_from(list(SCHEDULE_CONFIGS))))
     for _ in range(draw(st.integers(1, 3))):
         paths = [p for p, _ in _paths(d) if p]
         path = draw(st.sampled_from(paths))

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from rlhfsim.costs.model import CostModel
 from rlhfsim.scenario import load_scenario
 from rlhfsim.scenario.checks import build_setup
+from rlhfsim.sim.schedules import SCHEDULES
 
 
 @st.composite
@@ -40,9 +41,7 @@ def length_dists(draw, cap: int):
 
 @st.composite
 def schedules(draw):
-    kind = draw(st.sampled_from(["sync", "oppo", "oppo", "partial", "async"]))
-    if kind == "sync":
-        return {"kind": "sync"}
+    kind = draw(st.sampled_from(list(SCHEDULES) + ["oppo"]))  # oppo twice: the most knobs
     if kind == "oppo":
         s = {"kind": "oppo",
              "intra": {"enabled": draw(st.booleans()), "chunk_tokens": draw(st.integers(4, 200)),
@@ -58,7 +57,10 @@ def schedules(draw):
         return s
     if kind == "partial":
         return {"kind": "partial", "token_budget": draw(st.integers(1, 300)), "extra_prompts": draw(st.integers(0, 4))}
-    return {"kind": "async", "max_staleness": draw(st.integers(0, 3))}
+    if kind == "async":
+        return {"kind": "async", "max_staleness": draw(st.integers(0, 3))}
+    # A schedule without a strategy of its own here: one of its registered examples.
+    return copy.deepcopy(draw(st.sampled_from(list(SCHEDULES[kind].EXAMPLES.values()))))
 
 
 @st.composite

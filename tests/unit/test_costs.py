@@ -11,8 +11,9 @@ import pytest
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.model import LINK_EFF, CostModel, OpParams, _sum_max_linear, roofline_s
 from rlhfsim.costs.profile import (BUNDLED_DIR, SCHEMA_VERSION, load_profile, resolve_profile_path,
-                                   user_profile_dir, validate_profile, write_json_atomic)
+                                   user_profile_dir, validate_profile)
 from rlhfsim.errors import ProfileError
+from rlhfsim.files import write_json_atomic
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG, DTYPE_BYTES
 

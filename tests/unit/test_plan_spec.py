@@ -147,3 +147,14 @@ def test_config_id_depends_on_values_not_order():
     assert a == b and len(a) == 12
     assert a != config_id({"cluster.gpu": "h200", "placement": {"kind": "colocated"}})
     assert json.dumps(a)  # a plain string
+
+
+def test_set_overrides_add_to_the_plans_set(tmp_path):
+    """``rlhfsim plan --set PATH=VALUE``: applied to the base before the axes, like the plan's ``set:``."""
+    p = write_plan(tmp_path, {"cluster.gpus_per_node": [1, 2]}, set={"steps": 3})
+    plan = load_plan(p, overrides=[("workload.prompts_per_step", 6), ("steps", 2)])
+    assert {c.doc["workload"]["prompts_per_step"] for c in plan.configs} == {6}
+    assert {c.doc["steps"] for c in plan.configs} == {2}
+    with pytest.raises(ScenarioError) as e:
+        load_plan(p, overrides=[("workload.prompts", 6)])
+    assert e.value.path == "set.workload.prompts"

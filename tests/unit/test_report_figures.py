@@ -282,7 +282,7 @@ def test_run_html_is_self_contained_with_plotly_once(run_dir, tmp_path):
     text = out.read_text()
     run = load_run(run_dir)
     n_figures = sum(s.figure is not None for s in run_sections(run))
-    assert n_figures == 6
+    assert n_figures == 7  # with utilization per GPU over time
     assert text.count("Plotly.newPlot(") == n_figures
     assert text.count("* plotly.js v") == 1
     # Outside the embedded plotly.js bundle, nothing refers to the network.
@@ -295,7 +295,7 @@ def test_run_html_is_self_contained_with_plotly_once(run_dir, tmp_path):
     no_variants = json.loads((run_dir / "summary.json").read_text())
     del no_variants["variants"]
     (run_dir / "summary.json").write_text(json.dumps(no_variants))
-    assert sum(s.figure is not None for s in run_sections(load_run(run_dir))) == 5
+    assert sum(s.figure is not None for s in run_sections(load_run(run_dir))) == 6
 
 
 def test_untrusted_names_are_escaped(run_dir, tmp_path):

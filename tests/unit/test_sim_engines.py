@@ -156,8 +156,9 @@ def test_active_time_is_prefill_and_decode_kernels(engine, scenario_dict, tracke
     run = tracked(_dict(scenario_dict, engine, prompts=2, max_batch=2, base="cpu"), steps=1, rollouts=lengths)
     c = _Costs(run.sim)
     if engine == "static":
-        # One padded call (2 x 32 tokens), then 49 steps of the batch of 2.
-        total = c.prefill(64, 2) + c.decode(2, 2 * 33, 49)
+        # One generate() call (its fixed host cost), one padded prefill (2 x 32 tokens), then 49 steps
+        # of the batch of 2.
+        total = c.call() + c.prefill(64, 2) + c.decode(2, 2 * 33, 49)
         active = c.prefill_active(64, 2) + c.decode_active(2, 2 * 33, 49)
     else:
         # One call per row, then 9 steps of both rows, then 40 of the long one (its context 32 + 10).

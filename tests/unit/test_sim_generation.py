@@ -29,10 +29,11 @@ def _gen_time(run, step: int = 0) -> float:
 
 class _Priced:
     """The run's cost model with the generation runtime filled in (hf_generate for the static engine,
-    vllm for the continuous one: the engines price prefill and decode with their runtime's costs). The
-    bundled profiles have no ``prefill:RT``/``decode:RT`` fits, so only the runtime's mechanisms differ
-    from the plain operations: hf_generate's decode step moves the K/V cache three times (its dynamic
-    cache re-concatenates it, ``KV_PASSES``), which is why the static sums below name the runtime."""
+    vllm for the continuous one: the engines price prefill and decode with their runtime's costs: its
+    ``prefill:RT``/``decode:RT`` fits where the profile has them (the bundled ``cpu`` profile measures
+    hf_generate), its mechanisms in any case: hf_generate's decode step moves the K/V cache three times
+    (its dynamic cache re-concatenates it, ``KV_PASSES``) and each generate() call pays the runtime's
+    ``call_overhead_s``), which is why the static sums below name the runtime."""
 
     def __init__(self, run):
         self.cost = run.sim.cost
@@ -43,6 +44,10 @@ class _Priced:
 
     def decode_steps_s(self, m, dt, batch, kv0, n, tp=1):
         return self.cost.decode_steps_s(m, dt, batch, kv0, n, tp, runtime=self.rt)
+
+    def call(self):
+        """The runtime's fixed host cost of one generate() call (a static batch is one call)."""
+        return self.cost.call_overhead_s(self.rt)
 
 
 def _parts(run):
@@ -62,7 +67,8 @@ def test_static_equal_lengths_is_padded_prefill_plus_decode_sum(scenario_dict, t
     run = tracked(_two_rollout_dict(scenario_dict, "static", max_batch=4, prompts=4), steps=2, rollouts=[(32, 48)] * 8)
     cost, m, dt = _parts(run)
     assert cost.rt == "hf_generate"
-    want = cost.forward_s(m, dt, 4 * 32, 4, 1, op="prefill", head="lm") + cost.decode_steps_s(m, dt, 4, 4 * 33, 47)
+    want = (cost.call() + cost.forward_s(m, dt, 4 * 32, 4, 1, op="prefill", head="lm")
+            + cost.decode_steps_s(m, dt, 4, 4 * 33, 47))
     assert _gen_time(run) == pytest.approx(want, rel=REL)
     assert _gen_time(run, 1) == pytest.approx(want, rel=REL)
 
@@ -79,7 +85,8 @@ def test_static_batch_decodes_until_its_longest_member_ends(scenario_dict, track
     run = tracked(_two_rollout_dict(scenario_dict, "static"), steps=1, rollouts=[(20, 10), (32, 50)])
     cost, m, dt = _parts(run)
     # Both rows are padded to the longest prompt; the short one keeps decoding as padding.
-    want = cost.forward_s(m, dt, 2 * 32, 2, 1, op="prefill", head="lm") + cost.decode_steps_s(m, dt, 2, 2 * 33, 49)
+    want = (cost.call() + cost.forward_s(m, dt, 2 * 32, 2, 1, op="prefill", head="lm")
+            + cost.decode_steps_s(m, dt, 2, 2 * 33, 49))
     assert _gen_time(run) == pytest.approx(want, rel=REL)
 
 
@@ -109,7 +116,7 @@ def test_one_token_responses_need_no_decode(scenario_dict, tracked):
     for engine in ("static", "continuous"):
         run = tracked(_two_rollout_dict(scenario_dict, engine), steps=1, rollouts=[(16, 1), (16, 1)])
         cost, m, dt = _parts(run)
-        want = (cost.forward_s(m, dt, 32, 2, 1, op="prefill", head="lm") if engine == "static"
+        want = (cost.call() + cost.forward_s(m, dt, 32, 2, 1, op="prefill", head="lm") if engine == "static"
                 else 2 * _prefill_row(cost, m, dt, 16))
         assert _gen_time(run) == pytest.approx(want, rel=REL), engine
         assert run.records[0].generated_tokens == 2

@@ -10,7 +10,7 @@ import pytest
 from rlhfsim.errors import ScenarioError
 from rlhfsim.scenario import load_scenario
 from rlhfsim.sim.run import VARIANTS, compare, rebuild, simulate, variant, write_outputs
-from rlhfsim.sim.simulation import PHASES
+from rlhfsim.contracts import PHASES
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
+from conftest import SCHEDULE_CONFIGS
 from rlhfsim.scenario import load_scenario
 from rlhfsim.sim.schedules import SCHEDULES
 
-SCHEDULE_NAMES = ["sync", "oppo", "oppo-intra", "oppo-inter", "oppo-nokv", "oppo-adaptive", "partial",
-                  "async", "async2"]
+SCHEDULE_NAMES = list(SCHEDULE_CONFIGS)  # every registered schedule's examples
 REL = 1e-9
 
 
@@ -19,9 +19,10 @@ def _close(a: list[float], b: list[float]) -> bool:
 
 
 def test_registry_names_match_config_kinds():
-    assert set(SCHEDULES) == {"sync", "oppo", "partial", "async"}
     for kind, cls in SCHEDULES.items():
         assert cls.NAME == kind
+        assert cls.Config.model_fields["kind"].default == kind
+        assert cls.EXAMPLES and all(ex["kind"] == kind for ex in cls.EXAMPLES.values())
 
 
 @pytest.mark.parametrize("base", ["gpu", "colocated", "cpu"])
@@ -38,7 +39,7 @@ def test_conservation_under_both_engines(engine, schedule, scenario_dict, tracke
     conservation(run)
 
 
-@pytest.mark.parametrize("schedule", ["sync", "oppo", "oppo-nokv", "partial", "async"])
+@pytest.mark.parametrize("schedule", [*SCHEDULES, "oppo-nokv"])
 def test_conservation_with_kv_preemption(schedule, scenario_dict, tracked, conservation):
     # A KV cache of about 1,900 tokens holds a dozen sequences at most, so the continuous engine admits
     # fewer than max_batch and preempts (recomputes) the newest sequence when the cache fills.
@@ -218,7 +219,7 @@ def test_same_seed_identical_output(schedule, scenario_dict, tracked):
     assert _fingerprint(tracked(d, steps=4)) == _fingerprint(tracked(d, steps=4))
 
 
-@pytest.mark.parametrize("schedule", ["sync", "oppo", "partial", "async"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_other_seed_other_lengths(schedule, scenario_dict, tracked):
     d = scenario_dict("gpu", schedule=schedule)
     a, b = tracked(d, steps=3, seed=0), tracked(d, steps=3, seed=1)
@@ -226,7 +227,7 @@ def test_other_seed_other_lengths(schedule, scenario_dict, tracked):
 
 
 def test_schedule_does_not_change_sampled_lengths(scenario_dict, tracked):
-    runs = [tracked(scenario_dict("gpu", schedule=s), steps=3) for s in ("sync", "oppo", "partial", "async")]
+    runs = [tracked(scenario_dict("gpu", schedule=s), steps=3) for s in SCHEDULES]
     n = min(len(r.taken) for r in runs)
     lens = [[(x.prompt_len, x.response_len) for x in r.taken[:n]] for r in runs]
     assert all(lengths == lens[0] for lengths in lens)

@@ -21,6 +21,7 @@ from rlhfsim.sim import stages
 from rlhfsim.sim.recorder import Interval
 from rlhfsim.sim.rollouts import Rollout
 from rlhfsim.sim.run import compare, simulate
+from rlhfsim.sim.schedules import SCHEDULES
 from rlhfsim.sim.simulation import Simulation, gpu_busy_active, pool_utilization
 
 # Generation, scoring and training on pools of their own, so each pool's utilization shows one kind of work.
@@ -94,7 +95,7 @@ def test_pool_utilization_clips_active_in_proportion_to_the_window():
 
 # --- summaries ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("schedule", ["sync", "oppo", "async", "partial"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_summary_has_busy_and_active_with_active_at_most_busy(schedule, separate):
     s = _run(separate(schedule)).summary
     assert s["gpu_busy"] == s["gpu_utilization"]
@@ -147,6 +148,22 @@ def test_weight_sync_is_all_active(separate):
     res = _run(separate())
     syncs = [iv for iv in res.intervals if iv.phase == "weight_sync"]
     assert syncs and all(iv.active == pytest.approx(iv.end_s - iv.start_s, rel=1e-12) for iv in syncs)
+
+
+@pytest.mark.parametrize("runtime, placement, copied", [
+    ("hf_generate", None, False),        # TRL: generate() on the trained policy itself, same GPUs
+    ("hf_static", None, False),
+    ("kv_decoder", None, True),          # a decoder holding its own copy of the weights
+    ("hf_generate", SEPARATE, True),     # generation on other GPUs: the weights still travel
+])
+def test_weight_sync_copies_only_when_generation_holds_other_weights(scenario_dict, runtime, placement, copied):
+    d = scenario_dict("colocated")
+    d["generation"] = {**d["generation"], "engine": "static", "runtime": runtime}
+    if placement is not None:
+        d["placement"] = copy.deepcopy(placement)
+    syncs = [iv for iv in _run(d, steps=2).intervals if iv.phase == "weight_sync"]
+    assert len(syncs) == 2
+    assert all((iv.end_s - iv.start_s > 0) == copied for iv in syncs)
 
 
 # --- training priced per rank, forward passes per replica --------------------------------------------

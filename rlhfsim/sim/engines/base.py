@@ -54,7 +54,6 @@ class Engine:
         self.procs: list[simpy.Process] = []
         self.detached = (self.DETACH and not req.stream and req.stop_after is None
                          and all(sc.outstanding == 0 for sc in sim.scorers.values()))
-        self.clocks: list = []
         self._prefill_memo: dict[tuple, tuple[float, float]] = {}
 
     def run(self):
@@ -72,16 +71,18 @@ class Engine:
         ends and departures are put in the order the event clock would have met them (``_merged``)."""
         env = self.env
         start = env.now
-        self.clocks = [DeferredClock(self, i, {}) for i in range(self.n_rep)]
-        for i, c in enumerate(self.clocks):
+        # Local, not on the engine: a clock refers to its engine, and a cycle would keep every row of
+        # the step alive until the garbage collector found it.
+        clocks = [DeferredClock(self, i, {}) for i in range(self.n_rep)]
+        for i, c in enumerate(clocks):
             self.plan(i, c)
             c.resolve(start)
         # Replicas ending at the same time end in the order the event clock would have ended them.
-        order = sorted(range(self.n_rep), key=lambda i: (self.clocks[i].chain(len(self.clocks[i].dur)), i))
-        self.procs = [env.process(self._wait(self.clocks[i], start)) for i in order]
+        order = sorted(range(self.n_rep), key=lambda i: (clocks[i].chain(len(clocks[i].dur)), i))
+        self.procs = [env.process(self._wait(clocks[i], start)) for i in order]
         yield simpy.AllOf(env, self.procs)
-        self.finished.extend(_merged([(c, c.finished_at, c.finished) for c in self.clocks]))
-        self.unfinished.extend(_merged([(c, c.left_at, c.left) for c in self.clocks]))
+        self.finished.extend(_merged([(c, c.finished_at, c.finished) for c in clocks]))
+        self.unfinished.extend(_merged([(c, c.left_at, c.left) for c in clocks]))
 
     def _wait(self, clock: DeferredClock, start: float):
         """Process: a detached replica, from its start to its booked end."""

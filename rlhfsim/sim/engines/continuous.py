@@ -191,7 +191,13 @@ class ContinuousEngine(Engine):
         T = kv_live = generated = 0
         while True:
             n_live = len(live)
-            admitted = self._admit(queue, n_live, kv_live, limit, max_batch) if queue and n_live < max_batch else []
+            # _admit's own first test, asked here first: under KV pressure (65,536 rollouts) two passes in
+            # three find the head of the queue does not fit, and the call would admit nothing.
+            if queue and n_live < max_batch and (
+                    not n_live or kv_live + n_live + queue[0].prompt_len + queue[0].generated + 1 <= limit):
+                admitted = self._admit(queue, n_live, kv_live, limit, max_batch)
+            else:
+                admitted = ()
             if not n_live and not admitted:
                 break
             if admitted:

@@ -1,0 +1,90 @@
+"""Step scalars: what a training framework's step costs beyond the roofline operations (``execution`` in
+the scenario: micro-batches, gradient checkpointing, offload, weight resharding, advantages), and what a
+Profile says about each.
+
+This module is the one home of the names, the defaults and the profile layout; it is pure Python (no
+torch, no pydantic), so both sides import it: ``calibrate.stepbench`` measures the scalars and writes
+``profile["step"]``, ``rlhfsim.costs.model.CostModel.step_scalar`` reads them.
+
+Profile key (schema_version 1, optional, so older profiles still load)::
+
+    "step": {"microbatch_forward_s": f, ..., "source": "measured", "device": ..., "samples": {...}}
+
+A profile without ``step`` (or without one of the keys, or with null) prices it with the default below,
+and the simulation summary flags it (``step_costs.KEY.source == "default"``). Units: seconds, bytes,
+fractions.
+
+======================== ========= ==================================================================
+scalar                   default   meaning
+======================== ========= ==================================================================
+microbatch_forward_s     0         framework host time per forward piece beyond the fitted forward
+                                   (slicing the batch, log-softmax gather, moving outputs)
+microbatch_train_s       0         the same per training piece (loss, backward bookkeeping, gradient
+                                   accumulation scaling)
+checkpoint_extra_frac    1/3       gradient checkpointing: extra time of a training piece as a
+                                   fraction of the piece without it (one more forward of the three
+                                   passes forward + backward = 3 forwards)
+host_copy_eff            0.8       fraction of the device's host link (``host_link_bw``) a pinned
+                                   host <-> device copy reaches
+reshard_eff              0.7       memory efficiency of loading gathered weights into the engine's
+                                   layout (a copy through device memory: read + write)
+kv_realloc_s             0.02      fixed cost of freeing and allocating the engine's KV cache again
+kv_realloc_s_per_gib     0.002     ... plus this per GiB of KV cache per GPU
+adv_per_token_s          5e-9      advantage computation per response token (element-wise passes)
+adv_per_row_s            2e-6      ... per rollout (GRPO/RLOO group statistics: a Python loop per row)
+adv_per_position_s       5e-5      ... per response position of the longest row (GAE's reverse loop
+                                   over positions, a few small tensor ops each; PPO with a critic)
+======================== ========= ==================================================================
+
+The defaults are assumptions, not measurements (the summary says so): the micro-batch terms default to 0
+because the fitted ``forward``/``train`` operations already charge each call its overhead; 1/3 is the
+FLOP count of one extra forward; 0.8 is a typical pinned-copy share of PCIe; 0.7 is the link efficiency
+the cost model assumes elsewhere (``LINK_EFF``); the KV and advantage terms are order-of-magnitude guesses
+for a host-side allocator call and CPU tensor ops. ``rlhfsim calibrate`` (``calibrate.stepbench``)
+replaces them with measurements on its device.
+"""
+
+from __future__ import annotations
+
+STEP_DEFAULTS: dict[str, float] = {
+    "microbatch_forward_s": 0.0,
+    "microbatch_train_s": 0.0,
+    "checkpoint_extra_frac": 1.0 / 3.0,
+    "host_copy_eff": 0.8,
+    "reshard_eff": 0.7,
+    "kv_realloc_s": 0.02,
+    "kv_realloc_s_per_gib": 0.002,
+    "adv_per_token_s": 5e-9,
+    "adv_per_row_s": 2e-6,
+    "adv_per_position_s": 5e-5,
+}
+STEP_SCALARS = tuple(STEP_DEFAULTS)
+EFFICIENCIES = ("host_copy_eff", "reshard_eff")  # in (0, 1.5]; every other scalar >= 0
+
+# Bytes per parameter of AdamW state that optimizer offload moves (fp32 master weight, two moments):
+# rlhfsim.scenario.checks.OPTIMIZER_BYTES_PER_PARAM less the bf16 gradient.
+OPTIMIZER_STATE_BYTES = 12
+GIB = 2**30
+
+
+def check_step(doc: dict, where: str) -> str | None:
+    """The first problem with ``profile["step"]`` as a one-line message naming its key, or None."""
+    if not isinstance(doc, dict):
+        return f"{where}: expected an object of step scalars, got {type(doc).__name__}"
+    for k in STEP_SCALARS:
+        v = doc.get(k)
+        if v is None:
+            continue
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf"):
+            return f"{where}.{k}: expected a finite number >= 0 or null, got {v!r}"
+        if k in EFFICIENCIES and not 0 < v <= 1.5:
+            return f"{where}.{k}: expected an efficiency in (0, 1.5], got {v!r}"
+    return None
+
+
+def packed_attn_pairs(lengths, encoder: bool = False) -> float:
+    """(query, key) pairs attention visits over rows of ``lengths`` packed without padding: each row
+    attends within itself, causally (L (L + 1) / 2) or, for an encoder, fully (L^2)."""
+    if encoder:
+        return float(sum(n * n for n in lengths))
+    return float(sum(n * (n + 1) / 2 for n in lengths))

@@ -1,0 +1,447 @@
+"""verl launches as scenarios: ``python3 -m verl.trainer.main_ppo key=value ...`` (Hydra overrides, in a
+shell script or as bare arguments) or a verl YAML config.
+
+verl's default step is synchronous and colocated (the hybrid engine: generation, the reference and
+critic passes and training take turns on every GPU), which is the scenario's ``sync`` schedule with a
+``colocated`` placement. A setting the launch leaves out takes verl's default from its
+``verl/trainer/config/ppo_trainer.yaml`` (``DEFAULTS`` below; the release is named in the assumptions).
+
+Every override is classified (see ``rlhfsim.importers.common``): the ones below in ``MAPPED`` set a
+scenario field; ``NO_COST`` patterns are recognised and cost nothing here; ``UNMAPPED`` patterns are
+recognised and can change the step time but have no scenario field; anything else is ``unmapped`` as
+not recognised.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from rlhfsim.errors import ScenarioError
+from rlhfsim.importers import verl_execution
+from rlhfsim.importers.common import (
+    ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
+    response_length, unresolved,
+)
+
+MARKERS = ("verl.trainer.main_ppo", "main_ppo", "verl.trainer")
+AR = "actor_rollout_ref"
+
+# verl's defaults for the settings the importer reads (ppo_trainer.yaml, verl 0.7 / main as of 2026-01).
+DEFAULTS: dict[str, object] = {
+    "algorithm.adv_estimator": "gae",
+    "algorithm.use_kl_in_reward": False,
+    "data.train_batch_size": 1024,
+    "data.max_prompt_length": 512,
+    "data.max_response_length": 512,
+    f"{AR}.actor.ppo_mini_batch_size": 256,
+    f"{AR}.actor.ppo_epochs": 1,
+    f"{AR}.actor.use_kl_loss": False,
+    f"{AR}.actor.strategy": "fsdp",
+    f"{AR}.actor.megatron.tensor_model_parallel_size": 1,
+    f"{AR}.rollout.n": 1,
+    f"{AR}.rollout.name": "vllm",
+    f"{AR}.rollout.tensor_model_parallel_size": 2,
+    f"{AR}.rollout.gpu_memory_utilization": 0.5,
+    f"{AR}.rollout.max_num_seqs": 256,
+    f"{AR}.rollout.dtype": "bfloat16",
+    f"{AR}.hybrid_engine": True,
+    "critic.megatron.tensor_model_parallel_size": 1,
+    "reward_model.enable": False,
+    "reward_model.enable_resource_pool": False,
+    "trainer.nnodes": 1,
+    "trainer.n_gpus_per_node": 8,
+}
+DEFAULTS_RELEASE = "ppo_trainer.yaml, main 2026-01"
+
+# Settings that set a scenario field (the conversion is in ``_build``).
+MAPPED: dict[str, str] = {
+    "algorithm.adv_estimator": "algorithm.kind (gae: ppo with a critic; grpo/rloo and other critic-free estimators: grpo/rloo)",
+    "algorithm.use_kl_in_reward": "models.reference (verl runs the reference policy when a KL term is used)",
+    f"{AR}.actor.use_kl_loss": "models.reference (verl runs the reference policy when a KL term is used)",
+    "data.train_batch_size": "workload.prompts_per_step",
+    "data.max_prompt_length": "workload.max_prompt_tokens",
+    "data.max_response_length": "workload.max_response_tokens",
+    f"{AR}.rollout.response_length": "workload.max_response_tokens",
+    f"{AR}.rollout.prompt_length": "workload.max_prompt_tokens",
+    f"{AR}.rollout.n": "algorithm.group_size",
+    f"{AR}.model.path": "models.actor.model (and models.reference.model)",
+    "critic.model.path": "models.critic.model",
+    "reward_model.enable": "models.reward (kind: model when true, else kind: rule)",
+    "reward_model.model.path": "models.reward.model",
+    "reward_model.enable_resource_pool": "placement (the reward model on its own pool)",
+    "reward_model.n_gpus_per_node": "placement pool of the reward model",
+    "reward_model.nnodes": "placement pool of the reward model",
+    f"{AR}.actor.ppo_mini_batch_size": "algorithm.minibatch_size (x rollout.n: verl counts it in prompts)",
+    f"{AR}.actor.ppo_epochs": "algorithm.ppo_epochs",
+    "critic.ppo_epochs": "algorithm.ppo_epochs (must equal the actor's)",
+    "critic.ppo_mini_batch_size": "algorithm.minibatch_size (must equal the actor's)",
+    "trainer.n_gpus_per_node": "cluster.gpus_per_node",
+    "trainer.nnodes": "cluster.nodes",
+    f"{AR}.hybrid_engine": "placement: colocated",
+    f"{AR}.rollout.tensor_model_parallel_size": "placement.tp.rollout",
+    f"{AR}.actor.megatron.tensor_model_parallel_size": "placement.tp.actor and placement.tp.reference",
+    f"{AR}.ref.megatron.tensor_model_parallel_size": "placement.tp.reference",
+    "critic.megatron.tensor_model_parallel_size": "placement.tp.critic",
+    f"{AR}.rollout.name": "generation.engine and generation.runtime",
+    f"{AR}.rollout.max_num_seqs": "generation.max_batch",
+    f"{AR}.rollout.gpu_memory_utilization": "generation.kv_cache_fraction (vLLM's share of the whole GPU, turned into the share of what the resident models leave)",
+    f"{AR}.rollout.dtype": "models.*.dtype",
+    f"{AR}.actor.strategy": "placement.tp (megatron reads its tensor-parallel degrees; fsdp/fsdp2 shard data-parallel)",
+}
+
+# (pattern, reason): recognised, costs nothing in this model.
+NO_COST: list[tuple[str, str]] = [
+    (r"(^|\.)optim\.|\.lr$|_lr$|lr_warmup|warmup_style|weight_decay|\.betas", "optimizer hyper-parameter"),
+    (r"clip_ratio|cliprange|grad_clip|clip_grad|entropy_coeff|kl_loss_coef|kl_loss_type|kl_ctrl|kl_penalty|"
+     r"\.gamma$|\.lam$|loss_agg_mode|norm_adv_by_std_in_grpo|policy_loss|loss_mode|loss_scale_factor|kl_coef",
+     "loss hyper-parameter"),
+    (r"temperature|top_p|top_k|do_sample|ignore_eos", "sampling (it changes lengths, which are given separately)"),
+    (r"^data\.(train_files|val_files|prompt_key|reward_fn_key|filter_overlong_prompts.*|truncation|shuffle|seed|"
+     r"dataloader_num_workers|return_raw_chat|return_raw_input_ids|return_full_prompt|val_batch_size|image_key|"
+     r"custom_cls.*|tokenizer|train_max_samples|val_max_samples|apply_chat_template_kwargs.*|trust_remote_code)$",
+     "data loading"),
+    (r"^trainer\.(logger|project_name|experiment_name|default_local_dir|default_hdfs_dir|resume_mode|resume_from_path|"
+     r"val_before_train|val_only|total_epochs|total_training_steps|log_val_generations|rollout_data_dir|"
+     r"validation_data_dir|max_actor_ckpt_to_keep|max_critic_ckpt_to_keep|del_local_ckpt_after_load|"
+     r"ray_wait_register_center_timeout|device|use_legacy_worker_impl|esi_redundant_time)$", "run bookkeeping"),
+    (r"^ray_init\.|^ray_kwargs\.|^hydra\.|^global_profiler\.|\.profiler\.|^trainer\.npu_profile", "launcher or profiler"),
+    (r"^custom_reward_function\.|reward_manager|^reward_model\.reward_kwargs|launch_reward_fn_async",
+     "reward function (priced as the rule reward's CPU cost)"),
+    (r"val_kwargs\.|n_val$|val_temperature$|^trainer\.val_", "validation sampling (not part of a training step)"),
+    (r"(^|\.)model\.(external_lib|override_config.*|trust_remote_code|custom_chat_template|tokenizer_path|use_shm|"
+     r"hf_config_path)$", "model loading"),
+    (r"checkpoint\.|\.seed$|full_determinism|data_loader_seed|\.shuffle$", "run bookkeeping"),
+    (r"^critic\.model\.tokenizer_path$|^critic\.optim|^critic\.grad_clip", "optimizer hyper-parameter"),
+    (r"\.load_format$|\.layered_summon$|skip_tokenizer_init|disable_log_stats|\.trace\.", "engine start-up"),
+    (r"rollout\.mode$", "rollout mode (sync or async agent loop: both batch continuously in the engine)"),
+    (r"^trainer\.critic_warmup$", "critic warm-up steps (0 after the first steps)"),
+    (r"^algorithm\.rollout_correction|rollout_is|rollout_rs", "off-policy correction weights (elementwise)"),
+    (r"nccl_timeout|wrap_policy|use_orig_params|fsdp_size$|forward_prefetch|reshard_after_forward|model_dtype|"
+     r"mixed_precision", "FSDP wrapping detail"),
+]
+
+# (pattern, what it does): recognised, can change the step time, no scenario field (yet).
+# The first five catch what rlhfsim.importers.verl_execution does not read (another model's copy of a setting).
+UNMAPPED: list[tuple[str, str]] = [
+    (r"micro_batch_size", "micro-batch size of a model the scenario does not size separately"),
+    (r"use_dynamic_bsz|max_token_len_per_gpu", "token budget of a model the scenario does not size separately"),
+    (r"use_remove_padding", "packing of a model the scenario does not set separately"),
+    (r"enable_gradient_checkpointing", "checkpointing of a model the scenario does not set separately"),
+    (r"param_offload|optimizer_offload|grad_offload|offload_policy", "offload of a model the scenario does not set separately"),
+    (r"enable_activation_offload", "activation offload (no scenario field)"),
+    (r"ulysses_sequence_parallel_size", "sequence parallelism of a model the scenario does not set separately"),
+    (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
+    (r"enforce_eager", "vLLM without CUDA graphs decodes slower (the runtime's costs assume graphs)"),
+    (r"free_cache_engine", "KV cache freed and rebuilt around training (not modelled)"),
+    (r"max_num_batched_tokens|enable_chunked_prefill|enable_prefix_caching",
+     "engine prefill scheduling (not modelled)"),
+    (r"^trainer\.test_freq$", "validation every N steps adds its time to those steps (not simulated; compare steps without it)"),
+    (r"^trainer\.save_freq$", "checkpoint saves add their time to those steps (not simulated)"),
+    (r"^trainer\.balance_batch$", "sequence-length balancing over ranks (not modelled)"),
+    (r"use_fused_kernels|use_liger|use_torch_compile|entropy_from_logits_with_chunking|entropy_checkpointing",
+     "kernel choice (the profile prices one implementation)"),
+    (r"megatron\.(pipeline_model_parallel_size|virtual_pipeline|context_parallel|expert|sequence_parallel)",
+     "Megatron parallelism other than TP (not modelled)"),
+    (r"rollout\.(data_parallel_size|expert_parallel_size|pipeline_model_parallel_size)", "engine parallelism other than TP"),
+    (r"multi_turn|agent\.|tool_config", "multi-turn / agent rollouts (not modelled)"),
+    (r"rollout\.calculate_log_probs", "engine-side log-probs (not modelled)"),
+    (r"^algorithm\.use_pf_ppo|^algorithm\.pf_ppo", "prioritized replay (not modelled)"),
+    (r"critic\.ppo_epochs|critic\.ppo_mini_batch_size", "critic epochs/minibatch differing from the actor's (one value in the scenario)"),
+]
+
+# rollout.name -> (generation.engine, generation.runtime); sglang_async is verl 0.3's multi-turn SGLang engine.
+ENGINES = {"vllm": ("continuous", "vllm"), "sglang": ("continuous", "sglang"), "sglang_async": ("continuous", "sglang"),
+           "hf": ("static", "hf_generate")}
+STANDARD_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
+
+CRITIC_FREE = {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
+               "grpo_passk", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "drgrpo"}
+
+
+def read_overrides(text: str, is_yaml: bool) -> list[tuple[str, str]]:
+    """(key, raw value) pairs in launch order. YAML: the config's leaves as dotted keys (interpolations
+    ``${...}`` are verl's own defaults and are skipped)."""
+    if is_yaml:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ImportError_(f"verl config: expected valid YAML, got {str(e).splitlines()[0]}") from None
+        if not isinstance(doc, dict):
+            raise ImportError_(f"verl config: expected a mapping at the top level, got {type(doc).__name__}")
+        out: list[tuple[str, str]] = []
+        _flatten(doc, "", out)
+        return out
+    pairs = []
+    toks = launch_tokens(text, MARKERS, "verl launch")
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        if t in ("--config-path", "--config-name", "--config-dir", "-cp", "-cn"):
+            val = toks[i + 1] if i + 1 < len(toks) else ""
+            pairs.append((t.lstrip("-"), val))
+            i += 2
+            continue
+        if t.startswith("--config-"):
+            k, _, v = t.partition("=")
+            pairs.append((k.lstrip("-"), v))
+        elif t.startswith("-"):
+            raise ImportError_(f"verl launch: expected Hydra overrides key=value, got the option {t!r}")
+        elif "=" in t:
+            k, _, v = t.partition("=")
+            pairs.append((k.lstrip("+"), v))
+        else:
+            raise ImportError_(f"verl launch: expected Hydra overrides key=value, got {t!r}")
+        i += 1
+    return pairs
+
+
+def _flatten(node, prefix: str, out: list) -> None:
+    for k, v in node.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            _flatten(v, key + ".", out)
+        elif isinstance(v, str) and "${" in v:
+            continue
+        else:
+            out.append((key, v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()))
+
+
+def classify(key: str, seen: dict | None = None) -> tuple[str, str]:
+    """(status, target or reason) of one verl key (``seen``: the launch's settings, for per-model copies)."""
+    if key in MAPPED:
+        return "mapped", MAPPED[key]
+    hit = verl_execution.classify(key, seen or {})
+    if hit is not None:
+        return hit
+    if key.startswith("~"):
+        return "unmapped", "removes a config entry (not interpreted)"
+    if key in ("config-path", "config-dir"):
+        return "no_cost", "where Hydra finds the config"
+    if key == "config-name":
+        return "mapped", "the base config (ppo_trainer; ppo_megatron_trainer: Megatron strategy)"
+    for pat, why in UNMAPPED:
+        if re.search(pat, key):
+            return "unmapped", why
+    for pat, why in NO_COST:
+        if re.search(pat, key):
+            return "no_cost", why
+    return "unmapped", "not recognised by the importer"
+
+
+def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml: bool = False) -> ImportResult:
+    """Read a verl launch (or config) into a scenario mapping with its settings record."""
+    pairs = read_overrides(text, is_yaml)
+    for s in opts.sets:
+        k, eq, v = s.partition("=")
+        if not eq:
+            raise ImportError_(f"--set: expected key=value, got {s!r}")
+        pairs.append((k.lstrip("+"), v))
+    res = ImportResult("verl", source, {})
+    cfg = {**DEFAULTS, **verl_execution.DEFAULTS}
+    seen: dict[str, str] = {}
+    for k, v in pairs:
+        seen[k] = str(v)
+    for k, v in seen.items():
+        status, target = classify(k, seen)
+        res.settings.append(Setting(k, v, status, target))
+        if status == "mapped":
+            var = unresolved(v)
+            if var:
+                raise ImportError_(f"{k}: expected a value, got the unset shell variable {var} "
+                                   f"(define it in the script or pass --set {k}=VALUE)")
+            cfg[k] = parse_scalar(v)
+    base = str(cfg.get("config-name", "ppo_trainer")).removesuffix(".yaml")
+    if base == "ppo_megatron_trainer":
+        cfg[f"{AR}.actor.strategy"] = "megatron"
+    elif base not in STANDARD_CONFIGS:
+        res.settings = [s for s in res.settings if s.key != "config-name"]
+        res.settings.append(Setting("config-name", base, "unmapped", "a config file of its own: only the launch's overrides are "
+                                    "read, not that file's settings (the rest take verl's defaults)"))
+    left = sorted(k for k in DEFAULTS if k not in seen and not k.startswith(("critic.", "reward_model.")))
+    res.assumptions.append(f"verl's defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
+                           + ", ".join(f"{k.removeprefix(AR + '.')}={DEFAULTS[k]}" for k in left))
+    res.scenario = _build(cfg, seen, opts, res)
+    return res
+
+
+def _int(cfg: dict, key: str, lo: int = 1) -> int:
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
+        raise ImportError_(f"{key}: expected a whole number >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _bool(cfg: dict, key: str) -> bool:
+    v = cfg[key]
+    if not isinstance(v, bool):
+        raise ImportError_(f"{key}: expected True or False, got {v!r}")
+    return v
+
+
+def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dict:
+    a = res.assumptions
+    est = str(cfg["algorithm.adv_estimator"])
+    if est == "gae":
+        kind = "ppo"
+    elif est in ("grpo", "rloo"):
+        kind = est
+    elif est in CRITIC_FREE:
+        kind = "grpo"
+        a.append(f"algorithm.adv_estimator={est} priced as grpo (critic-free; the advantage arithmetic costs nothing here)")
+    else:
+        raise ImportError_(f"algorithm.adv_estimator: expected gae, grpo, rloo or another verl estimator "
+                           f"({', '.join(sorted(CRITIC_FREE))}), got {est!r}")
+    n = _int(cfg, f"{AR}.rollout.n")
+    if kind == "ppo" and n != 1:
+        raise ImportError_(f"{AR}.rollout.n: expected 1 with algorithm.adv_estimator=gae (PPO has no groups), got {n}")
+    if f"{AR}.model.path" not in cfg:
+        raise ImportError_(f"{AR}.model.path: expected the actor's model, got nothing (the launch must set it)")
+    actor, how = model_ref(f"{AR}.model.path", str(cfg[f"{AR}.model.path"]))
+    a.append(f"actor shape: {how}")
+    dtype = str(cfg[f"{AR}.rollout.dtype"])
+    dtype = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(dtype, dtype)
+    if dtype not in ("bfloat16", "float16", "float32"):
+        raise ImportError_(f"{AR}.rollout.dtype: expected bfloat16, float16 or float32, got {dtype!r}")
+    models: dict = {"actor": {"model": actor, "dtype": dtype}}
+    if kind == "ppo":
+        if "critic.model.path" in cfg:
+            critic, how = model_ref("critic.model.path", str(cfg["critic.model.path"]))
+        else:
+            critic, how = actor, "the actor's"
+            a.append("critic.model.path not set: the critic takes the actor's shape")
+        models["critic"] = {"model": critic, "dtype": dtype}
+    kl_loss, kl_reward = _bool(cfg, f"{AR}.actor.use_kl_loss"), _bool(cfg, "algorithm.use_kl_in_reward")
+    if kl_loss or kl_reward:
+        models["reference"] = {"model": actor, "dtype": dtype}
+    else:
+        a.append("no reference pass: neither actor.use_kl_loss nor algorithm.use_kl_in_reward is set "
+                 "(verl releases before 0.3 ran the reference policy always)")
+    rm_pool = None
+    if _bool(cfg, "reward_model.enable"):
+        if "reward_model.model.path" not in cfg:
+            raise ImportError_("reward_model.model.path: expected the reward model with reward_model.enable=True, got nothing")
+        rm, _ = model_ref("reward_model.model.path", str(cfg["reward_model.model.path"]))
+        models["reward"] = {"kind": "model", "model": rm, "dtype": dtype}
+        if _bool(cfg, "reward_model.enable_resource_pool"):
+            rm_pool = _int(cfg, "reward_model.n_gpus_per_node") * _int(cfg, "reward_model.nnodes") if (
+                "reward_model.n_gpus_per_node" in cfg and "reward_model.nnodes" in cfg) else None
+            if rm_pool is None:
+                raise ImportError_("reward_model.n_gpus_per_node: expected it and reward_model.nnodes with enable_resource_pool=True")
+    else:
+        models["reward"] = {"kind": "rule"}
+        a.append("reward: a function on the driver, priced as the rule reward's defaults (1 ms per response, 8 workers)")
+
+    nodes, per_node = _int(cfg, "trainer.nnodes"), _int(cfg, "trainer.n_gpus_per_node")
+    if opts.gpu is None:
+        raise ImportError_("--gpu: expected the GPU the run used (a verl launch does not name it), got nothing")
+    cluster = {"gpu": opts.gpu, "nodes": nodes, "gpus_per_node": per_node}
+    if not _bool(cfg, f"{AR}.hybrid_engine"):
+        raise ImportError_(f"{AR}.hybrid_engine: expected True (main_ppo runs the hybrid engine), got False")
+    strategy = str(cfg[f"{AR}.actor.strategy"])
+    tp: dict = {"rollout": _int(cfg, f"{AR}.rollout.tensor_model_parallel_size")}
+    if strategy == "megatron":
+        tp["actor"] = _int(cfg, f"{AR}.actor.megatron.tensor_model_parallel_size")
+        tp["reference"] = _int(cfg, f"{AR}.ref.megatron.tensor_model_parallel_size") if (
+            f"{AR}.ref.megatron.tensor_model_parallel_size" in cfg) else tp["actor"]
+        if kind == "ppo":
+            tp["critic"] = _int(cfg, "critic.megatron.tensor_model_parallel_size")
+    elif strategy not in ("fsdp", "fsdp2"):
+        raise ImportError_(f"{AR}.actor.strategy: expected fsdp, fsdp2 or megatron, got {strategy!r}")
+    total = nodes * per_node
+    if rm_pool is not None:
+        if rm_pool >= total:
+            raise ImportError_(f"reward_model.n_gpus_per_node: expected fewer than the {total} GPUs in total, got a pool of {rm_pool}")
+        placement = {"kind": "dedicated_reward", "reward_gpus": rm_pool, "tp": tp}
+        a.append(f"the reward model's resource pool ({rm_pool} GPUs) is carved out of trainer.nnodes x n_gpus_per_node")
+    else:
+        placement = {"kind": "colocated", "tp": tp}
+
+    name = str(cfg[f"{AR}.rollout.name"])
+    engine = ENGINES.get(name)
+    if engine is None:
+        raise ImportError_(f"{AR}.rollout.name: expected one of {', '.join(ENGINES)}, got {name!r}")
+    if f"{AR}.rollout.name" not in seen:
+        a.append("rollout.name not set: vllm")
+    if f"{AR}.rollout.enforce_eager" not in seen:
+        a.append("rollout.enforce_eager not set: verl's current default False (CUDA graphs, as the runtime's costs assume); "
+                 "the 0.1/0.2 configs printed True (a host-bound decode, not modelled)")
+
+    prompts = _int(cfg, "data.train_batch_size")
+    max_prompt = _int(cfg, f"{AR}.rollout.prompt_length" if f"{AR}.rollout.prompt_length" in seen else "data.max_prompt_length")
+    max_resp = _int(cfg, f"{AR}.rollout.response_length" if f"{AR}.rollout.response_length" in seen else "data.max_response_length")
+    mini = _int(cfg, f"{AR}.actor.ppo_mini_batch_size")
+    for k in ("critic.ppo_mini_batch_size", "critic.ppo_epochs"):
+        actor_k = f"{AR}.actor.{k.split('.')[1]}"
+        if k in seen and cfg[k] != cfg[actor_k]:
+            raise ImportError_(f"{k}: expected the actor's value ({cfg[actor_k]}; the scenario has one), got {cfg[k]}")
+    if mini > prompts:
+        raise ImportError_(f"{AR}.actor.ppo_mini_batch_size: expected at most data.train_batch_size ({prompts}), got {mini}")
+
+    scenario = {
+        "name": opts.name or str(seen.get("trainer.experiment_name", "verl-import")),
+        "description": f"Imported from a verl launch ({res.source}); see the header for unmapped settings and assumptions.",
+        "models": models,
+        "cluster": cluster,
+        "placement": placement,
+        "algorithm": {"kind": kind, "group_size": n, "ppo_epochs": _int(cfg, f"{AR}.actor.ppo_epochs"),
+                      "minibatch_size": mini * n},
+        "workload": {
+            "prompts_per_step": prompts,
+            "prompt_length": prompt_length(opts.mean_prompt_len, max_prompt, a, "data.max_prompt_length"),
+            "response_length": response_length(opts.mean_response_len, max_resp, a, "data.max_response_length"),
+            "max_prompt_tokens": max_prompt,
+            "max_response_tokens": max_resp,
+        },
+        "generation": {"engine": engine[0], "runtime": engine[1], "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs")},
+        "schedule": {"kind": "sync"},
+        "steps": opts.steps,
+        "warmup_steps": 1 if opts.steps > 1 else 0,
+        "seed": 0,
+    }
+    util = cfg[f"{AR}.rollout.gpu_memory_utilization"]
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+        raise ImportError_(f"{AR}.rollout.gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
+    if opts.execution:
+        scenario["execution"] = verl_execution.execution(cfg, seen, total, models, a)
+    try:
+        scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
+    except ScenarioError as e:
+        raise ImportError_(f"{SCENARIO_TO_VERL.get(e.path, 'the imported scenario')} (scenario {e.path}): {e.message}") from None
+    return scenario
+
+
+# The launch setting behind a scenario path that the scenario checks reject (tensor-parallel degrees, memory).
+SCENARIO_TO_VERL = {
+    "placement.tp.rollout": f"{AR}.rollout.tensor_model_parallel_size",
+    "placement.tp.actor": f"{AR}.actor.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
+    "placement.tp.reference": f"{AR}.ref.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
+    "placement.tp.critic": "critic.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
+    "placement.reward_gpus": "reward_model.n_gpus_per_node",
+    "execution.micro_batch.ppo_max_token_len_per_gpu": f"{AR}.actor.ppo_max_token_len_per_gpu",
+}
+
+
+def kv_fraction(scenario: dict, util: float, assumptions: list[str]) -> float:
+    """vLLM's ``gpu_memory_utilization`` u is its share of the whole GPU (weights and KV cache); the
+    scenario's ``kv_cache_fraction`` is the KV cache's share of what the resident models leave:
+
+        kv_cache_fraction = (u x M - rollout weights / tp) / (M - resident),   clipped to [0.01, 1]
+
+    with M the GPU memory and resident the simulator's own per-GPU accounting of the pool."""
+    from rlhfsim.models.catalog import DTYPE_BYTES
+    from rlhfsim.scenario.checks import build_setup
+    from rlhfsim.scenario.loader import load_scenario
+
+    probe = {**scenario, "generation": {**scenario["generation"], "kv_cache_fraction": 1.0}}
+    setup = build_setup(load_scenario(probe, check=False))
+    mem = setup.gpu.mem_bytes
+    resident = setup.resident_bytes[setup.role_pool["rollout"]]
+    weights = setup.shapes["rollout"].params("lm") * DTYPE_BYTES[setup.dtypes["rollout"]] / setup.tp["rollout"]
+    frac = (util * mem - weights) / max(mem - resident, 1.0)
+    out = round(min(max(frac, 0.01), 1.0), 4)
+    assumptions.append(f"KV cache: gpu_memory_utilization={util:g} of {mem / 1e9:.0f} GB less {weights / 1e9:.1f} GB of "
+                       f"engine weights per GPU = kv_cache_fraction {out} of the {max(mem - resident, 0) / 1e9:.1f} GB "
+                       f"the resident models leave")
+    return out

@@ -1,0 +1,157 @@
+"""verl's step mechanics as the scenario's ``execution`` block: the old-log-prob pass, advantages,
+micro-batches (row counts or token budgets), sequence packing, gradient checkpointing, host offload, Ulysses
+sequence parallelism and the hybrid engine's weight resharding.
+
+The scenario has one micro-batch setting for every forward pass and one for training; verl has one per
+model. The actor's (the rollout's for forward passes) is used, and a different value on another model is
+listed as unmapped. verl's legacy global sizes (``ppo_micro_batch_size``, ``log_prob_micro_batch_size``)
+are divided by the data-parallel world as verl divides them.
+"""
+
+from __future__ import annotations
+
+from rlhfsim.importers.common import ImportError_
+
+AR = "actor_rollout_ref"
+
+# verl's defaults (ppo_trainer.yaml, main 2026-01) for the settings read here.
+DEFAULTS: dict[str, object] = {
+    f"{AR}.model.use_remove_padding": True,
+    f"{AR}.model.enable_gradient_checkpointing": True,
+    f"{AR}.actor.use_dynamic_bsz": False,
+    f"{AR}.actor.ppo_max_token_len_per_gpu": 16384,
+    f"{AR}.actor.ulysses_sequence_parallel_size": 1,
+    f"{AR}.actor.fsdp_config.param_offload": False,
+    f"{AR}.actor.fsdp_config.optimizer_offload": False,
+    f"{AR}.ref.fsdp_config.param_offload": False,
+    "critic.model.fsdp_config.param_offload": False,
+    "critic.model.fsdp_config.optimizer_offload": False,
+}
+
+MAPPED: dict[str, str] = {
+    f"{AR}.actor.ppo_micro_batch_size_per_gpu": "execution.micro_batch.ppo_micro_batch_size_per_gpu",
+    f"{AR}.actor.ppo_micro_batch_size": "execution.micro_batch.ppo_micro_batch_size_per_gpu (global size / GPUs)",
+    f"{AR}.rollout.log_prob_micro_batch_size_per_gpu": "execution.micro_batch.log_prob_micro_batch_size_per_gpu",
+    f"{AR}.rollout.log_prob_micro_batch_size": "execution.micro_batch.log_prob_micro_batch_size_per_gpu (global size / GPUs)",
+    f"{AR}.actor.use_dynamic_bsz": "execution.micro_batch.use_dynamic_bsz",
+    f"{AR}.actor.ppo_max_token_len_per_gpu": "execution.micro_batch.ppo_max_token_len_per_gpu",
+    f"{AR}.rollout.log_prob_max_token_len_per_gpu": "execution.micro_batch.log_prob_max_token_len_per_gpu",
+    f"{AR}.model.use_remove_padding": "execution.micro_batch.use_remove_padding",
+    f"{AR}.model.enable_gradient_checkpointing": "execution.gradient_checkpointing",
+    f"{AR}.actor.fsdp_config.param_offload": "execution.offload.actor.param and .grad (verl moves gradients with the parameters)",
+    f"{AR}.actor.fsdp_config.grad_offload": "execution.offload.actor.grad",
+    f"{AR}.actor.fsdp_config.optimizer_offload": "execution.offload.actor.optimizer",
+    f"{AR}.actor.megatron.param_offload": "execution.offload.actor.param",
+    f"{AR}.actor.megatron.grad_offload": "execution.offload.actor.grad",
+    f"{AR}.actor.megatron.optimizer_offload": "execution.offload.actor.optimizer",
+    f"{AR}.ref.fsdp_config.param_offload": "execution.offload.reference.param",
+    f"{AR}.ref.megatron.param_offload": "execution.offload.reference.param",
+    "critic.model.fsdp_config.param_offload": "execution.offload.critic.param and .grad",
+    "critic.model.fsdp_config.grad_offload": "execution.offload.critic.grad",
+    "critic.model.fsdp_config.optimizer_offload": "execution.offload.critic.optimizer",
+    f"{AR}.actor.ulysses_sequence_parallel_size": "execution.ulysses_sequence_parallel_size",
+}
+
+# Per-model settings the scenario holds once: mapped when equal to the value used, else unmapped.
+SAME_AS = {
+    f"{AR}.ref.log_prob_micro_batch_size_per_gpu": f"{AR}.rollout.log_prob_micro_batch_size_per_gpu",
+    f"{AR}.ref.log_prob_micro_batch_size": f"{AR}.rollout.log_prob_micro_batch_size",
+    f"{AR}.ref.log_prob_max_token_len_per_gpu": f"{AR}.rollout.log_prob_max_token_len_per_gpu",
+    "critic.ppo_micro_batch_size_per_gpu": f"{AR}.actor.ppo_micro_batch_size_per_gpu",
+    "critic.forward_micro_batch_size_per_gpu": f"{AR}.rollout.log_prob_micro_batch_size_per_gpu",
+    "critic.use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
+    "critic.model.use_remove_padding": f"{AR}.model.use_remove_padding",
+    "critic.model.enable_gradient_checkpointing": f"{AR}.model.enable_gradient_checkpointing",
+    f"{AR}.rollout.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
+    f"{AR}.ref.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
+    f"{AR}.ref.ulysses_sequence_parallel_size": f"{AR}.actor.ulysses_sequence_parallel_size",
+    "critic.ulysses_sequence_parallel_size": f"{AR}.actor.ulysses_sequence_parallel_size",
+}
+
+
+def classify(key: str, seen: dict) -> tuple[str, str] | None:
+    """(status, target) for an execution setting, or None for a key this module does not read."""
+    if key in MAPPED:
+        return "mapped", MAPPED[key]
+    if key in SAME_AS:
+        other = SAME_AS[key]
+        if other in seen and seen[other] == seen[key] or other in DEFAULTS and other not in seen and str(DEFAULTS[other]) == seen[key]:
+            return "mapped", f"{MAPPED.get(other, other)} (the scenario holds one value: the same as {other})"
+        return "unmapped", f"the scenario holds one value for every model: {other}'s is used"
+    return None
+
+
+def _int(cfg: dict, key: str) -> int | None:
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
+        raise ImportError_(f"{key}: expected a whole number >= 1, got {v!r}")
+    return int(v)
+
+
+def _flag(cfg: dict, key: str) -> bool:
+    v = cfg.get(key, DEFAULTS.get(key, False))
+    if not isinstance(v, bool):
+        raise ImportError_(f"{key}: expected True or False, got {v!r}")
+    return v
+
+
+def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list[str]) -> dict:
+    """The scenario's ``execution`` block from verl's settings (``cfg``: the launch over verl's defaults)."""
+    a = assumptions
+    mb: dict = {}
+    sp = _int(cfg, f"{AR}.actor.ulysses_sequence_parallel_size")
+    ranks = max(world // sp, 1)  # verl divides a global micro-batch size by the data-parallel ranks
+    train = _int(cfg, f"{AR}.actor.ppo_micro_batch_size_per_gpu")
+    if train is None and _int(cfg, f"{AR}.actor.ppo_micro_batch_size") is not None:
+        train = max(_int(cfg, f"{AR}.actor.ppo_micro_batch_size") // ranks, 1)
+    fwd = _int(cfg, f"{AR}.rollout.log_prob_micro_batch_size_per_gpu")
+    if fwd is None and _int(cfg, f"{AR}.rollout.log_prob_micro_batch_size") is not None:
+        fwd = max(_int(cfg, f"{AR}.rollout.log_prob_micro_batch_size") // ranks, 1)
+    if train is not None:
+        mb["ppo_micro_batch_size_per_gpu"] = train
+    if fwd is not None:
+        mb["log_prob_micro_batch_size_per_gpu"] = fwd
+    if _flag(cfg, f"{AR}.actor.use_dynamic_bsz"):
+        mb["use_dynamic_bsz"] = True
+        mb["ppo_max_token_len_per_gpu"] = _int(cfg, f"{AR}.actor.ppo_max_token_len_per_gpu")
+        fwd_tokens = _int(cfg, f"{AR}.rollout.log_prob_max_token_len_per_gpu")
+        if fwd_tokens is not None:
+            mb["log_prob_max_token_len_per_gpu"] = fwd_tokens
+        if f"{AR}.actor.ppo_max_token_len_per_gpu" not in seen:
+            a.append(f"use_dynamic_bsz without ppo_max_token_len_per_gpu: verl's default {DEFAULTS[f'{AR}.actor.ppo_max_token_len_per_gpu']}")
+    mb["use_remove_padding"] = _flag(cfg, f"{AR}.model.use_remove_padding")
+    ckpt = _flag(cfg, f"{AR}.model.enable_gradient_checkpointing")
+    for key, what in ((f"{AR}.model.use_remove_padding", "packing"), (f"{AR}.model.enable_gradient_checkpointing", "checkpointing")):
+        if key not in seen:
+            a.append(f"{key.removeprefix(AR + '.')} not set: verl's current default {DEFAULTS[key]} ({what}; the 0.1/0.2 "
+                     f"configs printed False)")
+
+    actor_param = _flag(cfg, f"{AR}.actor.fsdp_config.param_offload") or _flag(cfg, f"{AR}.actor.megatron.param_offload")
+    offload: dict = {"actor": {
+        "param": actor_param,
+        "grad": actor_param or _flag(cfg, f"{AR}.actor.fsdp_config.grad_offload") or _flag(cfg, f"{AR}.actor.megatron.grad_offload"),
+        "optimizer": _flag(cfg, f"{AR}.actor.fsdp_config.optimizer_offload") or _flag(cfg, f"{AR}.actor.megatron.optimizer_offload"),
+    }}
+    ref_param = _flag(cfg, f"{AR}.ref.fsdp_config.param_offload") or _flag(cfg, f"{AR}.ref.megatron.param_offload")
+    if "reference" in models:
+        offload["reference"] = {"param": ref_param}
+    elif ref_param:
+        a.append("ref.fsdp_config.param_offload set but no reference pass runs: ignored")
+    if "critic" in models:
+        cparam = _flag(cfg, "critic.model.fsdp_config.param_offload")
+        offload["critic"] = {"param": cparam, "grad": cparam or _flag(cfg, "critic.model.fsdp_config.grad_offload"),
+                             "optimizer": _flag(cfg, "critic.model.fsdp_config.optimizer_offload")}
+    a.append("verl mechanics on (execution): the actor's old-log-prob pass every step (verl >= 0.3 times it as "
+             "timing_s/old_log_prob), advantages on the driver (timing_s/adv), weight sync by resharding into the "
+             "engine (the hybrid engine)")
+    return {
+        "old_log_prob": True,
+        "advantage": {"enabled": True},
+        "micro_batch": mb,
+        "gradient_checkpointing": ckpt,
+        "offload": offload,
+        "weight_sync": {"kind": "reshard"},
+        "ulysses_sequence_parallel_size": sp,
+    }

@@ -1,0 +1,85 @@
+"""How the training framework runs a step's passes (the scenario's ``execution`` block): how a role's
+rows are cut into calls, Ulysses groups, offload traffic, and which profile step scalars a scenario uses.
+Pure functions of the Setup (and the CostModel for seconds); the processes live in ``stages``.
+Equations: docs/cost-model.md, "A step as verl and OpenRLHF run it"."""
+
+from __future__ import annotations
+
+from rlhfsim.contracts import SEQUENCE_PARALLEL
+from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
+from rlhfsim.models.catalog import DTYPE_BYTES
+
+
+def sp_of(s, role: str) -> int:
+    """Ulysses group size of ``role`` (1 for the reward model and the generation engine)."""
+    return s.scenario.execution.ulysses_sequence_parallel_size if role in SEQUENCE_PARALLEL else 1
+
+
+def framework_calls(s) -> bool:
+    """Are calls cut by ``execution.micro_batch`` (then each pays the profile's per-piece host time)?"""
+    m = s.scenario.execution.micro_batch
+    return (m.log_prob_micro_batch_size_per_gpu is not None or m.ppo_micro_batch_size_per_gpu is not None
+            or m.use_dynamic_bsz or m.use_remove_padding)
+
+
+def forward_cuts(s, sp: int = 1) -> tuple[int, int | None, bool]:
+    """(rows per call, token budget or None, packed) of a forward pass; a Ulysses group's token budget
+    is sp times the per-GPU one (verl multiplies it so)."""
+    m = s.scenario.execution.micro_batch
+    size = m.log_prob_micro_batch_size_per_gpu or s.scenario.generation.max_batch
+    budget = (m.log_prob_max_token_len_per_gpu or m.ppo_max_token_len_per_gpu) if m.use_dynamic_bsz else None
+    return size, budget * sp if budget is not None else None, m.use_remove_padding
+
+
+def train_cuts(s, sp: int = 1) -> tuple[int | None, int | None, bool]:
+    """(rows per call or None for one call, token budget or None, packed) of training on one rank."""
+    m = s.scenario.execution.micro_batch
+    budget = m.ppo_max_token_len_per_gpu * sp if m.use_dynamic_bsz else None
+    return m.ppo_micro_batch_size_per_gpu, budget, m.use_remove_padding
+
+
+def offload_s(sim, role: str, phase: str, calls: int = 1) -> float:
+    """Host-link seconds per GPU that offload adds to a phase of ``role`` (``execution.offload``);
+    ZeRO-3/FSDP shards every model over its pool's GPUs n, W = params x dtype bytes:
+
+    * trained model with ``param``: loaded before the phase and offloaded after, 2 W / n, in its forward
+      pass (old_log_prob, critic values), its training and (actor) the weight sync;
+    * ``grad`` (training): the gradients offloaded, W / n; ``optimizer`` (training): AdamW state
+      loaded and offloaded, 2 x 12 P / n;
+    * reference ``param``: streamed in on every forward call (FSDP CPUOffload), W / n per call."""
+    s = sim.setup
+    off = s.scenario.execution.offload
+    if role not in ("actor", "critic", "reference"):
+        return 0.0
+    cfg = getattr(off, role)
+    pool = s.pool_of(role)
+    params = s.shapes[role].params(s.head(role))
+    w = params * DTYPE_BYTES[s.dtypes[role]] / pool.gpus
+    n_bytes = 0.0
+    if role == "reference":
+        n_bytes = w * calls if cfg.param and phase == "forward" else 0.0
+    else:
+        n_bytes = 2 * w if cfg.param else 0.0
+        if phase == "train":
+            n_bytes += (w if cfg.grad else 0.0) + (2 * OPTIMIZER_STATE_BYTES * params / pool.gpus if cfg.optimizer else 0.0)
+    return sim.cost.host_copy_s(n_bytes)
+
+
+def step_scalars_used(s) -> tuple[str, ...]:
+    """The profile's step scalars (``rlhfsim.costs.stepcosts``) that price this scenario's step."""
+    ex = s.scenario.execution
+    used = []
+    if framework_calls(s):
+        used += ["microbatch_forward_s", "microbatch_train_s"]
+    if ex.gradient_checkpointing:
+        used.append("checkpoint_extra_frac")
+    off = ex.offload
+    if any(getattr(getattr(off, r), f) for r in ("actor", "critic") for f in ("param", "grad", "optimizer")) or off.reference.param:
+        used.append("host_copy_eff")
+    if ex.weight_sync.kind == "reshard":
+        used.append("reshard_eff")
+        if s.pool_of("actor") is s.pool_of("rollout"):
+            used += ["kv_realloc_s", "kv_realloc_s_per_gib"]
+    if ex.advantage.enabled:
+        used += ["adv_per_token_s", "adv_per_position_s" if "critic" in s.shapes else "adv_per_row_s"]
+    return tuple(used)
