@@ -315,14 +315,29 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
             "phases": phases, "generation_ops": operations(setup, cost, m_steps), "checks": checks}
 
 
+QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
+
+
+def profile_list(profile: str | None) -> list[str]:
+    """``--profile``: comma-separated names or paths; ``quick`` (or none given) is the quick calibration."""
+    names = [p.strip() for p in (profile or QUICK).split(",") if p.strip()]
+    if not names or len(set(names)) != len(names):
+        raise RlhfsimError(f"--profile: expected distinct comma-separated profile names or paths, got {profile!r}")
+    return names
+
+
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
              recalibrate: bool = False) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
     one executor in memory at a time, for models too large to hold every scenario's at once. Without
-    ``profile``, the cached quick calibration is used; when there is none (or ``recalibrate``), its
-    passes are measured between blocks of the real steps (not with ``sequential``)."""
+    ``profile`` (or with ``quick`` among its comma-separated names), the cached quick calibration is
+    used; when there is none (or ``recalibrate``), its passes are measured between blocks of the real
+    steps (not with ``sequential``). Several profiles predict the same measured steps: the document has
+    the first one's results (``scenarios``, ``median_abs_error_pct``) and each further one's under
+    ``other_profiles``, as ``validate --framework trl`` has."""
+    profiles = profile_list(profile)
     if device == "cuda":
         import torch
 
@@ -337,7 +352,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     measured = None
-    if profile is None:
+    resolved = dict(zip(profiles, profiles))
+    if QUICK in profiles:
         shapes = {s.name: s for _, setup, _, _ in prepared for r, s in setup.shapes.items() if r != "rollout"}
         dtypes = {sc.models.actor.dtype for sc, _, _, _ in prepared}
         if len(dtypes) != 1:
@@ -362,7 +378,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
                         rr.run(round((k + 1) * rr.steps / passes))
                     measured = rr.results
             finish_calibration(path)
-        profile = str(path)
+        resolved[QUICK] = str(path)
     if measured is None:
         if sequential:
             measured = [run_steps(cfg, progress=progress) for cfg in cfgs]
@@ -370,17 +386,40 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
             with RoundRobin(cfgs, progress, names) as rr:
                 rr.run()
                 measured = rr.results
-    out = [validate_scenario(p, profile, m) for p, m in zip(prepared, measured)]
-    errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
-    return {"device": device, "scenarios": out,
-            "median_abs_error_pct": statistics.median(errs) if errs else None}
+    blocks = [{"profile": name, **error_block([validate_scenario(p, resolved[name], m) for p, m in zip(prepared, measured)])}
+              for name in profiles]
+    return {"device": device, **blocks[0], "other_profiles": blocks[1:]}
+
+
+def error_block(rows: list[dict]) -> dict:
+    """Per-scenario rows with the median and largest |step-time error| over them."""
+    errs = [abs(s["error_pct"]) for s in rows if s["error_pct"] is not None]
+    by_phase = {ph: [abs(s["phases"][ph]["error_pct"]) for s in rows
+                     if ph in s["phases"] and s["phases"][ph]["error_pct"] is not None] for ph in PHASES}
+    return {"scenarios": rows, "median_abs_error_pct": statistics.median(errs) if errs else None,
+            "max_abs_error_pct": max(errs) if errs else None,
+            "phase_median_abs_error_pct": {ph: statistics.median(v) for ph, v in by_phase.items() if v}}
 
 
 def print_table(doc: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     c = Console()
+    blocks = [doc] + doc.get("other_profiles", [])
+    for b in blocks:
+        _print_block(c, b)
+    for b in blocks:
+        if b["median_abs_error_pct"] is not None:
+            c.print(f"profile {b['profile']}: median |step-time error| over {len(b['scenarios'])} scenario(s): "
+                    f"{b['median_abs_error_pct']:.1f}%, max {b['max_abs_error_pct']:.1f}%")
+    g = doc.get("generated")
+    if g:
+        c.print(f"generated set: seed {g['seed']}, {g['n']} scenario(s) in {g['dir']} ({g['redraws']} re-draw(s)); rerun: {g['rerun']}")
+
+
+def _print_block(c, doc: dict) -> None:
+    from rich.table import Table
+
     for s in doc["scenarios"]:
         t = Table(title=f"{s['name']}  ({s['steps']} steps, first {s['warmup_steps']} excluded)  profile {s['profile']}")
         for col in ("", "measured s", "predicted s", "error"):
@@ -401,15 +440,24 @@ def print_table(doc: dict) -> None:
                           f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
             t.add_row("host work between operations", "", f"{g['outside_ops_s']:.3f}", "0.000 (not priced)", "", "", "")
             c.print(t)
-    if doc["median_abs_error_pct"] is not None:
-        c.print(f"median |step-time error| over {len(doc['scenarios'])} scenario(s): {doc['median_abs_error_pct']:.1f}%")
 
 
 @click.command("validate")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--scenario", "scenarios", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Scenario YAML (repeatable).")
-@click.option("--profile", help="Calibration profile name or path (default: quick calibration of the scenario's models, cached).")
+@click.option("--scenario", "scenarios", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Scenario YAML (repeatable); or --generate.")
+@click.option("--generate", metavar="N",
+              help="Draw N scenarios (1-100) from the documented ranges (rlhfsim.validate_gen.RANGES) and validate "
+                   "them; --profile defaults to the blind bundled cpu profile (docs/validation.md 'Generated scenarios').")
+@click.option("--seed", help="--generate: the draw's seed (default: drawn at run time and printed).")
+@click.option("--out-dir", "gen_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="--generate: write the scenarios, their models' config.json files, generated.json and validate.json "
+                   "here (a new or empty directory; default: a fresh one under the cache).")
+@click.option("--ranges", "ranges_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="--generate: a JSON file replacing some RANGES entries (copied into the output directory).")
+@click.option("--profile", help="Calibration profile names or paths, comma-separated, each predicting the same measured steps; "
+                                "'quick' is validate's own quick calibration of the scenarios' models, cached (the default "
+                                "with --scenario; with --generate the default is the blind 'cpu').")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
 @click.option("--threads", type=click.IntRange(min=1),
               help="torch intra-op threads for the real runs and their calibration (default: torch's).")
@@ -423,23 +471,41 @@ def print_table(doc: dict) -> None:
               help="What runs the real steps: rlhfsim's own executor, or a real RL framework (trl: TRL's GRPO/RLOO "
                    "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
                    "comma-separated profiles, compared side by side).")
-def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, out, framework):
+def validate_command(device, scenarios, generate, seed, gen_dir, ranges_file, profile, steps, threads, sequential,
+                     recalibrate, fmt, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
+    generated = None
+    if generate is not None:
+        if scenarios or framework != "rlhfsim":
+            raise RlhfsimError("--generate: expected no --scenario and --framework rlhfsim (the drawn scenarios are "
+                               "what runs), got " + ("--scenario" if scenarios else f"--framework {framework}"))
+        from calibrate.validate_generated import BLIND_PROFILE, generate_set
+
+        scenarios, generated = generate_set(generate, seed, gen_dir, ranges_file, device)
+        profile = profile or BLIND_PROFILE
+    elif seed is not None or gen_dir is not None or ranges_file is not None:
+        raise RlhfsimError("--seed, --out-dir, --ranges: expected them only with --generate N")
+    elif not scenarios:
+        raise RlhfsimError("validate: expected --scenario FILE (repeatable) or --generate N, got neither")
     if framework != "rlhfsim":
         from calibrate.validate_trl import validate_trl_command
 
         return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
-    if recalibrate and profile:
-        raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it cannot be used with --profile")
+    if recalibrate and QUICK not in profile_list(profile):
+        raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it needs --profile quick (or none)")
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
                    recalibrate=recalibrate)
-    if out:
-        from rlhfsim.costs.profile import write_json_atomic
+    from rlhfsim.costs.profile import write_json_atomic
 
+    if generated:
+        doc["generated"] = generated
+        write_json_atomic(Path(generated["dir"]) / "validate.json", doc)
+    if out:
         write_json_atomic(out, doc)
     if fmt == "json":
-        slim = {"scenarios": [{k: v for k, v in s.items() if k != "checks"} for s in doc["scenarios"]],
-                "median_abs_error_pct": doc["median_abs_error_pct"], "device": device}
-        click.echo(json.dumps(slim))
+        def slim(b):
+            return {**b, "scenarios": [{k: v for k, v in s.items() if k != "checks"} for s in b["scenarios"]]}
+
+        click.echo(json.dumps({**slim(doc), "other_profiles": [slim(b) for b in doc["other_profiles"]]}))
     else:
         print_table(doc)
