@@ -230,7 +230,7 @@ def _write_configs(out_dir: Path, configs: dict[str, dict]) -> None:
             p.write_text(json.dumps(cfg, indent=1) + "\n")
 
 
-def draw(n: int, seed: int, out_dir: Path, ranges: dict | None = None) -> Drawn:
+def draw(n: int, seed: int, out_dir: Path, ranges: dict | None = None, max_attempts: int = MAX_ATTEMPTS) -> Drawn:
     """N scenarios for ``seed`` (see the module docstring); their model configs are written under
     ``out_dir/models/`` (each candidate's are needed to load it). ``ranges``: RANGES with some entries
     replaced (tests draw from narrower ones)."""
@@ -243,7 +243,7 @@ def draw(n: int, seed: int, out_dir: Path, ranges: dict | None = None) -> Drawn:
     out = Drawn(seed=seed, scenarios=[])
     bound = float(rng_spec["max_run_s"]["value"])
     for i in range(n):
-        for attempt in range(MAX_ATTEMPTS):
+        for attempt in range(max_attempts):
             doc, configs = _candidate(_Rng(rng_spec, seed, i, attempt), seed, i)
             _write_configs(out_dir, configs)
             try:
@@ -260,7 +260,7 @@ def draw(n: int, seed: int, out_dir: Path, ranges: dict | None = None) -> Drawn:
                 reason = "predicted run time over max_run_s"
             out.redraws[reason] = out.redraws.get(reason, 0) + 1
         else:
-            raise RlhfsimError(f"--generate: scenario {i} of seed {seed}: no feasible draw in {MAX_ATTEMPTS} attempts "
+            raise RlhfsimError(f"--generate: scenario {i} of seed {seed}: no feasible draw in {max_attempts} attempts "
                                f"(re-draws: {out.redraws}); the ranges are too wide for max_run_s {bound}")
     used = {out_dir / rel for rel in out.configs}
     for p in (out_dir / "models").glob("*.json"):   # configs of rejected candidates only
