@@ -146,13 +146,38 @@ def _round(x: float, q: int = 16) -> int:
     return max(q, int(round(x / q)) * q)
 
 
-def operating_points(prepared, kind: str) -> dict:
+LEAN_BASE_POINTS = 3   # lean calibration: base-grid points kept per operation (smallest, middle, largest)
+
+
+def _thin(points, k: int = LEAN_BASE_POINTS) -> set:
+    """k points of a base grid spanning it by size (batch x tokens): its smallest, its largest, and
+    evenly spaced ones between."""
+    pts = sorted(set(points), key=lambda x: (x[0] * x[1], x))
+    if len(pts) <= k:
+        return set(pts)
+    return {pts[round(i * (len(pts) - 1) / (k - 1))] for i in range(k)}
+
+
+def is_new_shape(shape) -> bool:
+    from rlhfsim.models.catalog import CATALOG
+
+    return CATALOG.get(shape.name) != shape
+
+
+def operating_points(prepared, kind: str, lean: bool = False) -> dict:
     """Calibration grid fields extended with the shapes the scenarios run at (so the fits are measured
     where the predictions need them, not extrapolated from the default grid): per scenario, decode at
     ``max_batch`` rows with the mean cached context at mid-response and at the 90th-percentile response,
     the generation prefill (a static batch of padded prompts, or one prompt at a time when continuous),
     the forward passes (``max_batch`` rows padded to a typical sequence) and a training minibatch.
-    Lengths are rounded to 16 tokens so near-identical scenarios share points."""
+    Lengths are rounded to 16 tokens so near-identical scenarios share points.
+
+    ``lean`` (a calibration of shapes no profile has seen, within minutes): of the base grid only
+    ``LEAN_BASE_POINTS`` points per operation spanning it (the operating points are all kept); chunked
+    scoring at the scenarios' chunk sizes only when one streams chunks (else one point), one batching
+    strategy point; each decoder measured in the roles it plays (``Grid.actor_models``: generation and
+    LM training for actor and reference shapes; ``Grid.critic_models``: value training for critic shapes,
+    or the first actor's where no scenario has a critic); a reward-only shape is measured as a scorer."""
     import numpy as np
 
     from calibrate.grid import default_grid
@@ -187,16 +212,39 @@ def operating_points(prepared, kind: str) -> dict:
                 k = sched.intra.chunk_tokens
                 extra["handoff"].add((mb, _round(p.mean()), 4 * k, k))
     gen_keys = ("gen_prefill", "gen_decode", "handoff")
-    out = {k: sorted(set(getattr(base, k)) | v) for k, v in extra.items() if k not in gen_keys}
+    basis = (lambda k: _thin(getattr(base, k))) if lean else (lambda k: set(getattr(base, k)))
+    out = {k: sorted(basis(k) | v) for k, v in extra.items() if k not in gen_keys}
     # Only the runtimes the scenarios generate with (kv_decoder's points are the plain prefill/decode).
     out["gen_runtimes"] = sorted(runtimes)
     if runtimes:
-        out.update({k: sorted(set(getattr(base, k)) | extra[k]) for k in gen_keys})
+        out.update({k: sorted(basis(k) | extra[k]) for k in gen_keys})
+    if lean:
+        out.update(_lean_roles(prepared, base))
     if kind == "cpu":
         # Three passes over the whole grid, samples pooled (calibrate.journal.merge_passes): a shared VM's
         # speed wanders from second to second and from minute to minute, and the real runs see its usual
         # speed, not the speed of the minute in which one operation's points happened to be measured.
         out.update(passes=3, point_budget_s=0.15)
+    return out
+
+
+def _lean_roles(prepared, base) -> dict:
+    """The lean calibration's chunk, strategy and role fields (``operating_points``)."""
+    actors, critics, chunks = set(), set(), set()
+    for sc, setup, _, _ in prepared:
+        actors.update(setup.shapes[r].name for r in ("actor", "reference") if r in setup.shapes)
+        if "critic" in setup.shapes:
+            critics.add(setup.shapes["critic"].name)
+        sched = sc.schedule
+        if sched.kind == "oppo" and sched.intra.enabled and sc.models.reward.kind == "model":
+            chunks.add(sched.intra.chunk_tokens)
+    first_actor = prepared[0][1].shapes["actor"].name
+    out = {"actor_models": sorted(actors), "critic_models": sorted(critics) or [first_actor],
+           "strategies": [min(base.strategies)]}
+    if chunks:
+        out.update(chunk_batches=[1], chunk_prefixes=[0, 128], chunk_sizes=sorted(chunks))
+    else:
+        out.update(chunk_batches=[1], chunk_prefixes=[0], chunk_sizes=[min(base.chunk_sizes)])
     return out
 
 
@@ -361,12 +409,18 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         dtype = dtypes.pop()
         corun = [c for sc, setup, _, _ in prepared if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
         # Calibrate with the thread count the real runs use: CPU kernels scale with it.
+        # Shapes no profile has seen get the lean grid, so a new scenario is calibrated within minutes.
+        lean = any(is_new_shape(s) for s in shapes.values())
         path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
-                                      operating_points(prepared, "cuda" if device == "cuda" else "cpu"))
+                                      operating_points(prepared, "cuda" if device == "cuda" else "cpu", lean))
         if recalibrate:
             discard_calibration(path)
         if not path.is_file():
             passes = int((grid or {}).get("passes", 1))
+            if progress:
+                click.echo(f"quick calibration of {len(shapes)} model shape(s) ({'lean grid: shapes no profile has seen' if lean else 'quick grid'}), "
+                           f"{passes} pass(es){' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}; "
+                           f"cached as {path.name}", err=True)
             if sequential or passes <= 1:
                 calibrate_passes(device, list(shapes.values()), dtype, path, grid, passes, threads, progress)
             else:

@@ -55,3 +55,47 @@ def test_bad_generate_values_are_one_line_exit_2(args, where, tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and where in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "validate" / "generated").exists() or not any((tmp_path / "validate" / "generated").iterdir())
+
+
+def test_lean_calibration_of_new_shapes_keeps_every_operating_point_and_measures_roles(tmp_path):
+    from calibrate.grid import QUICK_CPU
+    from calibrate.validate import is_new_shape, operating_points, prepare
+    from rlhfsim.models.catalog import CATALOG
+    from rlhfsim.validate_gen import draw, write_set
+
+    paths = write_set(draw(6, 21, tmp_path), tmp_path)
+    prepared = [prepare(p, "cpu", 3, 1) for p in paths]
+    assert all(is_new_shape(s) for _, setup, _, _ in prepared for s in setup.shapes.values())
+    assert not is_new_shape(CATALOG["small-qwen2"])
+    full, lean = operating_points(prepared, "cpu"), operating_points(prepared, "cpu", lean=True)
+    for k in ("prefill", "decode", "score", "train"):
+        own = set(map(tuple, full[k])) - set(getattr(QUICK_CPU, k))   # the scenarios' operating points
+        assert own <= set(map(tuple, lean[k])), k
+        assert len(lean[k]) <= len(own) + 3 and len(lean[k]) < len(full[k]), k
+    actors = {setup.shapes[r].name for _, setup, _, _ in prepared for r in ("actor", "reference")}
+    rewards = {setup.shapes["reward"].name for _, setup, _, _ in prepared if "reward" in setup.shapes}
+    assert set(lean["actor_models"]) == actors
+    assert not (rewards - actors) & set(lean["actor_models"])   # reward-only shapes: scoring only
+    streamed = {sc.schedule.intra.chunk_tokens for sc, _, _, _ in prepared
+                if sc.schedule.kind == "oppo" and sc.schedule.intra.enabled and sc.models.reward.kind == "model"}
+    assert set(lean["chunk_sizes"]) == (streamed or {min(QUICK_CPU.chunk_sizes)})
+
+
+def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):
+    from calibrate.journal import journal_path, read_journal
+    from calibrate.run import run_calibration
+    from rlhfsim.models.catalog import CATALOG
+
+    grid = {"score": [[1, 16]], "strategies": [[2, 16]], "prefill": [[1, 16], [2, 16]], "decode": [[1, 16], [2, 16]],
+            "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8], "train": [[1, 16]],
+            "interference": [[1, 16, 1, 8]], "interference_s": 0.05, "point_budget_s": 0.01, "max_iters": 3,
+            "gen_runtimes": [], "step_iters": 0, "actor_models": ["tiny-qwen2"], "critic_models": ["tiny-qwen2"]}
+    reward = CATALOG["small-qwen2"]
+    out = tmp_path / "p.json"
+    prof = run_calibration("cpu", models=[CATALOG["tiny-qwen2"], reward], runtimes=["eager"], out=out,
+                           progress=False, grid=grid, threads=1, cache_dir=tmp_path / "c")
+    pts = [r for r in read_journal(journal_path(out)) if r.get("kind") == "point"]
+    by_model = {(r["op"], r["model"]) for r in pts}
+    assert ("prefill", "tiny-qwen2") in by_model and ("train", "tiny-qwen2") in by_model
+    assert {op for op, m in by_model if m == reward.name} <= {"score", "chunk_prefill"}
+    assert prof["operations"]["prefill"]["n_points"] == 2
