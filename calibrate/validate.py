@@ -8,7 +8,9 @@ For each scenario:
      round-robin (``run_interleaved``; ``--sequential``: one scenario after another).
   3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
      calibration of exactly the scenario's models, cached; when measured, its passes alternate with
-     blocks of the real steps), which never sees the validation runs.
+     blocks of the real steps; shapes outside the catalog get the lean grid of ``operating_points``),
+     which never sees the validation runs. Comma-separated profiles (``quick`` naming that calibration)
+     each predict the same measured steps.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
   5. Find where generation's time goes: every generation operation the executor timed inside the real
