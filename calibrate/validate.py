@@ -368,6 +368,32 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
 QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
 
 
+def calibration_groups(prepared: list) -> list[list]:
+    """Scenarios sharing one quick calibration: all of them together, unless one has a shape outside
+    the catalog; then each scenario is calibrated on its own (its own shapes at its own operating
+    points: one calibration of every drawn shape at every scenario's points grows with the square of
+    the number of scenarios)."""
+    if any(is_new_shape(s) for _, setup, _, _ in prepared for s in setup.shapes.values()):
+        return [[p] for p in prepared]
+    return [prepared]
+
+
+def quick_plan(group: list, device: str, threads: int | None) -> tuple[list, str, Path, dict | None, bool]:
+    """(shapes, dtype, cache path, grid overrides, lean) of the quick calibration of these scenarios."""
+    shapes = {s.name: s for _, setup, _, _ in group for r, s in setup.shapes.items() if r != "rollout"}
+    dtypes = {sc.models.actor.dtype for sc, _, _, _ in group}
+    if len(dtypes) != 1:
+        raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
+    dtype = dtypes.pop()
+    corun = [c for sc, setup, _, _ in group if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
+    # Calibrate with the thread count the real runs use: CPU kernels scale with it. Shapes no profile
+    # has seen get the lean grid, so a new scenario is calibrated within minutes.
+    lean = any(is_new_shape(s) for s in shapes.values())
+    path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
+                                  operating_points(group, "cuda" if device == "cuda" else "cpu", lean))
+    return list(shapes.values()), dtype, path, grid, lean
+
+
 def profile_list(profile: str | None) -> list[str]:
     """``--profile``: comma-separated names or paths; ``quick`` (or none given) is the quick calibration."""
     names = [p.strip() for p in (profile or QUICK).split(",") if p.strip()]
@@ -402,39 +428,41 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     measured = None
-    resolved = dict(zip(profiles, profiles))
+    quick_paths: list[str] = []
     if QUICK in profiles:
-        shapes = {s.name: s for _, setup, _, _ in prepared for r, s in setup.shapes.items() if r != "rollout"}
-        dtypes = {sc.models.actor.dtype for sc, _, _, _ in prepared}
-        if len(dtypes) != 1:
-            raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
-        dtype = dtypes.pop()
-        corun = [c for sc, setup, _, _ in prepared if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
-        # Calibrate with the thread count the real runs use: CPU kernels scale with it.
-        # Shapes no profile has seen get the lean grid, so a new scenario is calibrated within minutes.
-        lean = any(is_new_shape(s) for s in shapes.values())
-        path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
-                                      operating_points(prepared, "cuda" if device == "cuda" else "cpu", lean))
+        groups = calibration_groups(prepared)
+        plans = [quick_plan(group, device, threads) for group in groups]
         if recalibrate:
-            discard_calibration(path)
-        if not path.is_file():
-            passes = int((grid or {}).get("passes", 1))
+            for _, _, path, _, _ in plans:
+                discard_calibration(path)
+        todo = list({pl[2]: pl for pl in plans if not pl[2].is_file()}.values())   # one per cached file
+        if todo:
+            passes = max(int((grid or {}).get("passes", 1)) for _, _, _, grid, _ in todo)
             if progress:
-                click.echo(f"quick calibration of {len(shapes)} model shape(s) ({'lean grid: shapes no profile has seen' if lean else 'quick grid'}), "
-                           f"{passes} pass(es){' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}; "
-                           f"cached as {path.name}", err=True)
+                lean = sum(pl[4] for pl in todo)
+                click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl[0]) for pl in todo)} model shape(s) "
+                           f"({lean} on the lean grid of shapes no profile has seen), {passes} pass(es)"
+                           f"{' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}", err=True)
+
+            def measure_pass(k: int) -> None:
+                for shapes, dtype, path, grid, _ in todo:
+                    calibrate_passes(device, shapes, dtype, path, grid, min(k + 1, int((grid or {}).get("passes", 1))),
+                                     threads, progress)
+
             if sequential or passes <= 1:
-                calibrate_passes(device, list(shapes.values()), dtype, path, grid, passes, threads, progress)
+                measure_pass(passes - 1)
             else:
                 # Calibration passes alternate with blocks of the real steps, so that both sides are
                 # measured over the same stretch of time on a machine whose speed drifts.
                 with RoundRobin(cfgs, progress, names) as rr:
                     for k in range(passes):
-                        calibrate_passes(device, list(shapes.values()), dtype, path, grid, k + 1, threads, progress)
+                        measure_pass(k)
                         rr.run(round((k + 1) * rr.steps / passes))
                     measured = rr.results
-            finish_calibration(path)
-        resolved[QUICK] = str(path)
+            for pl in todo:
+                finish_calibration(pl[2])
+        by_scenario = {id(p): str(pl[2]) for group, pl in zip(groups, plans) for p in group}
+        quick_paths = [by_scenario[id(p)] for p in prepared]
     if measured is None:
         if sequential:
             measured = [run_steps(cfg, progress=progress) for cfg in cfgs]
@@ -442,7 +470,12 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
             with RoundRobin(cfgs, progress, names) as rr:
                 rr.run()
                 measured = rr.results
-    blocks = [{"profile": name, **error_block([validate_scenario(p, resolved[name], m) for p, m in zip(prepared, measured)])}
+
+    def profile_of(name: str, j: int) -> str:
+        return quick_paths[j] if name == QUICK else name
+
+    blocks = [{"profile": name, **error_block([validate_scenario(p, profile_of(name, j), m)
+                                               for j, (p, m) in enumerate(zip(prepared, measured))])}
               for name in profiles]
     return {"device": device, **blocks[0], "other_profiles": blocks[1:]}
 

@@ -99,3 +99,24 @@ def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):
     assert ("prefill", "tiny-qwen2") in by_model and ("train", "tiny-qwen2") in by_model
     assert {op for op, m in by_model if m == reward.name} <= {"score", "chunk_prefill"}
     assert prof["operations"]["prefill"]["n_points"] == 2
+
+
+def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_same_steps(tmp_path, monkeypatch):
+    import calibrate.validate as V
+    from rlhfsim.validate_gen import draw, write_set
+
+    monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path / "cache"))
+    tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],
+            "train": [[1, 16], [2, 32]], "passes": 1, "point_budget_s": 0.01, "gen_runtimes": [],
+            "strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
+            "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05, "step_iters": 0}
+    monkeypatch.setattr(V, "operating_points", lambda prepared, kind, lean=False: tiny)
+    ranges = json.loads(TINY.read_text())
+    paths = write_set(draw(2, 8, tmp_path / "gen", ranges), tmp_path / "gen", ranges)
+    doc = V.validate(paths, "cpu", "cpu,quick", 2, threads=1, progress=False)
+    assert doc["profile"] == "cpu" and [b["profile"] for b in doc["other_profiles"]] == ["quick"]
+    (quick,) = doc["other_profiles"]
+    own = [s["profile"] for s in quick["scenarios"]]
+    assert len(set(own)) == 2 and all(Path(p).is_file() for p in own)   # one calibration per scenario
+    for blind, cal in zip(doc["scenarios"], quick["scenarios"]):
+        assert blind["measured_step_time_s"] == cal["measured_step_time_s"]   # the same measured steps
