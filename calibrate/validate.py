@@ -440,8 +440,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
             passes = max(int((grid or {}).get("passes", 1)) for _, _, _, grid, _ in todo)
             if progress:
                 lean = sum(pl[4] for pl in todo)
-                click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl[0]) for pl in todo)} model shape(s) "
-                           f"({lean} on the lean grid of shapes no profile has seen), {passes} pass(es)"
+                click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl[0]) for pl in todo)} model shape(s) in all, "
+                           f"{lean} of them on the lean grid (shapes no profile has seen), {passes} pass(es)"
                            f"{' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}", err=True)
 
             def measure_pass(k: int) -> None:
