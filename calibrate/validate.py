@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -378,8 +379,24 @@ def calibration_groups(prepared: list) -> list[list]:
     return [prepared]
 
 
-def quick_plan(group: list, device: str, threads: int | None) -> tuple[list, str, Path, dict | None, bool]:
-    """(shapes, dtype, cache path, grid overrides, lean) of the quick calibration of these scenarios."""
+@dataclass(frozen=True)
+class QuickPlan:
+    """One quick calibration: its model shapes, dtype, cache path, grid overrides, and whether it is on
+    the lean grid (shapes no profile has seen)."""
+
+    shapes: list
+    dtype: str
+    path: Path
+    grid: dict | None
+    lean: bool
+
+    @property
+    def passes(self) -> int:
+        return int((self.grid or {}).get("passes", 1))
+
+
+def quick_plan(group: list, device: str, threads: int | None) -> QuickPlan:
+    """The quick calibration of these scenarios' models at their operating points."""
     shapes = {s.name: s for _, setup, _, _ in group for r, s in setup.shapes.items() if r != "rollout"}
     dtypes = {sc.models.actor.dtype for sc, _, _, _ in group}
     if len(dtypes) != 1:
@@ -391,7 +408,7 @@ def quick_plan(group: list, device: str, threads: int | None) -> tuple[list, str
     lean = any(is_new_shape(s) for s in shapes.values())
     path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
                                   operating_points(group, "cuda" if device == "cuda" else "cpu", lean))
-    return list(shapes.values()), dtype, path, grid, lean
+    return QuickPlan(list(shapes.values()), dtype, path, grid, lean)
 
 
 def profile_list(profile: str | None) -> list[str]:
@@ -433,21 +450,19 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         groups = calibration_groups(prepared)
         plans = [quick_plan(group, device, threads) for group in groups]
         if recalibrate:
-            for _, _, path, _, _ in plans:
-                discard_calibration(path)
-        todo = list({pl[2]: pl for pl in plans if not pl[2].is_file()}.values())   # one per cached file
+            for pl in plans:
+                discard_calibration(pl.path)
+        todo = list({pl.path: pl for pl in plans if not pl.path.is_file()}.values())   # one per cached file
         if todo:
-            passes = max(int((grid or {}).get("passes", 1)) for _, _, _, grid, _ in todo)
+            passes = max(pl.passes for pl in todo)
             if progress:
-                lean = sum(pl[4] for pl in todo)
-                click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl[0]) for pl in todo)} model shape(s) in all, "
-                           f"{lean} of them on the lean grid (shapes no profile has seen), {passes} pass(es)"
+                click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl.shapes) for pl in todo)} model shape(s) in all, "
+                           f"{sum(pl.lean for pl in todo)} of them on the lean grid (shapes no profile has seen), {passes} pass(es)"
                            f"{' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}", err=True)
 
             def measure_pass(k: int) -> None:
-                for shapes, dtype, path, grid, _ in todo:
-                    calibrate_passes(device, shapes, dtype, path, grid, min(k + 1, int((grid or {}).get("passes", 1))),
-                                     threads, progress)
+                for pl in todo:
+                    calibrate_passes(device, pl.shapes, pl.dtype, pl.path, pl.grid, min(k + 1, pl.passes), threads, progress)
 
             if sequential or passes <= 1:
                 measure_pass(passes - 1)
@@ -460,8 +475,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
                         rr.run(round((k + 1) * rr.steps / passes))
                     measured = rr.results
             for pl in todo:
-                finish_calibration(pl[2])
-        by_scenario = {id(p): str(pl[2]) for group, pl in zip(groups, plans) for p in group}
+                finish_calibration(pl.path)
+        by_scenario = {id(p): str(pl.path) for group, pl in zip(groups, plans) for p in group}
         quick_paths = [by_scenario[id(p)] for p in prepared]
     if measured is None:
         if sequential:
@@ -538,7 +553,7 @@ def _print_block(c, doc: dict) -> None:
 @click.option("--generate", metavar="N",
               help="Draw N scenarios (1-100) from the documented ranges (rlhfsim.validate_gen.RANGES) and validate "
                    "them; --profile defaults to the blind bundled cpu profile (docs/validation.md 'Generated scenarios').")
-@click.option("--seed", help="--generate: the draw's seed (default: drawn at run time and printed).")
+@click.option("--seed", metavar="S", help="--generate: the draw's seed (default: drawn at run time and printed).")
 @click.option("--out-dir", "gen_dir", type=click.Path(file_okay=False, path_type=Path),
               help="--generate: write the scenarios, their models' config.json files, generated.json and validate.json "
                    "here (a new or empty directory; default: a fresh one under the cache).")
