@@ -27,6 +27,11 @@ Runtimes that compile per shape (``hf_static``: 15-45 s of compilation on two CP
 points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_compiled_models`` decoder
 models (None: all).
 ``kv_decoder``'s costs are the plain ``prefill``/``decode`` points; it is only checked for correctness.
+
+Roles (``rlhfsim validate``'s calibration of a scenario's own models): ``actor_models`` names the decoder
+shapes measured as actors (prefill, decode, generation runtimes, LM-head training) and ``critic_models``
+those measured with value-head training; a shape outside both (a reward model) is measured as a scorer
+only (scoring, chunked scoring). None (the default) measures every decoder in every role.
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ class Grid:
     gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
     gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)
     step_iters: int = 7                             # samples per step-scalar timing (calibrate.stepbench; 0: skip)
+    actor_models: tuple[str, ...] | None = None     # decoders measured as actors (generation, LM training); None: all
+    critic_models: tuple[str, ...] | None = None    # decoders measured with value-head training; None: all
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -208,7 +215,9 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
     for k, v in overrides.items():
         cur = getattr(grid, k)
         v = tup(v)
-        if k == "gen_runtimes":
+        if k in ("actor_models", "critic_models"):
+            ok, want = v is None or (isinstance(v, tuple) and all(isinstance(x, str) for x in v)), "null or a list of model names"
+        elif k == "gen_runtimes":
             ok = isinstance(v, tuple) and all(x in GEN_RUNTIMES for x in v)
             want = f"a list of generation runtimes ({', '.join(GEN_RUNTIMES)})"
         elif isinstance(cur, tuple) and k != "static_shape_runtimes":

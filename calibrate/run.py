@@ -92,14 +92,21 @@ def runtime_shapes(grid: Grid, name: str) -> tuple:
     return grid.runtime_score_static if name in grid.static_shape_runtimes else grid.runtime_score
 
 
+def in_role(names: tuple[str, ...] | None, decoders: list[ModelShape]) -> list[ModelShape]:
+    """The decoders a role (``Grid.actor_models``, ``Grid.critic_models``) is measured on."""
+    return [m for m in decoders if names is None or m.name in names]
+
+
 def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: set[str]) -> int:
     dec = [m for m in models if m.arch == "decoder"]
-    n = len(dec) * (len(grid.prefill) + len(grid.decode) + len(grid.chunk_points()) + 2 * (len(grid.train) + 1))
+    actors, critics = in_role(grid.actor_models, dec), in_role(grid.critic_models, dec)
+    n = len(dec) * len(grid.chunk_points()) + len(actors) * (len(grid.prefill) + len(grid.decode) + len(grid.train) + 1)
+    n += len(critics) * (len(grid.train) + 1)
     for m in models:
         n += len(within(grid.score, m.max_positions)) + len(STRATEGIES) * len(within(grid.strategies, m.max_positions))
         if m.name in runtime_models:
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
-    return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, dec)
+    return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
 
 def pick_runtime_models(models: list[ModelShape], limit: int | None) -> set[str]:
@@ -197,10 +204,12 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
     """One pass over the whole grid (``Grid.passes`` passes spread every operation's samples over the
     whole calibration, not one stretch of it)."""
     with torch.inference_mode(False), spread(g.bursts, g.burst_gap_s):
+        actors = in_role(g.actor_models, decoders)
         for m in decoders:
-            measure_generation(s, m)
+            if m in actors:
+                measure_generation(s, m)
             measure_chunks(s, m)
-        measure_gen_runtimes(s, decoders)
+        measure_gen_runtimes(s, actors)
         for m in models:
             model = s.hf_model(m, "value")
             mine = {r: rt for r, rt in rts.items() if r == "eager" or m.name in rt_models}
@@ -210,8 +219,9 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
                 measure_strategies(s, model, m, b, n)
             del model
             s.free()
-        for m in decoders:
+        for m in actors:
             measure_training(s, m, "lm")
+        for m in in_role(g.critic_models, decoders):
             measure_training(s, m, "value")
         if decoders:
             measure_interference(s, decoders[0], decoders[0])

@@ -8,7 +8,9 @@ For each scenario:
      round-robin (``run_interleaved``; ``--sequential``: one scenario after another).
   3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
      calibration of exactly the scenario's models, cached; when measured, its passes alternate with
-     blocks of the real steps), which never sees the validation runs.
+     blocks of the real steps; shapes outside the catalog get the lean grid of ``operating_points``),
+     which never sees the validation runs. Comma-separated profiles (``quick`` naming that calibration)
+     each predict the same measured steps.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
   5. Find where generation's time goes: every generation operation the executor timed inside the real
@@ -26,6 +28,7 @@ import hashlib
 import json
 import os
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -146,13 +149,38 @@ def _round(x: float, q: int = 16) -> int:
     return max(q, int(round(x / q)) * q)
 
 
-def operating_points(prepared, kind: str) -> dict:
+LEAN_BASE_POINTS = 3   # lean calibration: base-grid points kept per operation (smallest, middle, largest)
+
+
+def _thin(points, k: int = LEAN_BASE_POINTS) -> set:
+    """k points of a base grid spanning it by size (batch x tokens): its smallest, its largest, and
+    evenly spaced ones between."""
+    pts = sorted(set(points), key=lambda x: (x[0] * x[1], x))
+    if len(pts) <= k:
+        return set(pts)
+    return {pts[round(i * (len(pts) - 1) / (k - 1))] for i in range(k)}
+
+
+def is_new_shape(shape) -> bool:
+    from rlhfsim.models.catalog import CATALOG
+
+    return CATALOG.get(shape.name) != shape
+
+
+def operating_points(prepared, kind: str, lean: bool = False) -> dict:
     """Calibration grid fields extended with the shapes the scenarios run at (so the fits are measured
     where the predictions need them, not extrapolated from the default grid): per scenario, decode at
     ``max_batch`` rows with the mean cached context at mid-response and at the 90th-percentile response,
     the generation prefill (a static batch of padded prompts, or one prompt at a time when continuous),
     the forward passes (``max_batch`` rows padded to a typical sequence) and a training minibatch.
-    Lengths are rounded to 16 tokens so near-identical scenarios share points."""
+    Lengths are rounded to 16 tokens so near-identical scenarios share points.
+
+    ``lean`` (a calibration of shapes no profile has seen, within minutes): of the base grid only
+    ``LEAN_BASE_POINTS`` points per operation spanning it (the operating points are all kept); chunked
+    scoring at the scenarios' chunk sizes only when one streams chunks (else one point), one batching
+    strategy point; each decoder measured in the roles it plays (``Grid.actor_models``: generation and
+    LM training for actor and reference shapes; ``Grid.critic_models``: value training for critic shapes,
+    or the first actor's where no scenario has a critic); a reward-only shape is measured as a scorer."""
     import numpy as np
 
     from calibrate.grid import default_grid
@@ -187,16 +215,39 @@ def operating_points(prepared, kind: str) -> dict:
                 k = sched.intra.chunk_tokens
                 extra["handoff"].add((mb, _round(p.mean()), 4 * k, k))
     gen_keys = ("gen_prefill", "gen_decode", "handoff")
-    out = {k: sorted(set(getattr(base, k)) | v) for k, v in extra.items() if k not in gen_keys}
+    basis = (lambda k: _thin(getattr(base, k))) if lean else (lambda k: set(getattr(base, k)))
+    out = {k: sorted(basis(k) | v) for k, v in extra.items() if k not in gen_keys}
     # Only the runtimes the scenarios generate with (kv_decoder's points are the plain prefill/decode).
     out["gen_runtimes"] = sorted(runtimes)
     if runtimes:
-        out.update({k: sorted(set(getattr(base, k)) | extra[k]) for k in gen_keys})
+        out.update({k: sorted(basis(k) | extra[k]) for k in gen_keys})
+    if lean:
+        out.update(_lean_roles(prepared, base))
     if kind == "cpu":
         # Three passes over the whole grid, samples pooled (calibrate.journal.merge_passes): a shared VM's
         # speed wanders from second to second and from minute to minute, and the real runs see its usual
         # speed, not the speed of the minute in which one operation's points happened to be measured.
         out.update(passes=3, point_budget_s=0.15)
+    return out
+
+
+def _lean_roles(prepared, base) -> dict:
+    """The lean calibration's chunk, strategy and role fields (``operating_points``)."""
+    actors, critics, chunks = set(), set(), set()
+    for sc, setup, _, _ in prepared:
+        actors.update(setup.shapes[r].name for r in ("actor", "reference") if r in setup.shapes)
+        if "critic" in setup.shapes:
+            critics.add(setup.shapes["critic"].name)
+        sched = sc.schedule
+        if sched.kind == "oppo" and sched.intra.enabled and sc.models.reward.kind == "model":
+            chunks.add(sched.intra.chunk_tokens)
+    first_actor = prepared[0][1].shapes["actor"].name
+    out = {"actor_models": sorted(actors), "critic_models": sorted(critics) or [first_actor],
+           "strategies": [min(base.strategies)]}
+    if chunks:
+        out.update(chunk_batches=[1], chunk_prefixes=[0, 128], chunk_sizes=sorted(chunks))
+    else:
+        out.update(chunk_batches=[1], chunk_prefixes=[0], chunk_sizes=[min(base.chunk_sizes)])
     return out
 
 
@@ -318,14 +369,71 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
             "phases": phases, "generation_ops": operations(setup, cost, m_steps), "checks": checks}
 
 
+QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
+
+
+def calibration_groups(prepared: list) -> list[list]:
+    """Scenarios sharing one quick calibration: all of them together, unless one has a shape outside
+    the catalog; then each scenario is calibrated on its own (its own shapes at its own operating
+    points: one calibration of every drawn shape at every scenario's points grows with the square of
+    the number of scenarios)."""
+    if any(is_new_shape(s) for _, setup, _, _ in prepared for s in setup.shapes.values()):
+        return [[p] for p in prepared]
+    return [prepared]
+
+
+@dataclass(frozen=True)
+class QuickPlan:
+    """One quick calibration: its model shapes, dtype, cache path, grid overrides, and whether it is on
+    the lean grid (shapes no profile has seen)."""
+
+    shapes: list
+    dtype: str
+    path: Path
+    grid: dict | None
+    lean: bool
+
+    @property
+    def passes(self) -> int:
+        return int((self.grid or {}).get("passes", 1))
+
+
+def quick_plan(group: list, device: str, threads: int | None) -> QuickPlan:
+    """The quick calibration of these scenarios' models at their operating points."""
+    shapes = {s.name: s for _, setup, _, _ in group for r, s in setup.shapes.items() if r != "rollout"}
+    dtypes = {sc.models.actor.dtype for sc, _, _, _ in group}
+    if len(dtypes) != 1:
+        raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
+    dtype = dtypes.pop()
+    corun = [c for sc, setup, _, _ in group if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
+    # Calibrate with the thread count the real runs use: CPU kernels scale with it. Shapes no profile
+    # has seen get the lean grid, so a new scenario is calibrated within minutes.
+    lean = any(is_new_shape(s) for s in shapes.values())
+    path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
+                                  operating_points(group, "cuda" if device == "cuda" else "cpu", lean))
+    return QuickPlan(list(shapes.values()), dtype, path, grid, lean)
+
+
+def profile_list(profile: str | None) -> list[str]:
+    """``--profile``: comma-separated names or paths; ``quick`` (or none given) is the quick calibration."""
+    names = [p.strip() for p in (profile or QUICK).split(",") if p.strip()]
+    if not names or len(set(names)) != len(names):
+        raise RlhfsimError(f"--profile: expected distinct comma-separated profile names or paths, got {profile!r}")
+    return names
+
+
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
              recalibrate: bool = False, overrides: list | None = None) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
     one executor in memory at a time, for models too large to hold every scenario's at once. Without
-    ``profile``, the cached quick calibration is used; when there is none (or ``recalibrate``), its
-    passes are measured between blocks of the real steps (not with ``sequential``)."""
+    ``profile`` (or with ``quick`` among its comma-separated names), the cached quick calibration is
+    used; when there is none (or ``recalibrate``), its passes are measured between blocks of the real
+    steps (not with ``sequential``). Several profiles predict the same measured steps: the document has
+    the first one's results (``scenarios``, ``median_abs_error_pct``) and each further one's under
+    ``other_profiles``, as ``validate --framework trl`` has."""
+    profiles = profile_list(profile)
     if device == "cuda":
         import torch
 
@@ -340,32 +448,39 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     measured = None
-    if profile is None:
-        shapes = {s.name: s for _, setup, _, _ in prepared for r, s in setup.shapes.items() if r != "rollout"}
-        dtypes = {sc.models.actor.dtype for sc, _, _, _ in prepared}
-        if len(dtypes) != 1:
-            raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
-        dtype = dtypes.pop()
-        corun = [c for sc, setup, _, _ in prepared if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
-        # Calibrate with the thread count the real runs use: CPU kernels scale with it.
-        path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
-                                      operating_points(prepared, "cuda" if device == "cuda" else "cpu"))
+    quick_paths: list[str] = []
+    if QUICK in profiles:
+        groups = calibration_groups(prepared)
+        plans = [quick_plan(group, device, threads) for group in groups]
         if recalibrate:
-            discard_calibration(path)
-        if not path.is_file():
-            passes = int((grid or {}).get("passes", 1))
+            for pl in plans:
+                discard_calibration(pl.path)
+        todo = list({pl.path: pl for pl in plans if not pl.path.is_file()}.values())   # one per cached file
+        if todo:
+            passes = max(pl.passes for pl in todo)
+            if progress:
+                click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl.shapes) for pl in todo)} model shape(s) in all, "
+                           f"{sum(pl.lean for pl in todo)} of them on the lean grid (shapes no profile has seen), {passes} pass(es)"
+                           f"{' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}", err=True)
+
+            def measure_pass(k: int) -> None:
+                for pl in todo:
+                    calibrate_passes(device, pl.shapes, pl.dtype, pl.path, pl.grid, min(k + 1, pl.passes), threads, progress)
+
             if sequential or passes <= 1:
-                calibrate_passes(device, list(shapes.values()), dtype, path, grid, passes, threads, progress)
+                measure_pass(passes - 1)
             else:
                 # Calibration passes alternate with blocks of the real steps, so that both sides are
                 # measured over the same stretch of time on a machine whose speed drifts.
                 with RoundRobin(cfgs, progress, names) as rr:
                     for k in range(passes):
-                        calibrate_passes(device, list(shapes.values()), dtype, path, grid, k + 1, threads, progress)
+                        measure_pass(k)
                         rr.run(round((k + 1) * rr.steps / passes))
                     measured = rr.results
-            finish_calibration(path)
-        profile = str(path)
+            for pl in todo:
+                finish_calibration(pl.path)
+        by_scenario = {id(p): str(pl.path) for group, pl in zip(groups, plans) for p in group}
+        quick_paths = [by_scenario[id(p)] for p in prepared]
     if measured is None:
         if sequential:
             measured = [run_steps(cfg, progress=progress) for cfg in cfgs]
@@ -373,17 +488,45 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
             with RoundRobin(cfgs, progress, names) as rr:
                 rr.run()
                 measured = rr.results
-    out = [validate_scenario(p, profile, m) for p, m in zip(prepared, measured)]
-    errs = [abs(s["error_pct"]) for s in out if s["error_pct"] is not None]
-    return {"device": device, "scenarios": out,
-            "median_abs_error_pct": statistics.median(errs) if errs else None}
+
+    def profile_of(name: str, j: int) -> str:
+        return quick_paths[j] if name == QUICK else name
+
+    blocks = [{"profile": name, **error_block([validate_scenario(p, profile_of(name, j), m)
+                                               for j, (p, m) in enumerate(zip(prepared, measured))])}
+              for name in profiles]
+    return {"device": device, **blocks[0], "other_profiles": blocks[1:]}
+
+
+def error_block(rows: list[dict]) -> dict:
+    """Per-scenario rows with the median and largest |step-time error| over them."""
+    errs = [abs(s["error_pct"]) for s in rows if s["error_pct"] is not None]
+    by_phase = {ph: [abs(s["phases"][ph]["error_pct"]) for s in rows
+                     if ph in s["phases"] and s["phases"][ph]["error_pct"] is not None] for ph in PHASES}
+    return {"scenarios": rows, "median_abs_error_pct": statistics.median(errs) if errs else None,
+            "max_abs_error_pct": max(errs) if errs else None,
+            "phase_median_abs_error_pct": {ph: statistics.median(v) for ph, v in by_phase.items() if v}}
 
 
 def print_table(doc: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     c = Console()
+    blocks = [doc] + doc.get("other_profiles", [])
+    for b in blocks:
+        _print_block(c, b)
+    for b in blocks:
+        if b["median_abs_error_pct"] is not None:
+            c.print(f"profile {b['profile']}: median |step-time error| over {len(b['scenarios'])} scenario(s): "
+                    f"{b['median_abs_error_pct']:.1f}%, max {b['max_abs_error_pct']:.1f}%")
+    g = doc.get("generated")
+    if g:
+        c.print(f"generated set: seed {g['seed']}, {g['n']} scenario(s) in {g['dir']} ({g['redraws']} re-draw(s)); rerun: {g['rerun']}")
+
+
+def _print_block(c, doc: dict) -> None:
+    from rich.table import Table
+
     for s in doc["scenarios"]:
         t = Table(title=f"{s['name']}  ({s['steps']} steps, first {s['warmup_steps']} excluded)  profile {s['profile']}")
         for col in ("", "measured s", "predicted s", "error"):
@@ -407,15 +550,21 @@ def print_table(doc: dict) -> None:
                           f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
             t.add_row("host work between operations", "", f"{g['outside_ops_s']:.3f}", "0.000 (not priced)", "", "", "")
             c.print(t)
-    if doc["median_abs_error_pct"] is not None:
-        c.print(f"median |step-time error| over {len(doc['scenarios'])} scenario(s): {doc['median_abs_error_pct']:.1f}%")
 
 
 @click.command("validate")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--scenario", "scenarios", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Scenario YAML (repeatable).")
-@click.option("--profile", help="Calibration profile name or path (default: quick calibration of the scenario's models, cached).")
+@click.option("--scenario", "scenarios", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Scenario YAML (repeatable); or --generate.")
+@click.option("--generate", metavar="N",
+              help="Draw N scenarios (1-100) from the documented ranges (rlhfsim.validate_gen.RANGES) and validate "
+                   "them; --profile defaults to the blind bundled cpu profile (docs/validation.md 'Generated scenarios').")
+@click.option("--seed", metavar="S", help="--generate: the draw's seed (default: drawn at run time and printed).")
+@click.option("--ranges", "ranges_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="--generate: a JSON file replacing some RANGES entries (copied into the output directory).")
+@click.option("--profile", help="Calibration profile names or paths, comma-separated, each predicting the same measured steps; "
+                                "'quick' is validate's own quick calibration of the scenarios' models, cached (the default "
+                                "with --scenario; with --generate the default is the blind 'cpu').")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
 @click.option("--threads", type=click.IntRange(min=1),
               help="torch intra-op threads for the real runs and their calibration (default: torch's).")
@@ -426,37 +575,57 @@ def print_table(doc: dict) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
               help="Override a field of every scenario (repeatable): a dotted path and a YAML value, e.g. --set steps=4.")
-@click.option("-o", "--out", type=click.Path(path_type=Path), help="Also write the JSON document as validation.json in this directory (a path ending in .json: that file, the older usage).")
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Also write the JSON document as validation.json in this directory (a path ending in .json: that file, the older usage). With --generate the directory (a new or empty one) also receives the drawn scenarios, their models' config.json files and generated.json (default: a fresh directory under the cache).")
 @click.option("--framework", type=click.Choice(["rlhfsim", *FRAMEWORKS]), default="rlhfsim", show_default=True,
               help="What runs the real steps: rlhfsim's own executor, or a real RL framework (trl: TRL's GRPO/RLOO "
                    "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
                    "comma-separated profiles, compared side by side).")
-def validate_command(device, scenarios, profile, steps, threads, sequential, recalibrate, fmt, sets, out, framework):
+def validate_command(device, scenarios, generate, seed, ranges_file, profile, steps, threads, sequential,
+                     recalibrate, fmt, sets, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
     from rlhfsim.contracts import VALIDATION_FILE
     from rlhfsim.files import out_path
-
     from rlhfsim.scenario.loader import parse_set
 
-    out = out_path(out, VALIDATION_FILE)
+    out_file = out_path(out, VALIDATION_FILE)
     overrides = [parse_set(s) for s in sets]
+    generated = None
+    if generate is not None:
+        if scenarios or framework != "rlhfsim":
+            raise RlhfsimError("--generate: expected no --scenario and --framework rlhfsim (the drawn scenarios are "
+                               "what runs), got " + ("--scenario" if scenarios else f"--framework {framework}"))
+        if overrides:
+            raise RlhfsimError("--set: expected no overrides with --generate (the drawn scenarios are what runs)")
+        from calibrate.validate_generated import BLIND_PROFILE, generate_set
+
+        gen_dir = out_file.parent if out_file is not None else None
+        scenarios, generated = generate_set(generate, seed, gen_dir, ranges_file, device)
+        profile = profile or BLIND_PROFILE
+    elif seed is not None or ranges_file is not None:
+        raise RlhfsimError("--seed, --ranges: expected them only with --generate N")
+    elif not scenarios:
+        raise RlhfsimError("validate: expected --scenario FILE (repeatable) or --generate N, got neither")
     if framework != "rlhfsim":
         if overrides:
             raise click.UsageError("--set: supported with --framework rlhfsim only (edit the scenario for --framework trl)")
         from calibrate.validate_trl import validate_trl_command
 
         return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
-    if recalibrate and profile:
-        raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it cannot be used with --profile")
+    if recalibrate and QUICK not in profile_list(profile):
+        raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it needs --profile quick (or none)")
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
                    recalibrate=recalibrate, overrides=overrides)
-    if out:
-        from rlhfsim.files import write_json_atomic
+    from rlhfsim.files import write_json_atomic
 
-        write_json_atomic(out, doc)
+    if generated:
+        doc["generated"] = generated
+        write_json_atomic(Path(generated["dir"]) / VALIDATION_FILE, doc)
+    if out_file is not None and not (generated and out_file == Path(generated["dir"]) / VALIDATION_FILE):
+        write_json_atomic(out_file, doc)
     if fmt == "json":
-        slim = {"scenarios": [{k: v for k, v in s.items() if k != "checks"} for s in doc["scenarios"]],
-                "median_abs_error_pct": doc["median_abs_error_pct"], "device": device}
-        click.echo(json.dumps(slim))
+        def slim(b):
+            return {**b, "scenarios": [{k: v for k, v in s.items() if k != "checks"} for s in b["scenarios"]]}
+
+        click.echo(json.dumps({**slim(doc), "other_profiles": [slim(b) for b in doc["other_profiles"]]}))
     else:
         print_table(doc)

@@ -102,7 +102,7 @@ def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, mo
     monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path))
     tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],
             "train": [[1, 16], [2, 32]], "passes": 2, "point_budget_s": 0.01, "gen_runtimes": []}
-    monkeypatch.setattr(V, "operating_points", lambda prepared, kind: tiny)
+    monkeypatch.setattr(V, "operating_points", lambda prepared, kind, lean=False: tiny)
     monkeypatch.setattr(V, "corun_shape", lambda sc, rollouts: None)
     order = []
     real_cal, real_run = V.calibrate_passes, RoundRobin.run

@@ -1,0 +1,122 @@
+"""`rlhfsim validate --generate N --seed S` end to end on N=1 drawn from tiny ranges (seconds), and the
+one-line errors of bad --generate values. No timing thresholds: a smoke test of the mechanism."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "validate" / "generate-tiny-ranges.json"
+
+
+def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(tmp_path):
+    out = tmp_path / "gen"
+    r = subprocess.run([sys.executable, "-m", "rlhfsim.cli", "validate", "--generate", "1", "--seed", "3",
+                        "--ranges", str(TINY), "--out", str(out), "--steps", "2", "--threads", "1",
+                        "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "seed 3" in r.stderr and "--generate 1 --seed 3 --ranges" in r.stderr
+    meta = json.loads((out / "generated.json").read_text())
+    assert meta["seed"] == 3 and meta["n"] == 1 and meta["ranges"]["layers"] == {"range": [1, 2]}
+    assert meta["ranges"]["engine"]["choices"] == ["static", "continuous"]   # untouched entries as documented
+    (name,) = meta["scenarios"]
+    assert (out / name).is_file() and all((out / m).is_file() for m in meta["models"])
+    doc = json.loads(r.stdout)
+    assert doc["profile"] == "cpu" and doc["generated"]["seed"] == 3 and doc["generated"]["ranges"] == meta["ranges"]
+    (s,) = doc["scenarios"]
+    assert s["name"] == Path(name).stem and s["profile"] == "cpu"
+    assert doc["median_abs_error_pct"] == doc["max_abs_error_pct"] == pytest.approx(abs(s["error_pct"]))
+    assert {"generate", "actor_train", "weight_sync"} <= set(s["phases"]) and "generation_ops" in s
+    assert set(doc["phase_median_abs_error_pct"]) <= set(s["phases"])
+    saved = json.loads((out / "validation.json").read_text())
+    assert saved["scenarios"][0]["error_pct"] == s["error_pct"] and saved["generated"]["seed"] == 3
+
+
+@pytest.mark.parametrize("args, where", [
+    (["--generate", "0"], "--generate"),
+    (["--generate", "abc"], "--generate"),
+    (["--generate", "101"], "--generate"),
+    (["--generate", "2", "--seed", "-1"], "--seed"),
+    (["--generate", "2", "--scenario", "x.yaml"], "--generate"),
+    (["--generate", "1", "--device", "cuda"], "--device"),
+    (["--seed", "4", "--scenario", "x.yaml"], "--seed"),
+    ([], "--scenario"),
+])
+def test_bad_generate_values_are_one_line_exit_2(args, where, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rlhfsim.cli", "validate", *args], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "RLHFSIM_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and where in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "validate" / "generated").exists() or not any((tmp_path / "validate" / "generated").iterdir())
+
+
+def test_lean_calibration_of_new_shapes_keeps_every_operating_point_and_measures_roles(tmp_path):
+    from calibrate.grid import QUICK_CPU
+    from calibrate.validate import is_new_shape, operating_points, prepare
+    from rlhfsim.models.catalog import CATALOG
+    from rlhfsim.validate_gen import draw, write_set
+
+    paths = write_set(draw(6, 21, tmp_path), tmp_path)
+    prepared = [prepare(p, "cpu", 3, 1) for p in paths]
+    assert all(is_new_shape(s) for _, setup, _, _ in prepared for s in setup.shapes.values())
+    assert not is_new_shape(CATALOG["small-qwen2"])
+    full, lean = operating_points(prepared, "cpu"), operating_points(prepared, "cpu", lean=True)
+    for k in ("prefill", "decode", "score", "train"):
+        own = set(map(tuple, full[k])) - set(getattr(QUICK_CPU, k))   # the scenarios' operating points
+        assert own <= set(map(tuple, lean[k])), k
+        assert len(lean[k]) <= len(own) + 3 and len(lean[k]) < len(full[k]), k
+    actors = {setup.shapes[r].name for _, setup, _, _ in prepared for r in ("actor", "reference")}
+    rewards = {setup.shapes["reward"].name for _, setup, _, _ in prepared if "reward" in setup.shapes}
+    assert set(lean["actor_models"]) == actors
+    assert not (rewards - actors) & set(lean["actor_models"])   # reward-only shapes: scoring only
+    streamed = {sc.schedule.intra.chunk_tokens for sc, _, _, _ in prepared
+                if sc.schedule.kind == "oppo" and sc.schedule.intra.enabled and sc.models.reward.kind == "model"}
+    assert set(lean["chunk_sizes"]) == (streamed or {min(QUICK_CPU.chunk_sizes)})
+
+
+def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):
+    from calibrate.journal import journal_path, read_journal
+    from calibrate.run import run_calibration
+    from rlhfsim.models.catalog import CATALOG
+
+    grid = {"score": [[1, 16]], "strategies": [[2, 16]], "prefill": [[1, 16], [2, 16]], "decode": [[1, 16], [2, 16]],
+            "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8], "train": [[1, 16]],
+            "interference": [[1, 16, 1, 8]], "interference_s": 0.05, "point_budget_s": 0.01, "max_iters": 3,
+            "gen_runtimes": [], "step_iters": 0, "actor_models": ["tiny-qwen2"], "critic_models": ["tiny-qwen2"]}
+    reward = CATALOG["small-qwen2"]
+    out = tmp_path / "p.json"
+    prof = run_calibration("cpu", models=[CATALOG["tiny-qwen2"], reward], runtimes=["eager"], out=out,
+                           progress=False, grid=grid, threads=1, cache_dir=tmp_path / "c")
+    pts = [r for r in read_journal(journal_path(out)) if r.get("kind") == "point"]
+    by_model = {(r["op"], r["model"]) for r in pts}
+    assert ("prefill", "tiny-qwen2") in by_model and ("train", "tiny-qwen2") in by_model
+    assert {op for op, m in by_model if m == reward.name} <= {"score", "chunk_prefill"}
+    assert prof["operations"]["prefill"]["n_points"] == 2
+
+
+def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_same_steps(tmp_path, monkeypatch):
+    import calibrate.validate as V
+    from rlhfsim.validate_gen import draw, write_set
+
+    monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path / "cache"))
+    tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],
+            "train": [[1, 16], [2, 32]], "passes": 1, "point_budget_s": 0.01, "gen_runtimes": [],
+            "strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
+            "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05, "step_iters": 0}
+    monkeypatch.setattr(V, "operating_points", lambda prepared, kind, lean=False: tiny)
+    ranges = json.loads(TINY.read_text())
+    paths = write_set(draw(2, 8, tmp_path / "gen", ranges), tmp_path / "gen", ranges)
+    doc = V.validate(paths, "cpu", "cpu,quick", 2, threads=1, progress=False)
+    assert doc["profile"] == "cpu" and [b["profile"] for b in doc["other_profiles"]] == ["quick"]
+    (quick,) = doc["other_profiles"]
+    own = [s["profile"] for s in quick["scenarios"]]
+    assert len(set(own)) == 2 and all(Path(p).is_file() for p in own)   # one calibration per scenario
+    for blind, cal in zip(doc["scenarios"], quick["scenarios"]):
+        assert blind["measured_step_time_s"] == cal["measured_step_time_s"]   # the same measured steps
