@@ -295,3 +295,20 @@ def parse_scalar(text: str):
     if isinstance(v, str) and re.fullmatch(r"[-+]?\d*\.?\d+(e[-+]?\d+)?", v, re.I):
         return float(v)  # YAML 1.1 reads 1e-6 as text
     return v
+
+
+def setting_int(cfg: dict, key: str, name: str, lo: int = 1) -> int:
+    """``cfg[key]`` as a whole number >= ``lo``; ``name``: how the launch spells the setting."""
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
+        raise ImportError_(f"{name}: expected a whole number >= {lo}, got {v!r}")
+    return int(v)
+
+
+def setting_bool(cfg: dict, key: str, name: str, expected: str) -> bool:
+    """``cfg[key]`` as a boolean; ``expected`` says how the launch writes one."""
+    v = cfg[key]
+    if not isinstance(v, bool):
+        raise ImportError_(f"{name}: expected {expected}, got {v!r}")
+    return v
+

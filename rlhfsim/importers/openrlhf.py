@@ -19,7 +19,7 @@ import re
 
 from rlhfsim.importers.common import (
     ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
-    response_length, unresolved,
+    response_length, setting_bool, setting_int, unresolved,
 )
 
 MARKERS = ("openrlhf.cli.train_ppo_ray", "train_ppo_ray")
@@ -177,17 +177,11 @@ def import_openrlhf(text: str, opts: ImportOptions, source: str = "launch", is_y
 
 
 def _int(cfg: dict, key: str, lo: int = 1) -> int:
-    v = cfg[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
-        raise ImportError_(f"--{key}: expected a whole number >= {lo}, got {v!r}")
-    return int(v)
+    return setting_int(cfg, key, f"--{key}", lo)
 
 
 def _flag(cfg: dict, key: str) -> bool:
-    v = cfg[key]
-    if not isinstance(v, bool):
-        raise ImportError_(f"--{key}: expected a flag without a value, got {v!r}")
-    return v
+    return setting_bool(cfg, key, f"--{key}", "a flag without a value")
 
 
 def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dict:

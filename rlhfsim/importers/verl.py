@@ -22,7 +22,7 @@ from rlhfsim.errors import ScenarioError
 from rlhfsim.importers import verl_execution
 from rlhfsim.importers.common import (
     ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
-    response_length, unresolved,
+    response_length, setting_bool, setting_int, unresolved,
 )
 
 MARKERS = ("verl.trainer.main_ppo", "main_ppo", "verl.trainer")
@@ -267,17 +267,11 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
 
 
 def _int(cfg: dict, key: str, lo: int = 1) -> int:
-    v = cfg[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
-        raise ImportError_(f"{key}: expected a whole number >= {lo}, got {v!r}")
-    return int(v)
+    return setting_int(cfg, key, key, lo)
 
 
 def _bool(cfg: dict, key: str) -> bool:
-    v = cfg[key]
-    if not isinstance(v, bool):
-        raise ImportError_(f"{key}: expected True or False, got {v!r}")
-    return v
+    return setting_bool(cfg, key, key, "True or False")
 
 
 def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dict:
