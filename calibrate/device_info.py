@@ -72,27 +72,34 @@ def describe(device: str, threads: int) -> dict:
     return info
 
 
+def _probe() -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe matmul's operands: 64x256 by 256x256 float32 (~50 us on one core)."""
+    return torch.randn(64, 256), torch.randn(256, 256)
+
+
+def _probe_median_s(x: torch.Tensor, w: torch.Tensor, n: int, calls: int) -> float:
+    """Median time of the probe matmul with ``n`` torch threads, after one untimed call at that thread
+    count. Leaves torch at ``n`` threads (callers restore theirs)."""
+    import time
+
+    torch.set_num_threads(n)
+    torch.nn.functional.linear(x, w)
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        torch.nn.functional.linear(x, w)
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
+
+
 def contention_ratio(threads: int, calls: int = 20) -> float:
     """Median time of a small float32 matmul (64x256 by 256x256, ~50 us on one core) with ``threads``
     torch threads over its time with one thread: at most about 1 on an idle machine, far above 1 when
     other processes hold the cores and every OpenMP region waits for descheduled workers (then a measured
     point times the scheduler, not the operation). Small on purpose: that wait hurts small ops most."""
-    import time
-
-    x, w = torch.randn(64, 256), torch.randn(256, 256)
-
-    def median_s(n: int) -> float:
-        torch.set_num_threads(n)
-        torch.nn.functional.linear(x, w)
-        ts = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            torch.nn.functional.linear(x, w)
-            ts.append(time.perf_counter() - t0)
-        return sorted(ts)[len(ts) // 2]
-
+    x, w = _probe()
     try:
-        return median_s(threads) / median_s(1)
+        return _probe_median_s(x, w, threads, calls) / _probe_median_s(x, w, 1, calls)
     finally:
         torch.set_num_threads(threads)
 
@@ -102,22 +109,13 @@ def contention_probe(threads: int, calls: int = 9) -> dict:
     with k threads and its ratio to one thread, plus the 1-minute load average. On an idle machine the
     ratio stays near or below 1 at every k; a ratio far above 1 at k threads means other processes hold
     some of those k cores (recorded in the profile's ``device`` at the start and end of a calibration)."""
-    import time
-
-    x, w = torch.randn(64, 256), torch.randn(256, 256)
+    x, w = _probe()
     old = torch.get_num_threads()
     out: dict = {"load_avg_1m": load_avg(), "by_threads": {}}
     try:
         base = None
         for k in range(1, max(int(threads), 1) + 1):
-            torch.set_num_threads(k)
-            torch.nn.functional.linear(x, w)
-            ts = []
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                torch.nn.functional.linear(x, w)
-                ts.append(time.perf_counter() - t0)
-            med = sorted(ts)[len(ts) // 2]
+            med = _probe_median_s(x, w, k, calls)
             base = base or med
             out["by_threads"][str(k)] = {"median_us": med * 1e6, "ratio_to_1": med / base}
     finally:

@@ -312,3 +312,15 @@ def setting_bool(cfg: dict, key: str, name: str, expected: str) -> bool:
         raise ImportError_(f"{name}: expected {expected}, got {v!r}")
     return v
 
+
+def classify_by_patterns(key: str, unmapped: list[tuple[str, str]], no_cost: list[tuple[str, str]]) -> tuple[str, str]:
+    """(status, why) of a setting no exact rule maps: the first ``unmapped`` pattern that matches, else the
+    first ``no_cost`` one, else unmapped as not recognised."""
+    for pat, why in unmapped:
+        if re.search(pat, key):
+            return "unmapped", why
+    for pat, why in no_cost:
+        if re.search(pat, key):
+            return "no_cost", why
+    return "unmapped", "not recognised by the importer"
+

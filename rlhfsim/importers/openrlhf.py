@@ -15,11 +15,10 @@ names of newer releases (``--actor.model_name_or_path``, ``--rollout.batch_size`
 from __future__ import annotations
 
 import math
-import re
 
 from rlhfsim.importers.common import (
-    ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
-    response_length, setting_bool, setting_int, unresolved,
+    ImportError_, ImportOptions, ImportResult, Setting, classify_by_patterns, launch_tokens, model_ref, parse_scalar,
+    prompt_length, response_length, setting_bool, setting_int, unresolved,
 )
 
 MARKERS = ("openrlhf.cli.train_ppo_ray", "train_ppo_ray")
@@ -136,13 +135,7 @@ def read_flags(text: str) -> list[tuple[str, str]]:
 def classify(key: str) -> tuple[str, str]:
     if key in MAPPED:
         return "mapped", MAPPED[key]
-    for pat, why in UNMAPPED:
-        if re.search(pat, key):
-            return "unmapped", why
-    for pat, why in NO_COST:
-        if re.search(pat, key):
-            return "no_cost", why
-    return "unmapped", "not recognised by the importer"
+    return classify_by_patterns(key, UNMAPPED, NO_COST)
 
 
 def import_openrlhf(text: str, opts: ImportOptions, source: str = "launch", is_yaml: bool = False) -> ImportResult:

@@ -14,15 +14,14 @@ not recognised.
 
 from __future__ import annotations
 
-import re
 
 import yaml
 
 from rlhfsim.errors import ScenarioError
 from rlhfsim.importers import verl_execution
 from rlhfsim.importers.common import (
-    ImportError_, ImportOptions, ImportResult, Setting, launch_tokens, model_ref, parse_scalar, prompt_length,
-    response_length, setting_bool, setting_int, unresolved,
+    ImportError_, ImportOptions, ImportResult, Setting, classify_by_patterns, launch_tokens, model_ref, parse_scalar,
+    prompt_length, response_length, setting_bool, setting_int, unresolved,
 )
 
 MARKERS = ("verl.trainer.main_ppo", "main_ppo", "verl.trainer")
@@ -221,13 +220,7 @@ def classify(key: str, seen: dict | None = None) -> tuple[str, str]:
         return "no_cost", "where Hydra finds the config"
     if key == "config-name":
         return "mapped", "the base config (ppo_trainer; ppo_megatron_trainer: Megatron strategy)"
-    for pat, why in UNMAPPED:
-        if re.search(pat, key):
-            return "unmapped", why
-    for pat, why in NO_COST:
-        if re.search(pat, key):
-            return "no_cost", why
-    return "unmapped", "not recognised by the importer"
+    return classify_by_patterns(key, UNMAPPED, NO_COST)
 
 
 def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml: bool = False) -> ImportResult:
