@@ -327,6 +327,22 @@ def export_package(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         return path, time.perf_counter() - t0, False
 
 
+def export_remembered(unsupported: dict[str, str], name: str, model, input_ids, attention_mask, *, device: str,
+                      cache_dir: Path) -> tuple[Path, float]:
+    """``export_package`` for runtime ``name``, remembering per model class in ``unsupported`` why a model
+    cannot be exported (the message names ``name``), so later shapes of that class fail at once.
+    Returns (package, seconds spent making it now)."""
+    cls = type(model).__name__
+    if cls in unsupported:
+        raise AotiUnsupported(unsupported[cls])
+    try:
+        package, package_s, _ = export_package(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
+    except AotiUnsupported as e:
+        unsupported[cls] = str(e).replace("aoti_cpp:", f"{name}:", 1)
+        raise AotiUnsupported(unsupported[cls]) from None
+    return package, package_s
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else "(no message)"
@@ -367,15 +383,8 @@ class AotiCpp(Runtime):
         ok, why = self.available(device)
         if not ok:
             raise RlhfsimError(f"{self.NAME}: unavailable on {device}: {why}")
-        cls = type(model).__name__
-        if cls in self.unsupported:
-            raise AotiUnsupported(self.unsupported[cls])
-        try:
-            package, package_s, _ = export_package(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
-        except AotiUnsupported as e:
-            self.unsupported[cls] = str(e)
-            raise
-        return package, package_s
+        return export_remembered(self.unsupported, self.NAME, model, input_ids, attention_mask, device=device,
+                                 cache_dir=cache_dir)
 
     def sampler(self, model, input_ids, attention_mask, *, device: str, warmup: int, cache_dir: Path) -> Sampler:
         if self.build_error is not None:

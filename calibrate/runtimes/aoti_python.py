@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from calibrate.interleave import Prepared
-from calibrate.runtimes.aoti_cpp import AotiUnsupported, export_package
+from calibrate.runtimes.aoti_cpp import export_remembered
 from calibrate.runtimes.base import Runtime
 from rlhfsim.errors import RlhfsimError
 
@@ -39,14 +39,8 @@ class AotiPython(Runtime):
         return True, ""
 
     def prepare(self, model, input_ids, attention_mask, *, device: str, cache_dir: Path) -> Prepared:
-        cls = type(model).__name__
-        if cls in self.unsupported:
-            raise AotiUnsupported(self.unsupported[cls])
-        try:
-            package, package_s, _ = export_package(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
-        except AotiUnsupported as e:
-            self.unsupported[cls] = str(e).replace("aoti_cpp:", f"{self.NAME}:", 1)
-            raise AotiUnsupported(self.unsupported[cls]) from None
+        package, package_s = export_remembered(self.unsupported, self.NAME, model, input_ids, attention_mask,
+                                               device=device, cache_dir=cache_dir)
         t0 = time.perf_counter()
         try:
             runner = torch._inductor.aoti_load_package(str(package))
