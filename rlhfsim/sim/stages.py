@@ -179,28 +179,26 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         t = active = 0.0
         opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
-        for _ in range(alg.ppo_epochs):
-            # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
-            perm = sim.shuffle_rng.permutation(len(rows))
-            if tokens is not None:  # one padded call per rank, on arrays (issue 12): as mb.pieces would
+
+        def minibatches(perm):
+            """Each minibatch as its ranks' pieces, (tokens, rows, attention pairs) per call."""
+            if tokens is not None:  # one padded call per rank, on arrays (issue 12): as mb.pieces would cut
                 for counts, lengths in zip(*_rank_longest(tokens[perm], alg.minibatch_size, ranks)):
-                    slowest = (0.0, 0.0)
-                    for n, length in zip(counts, lengths):
-                        total, kernel = sim.cost.train_parts(model, dtype, n * length, n, tp, head, None, sp)
-                        if ckpt is not None:
-                            total, kernel = total * ckpt, kernel * ckpt
-                        slowest = max(slowest, (0.0 + total + per_call_s, 0.0 + kernel))
-                    t += slowest[0] + opt
-                    active += slowest[1] + opt_active
-                continue
+                    yield [[(n * length, n, None)] for n, length in zip(counts, lengths)]
+                return
             for i in range(0, len(rows), alg.minibatch_size):
                 part = [rows[j] for j in perm[i:i + alg.minibatch_size]]
+                yield [[(p.tokens, p.rows, p.attn_pairs) for p in mb.pieces(part[k::ranks], size, budget, packed)]
+                       for k in range(min(ranks, len(part)))]
+
+        for _ in range(alg.ppo_epochs):
+            # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
+            for per_rank in minibatches(sim.shuffle_rng.permutation(len(rows))):
                 slowest = (0.0, 0.0)
-                for k in range(min(ranks, len(part))):
-                    mine = part[k::ranks]
+                for pieces in per_rank:
                     rank = (0.0, 0.0)
-                    for p in mb.pieces(mine, size, budget, packed):
-                        total, kernel = sim.cost.train_parts(model, dtype, p.tokens, p.rows, tp, head, p.attn_pairs, sp)
+                    for n_tokens, n_rows, pairs in pieces:
+                        total, kernel = sim.cost.train_parts(model, dtype, n_tokens, n_rows, tp, head, pairs, sp)
                         if ckpt is not None:
                             total, kernel = total * ckpt, kernel * ckpt
                         rank = (rank[0] + total + per_call_s, rank[1] + kernel)  # 0.0 + x == x: one call, as before
