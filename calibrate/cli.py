@@ -64,6 +64,9 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
               "<name>.json, where `rlhfsim simulate --profile NAME` finds it); a path ending in .json is the profile file "
               "itself (older usage; how the bundled profile is written).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run: points already in the journal are skipped.")
+@click.option("--from-journal", "from_journal", is_flag=True, help="Measure nothing: build the profile from the points "
+              "already in the journal of --out (an interrupted or time-boxed run; operations without points fall back "
+              "to the derived model, as in any profile).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), help="Default: float32 on CPU, "
               "bfloat16 on CUDA.")
 @click.option("--threads", type=click.IntRange(min=1), help="torch threads (default: the usable cores).")
@@ -81,7 +84,7 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: the profile's name, path, seconds taken, quality and runtime summary as one JSON object.")
 def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
-                      cache_dir, grid_json, no_progress, name, launches, rounds, fmt):
+                      cache_dir, grid_json, no_progress, name, launches, rounds, fmt, from_journal):
     """Measure this machine's costs and write a calibration profile."""
     if gpu_name and device == "cpu":
         raise click.UsageError("--gpu and --device cpu contradict each other; give one")
@@ -116,7 +119,7 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
                                   quick=quick, out=Path(out) if out else None, resume=resume, dtype=dtype,
                                   grid=grid, progress=not no_progress, threads=threads, checkpoints=checkpoints, force=force,
                                   cache_dir=Path(cache_dir) if cache_dir else None, command=_command_line(),
-                                  name=name)
+                                  name=name, measure=not from_journal)
     except RlhfsimError as e:
         _fail(str(e))
     except KeyboardInterrupt:

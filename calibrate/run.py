@@ -122,11 +122,14 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
                     resume: bool = False, dtype: str | None = None, progress: bool = True,
                     grid: dict | None = None, threads: int | None = None,
                     checkpoints: dict[str, Path] | None = None, force: bool = False,
-                    cache_dir: Path | None = None, command: str | None = None, name: str | None = None) -> dict:
+                    cache_dir: Path | None = None, command: str | None = None, name: str | None = None,
+                    measure: bool = True) -> dict:
     """Calibrate ``device`` ("cpu", "cuda", "cuda:N") and write the profile to ``out`` (default: the user
     profile directory, ``<name>.json``); returns the profile. ``grid`` overrides fields of the default
     ``calibrate.grid.Grid``; ``checkpoints`` maps shape names to local checkpoint directories whose weights
-    replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``."""
+    replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``.
+    ``measure=False`` measures nothing and builds the profile from the journal's points alone (the journal
+    must exist and match the device)."""
     device, spec, default_name = resolve_target(device, gpu_name, force)
     name, out = profile_target(default_name, name, out)
     kind = torch.device(device).type
@@ -137,7 +140,8 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
     try:
         return _calibrate(device=device, spec=spec, name=name, kind=kind, dtype=dtype, threads=threads,
                           models=models, runtimes=runtimes, quick=quick, out=out, resume=resume, progress=progress,
-                          grid=grid, checkpoints=checkpoints, cache_dir=cache_dir, command=command)
+                          grid=grid, checkpoints=checkpoints, cache_dir=cache_dir, command=command,
+                          measure=measure)
     finally:
         torch.set_num_threads(old_threads)  # a library call leaves the process as it found it
 
@@ -145,7 +149,7 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
 def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, threads: int,
                models: list[ModelShape] | None, runtimes: list[str] | None, quick: bool, out: Path | None,
                resume: bool, progress: bool, grid: dict | None, checkpoints: dict[str, Path] | None,
-               cache_dir: Path | None, command: str | None) -> dict:
+               cache_dir: Path | None, command: str | None, measure: bool = True) -> dict:
     if models is None:
         models = [CATALOG[n] for n in DEFAULT_MODELS[(kind, quick)]]
     if not models:
@@ -167,7 +171,9 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     decoders = [m for m in models if m.arch == "decoder"]
     passes = max(int(g.passes), 1)
     t0 = time.perf_counter()
-    with Journal.open(journal_path(out), meta, resume) as journal, \
+    if not measure and not journal_path(out).is_file():
+        raise RlhfsimError(f"--from-journal: expected the journal of an earlier run at {str(journal_path(out))!r}, found none")
+    with Journal.open(journal_path(out), meta, resume or not measure) as journal, \
             Progress(plan_size(g, models, rts, rt_models) * passes, enabled=progress) as prog:
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
         if kind == "cpu":
@@ -178,14 +184,14 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
                 prog.note(f"warning: other processes compete for the CPU: a matmul with {threads} threads runs "
                           f"{ratio:.1f}x the time of 1 thread; each point waits up to {g.quiet_wait_s:.0f} s for "
                           "them to stop (use a quiet machine, or --threads 1)")
-        for k in range(passes):
+        for k in range(passes if measure else 0):
             s.journal = PassView(journal, k)
             _measure_all(s, g, models, decoders, rts, rt_models)
         points, records = merge_passes(journal.points()), PassView(journal, 0).runtimes()
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
-    if g.step_iters > 0 and decoders:
+    if g.step_iters > 0 and decoders and measure:
         # Framework step scalars (rlhfsim.costs.stepcosts): timed directly, not journaled (seconds).
         with torch.inference_mode(False):
             profile["step"] = measure_step_scalars(device, dtype, decoders[0], spec, iters=g.step_iters)

@@ -238,6 +238,43 @@ def test_kill_mid_run_keeps_the_journal_and_resume_finishes(tmp_path):
     validate_profile(json.loads(out.read_text()))
 
 
+def test_from_journal_builds_a_profile_of_a_cut_run_without_measuring(tmp_path):
+    """A time-boxed run cut short (SIGTERM after a few points): --from-journal measures nothing (the journal
+    is unchanged) and writes a valid profile of the points it has; without a journal it fails in one line."""
+    out = tmp_path / "cut.json"
+    jp = journal_path(out)
+    grid = {**TINY_GRID, "point_budget_s": 0.3, "max_iters": 50, "min_iters": 20, "step_iters": 0}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "calibrate", "calibrate", "--device", "cpu", "--models", "tiny-qwen2",
+                             "--runtimes", "eager", "--threads", "1", "--out", str(out), "--grid", json.dumps(grid),
+                             "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if jp.is_file() and len(read_journal(jp)) >= 8:  # meta + 7 points
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the calibration finished before it could be cut"
+        proc.terminate()
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = jp.read_bytes()
+    res = calibrate(out, "--from-journal", models="tiny-qwen2", runtimes="eager")
+    assert res.exit_code == 0, res.output
+    assert jp.read_bytes() == before
+    prof = json.loads(out.read_text())
+    validate_profile(prof)
+    kept = {r["key"] for r in read_journal(jp) if r.get("kind") == "point"}
+    ops = prof["operations"]
+    assert 1 <= ops["prefill"]["n_points"] <= len(TINY_GRID["prefill"])
+    assert ops["prefill"]["n_points"] + ops["decode"]["n_points"] <= len(kept)
+    res = CliRunner().invoke(calibrate_command, ["--device", "cpu", "--from-journal", "--out", str(tmp_path / "none.json")])
+    assert res.exit_code == 2 and res.stderr.strip().startswith("error: --from-journal: expected the journal of an earlier run")
+
+
 def test_passes_measure_every_point_again_and_pool_the_samples(tmp_path):
     out = tmp_path / "two.json"
     grid = {**TINY_GRID, "passes": 2, "bursts": 2, "burst_gap_s": 0.0}
