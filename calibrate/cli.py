@@ -64,9 +64,9 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
               "<name>.json, where `rlhfsim simulate --profile NAME` finds it); a path ending in .json is the profile file "
               "itself (older usage; how the bundled profile is written).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run: points already in the journal are skipped.")
-@click.option("--from-journal", "from_journal", is_flag=True, help="Measure nothing: build the profile from the points "
-              "already in the journal of --out (an interrupted or time-boxed run; operations without points fall back "
-              "to the derived model, as in any profile).")
+@click.option("--from-journal", "from_journal", is_flag=True, help="Measure nothing and touch no device: build the "
+              "profile from the points in the journal of --out (a run cut short, or one measured on another machine; "
+              "what was measured comes from the journal; operations without points fall back as in any profile).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), help="Default: float32 on CPU, "
               "bfloat16 on CUDA.")
 @click.option("--threads", type=click.IntRange(min=1), help="torch threads (default: the usable cores).")
@@ -110,16 +110,21 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
         _fail(str(e))
     from calibrate.journal import journal_path
     from calibrate.report import fit_table, interference_line, runtime_table
-    from calibrate.run import run_calibration
+    from calibrate.run import assemble_journal, run_calibration
 
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.perf_counter()
     try:
-        profile = run_calibration(device or "cuda", gpu_name=gpu_name, models=shapes, runtimes=_split(runtimes) or None,
+        if from_journal:
+            if not out:
+                raise RlhfsimError("--from-journal: expected --out, the profile whose journal to read")
+            profile = assemble_journal(Path(out), gpu_name=gpu_name, name=name, grid=grid, command=_command_line())
+        else:
+            profile = run_calibration(device or "cuda", gpu_name=gpu_name, models=shapes, runtimes=_split(runtimes) or None,
                                   quick=quick, out=Path(out) if out else None, resume=resume, dtype=dtype,
                                   grid=grid, progress=not no_progress, threads=threads, checkpoints=checkpoints, force=force,
                                   cache_dir=Path(cache_dir) if cache_dir else None, command=_command_line(),
-                                  name=name, measure=not from_journal)
+                                  name=name)
     except RlhfsimError as e:
         _fail(str(e))
     except KeyboardInterrupt:

@@ -130,7 +130,7 @@ def _norm(s: str) -> str:
 def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
     """Does the local device look like catalog entry ``spec``? The family (a100, h100, h200, l40s) must
     appear in the device name as a word of its own (``l4`` is not found in "L40S", nor ``h20`` in
-    "H200"); a memory size in the entry's name (a100-40gb) must match within 25%; an SXM entry rejects
+    "H200"); a memory size in the entry's name (a100-40gb) must match within 25% (where the memory is known); an SXM entry rejects
     a PCIe part and a PCIe entry an SXM one."""
     family, *rest = spec.name.split("-")
     name = _norm(device_name)
@@ -139,7 +139,7 @@ def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
         return False
     for part in rest:
         m = re.fullmatch(r"(\d+)gb", part)
-        if m and abs(memory_bytes / 1e9 - int(m.group(1))) > 0.25 * int(m.group(1)):
+        if m and memory_bytes is not None and abs(memory_bytes / 1e9 - int(m.group(1))) > 0.25 * int(m.group(1)):
             return False
         if part == "pcie" and "pcie" not in name:
             return False

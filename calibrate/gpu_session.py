@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--validate", action="store_true", help="Stage 6: validate on --scenarios if time is left.")
     ap.add_argument("--scenarios", default="scenarios/validate/h200/sync-static.yaml,scenarios/validate/h200/oppo-intra.yaml",
                     help="Validation scenarios (paths relative to the repository root), comma-separated.")
+    ap.add_argument("--resume", action="store_true", help="Continue the journal already in --out (a second session).")
+    ap.add_argument("--skip", default="", help="Stages to leave out, comma-separated (step, compiled).")
     ap.add_argument("--env-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -204,19 +206,24 @@ def main(argv: list[str] | None = None) -> int:
     base = [py, "-m", "calibrate", "calibrate", *target, "--quick", "--models", args.models, "--runtimes", "eager",
             "--out", str(profile), "--no-progress"]
     progress = [a for a in base if a != "--no-progress"]      # per-point lines (stderr is not a terminal)
-    s.run("calibrate", [*progress, "--grid", json.dumps({**grid, "gen_runtimes": UNCOMPILED})], s.deadline("calibrate"))
+    skip = set(args.skip.split(","))
+    s.run("calibrate", [*progress, *(["--resume"] if args.resume else []), "--grid", json.dumps({**grid, "gen_runtimes": UNCOMPILED})],
+          s.left() - 40 if {"step", "compiled"} <= skip else s.deadline("calibrate"))
 
     step_file = out / "step.json"
-    if profile.is_file() or s.run("assemble", [*base, "--from-journal", "--grid", json.dumps(grid)],
+    if "step" in skip:
+        pass
+    elif profile.is_file() or s.run("assemble", [*base, "--from-journal", "--grid", json.dumps(grid)],
                                   min(60.0, s.left()))["rc"] == 0:
         step_file.write_bytes(profile.read_bytes())
         first = args.models.split(",")[0]
         s.run("step", [py, "-m", "calibrate.stepbench", str(step_file), "--device", args.device, "--model", first],
               s.deadline("step"))
     first_only = [a if a != args.models else args.models.split(",")[0] for a in progress]   # nothing else rebuilt
-    s.run("compiled", [*first_only, "--resume", "--grid", json.dumps({**grid, "gen_runtimes": COMPILED,
-                                                                    "gen_compiled_models": 1})],
-          s.deadline("compiled"))
+    if "compiled" not in skip:
+        s.run("compiled", [*first_only, "--resume", "--grid", json.dumps({**grid, "gen_runtimes": COMPILED,
+                                                                        "gen_compiled_models": 1})],
+              s.deadline("compiled"))
     every = {**grid, "gen_runtimes": UNCOMPILED + COMPILED, "gen_compiled_models": 1}
     s.run("assemble", [*base, "--from-journal", "--grid", json.dumps(every)], s.deadline("assemble"))
     _merge_step(s, profile, step_file)

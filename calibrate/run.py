@@ -25,12 +25,13 @@ import torch
 from calibrate.assemble import build_profile
 from calibrate.quality import assess_quality
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
-from calibrate.device_info import contention_probe, contention_ratio, cpu_model, describe, load_avg, resolve_cuda_gpu, usable_cores
+from calibrate.device_info import contention_probe, contention_ratio, cpu_model, describe, load_avg, matches, \
+    resolve_cuda_gpu, usable_cores
 from calibrate.genbench import measure_gen_runtimes
 from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
-from calibrate.journal import Journal, PassView, journal_path, merge_passes
+from calibrate.journal import Journal, PassView, journal_path, merge_passes, read_journal
 from calibrate.measure import spread
 from calibrate.models import dtype_name
 from calibrate.progress import Progress
@@ -41,7 +42,7 @@ from calibrate.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import bundled_names, user_profile_dir
 from rlhfsim.files import write_json_atomic
 from rlhfsim.errors import RlhfsimError
-from rlhfsim.hardware.catalog import GpuSpec, get_gpu
+from rlhfsim.hardware.catalog import GPUS, GpuSpec, get_gpu
 from rlhfsim.models.catalog import CATALOG, ModelShape
 
 
@@ -122,14 +123,12 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
                     resume: bool = False, dtype: str | None = None, progress: bool = True,
                     grid: dict | None = None, threads: int | None = None,
                     checkpoints: dict[str, Path] | None = None, force: bool = False,
-                    cache_dir: Path | None = None, command: str | None = None, name: str | None = None,
-                    measure: bool = True) -> dict:
+                    cache_dir: Path | None = None, command: str | None = None, name: str | None = None) -> dict:
     """Calibrate ``device`` ("cpu", "cuda", "cuda:N") and write the profile to ``out`` (default: the user
     profile directory, ``<name>.json``); returns the profile. ``grid`` overrides fields of the default
     ``calibrate.grid.Grid``; ``checkpoints`` maps shape names to local checkpoint directories whose weights
-    replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``.
-    ``measure=False`` measures nothing and builds the profile from the journal's points alone (the journal
-    must exist and match the device)."""
+    replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``
+    (or build a profile of what the journal holds with ``assemble_journal``)."""
     device, spec, default_name = resolve_target(device, gpu_name, force)
     name, out = profile_target(default_name, name, out)
     kind = torch.device(device).type
@@ -140,8 +139,7 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
     try:
         return _calibrate(device=device, spec=spec, name=name, kind=kind, dtype=dtype, threads=threads,
                           models=models, runtimes=runtimes, quick=quick, out=out, resume=resume, progress=progress,
-                          grid=grid, checkpoints=checkpoints, cache_dir=cache_dir, command=command,
-                          measure=measure)
+                          grid=grid, checkpoints=checkpoints, cache_dir=cache_dir, command=command)
     finally:
         torch.set_num_threads(old_threads)  # a library call leaves the process as it found it
 
@@ -149,7 +147,7 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
 def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, threads: int,
                models: list[ModelShape] | None, runtimes: list[str] | None, quick: bool, out: Path | None,
                resume: bool, progress: bool, grid: dict | None, checkpoints: dict[str, Path] | None,
-               cache_dir: Path | None, command: str | None, measure: bool = True) -> dict:
+               cache_dir: Path | None, command: str | None) -> dict:
     if models is None:
         models = [CATALOG[n] for n in DEFAULT_MODELS[(kind, quick)]]
     if not models:
@@ -165,15 +163,13 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     info = describe(device, threads)
     meta = {"device_kind": kind, "device_name": info["name"], "dtype": dtype, "threads": threads,
-            "models": names, "runtimes": rt_names, "quick": quick}
+            "models": names, "runtimes": rt_names, "quick": quick, "device": info}
     rts = {r: RUNTIMES[r]() for r in rt_names}
     rt_models = pick_runtime_models(models, g.runtime_models)
     decoders = [m for m in models if m.arch == "decoder"]
     passes = max(int(g.passes), 1)
     t0 = time.perf_counter()
-    if not measure and not journal_path(out).is_file():
-        raise RlhfsimError(f"--from-journal: expected the journal of an earlier run at {str(journal_path(out))!r}, found none")
-    with Journal.open(journal_path(out), meta, resume or not measure) as journal, \
+    with Journal.open(journal_path(out), meta, resume) as journal, \
             Progress(plan_size(g, models, rts, rt_models) * passes, enabled=progress) as prog:
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
         if kind == "cpu":
@@ -184,14 +180,14 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
                 prog.note(f"warning: other processes compete for the CPU: a matmul with {threads} threads runs "
                           f"{ratio:.1f}x the time of 1 thread; each point waits up to {g.quiet_wait_s:.0f} s for "
                           "them to stop (use a quiet machine, or --threads 1)")
-        for k in range(passes if measure else 0):
+        for k in range(passes):
             s.journal = PassView(journal, k)
             _measure_all(s, g, models, decoders, rts, rt_models)
         points, records = merge_passes(journal.points()), PassView(journal, 0).runtimes()
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
-    if g.step_iters > 0 and decoders and measure:
+    if g.step_iters > 0 and decoders:
         # Framework step scalars (rlhfsim.costs.stepcosts): timed directly, not journaled (seconds).
         with torch.inference_mode(False):
             profile["step"] = measure_step_scalars(device, dtype, decoders[0], spec, iters=g.step_iters)
@@ -199,10 +195,61 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     profile["device"]["load_avg_1m_at_end"] = load_avg()
     if kind == "cpu":
         profile["device"]["contention_probe_at_end"] = contention_probe(threads)
+    return _write(profile, out)
+
+
+def _write(profile: dict, out: Path) -> dict:
     profile["quality"] = assess_quality(profile)
     write_json_atomic(out, profile)
     profile["_path"] = str(out)
     return profile
+
+
+def assemble_journal(out: Path, *, gpu_name: str | None = None, name: str | None = None, grid: dict | None = None,
+                     command: str | None = None) -> dict:
+    """The profile of the points the journal of ``out`` holds, measuring nothing and touching no device
+    (``rlhfsim calibrate --from-journal``): a run cut short, or one measured on a lent machine and
+    assembled elsewhere. What was measured comes from the journal's meta record (device kind and name,
+    dtype, threads, quick; the device description where the journal has one, else the meta fields);
+    the GPU's catalog entry from ``gpu_name`` or else the device name; ``grid`` overrides the quick or
+    full default grid, as in the run. Operations without points fall back as in any profile."""
+    out = Path(out)
+    jp = journal_path(out)
+    if not jp.is_file():
+        raise RlhfsimError(f"--from-journal: expected the journal of an earlier run at {str(jp)!r}, found none")
+    records = read_journal(jp)
+    meta = next((r for r in records if r.get("kind") == "meta"), None)
+    if meta is None or meta.get("device_kind") not in ("cpu", "cuda"):
+        raise RlhfsimError(f"--from-journal: journal {str(jp)!r} has no meta record with device_kind cpu or cuda")
+    kind, dev_name = meta["device_kind"], str(meta.get("device_name") or "")
+    info = dict(meta.get("device") or {"kind": kind, "name": dev_name, "threads": meta.get("threads"),
+                                       "source": "the journal's meta record (no device description in it)"})
+    if kind == "cpu":
+        spec, default_name = get_gpu("cpu"), cpu_profile_name(dev_name)
+    else:
+        spec = get_gpu(gpu_name, "--gpu") if gpu_name else next(
+            (g for g in GPUS.values() if g.kind == "cuda" and matches(g, dev_name, info.get("memory_bytes"))), None)
+        if spec is None:
+            raise RlhfsimError(f"--from-journal: the journal's device {dev_name!r} is not in the hardware catalog; "
+                               "pass --gpu NAME")
+        default_name = (gpu_name or spec.name).lower()
+    name, out = profile_target(default_name, name, out)
+    quick = bool(meta.get("quick", True))
+    g = with_overrides(default_grid(kind, quick), grid)
+    models = [CATALOG[n] for n in meta.get("models", []) if n in CATALOG]
+    runtime_models = pick_runtime_models(models, g.runtime_models) if models else set()
+    journal = Journal(jp, records)
+    try:
+        points, runtimes = merge_passes(journal.points()), PassView(journal, 0).runtimes()
+    finally:
+        journal.close()
+    profile = build_profile(name=name, gpu=spec, dtype=meta.get("dtype", "float32"), device=info, quick=quick,
+                            command=command or shlex.join(["python", *sys.argv]), points=points, records=runtimes,
+                            grid={**asdict(g), "runtime_models_measured": sorted(runtime_models)})
+    profile["provenance"]["assembled_from_journal"] = {
+        "journal": jp.name, "points": len(points), "torch_here": torch.__version__,
+        "note": "built by --from-journal: nothing was measured by this command"}
+    return _write(profile, out)
 
 
 def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[ModelShape], rts: dict,

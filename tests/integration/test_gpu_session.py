@@ -1,0 +1,55 @@
+"""The time-boxed GPU session (calibrate.gpu_session) and the bundled H200 profile it produced.
+
+A stage past its deadline is cut (SIGTERM to its process group) and recorded as cut; the bundled
+``h200-measured`` profile is exactly what ``--from-journal`` assembles from the journal the H200
+sessions wrote, here on a machine without a GPU (so the profile is reproducible from the raw data)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from calibrate.cli import calibrate_command  # noqa: E402
+from calibrate.gpu_session import Session  # noqa: E402
+from rlhfsim.costs.profile import validate_profile  # noqa: E402
+
+PROFILES = Path(__file__).resolve().parents[2] / "rlhfsim" / "profiles"
+
+
+def test_a_stage_past_its_deadline_is_cut_and_recorded(tmp_path):
+    s = Session(tmp_path, budget_s=60)
+    rec = s.run("sleepy", [sys.executable, "-c", "import time; time.sleep(60)"], limit_s=5)
+    assert rec["cut"] and rec["rc"] != 0 and rec["seconds"] < 30
+    quick = s.run("quick", [sys.executable, "-c", "print('done')"], limit_s=30)
+    assert quick["rc"] == 0 and not quick["cut"]
+    none = s.run("late", [sys.executable, "-c", "pass"], limit_s=1)
+    assert none["skipped"] == "no time left" and none["rc"] is None
+    doc = json.loads((tmp_path / "session.json").read_text())
+    assert [st["stage"] for st in doc["stages"]] == ["sleepy", "quick", "late"]
+    assert "done" in (tmp_path / "session.log").read_text()
+
+
+def test_bundled_h200_profile_is_its_journal_assembled_without_a_gpu(tmp_path):
+    bundled = json.loads((PROFILES / "h200-measured.json").read_text())
+    shutil.copy(PROFILES / "h200-measured.journal.jsonl", tmp_path / "h200-measured.journal.jsonl")
+    grid = {k: v for k, v in bundled["grid"].items() if k != "runtime_models_measured"}
+    res = CliRunner().invoke(calibrate_command, ["--from-journal", "--gpu", "h200", "--name", "h200-measured",
+                                                 "--out", str(tmp_path / "h200-measured.json"),
+                                                 "--grid", json.dumps(grid), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    fresh = json.loads((tmp_path / "h200-measured.json").read_text())
+    validate_profile(fresh)
+    assert fresh["operations"] == bundled["operations"] and fresh["generation"] == bundled["generation"]
+    assert fresh["device"]["name"] == "NVIDIA H200" and fresh["gpu"] == "h200" and fresh["dtype"] == "bfloat16"
+    gen = fresh["generation"]
+    assert gen["hf_generate"]["valid"] and not gen["vllm"]["valid"] and "not importable" in gen["vllm"]["reason"]
+    assert bundled["step"]["source"] == "measured" and bundled["step"]["device"] == "cuda"
