@@ -144,7 +144,11 @@ class StaticKVDecoder(nn.Module):
         self.positions = torch.zeros(max_slots, dtype=torch.long)   # host-side: tokens cached per slot
 
     def _init_weights(self, seed: int) -> None:
-        gen = torch.Generator().manual_seed(seed)
+        """N(0, INIT_STD) weights from a generator seeded with ``seed`` on the decoder's device (a 7B's
+        weights drawn on the host took 45-56 s of the H200 session; on the device, well under one),
+        so the same seed gives the same weights on one kind of device, not across kinds."""
+        dev = torch.device(self.device)
+        gen = torch.Generator(device=dev).manual_seed(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
@@ -152,7 +156,7 @@ class StaticKVDecoder(nn.Module):
                 elif name.endswith(".bias"):
                     p.zero_()
                 else:
-                    p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).mul_(INIT_STD))
+                    p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32, device=dev).mul_(INIT_STD))
 
     # ----------------------------------------------------------------------------------------- cache
     def reset(self, slots: torch.LongTensor) -> None:
