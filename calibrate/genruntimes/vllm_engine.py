@@ -1,4 +1,5 @@
-"""``vllm``: ``vllm.LLM`` through its offline API (see ``offline``)."""
+"""``vllm`` and ``vllm_eager``: ``vllm.LLM`` through its offline API (see ``offline``), with CUDA graphs
+(vLLM's default) and without them (``enforce_eager=True``, verl's default until v0.5)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ class Vllm(_Offline):
 
     NAME: ClassVar[str] = "vllm"
     MODULE: ClassVar[str] = "vllm"
+    ENFORCE_EAGER: ClassVar[bool] = False
 
     def _start(self, max_batch, max_len):
         from vllm import LLM
 
         return LLM(model=self.dir, dtype=self.dtype, skip_tokenizer_init=True, enable_prefix_caching=True,
-                   max_model_len=max_len, max_num_seqs=max_batch, gpu_memory_utilization=GPU_MEMORY_FRACTION, seed=0)
+                   max_model_len=max_len, max_num_seqs=max_batch, gpu_memory_utilization=GPU_MEMORY_FRACTION, seed=0,
+                   enforce_eager=self.ENFORCE_EAGER)
 
     def _run(self, prompts, n, sample, exact):
         from vllm import SamplingParams
@@ -33,3 +36,10 @@ class Vllm(_Offline):
         super().unload()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+class VllmEager(Vllm):
+    """``vllm.LLM(..., enforce_eager=True)``: no CUDA graphs."""
+
+    NAME: ClassVar[str] = "vllm_eager"
+    ENFORCE_EAGER: ClassVar[bool] = True

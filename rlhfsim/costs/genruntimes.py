@@ -15,6 +15,9 @@ Runtimes (``GEN_RUNTIMES``) and the batching semantics each framework calls them
   continuous. Its costs are the profile's plain ``prefill``/``decode`` operations.
 * ``vllm``, ``sglang``: continuous batching with paged KV caches; measured only where importable on a
   CUDA device, otherwise skipped with a reason (never faked).
+* ``vllm_eager``: vLLM with ``enforce_eager=True`` (no CUDA graphs), verl's default until v0.5 (changed
+  to False on 2025-08-08, verl #2956, released in v0.6.0): every decode step launches each layer's
+  kernels from the host, so the step carries per-layer host time that graph replay removes.
 
 Profile keys (schema_version 1, all optional, so older profiles still load):
 
@@ -49,6 +52,7 @@ GEN_RUNTIMES: dict[str, str] = {
     "kv_decoder": "any",
     "vllm": "continuous",
     "sglang": "continuous",
+    "vllm_eager": "continuous",
 }
 
 # The runtime a scenario's engine uses when ``generation.runtime`` is not given: TRL generates with

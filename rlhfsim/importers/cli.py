@@ -30,12 +30,15 @@ def _options(f):
                      help="Mean prompt tokens (default: a quarter of the prompt cap).")(f)
     f = click.option("--mean-response-len", type=click.FloatRange(min=0, min_open=True),
                      help="Mean response tokens (default: half the response cap); e.g. the run's response_length/mean.")(f)
+    f = click.option("--verl-version", metavar="X.Y", help="The verl release the launch ran on (verl only): settings "
+                     "it leaves out take that release's defaults where they changed (rollout.enforce_eager was True "
+                     "before v0.6.0); default: verl's current defaults.")(f)
     f = click.option("--gpu", help="GPU of the run, from the hardware catalog (`rlhfsim gpus`); a launch does not name it.")(f)
     return click.argument("launch", nargs=-1, required=True)(f)
 
 
 def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_per_node, steps, name, sets, execution,
-         out, fmt):
+         out, fmt, verl_version=None):
     from rlhfsim.contracts import IMPORT_JSON_FILE, IMPORTED_SCENARIO_FILE
     from rlhfsim.files import out_path, write_atomic
     from rlhfsim.hardware.catalog import get_gpu
@@ -44,6 +47,8 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
 
     if gpu is not None:
         get_gpu(gpu, "--gpu")
+    if verl_version is not None and framework != "verl":
+        raise RlhfsimError(f"--verl-version: expected only with `rlhfsim import verl`, got it with import {framework}")
     if len(launch) == 1 and (launch[0] == "-" or Path(launch[0]).is_file()):
         src = launch[0]
         text = sys.stdin.read() if src == "-" else Path(src).read_text(errors="replace")
@@ -53,7 +58,8 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
     else:
         src, text, is_yaml = "command line", " ".join(launch), False
     opts = ImportOptions(gpu=gpu, mean_response_len=mean_response_len, mean_prompt_len=mean_prompt_len,
-                         steps=steps, name=name, sets=tuple(sets), gpus_per_node=gpus_per_node, execution=execution)
+                         steps=steps, name=name, sets=tuple(sets), gpus_per_node=gpus_per_node, execution=execution,
+                         verl_version=verl_version)
     res = IMPORTERS[framework](text, opts, src, is_yaml)
     out = out_path(out, IMPORTED_SCENARIO_FILE, (".yml",)) if fmt == "yaml" else out_path(out, IMPORT_JSON_FILE)
     load_scenario(res.scenario, base_dir=out.parent.resolve() if out else None)  # the result must load and pass checks

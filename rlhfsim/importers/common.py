@@ -61,7 +61,8 @@ class ImportOptions:
     the prompt cap); ``steps``: steps to simulate; ``sets``: extra ``key=value`` settings applied after
     the launch's own (verl: Hydra overrides; OpenRLHF: flags without the dashes); ``execution``: map the
     framework's step mechanics (micro-batches, packing, offload, ...) into the scenario's ``execution`` block
-    (false: leave it off, the simulator's plain step)."""
+    (false: leave it off, the simulator's plain step); ``verl_version``: the verl release the launch ran on
+    (verl only), for the defaults that changed between releases (``rlhfsim.importers.verl.VERSIONED``)."""
 
     gpu: str | None = None
     mean_response_len: float | None = None
@@ -71,6 +72,7 @@ class ImportOptions:
     sets: tuple[str, ...] = ()
     gpus_per_node: int | None = None
     execution: bool = True
+    verl_version: str | None = None
 
 
 @dataclass

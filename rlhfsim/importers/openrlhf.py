@@ -49,6 +49,7 @@ DEFAULTS: dict[str, object] = {
     "prompt_max_len": 1024, "generate_max_len": 1024, "advantage_estimator": "gae", "init_kl_coef": 0.01,
     "bf16": False, "micro_train_batch_size": 1, "micro_rollout_batch_size": 1, "packing_samples": False,
     "use_dynamic_batch": False, "gradient_checkpointing": False, "adam_offload": False, "ref_reward_offload": False,
+    "enforce_eager": False,
 }
 DEFAULTS_RELEASE = "OpenRLHF train_ppo_ray.py argument defaults"
 
@@ -72,6 +73,7 @@ MAPPED = {
     "colocate_critic_reward": "placement: critic and reward share a pool",
     "colocate_all_models": "placement: colocated",
     "bf16": "models.*.dtype",
+    "enforce_eager": "generation.runtime (vllm_eager: vLLM without CUDA graphs)",
     "micro_train_batch_size": "execution.micro_batch.ppo_micro_batch_size_per_gpu",
     "micro_rollout_batch_size": "execution.micro_batch.log_prob_micro_batch_size_per_gpu",
     "packing_samples": "execution.micro_batch.use_remove_padding",
@@ -102,7 +104,6 @@ UNMAPPED = [
     (r"offload", "host offload of another kind (not read)"),
     (r"zero_stage", "DeepSpeed ZeRO stage (the model shards optimizer state over the pool)"),
     (r"lora", "LoRA adapters (not modelled)"),
-    (r"enforce_eager", "vLLM without CUDA graphs decodes slower (the runtime's costs assume graphs)"),
     (r"enable_sleep", "engine sleep between phases (not modelled)"),
     (r"enable_prefix_caching|vllm_generate_batch_size", "engine batching detail (not modelled)"),
     (r"async_train|partial_rollout", "asynchronous training (import as sync; set schedule.kind: async by hand)"),
@@ -248,7 +249,8 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
             "max_prompt_tokens": max_prompt,
             "max_response_tokens": max_resp,
         },
-        "generation": {"engine": "continuous", "runtime": "vllm", "max_batch": 256},
+        "generation": {"engine": "continuous", "runtime": "vllm_eager" if _flag(cfg, "enforce_eager") else "vllm",
+                       "max_batch": 256},
         "schedule": {"kind": "sync"},
         "steps": opts.steps,
         "warmup_steps": 1 if opts.steps > 1 else 0,

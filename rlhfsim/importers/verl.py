@@ -14,6 +14,8 @@ not recognised.
 
 from __future__ import annotations
 
+import re
+
 
 import yaml
 
@@ -45,6 +47,7 @@ DEFAULTS: dict[str, object] = {
     f"{AR}.rollout.gpu_memory_utilization": 0.5,
     f"{AR}.rollout.max_num_seqs": 256,
     f"{AR}.rollout.dtype": "bfloat16",
+    f"{AR}.rollout.enforce_eager": False,
     f"{AR}.hybrid_engine": True,
     "critic.megatron.tensor_model_parallel_size": 1,
     "reward_model.enable": False,
@@ -85,6 +88,7 @@ MAPPED: dict[str, str] = {
     "critic.megatron.tensor_model_parallel_size": "placement.tp.critic",
     f"{AR}.rollout.name": "generation.engine and generation.runtime",
     f"{AR}.rollout.max_num_seqs": "generation.max_batch",
+    f"{AR}.rollout.enforce_eager": "generation.runtime (True with vLLM: vllm_eager, vLLM without CUDA graphs)",
     f"{AR}.rollout.gpu_memory_utilization": "generation.kv_cache_fraction (vLLM's share of the whole GPU, turned into the share of what the resident models leave)",
     f"{AR}.rollout.dtype": "models.*.dtype",
     f"{AR}.actor.strategy": "placement.tp (megatron reads its tensor-parallel degrees; fsdp/fsdp2 shard data-parallel)",
@@ -132,7 +136,6 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"enable_activation_offload", "activation offload (no scenario field)"),
     (r"ulysses_sequence_parallel_size", "sequence parallelism of a model the scenario does not set separately"),
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
-    (r"enforce_eager", "vLLM without CUDA graphs decodes slower (the runtime's costs assume graphs)"),
     (r"free_cache_engine", "KV cache freed and rebuilt around training (not modelled)"),
     (r"max_num_batched_tokens|enable_chunked_prefill|enable_prefix_caching",
      "engine prefill scheduling (not modelled)"),
@@ -154,6 +157,39 @@ UNMAPPED: list[tuple[str, str]] = [
 ENGINES = {"vllm": ("continuous", "vllm"), "sglang": ("continuous", "sglang"), "sglang_async": ("continuous", "sglang"),
            "hf": ("static", "hf_generate")}
 STANDARD_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
+
+# Defaults that changed between verl releases: setting -> (first release with the current default, the
+# default before it, why). rollout.enforce_eager became False on 2025-08-08 (verl #2956, "enable vllm cuda
+# graph in default"), first released in v0.6.0; v0.1-v0.5 printed True.
+VERSIONED: dict[str, tuple[tuple[int, int], object, str]] = {
+    f"{AR}.rollout.enforce_eager": ((0, 6), True, "verl #2956 (2025-08-08) made CUDA graphs the default in v0.6.0"),
+}
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``0.4``, ``v0.5.0``, ``0.3.0.post1`` -> (major, minor)."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(\.[0-9A-Za-z.+-]*)?", str(text).strip())
+    if not m:
+        raise ImportError_(f"--verl-version: expected a release such as 0.4 or v0.5.0, got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def versioned_defaults(cfg: dict, seen: dict, version: str | None, a: list[str]) -> None:
+    """Put the defaults of the launch's verl release (``--verl-version``) into ``cfg`` for the ``VERSIONED``
+    settings the launch leaves out, saying which default each unset one took."""
+    v = parse_version(version) if version is not None else None
+    for key, (since, before, why) in VERSIONED.items():
+        if key in seen:
+            continue
+        short = key.removeprefix(AR + ".")
+        if v is None:
+            a.append(f"{short} not set: verl's current default {cfg[key]} ({why}; before it the default was {before}: "
+                     f"pass --verl-version for an older release)")
+        elif v < since:
+            cfg[key] = before
+            a.append(f"{short} not set: {before}, the default of verl {version} ({why})")
+        else:
+            a.append(f"{short} not set: {cfg[key]}, the default of verl {version}")
 
 CRITIC_FREE = {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
                "grpo_passk", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "drgrpo"}
@@ -252,7 +288,7 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
         res.settings = [s for s in res.settings if s.key != "config-name"]
         res.settings.append(Setting("config-name", base, "unmapped", "a config file of its own: only the launch's overrides are "
                                     "read, not that file's settings (the rest take verl's defaults)"))
-    left = sorted(k for k in DEFAULTS if k not in seen and not k.startswith(("critic.", "reward_model.")))
+    left = sorted(k for k in DEFAULTS if k not in seen and k not in VERSIONED and not k.startswith(("critic.", "reward_model.")))
     res.assumptions.append(f"verl's defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
                            + ", ".join(f"{k.removeprefix(AR + '.')}={DEFAULTS[k]}" for k in left))
     res.scenario = _build(cfg, seen, opts, res)
@@ -351,9 +387,13 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         raise ImportError_(f"{AR}.rollout.name: expected one of {', '.join(ENGINES)}, got {name!r}")
     if f"{AR}.rollout.name" not in seen:
         a.append("rollout.name not set: vllm")
-    if f"{AR}.rollout.enforce_eager" not in seen:
-        a.append("rollout.enforce_eager not set: verl's current default False (CUDA graphs, as the runtime's costs assume); "
-                 "the 0.1/0.2 configs printed True (a host-bound decode, not modelled)")
+    versioned_defaults(cfg, seen, opts.verl_version, a)
+    runtime = engine[1]
+    if _bool(cfg, f"{AR}.rollout.enforce_eager"):
+        if runtime == "vllm":
+            runtime = "vllm_eager"
+        else:
+            a.append(f"rollout.enforce_eager=True has no effect on a {name} rollout (verl passes it to vLLM only)")
 
     prompts = _int(cfg, "data.train_batch_size")
     max_prompt = _int(cfg, f"{AR}.rollout.prompt_length" if f"{AR}.rollout.prompt_length" in seen else "data.max_prompt_length")
@@ -381,7 +421,7 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
             "max_prompt_tokens": max_prompt,
             "max_response_tokens": max_resp,
         },
-        "generation": {"engine": engine[0], "runtime": engine[1], "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs")},
+        "generation": {"engine": engine[0], "runtime": runtime, "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs")},
         "schedule": {"kind": "sync"},
         "steps": opts.steps,
         "warmup_steps": 1 if opts.steps > 1 else 0,

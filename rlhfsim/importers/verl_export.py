@@ -4,7 +4,7 @@ the import options (GPU, mean lengths) a launch does not carry. Importing the re
 to be.
 
 Only scenarios a verl launch can express are accepted: sync schedule, colocated or dedicated-reward placement,
-the continuous engine with vllm/sglang or the static engine with hf_generate, lognormal response lengths of
+the continuous engine with vllm/vllm_eager/sglang or the static engine with hf_generate, lognormal response lengths of
 the importer's log-sd, normal prompt lengths.
 """
 
@@ -15,7 +15,7 @@ import math
 from rlhfsim.importers.common import RESPONSE_LOG_SD, ImportError_, ImportOptions
 
 AR = "actor_rollout_ref"
-RUNTIME_NAME = {"vllm": "vllm", "sglang": "sglang", "hf_generate": "hf"}
+RUNTIME_NAME = {"vllm": "vllm", "vllm_eager": "vllm", "sglang": "sglang", "hf_generate": "hf"}
 
 
 def _require(cond: bool, path: str, what: str) -> None:
@@ -45,6 +45,7 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
          f"{AR}.actor.use_kl_loss={'reference' in models}",
          "algorithm.use_kl_in_reward=False",
          f"{AR}.rollout.name={RUNTIME_NAME[gen['runtime']]}",
+         f"{AR}.rollout.enforce_eager={gen['runtime'] == 'vllm_eager'}",
          f"{AR}.rollout.max_num_seqs={gen['max_batch']}",
          f"{AR}.rollout.tensor_model_parallel_size={pl['tp']['rollout']}",
          f"trainer.n_gpus_per_node={cl['gpus_per_node']}",

@@ -69,6 +69,13 @@ def test_dotted_flags_of_newer_releases_are_aliases():
     assert _import(dotted).scenario == _import(BASE).scenario
 
 
+def test_enforce_eager_selects_vllm_without_cuda_graphs():
+    assert _import(BASE).scenario["generation"]["runtime"] == "vllm"
+    res = _import(BASE + " --vllm.enforce_eager")
+    assert res.scenario["generation"]["runtime"] == "vllm_eager"
+    assert {s.key: s.status for s in res.settings}["enforce_eager"] == "mapped"
+
+
 def test_every_flag_is_accounted_for():
     res = _import(BASE + " --actor_learning_rate 5e-7 --zero_stage 3 --mystery_flag 1")
     assert len(res.settings) == BASE.count("--") + 3

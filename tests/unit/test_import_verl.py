@@ -73,9 +73,9 @@ def test_every_setting_of_the_launch_is_accounted_for(path):
 
 
 def test_unmapped_settings_and_assumptions_are_listed_in_the_header():
-    res = _import(GRPO, sets=(f"{AR}.rollout.enforce_eager=True", f"{AR}.ref.ulysses_sequence_parallel_size=2", "foo.bar=1"))
+    res = _import(GRPO, sets=(f"{AR}.rollout.free_cache_engine=True", f"{AR}.ref.ulysses_sequence_parallel_size=2", "foo.bar=1"))
     unmapped = {s.key: s.target for s in res.by_status("unmapped")}
-    assert "without CUDA graphs" in unmapped[f"{AR}.rollout.enforce_eager"]
+    assert "KV cache freed" in unmapped[f"{AR}.rollout.free_cache_engine"]
     assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size's is used" in unmapped[f"{AR}.ref.ulysses_sequence_parallel_size"]
     assert unmapped["foo.bar"] == "not recognised by the importer"
     assert "trainer.test_freq" in unmapped
@@ -228,3 +228,27 @@ def test_every_field_launch_imports_and_loads():
             res = _import(field / run["launch"], gpu=gpu, mean_response_len=run.get("mean_response_len"))
             assert load_scenario(res.scenario, base_dir=field).cluster.gpu == gpu
             assert len(res.settings) == _overrides(field / run["launch"]), run["id"]
+
+
+def test_enforce_eager_selects_vllm_without_cuda_graphs_and_older_releases_default_to_it():
+    """rollout.enforce_eager=True (vLLM) -> generation.runtime vllm_eager; unset, it takes the default of the
+    release given with --verl-version (True before v0.6.0, verl #2956) or today's (False), and says which."""
+    eager = _import(GRPO, sets=(f"{AR}.rollout.enforce_eager=True",))
+    assert eager.scenario["generation"]["runtime"] == "vllm_eager"
+    assert {s.key: s.status for s in eager.settings}[f"{AR}.rollout.enforce_eager"] == "mapped"
+    now = _import(GRPO)
+    assert now.scenario["generation"]["runtime"] == "vllm"
+    assert any("enforce_eager not set: verl's current default False" in x for x in now.assumptions)
+    old = _import(GRPO, verl_version="0.2")
+    assert old.scenario["generation"]["runtime"] == "vllm_eager"
+    assert any("enforce_eager not set: True, the default of verl 0.2" in x for x in old.assumptions)
+    assert _import(GRPO, verl_version="v0.6.1").scenario["generation"]["runtime"] == "vllm"
+    assert _import(GRPO, verl_version="0.3.0.post1", sets=(f"{AR}.rollout.enforce_eager=False",)
+                   ).scenario["generation"]["runtime"] == "vllm"
+    sim_eager = simulate(load_scenario(eager.scenario), steps=2).summary["phases_s"]["generate"]
+    sim_graphs = simulate(load_scenario(now.scenario), steps=2).summary["phases_s"]["generate"]
+    assert sim_eager > sim_graphs
+    with pytest.raises(ImportError_, match=r"--verl-version: expected a release such as 0.4 or v0.5.0, got 'latest'"):
+        _import(GRPO, verl_version="latest")
+    overrides, opts = export_verl(eager.scenario)
+    assert import_verl(" ".join(overrides), opts, eager.source).scenario == eager.scenario
