@@ -225,9 +225,18 @@ def test_every_field_launch_imports_and_loads():
     doc = yaml.safe_load((field / "runs.yaml").read_text())
     for run in doc["runs"] + doc["unscored"]:
         for gpu in [run["gpu"]] if "gpu" in run else run["gpus"]:
-            res = _import(field / run["launch"], gpu=gpu, mean_response_len=run.get("mean_response_len"))
+            sets = tuple(run.get("set", ()))
+            res = _import(field / run["launch"], gpu=gpu, mean_response_len=run.get("mean_response_len"), sets=sets,
+                          verl_version=run.get("verl_version"))
             assert load_scenario(res.scenario, base_dir=field).cluster.gpu == gpu
-            assert len(res.settings) == _overrides(field / run["launch"]), run["id"]
+            launch_keys = {t.partition("=")[0].lstrip("+") for t in launch_tokens((field / run["launch"]).read_text(),
+                                                                               ("verl.trainer.main_ppo",), "test")}
+            assert len(launch_keys) == _overrides(field / run["launch"]), run["id"]
+            # every launch override and every set key is recorded once (a set key overriding the launch's replaces it)
+            assert len(res.settings) == len(launch_keys | {s.partition("=")[0] for s in sets}), run["id"]
+            if sets:
+                got = {s.key: s.value for s in res.settings}
+                assert all(got[k] == v for k, _, v in (s.partition("=") for s in sets)), run["id"]
 
 
 def test_enforce_eager_selects_vllm_without_cuda_graphs_and_older_releases_default_to_it():

@@ -1,7 +1,9 @@
 """Measured against predicted for the public runs in runs.yaml (docs/validation.md, "Public runs").
 
 Each launch is imported with `rlhfsim import verl` (the GPU, the logged mean lengths and the verl release the run
-used passed as options, nothing else), simulated with the bundled profile, and its steady-state mean step time set beside the measured one:
+used passed as options, and a run's `set` list, when it has one, as `--set`: settings its launch file's header
+explains; nothing else), simulated with the bundled profile, and its steady-state mean step time set beside the
+measured one:
 error_pct = 100 x (predicted - measured) / measured. Run from the repository root:
 
     python scenarios/examples/field/field_table.py [--json]
@@ -28,7 +30,7 @@ def predict(run: dict, gpu: str, execution: bool = True) -> dict:
     launch = HERE / run["launch"]
     opts = ImportOptions(gpu=gpu, mean_response_len=run.get("mean_response_len"),
                          mean_prompt_len=run.get("mean_prompt_len"), steps=4, name=run["id"], execution=execution,
-                         verl_version=run.get("verl_version"))
+                         verl_version=run.get("verl_version"), sets=tuple(run.get("set", ())))
     res = import_verl(launch.read_text(), opts, str(launch.relative_to(HERE.parents[2])))
     summary = simulate(load_scenario(res.scenario, base_dir=HERE)).summary
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): round(v, 2) for p, v in summary["phases_s"].items()}
