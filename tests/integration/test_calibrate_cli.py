@@ -205,12 +205,10 @@ def test_aoti_cpp_runs_in_a_tiny_calibration(tmp_path):
     assert CostModel(get_gpu("cpu"), prof).runtimes == ["aoti_cpp", "eager"]
 
 
-def test_kill_mid_run_keeps_the_journal_and_resume_finishes(tmp_path):
-    """SIGKILL (no handler runs) in the middle of a calibration: every journaled point survives, no profile
-    appears half-written, and --resume measures only what is missing."""
-    out = tmp_path / "killed.json"
+def _stop_mid_run(tmp_path: Path, out: Path, grid: dict, records: int, stop) -> None:
+    """Start a tiny calibration in a child process, wait until its journal holds ``records`` records (meta
+    included), then ``stop(proc)`` it (the child must still be running then)."""
     jp = journal_path(out)
-    grid = {**TINY_GRID, "point_budget_s": 0.3, "max_iters": 50, "min_iters": 20}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "calibrate", "calibrate", "--device", "cpu", "--models", "tiny-qwen2",
                              "--runtimes", "eager", "--threads", "1", "--out", str(out), "--grid", json.dumps(grid),
@@ -219,15 +217,28 @@ def test_kill_mid_run_keeps_the_journal_and_resume_finishes(tmp_path):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            if jp.is_file() and len(read_journal(jp)) >= 4:  # meta + 3 points
+            if jp.is_file() and len(read_journal(jp)) >= records:
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, "the calibration finished before it could be killed"
-        proc.kill()
-        proc.wait(timeout=30)
+        assert proc.poll() is None, "the calibration finished before it could be stopped"
+        stop(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_kill_mid_run_keeps_the_journal_and_resume_finishes(tmp_path):
+    """SIGKILL (no handler runs) in the middle of a calibration: every journaled point survives, no profile
+    appears half-written, and --resume measures only what is missing."""
+    out = tmp_path / "killed.json"
+    jp = journal_path(out)
+    grid = {**TINY_GRID, "point_budget_s": 0.3, "max_iters": 50, "min_iters": 20}
+
+    def kill(proc):
+        proc.kill()
+        proc.wait(timeout=30)
+
+    _stop_mid_run(tmp_path, out, grid, 4, kill)  # meta + 3 points
     assert not out.exists()
     kept = [r["key"] for r in read_journal(jp) if r.get("kind") == "point"]
     assert len(kept) >= 3
@@ -244,23 +255,12 @@ def test_from_journal_builds_a_profile_of_a_cut_run_without_measuring(tmp_path):
     out = tmp_path / "cut.json"
     jp = journal_path(out)
     grid = {**TINY_GRID, "point_budget_s": 0.3, "max_iters": 50, "min_iters": 20, "step_iters": 0}
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "calibrate", "calibrate", "--device", "cpu", "--models", "tiny-qwen2",
-                             "--runtimes", "eager", "--threads", "1", "--out", str(out), "--grid", json.dumps(grid),
-                             "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if jp.is_file() and len(read_journal(jp)) >= 8:  # meta + 7 points
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the calibration finished before it could be cut"
+
+    def term(proc):
         proc.terminate()
         assert proc.wait(timeout=60) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    _stop_mid_run(tmp_path, out, grid, 8, term)  # meta + 7 points
     before = jp.read_bytes()
     res = calibrate(out, "--from-journal", models="tiny-qwen2", runtimes="eager")
     assert res.exit_code == 0, res.output
