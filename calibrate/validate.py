@@ -78,7 +78,7 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
         minibatch_size=sc.algorithm.minibatch_size, engine=sc.generation.engine,
         max_batch=sc.generation.max_batch, schedule=sched.kind, intra=intra, chunk_tokens=chunk,
         inter=inter, delta=delta, keep_kv=keep_kv, steps=steps, rollouts=rollouts, seed=sc.seed,
-        threads=threads, gen_runtime=runtime)
+        threads=threads, gen_runtime=runtime, reward_streaming=setup.reward_streaming, retokenize=setup.retokenize)
 
 
 def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
