@@ -104,7 +104,10 @@ def test_simulated_steps_score_more_under_reencode(chunk, seed):
     for a, b in zip(re.steps, fo.steps):
         assert a.scored_tokens >= b.scored_tokens
         assert a.chunks_scored >= b.chunks_scored
-    assert sum(r.scored_tokens for r in re.steps) > sum(r.scored_tokens for r in fo.steps)
+    if any(resp > chunk for r in re.steps for _, _, resp in r.lengths):   # a speculative pass was made
+        assert sum(r.scored_tokens for r in re.steps) > sum(r.scored_tokens for r in fo.steps)
+    else:
+        assert sum(r.scored_tokens for r in re.steps) == sum(r.scored_tokens for r in fo.steps)
 
 
 def test_incremental_into_an_encoder_is_refused_at_load():
