@@ -21,7 +21,7 @@ import json
 from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import rebuild, simulate
 
-CHUNKS = (8, 16, 32, 64, 128, 256, 384)
+CHUNKS = (4, 8, 16, 32, 64, 128, 256, 384)
 MODELS = {"deberta-v3-large": ("final_only", "reencode"), "qwen2.5-0.5b": ("final_only", "incremental")}
 
 
@@ -42,7 +42,6 @@ def run(scenario: str, profile: str | None, steps: int) -> dict:
                              profile=profile, steps=steps)
                 s = r.summary
                 curve.append({"chunk_tokens": k, "step_time_s": s["step_time_s"],
-                              "reward_after_generate_s": max(s["phases_s"].get("reward", 0.0) - s["phases_s"].get("generate", 0.0), 0.0),
                               "scored_tokens_per_step": sum(x.scored_tokens for x in r.steps[sc.warmup_steps:]) / max(len(r.steps) - sc.warmup_steps, 1),
                               "calls_per_step": s["schedule_stats"]["chunks_scored"] / max(s["steps"], 1)})
             rows["curves"][st] = curve
@@ -50,23 +49,27 @@ def run(scenario: str, profile: str | None, steps: int) -> dict:
     enc = out["models"]["deberta-v3-large"]["curves"]
     worse = [a["chunk_tokens"] for a, b in zip(enc["reencode"], enc["final_only"]) if a["step_time_s"] > b["step_time_s"] * 1.001]
     out["crossover_chunk_tokens"] = max(worse) if worse else None
+    sync = out["models"]["deberta-v3-large"]["sync"]
+    over_sync = [a["chunk_tokens"] for a in enc["reencode"] if a["step_time_s"] > sync]
+    out["reencode_slower_than_sync_at_or_below"] = max(over_sync) if over_sync else None
     return out
 
 
 def markdown(doc: dict) -> str:
     lines = [f"`{doc['scenario']}`, profile {doc['profile']}, {doc['steps']} steps (first excluded); step time in s, "
-             "in brackets the reward work left after generation ends (s) and the tokens the scorer encodes per step."]
+             "in brackets the scorer's calls and the tokens it encodes per step."]
     for model, rows in doc["models"].items():
         sts = list(rows["curves"])
         lines += ["", f"**{model}** (sync, no streaming: {rows['sync']:.2f} s)", "",
                   "| chunk | " + " | ".join(sts) + " |", "|---:|" + "---:|" * len(sts)]
         for i, k in enumerate(CHUNKS):
-            cells = [f"{rows['curves'][st][i]['step_time_s']:.2f} ({rows['curves'][st][i]['reward_after_generate_s']:.2f} s, "
+            cells = [f"{rows['curves'][st][i]['step_time_s']:.2f} ({rows['curves'][st][i]['calls_per_step']:,.0f} calls, "
                      f"{rows['curves'][st][i]['scored_tokens_per_step']:,.0f} tok)" for st in sts]
             lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    c = doc["crossover_chunk_tokens"]
+    c, cs = doc["crossover_chunk_tokens"], doc["reencode_slower_than_sync_at_or_below"]
     lines += ["", ("Crossover: with DeBERTa-v3-large, `reencode` costs more than it hides (slower than `final_only`) "
-                   f"at chunks of {c} tokens and below." if c else "No crossover in this range: `reencode` is never slower than `final_only`.")]
+                   f"at chunks of {c} tokens and below" if c else "No crossover in this range: `reencode` is never slower than `final_only`")
+              + (f"; at {cs} tokens and below it is slower than not streaming at all (sync)." if cs else "; it is never slower than sync.")]
     return "\n".join(lines)
 
 
