@@ -381,7 +381,8 @@ class CostModel:
         key = op_key("reencode", runtime) if runtime is not None else None
         if m.arch == "encoder" and key in self.ops:
             return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op=key, head="value")
-        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=runtime, head="value")
+        scorer = runtime if runtime is not None and op_key("score", runtime) in self.ops else None
+        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=scorer, head="value")
 
     def retokenize_s(self, n_calls: int, n_tokens: float) -> float:
         """Host seconds to decode the actor's token ids to text and tokenize the texts for a reward model

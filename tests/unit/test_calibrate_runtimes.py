@@ -138,4 +138,4 @@ def test_reencode_points_fit_per_runtime_and_price_encoders(session):
     assert cost.rescore_parts(enc, "float32", 64, 1, runtime="eager") == \
         cost.forward_parts(enc, "float32", 64, 1, op="reencode:eager", head="value")
     assert cost.rescore_parts(dec, "float32", 64, 1, runtime="eager") == \
-        cost.forward_parts(dec, "float32", 64, 1, runtime="eager", head="value")
+        cost.forward_parts(dec, "float32", 64, 1, op="prefill", head="value")   # no score:eager here: prefill
