@@ -140,6 +140,8 @@ class Scorer:
         if final:
             seq.reward = float(out[0])
         end = self.clock.now()
+        log.op("chunk_prefill", end - start, tokens=len(ids), prefix=0 if first else len(seq.prompt) + a,
+               retokenize=self.retok is not None)
         if final:
             self.free.append(self.slot_of.pop(seq.rid))
         log.add("reward", "reward", start, end, score_calls=1, chunks_scored=1, scored_tokens=b - a,
@@ -158,5 +160,7 @@ class Scorer:
             score = float(out)
         if final:
             seq.reward = score
-        self.log.add("reward", "reward", start, self.clock.now(), score_calls=1, chunks_scored=1, scored_tokens=b,
+        end = self.clock.now()
+        self.log.op("rescore", end - start, tokens=len(ids), retokenize=self.retok is not None)
+        self.log.add("reward", "reward", start, end, score_calls=1, chunks_scored=1, scored_tokens=b,
                      scored_prompt_tokens=len(seq.prompt))
