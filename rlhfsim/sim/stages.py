@@ -276,7 +276,10 @@ class ChunkScorer:
     the decode loop are prefilled on top of each sequence's cached prefix, first in, first out. Each replica
     of the role's pool takes up to ``intra.max_chunk_batch`` queued chunks as one batched chunk prefill
     (default 1: one call per chunk, as the real executor does). The first chunk of a sequence includes
-    its prompt.
+    its prompt. That is the ``incremental`` strategy; the reward model streams by its own
+    (``models.reward.streaming``, ``rlhfsim.sim.streaming``): ``reencode`` queues the whole prefix so far
+    at every hand-over and prices it from scratch, ``final_only`` queues each rollout once, when it has
+    finished. A reward model of another tokenizer adds each call's re-tokenizing as host time.
 
     Calls are priced one by one (each costs what it would alone, times ``prefill_slowdown`` when decode
     runs on the replica's GPUs at the call's start), but each replica runs a *chain* of back-to-back calls
