@@ -10,6 +10,8 @@
 * ``runtimes``: per runtime, validity, max abs difference to eager, setup and first-call costs per model.
 * ``batching``: padded / bucketed / packed medians per (model, batch, max length); ``chunked_scoring``:
   chunk-on-prefix against one-shot prefill of the same total length.
+* ``encode:RUNTIME``: the runtime's fit to encoder reward models (``runtimes.RUNTIME.fits.encoder``) as an
+  operation of its own, which prices every encoder forward pass (``encoder_score_ops``).
 * ``reencode:RUNTIME``: fitted to the runtime's re-encode points (``calibrate.reencode``: batch-1 passes
   over a growing prefix of encoder reward models; ``prefill``'s default as the prior); ``reencode``:
   those points per runtime, and the lengths skipped with why.
@@ -234,6 +236,21 @@ def chunk_summary(points: list[dict]) -> list[dict]:
     return rows
 
 
+def encoder_score_ops(runtimes: dict, ops: dict) -> list[str]:
+    """``encode:RUNTIME`` for every valid runtime with a fit to encoder reward models' padded batches
+    (``runtimes.RUNTIME.fits.encoder``): ``score:RUNTIME`` is the decoders' fit whenever decoders were
+    measured, and DeBERTa's disentangled attention costs more than that fit says, so an encoder's forward
+    pass is priced with its own family's fit (``CostModel._forward_kernel``). Returns the keys added."""
+    added = []
+    for rt, info in sorted(runtimes.items()):
+        fit = (info.get("fits") or {}).get("encoder")
+        if info.get("valid") and fit:
+            ops[op_key("encode", rt)] = {**fit, "source": _source(fit) if "status" in fit else "measured",
+                                         "source_points": "padded uniform-length batches of encoder reward models"}
+            added.append(op_key("encode", rt))
+    return added
+
+
 def reencode_summary(points: list[dict], ops: dict, gpu: GpuSpec, prior: OpParams) -> dict:
     """``reencode:RUNTIME`` fitted to each runtime's re-encode points (``calibrate.reencode``: batch-1
     passes over a growing prefix of encoder reward models) added to ``ops``; returns per runtime its
@@ -285,6 +302,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
             ops[f"score:{rt}"] = {**info["fits"][fam], "source": _source(info["fits"][fam]),
                                   "source_points": f"padded uniform-length batches of {fam} reward models"}
             info["op"] = f"score:{rt}"
+    encoder_score_ops(runtimes, ops)
     reencode = reencode_summary(points, ops, gpu, priors["prefill"])
     generation = generation_summary(points, gen_records, ops, gpu, priors, tuple(grid.get("gen_runtimes", ())))
     profile = {

@@ -4,7 +4,9 @@ own machinery, without measuring the rest again:
 * ``reencode:RUNTIME`` (``calibrate.reencode``): re-encode scoring of the encoder reward models given
   (default tiny-deberta) over a growing prefix, every scoring runtime interleaved (eager, compile,
   onnxruntime, aoti_python, aoti_cpp: the C++ harness), fitted by ``calibrate.assemble.reencode_summary``;
-* ``step.retokenize_s``, ``step.retokenize_per_token_s`` (``calibrate.stepbench._retokenize``).
+* ``step.retokenize_s``, ``step.retokenize_per_token_s`` (``calibrate.stepbench._retokenize``);
+* ``encode:RUNTIME`` from the profile's own encoder fits (``calibrate.assemble.encoder_score_ops``: no
+  new measurement).
 
 The points are appended to the profile's ``points`` and the journal kept beside the output; the
 profile's ``provenance.extensions`` records the command, date, load and thread count. Nothing the profile
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from calibrate.assemble import reencode_summary
+from calibrate.assemble import encoder_score_ops, reencode_summary
 from calibrate.device_info import load_avg, usable_cores
 from calibrate.grid import default_grid, with_overrides
 from calibrate.journal import Journal, journal_path
@@ -74,6 +76,7 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
     prior = OpParams.from_dict(load_profile("default")["operations"]["prefill"])
     ops = dict(doc["operations"])
     doc["reencode"] = reencode_summary(points, ops, spec, prior)
+    encoder_score_ops(doc["runtimes"], ops)
     doc["operations"] = ops
     doc["points"] = [p for p in doc.get("points", []) if p.get("op") != "reencode"] + \
         [{k: v for k, v in p.items() if k != "kind"} for p in points]
@@ -85,7 +88,7 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
     step.setdefault("source", "measured")
     doc["step"] = step
     ext = {"issue": 15, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
-           "added": sorted(k for k in ops if k.startswith("reencode:")) + ["step.retokenize_s", "step.retokenize_per_token_s"],
+           "added": sorted(k for k in ops if k.startswith(("reencode:", "encode:"))) + ["step.retokenize_s", "step.retokenize_per_token_s"],
            "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
            "models": models, "runtimes": runtimes, "journal": jpath.name,
            "grid": {"reencode_lengths": list(g.reencode_lengths), "reencode_static_lengths": list(g.reencode_static_lengths),

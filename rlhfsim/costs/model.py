@@ -353,7 +353,12 @@ class CostModel:
         key = (m, dtype, tp, op, runtime, head, gen_runtime)
         k = self._forward.get(key)
         if k is None:
-            p = self.gen_params(op, gen_runtime) if gen_runtime is not None and runtime is None else self.params(op, runtime)
+            if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
+                p = self.ops[op_key("encode", runtime)]   # an encoder's own family fit (calibrate.assemble)
+            elif gen_runtime is not None and runtime is None:
+                p = self.gen_params(op, gen_runtime)
+            else:
+                p = self.params(op, runtime)
             k = self._forward[key] = _Forward(self, m, dtype, head, tp, p)
         return k
 
