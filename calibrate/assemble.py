@@ -10,6 +10,11 @@
 * ``runtimes``: per runtime, validity, max abs difference to eager, setup and first-call costs per model.
 * ``batching``: padded / bucketed / packed medians per (model, batch, max length); ``chunked_scoring``:
   chunk-on-prefix against one-shot prefill of the same total length.
+* ``encode:RUNTIME``: the runtime's fit to encoder reward models (``runtimes.RUNTIME.fits.encoder``) as an
+  operation of its own, which prices every encoder forward pass (``encoder_score_ops``).
+* ``reencode:RUNTIME``: fitted to the runtime's re-encode points (``calibrate.reencode``: batch-1 passes
+  over a growing prefix of encoder reward models; ``prefill``'s default as the prior); ``reencode``:
+  those points per runtime, and the lengths skipped with why.
 * Generation runtimes (contract: ``rlhfsim.costs.genruntimes``; points: ``calibrate.genbench``):
   ``prefill:RT`` and ``decode:RT`` fitted like ``prefill``/``decode`` to the points of runtime RT (the
   plain operations fit only points without a runtime, or of ``kv_decoder``), for a runtime valid on every
@@ -231,6 +236,44 @@ def chunk_summary(points: list[dict]) -> list[dict]:
     return rows
 
 
+def encoder_score_ops(runtimes: dict, ops: dict) -> list[str]:
+    """``encode:RUNTIME`` for every valid runtime with a fit to encoder reward models' padded batches
+    (``runtimes.RUNTIME.fits.encoder``): ``score:RUNTIME`` is the decoders' fit whenever decoders were
+    measured, and DeBERTa's disentangled attention costs more than that fit says, so an encoder's forward
+    pass is priced with its own family's fit (``CostModel._forward_kernel``). Returns the keys added."""
+    added = []
+    for rt, info in sorted(runtimes.items()):
+        fit = (info.get("fits") or {}).get("encoder")
+        if info.get("valid") and fit:
+            ops[op_key("encode", rt)] = {**fit, "source": _source(fit) if "status" in fit else "measured",
+                                         "source_points": "padded uniform-length batches of encoder reward models"}
+            added.append(op_key("encode", rt))
+    return added
+
+
+def reencode_summary(points: list[dict], ops: dict, gpu: GpuSpec, prior: OpParams) -> dict:
+    """``reencode:RUNTIME`` fitted to each runtime's re-encode points (``calibrate.reencode``: batch-1
+    passes over a growing prefix of encoder reward models) added to ``ops``; returns per runtime its
+    points (model, length, ms, max abs difference to eager) and what was skipped, with why."""
+    out: dict[str, dict] = {}
+    for p in points:
+        if p["op"] != "reencode":
+            continue
+        row = out.setdefault(p["runtime"], {"op": None, "points": [], "skipped": []})
+        if "skipped" in p:
+            row["skipped"].append({"model": p["model"], "length": p["seq_len"], "why": p["skipped"]})
+        else:
+            row["points"].append({"model": p["model"], "length": p["seq_len"], "ms": 1e3 * point_value(p),
+                                  "max_abs_diff": p.get("max_abs_diff")})
+    for rt, row in sorted(out.items()):
+        pts = _measured(points, op="reencode", runtime=rt)
+        if pts:
+            ops[op_key("reencode", rt)] = {**fitted(pts, gpu, prior),
+                                           "source_points": "batch-1 re-encodes of a growing prefix of encoder reward models"}
+            row["op"] = op_key("reencode", rt)
+    return out
+
+
 def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command: str, quick: bool,
                   points: list[dict], records: list[dict], grid: dict) -> dict:
     """The Profile dict of a calibration (validated with ``rlhfsim.costs.profile.validate_profile``)."""
@@ -259,6 +302,8 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
             ops[f"score:{rt}"] = {**info["fits"][fam], "source": _source(info["fits"][fam]),
                                   "source_points": f"padded uniform-length batches of {fam} reward models"}
             info["op"] = f"score:{rt}"
+    encoder_score_ops(runtimes, ops)
+    reencode = reencode_summary(points, ops, gpu, priors["prefill"])
     generation = generation_summary(points, gen_records, ops, gpu, priors, tuple(grid.get("gen_runtimes", ())))
     profile = {
         "schema_version": SCHEMA_VERSION,
@@ -274,6 +319,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
         "generation": generation,
         "batching": batching_summary(points),
         "chunked_scoring": chunk_summary(points),
+        "reencode": reencode,
         "grid": grid,
         "points": points,
     }

@@ -69,7 +69,7 @@ def point_work(p: dict) -> fl.Work:
         return fl.train_work(m, dtype, p["tokens"], b, p["head"])
     if op == "optimizer":
         return fl.optimizer_work(m, 1, p["head"])
-    if op == "score":
+    if op in ("score", "reencode"):   # reencode: one sequence of seq_len tokens from scratch (calibrate.reencode)
         return fl.forward_work(m, dtype, p["tokens"], b, 0.0, 0.0, "value")
     raise ValueError(f"no work model for op {op!r}")
 

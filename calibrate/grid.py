@@ -28,6 +28,10 @@ points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_comp
 models (None: all).
 ``kv_decoder``'s costs are the plain ``prefill``/``decode`` points; it is only checked for correctness.
 
+Re-encode scoring (``calibrate.reencode``, encoder reward models only): one response's prefixes of the
+lengths ``reencode_lengths``, each a batch-1 call from scratch, every scoring runtime interleaved at each
+length; runtimes compiled per input shape take ``reencode_static_lengths`` only.
+
 Roles (``rlhfsim validate``'s calibration of a scenario's own models): ``actor_models`` names the decoder
 shapes measured as actors (prefill, decode, generation runtimes, LM-head training) and ``critic_models``
 those measured with value-head training; a shape outside both (a reward model) is measured as a scorer
@@ -82,6 +86,8 @@ class Grid:
     gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
     gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)
     step_iters: int = 7                             # samples per step-scalar timing (calibrate.stepbench; 0: skip)
+    reencode_lengths: tuple[int, ...] = (16, 32, 64, 128, 224, 352, 480)  # encoder reward models: a growing prefix re-encoded
+    reencode_static_lengths: tuple[int, ...] = (32, 128, 224, 352, 480)  # ... those runtimes compiled per shape take
     actor_models: tuple[str, ...] | None = None     # decoders measured as actors (generation, LM training); None: all
     critic_models: tuple[str, ...] | None = None    # decoders measured with value-head training; None: all
 

@@ -37,6 +37,8 @@ from calibrate.models import dtype_name
 from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
+from calibrate.reencode import measure_reencode
+from calibrate.reencode import plan_size as reencode_plan_size
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import bundled_names, user_profile_dir
@@ -107,6 +109,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
         n += len(within(grid.score, m.max_positions)) + len(STRATEGIES) * len(within(grid.strategies, m.max_positions))
         if m.name in runtime_models:
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
+        n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
 
@@ -252,6 +255,15 @@ def assemble_journal(out: Path, *, gpu_name: str | None = None, name: str | None
     return _write(profile, out)
 
 
+def _valid_runtimes(s: Session, name: str, shape: ModelShape) -> set[str]:
+    """{name} when the scoring runtime ran and agreed with eager on ``shape`` (its journal record), else
+    the empty set: re-encoding is not measured with a runtime already found unavailable or invalid."""
+    from calibrate.scoring import runtime_key
+
+    rec = s.journal.get(runtime_key(name, shape.name))
+    return {name} if rec is None or rec.get("valid", True) else set()
+
+
 def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[ModelShape], rts: dict,
                  rt_models: set[str]) -> None:
     """One pass over the whole grid (``Grid.passes`` passes spread every operation's samples over the
@@ -268,6 +280,7 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
             mine = {r: rt for r, rt in rts.items() if r == "eager" or m.name in rt_models}
             shapes = {r: within(g.score if r == "eager" else runtime_shapes(g, r), m.max_positions) for r in mine}
             measure_runtimes(s, mine, model, m, shapes)
+            measure_reencode(s, {r: rt for r, rt in mine.items() if r in _valid_runtimes(s, r, m)}, model, m)
             for b, n in within(g.strategies, m.max_positions):
                 measure_strategies(s, model, m, b, n)
             del model

@@ -31,6 +31,10 @@ shape; ``tiny-qwen2`` by default), samples kept in ``step.samples``:
   normalization (a Python loop over rows building per-prompt score lists, mean and std per group, a
   second loop normalizing) at three batch sizes: median over points of (t - c B L) / B. The driver does
   this work, so it is timed on the host CPU whatever the device.
+* ``retokenize_s``, ``retokenize_per_token_s``: ``calibrate.retokenize.Retokenizer`` from the model's
+  tokenizer to tiny-deberta's (the actor's ids decoded to text, the texts encoded for the reward model;
+  Rust ``tokenizers``) at five (rows, tokens per row) points; least squares of t = a + c x tokens. Host
+  CPU work whatever the device.
 
 Timing: ``calibrate.measure`` (host clock, the device synchronized before each reading; the first call
 timed apart and dropped). Runs in a few seconds on a CPU with ``quick``.
@@ -229,6 +233,29 @@ def _advantages(iters: int) -> dict:
     return {"gae_s": gae, "grpo_s": grpo, "adv_per_position_s": a, "adv_per_token_s": c, "adv_per_row_s": per_row}
 
 
+RETOKENIZE_POINTS = ((1, 64), (1, 480), (8, 32), (8, 128), (8, 480))   # (rows, tokens per row)
+
+
+def _retokenize(shape: ModelShape, iters: int) -> dict:
+    """One call of ``calibrate.retokenize.Retokenizer`` (decode the rows' ids with ``shape``'s tokenizer,
+    encode the texts with a reward tokenizer of another family: tiny-deberta's) at each (rows, tokens per
+    row) of ``RETOKENIZE_POINTS``; least squares of t = a + c x tokens (a per call, c per token)."""
+    from calibrate.retokenize import Retokenizer
+    from rlhfsim.models.catalog import CATALOG
+
+    retok = Retokenizer(shape, CATALOG["tiny-deberta"])
+    g = torch.Generator().manual_seed(43)
+    med = {}
+    for rows, n in RETOKENIZE_POINTS:
+        ids = torch.randint(1, shape.vocab, (rows, n), generator=g).tolist()
+        med[f"{rows}x{n}"] = _median(time_calls(lambda ids=ids: retok(ids), device="cpu", warmup=1, iters=iters).samples_s)
+    x = np.array([[1.0, rows * n] for rows, n in RETOKENIZE_POINTS])
+    y = np.array([med[f"{rows}x{n}"] for rows, n in RETOKENIZE_POINTS])
+    (a, c), *_ = np.linalg.lstsq(x, y, rcond=None)
+    return {"median_s": med, "retokenize_s": max(float(a), 0.0), "retokenize_per_token_s": max(float(c), 0.0),
+            "pair": [shape.tokenizer_id, CATALOG["tiny-deberta"].tokenizer_id]}
+
+
 def measure_step_scalars(device: str, dtype: str, shape: ModelShape, spec: GpuSpec, iters: int = 7) -> dict:
     """``profile["step"]``: every scalar of ``rlhfsim.costs.stepcosts.STEP_SCALARS`` measured here with
     ``iters`` samples per timing (``Grid.step_iters``), the raw samples under ``samples``."""
@@ -242,6 +269,7 @@ def measure_step_scalars(device: str, dtype: str, shape: ModelShape, spec: GpuSp
         kv_sizes = (1.0, 4.0) if cuda else (0.0625, 0.25)
         kv = _kv_realloc(device, kv_sizes, max(iters // 2, 1))
         adv = _advantages(max(iters // 2, 1))
+        retok = _retokenize(shape, iters)
     kv_lo, kv_hi = (_median(kv[str(g)]) for g in kv_sizes)
     slope = max((kv_hi - kv_lo) / (kv_sizes[1] - kv_sizes[0]), 0.0)
     step = {
@@ -255,13 +283,15 @@ def measure_step_scalars(device: str, dtype: str, shape: ModelShape, spec: GpuSp
         "adv_per_token_s": adv["adv_per_token_s"],
         "adv_per_row_s": adv["adv_per_row_s"],
         "adv_per_position_s": adv["adv_per_position_s"],
+        "retokenize_s": retok["retokenize_s"],
+        "retokenize_per_token_s": retok["retokenize_per_token_s"],
     }
     assert set(step) == set(STEP_SCALARS)
     step["host_copy_eff"] = max(step["host_copy_eff"], 1e-6)  # an efficiency is > 0
     step["reshard_eff"] = max(step["reshard_eff"], 1e-6)
     return {**step, "source": "measured", "device": device, "model": shape.name, "dtype": dtype,
             "samples": {"forward_piece": fwd, "train_piece": trn, "host_copy": copy, "reshard_load": load,
-                        "kv_realloc": kv, "advantage": adv}}
+                        "kv_realloc": kv, "advantage": adv, "retokenize": retok}}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,8 @@ For each scenario:
      each predict the same measured steps.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
-  5. Find where generation's time goes: every generation operation the executor timed inside the real
+  5. Find where generation's time goes (and, under intra-step streaming, the scorer's: each scorer call
+     the executor timed, ``chunk_prefill`` or ``rescore``, priced alone at its shape, ``scoring_ops``): every generation operation the executor timed inside the real
      steps (a prefill call, a decode step, a ``generate()`` call; ``StepLog.op``, with its shape) is priced
      with the profile at that shape, exactly as the simulator prices it (``price_op``), and summed per
      operation (``operations``); the generate span not covered by any operation is host work between
@@ -78,7 +79,7 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
         minibatch_size=sc.algorithm.minibatch_size, engine=sc.generation.engine,
         max_batch=sc.generation.max_batch, schedule=sched.kind, intra=intra, chunk_tokens=chunk,
         inter=inter, delta=delta, keep_kv=keep_kv, steps=steps, rollouts=rollouts, seed=sc.seed,
-        threads=threads, gen_runtime=runtime)
+        threads=threads, gen_runtime=runtime, reward_streaming=setup.reward_streaming, retokenize=setup.retokenize)
 
 
 def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
@@ -295,6 +296,42 @@ def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict) -> f
     raise RlhfsimError(f"price_op: expected prefill, decode or generate_call, got {name!r}")
 
 
+SCORER_OPS = ("chunk_prefill", "rescore")   # the scorer thread's calls under intra-step streaming (StepLog.op)
+
+
+def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
+    """The profile's price of one scorer call of the reward model, timed by the scorer thread, exactly as
+    the simulator's chunk scorer prices it alone (``rlhfsim.sim.streaming``: no co-running slowdown):
+    ``chunk_prefill`` on a cached prefix (incremental) or ``rescore`` from scratch (reencode,
+    final_only), plus re-tokenizing the call's tokens when the reward model reads another tokenizer."""
+    from rlhfsim.sim.streaming import STREAMING
+
+    rm, dtype = setup.shapes["reward"], setup.dtypes["reward"]
+    runtime = setup.scenario.models.reward.runtime or ("eager" if "eager" in cost.runtimes else None)
+    strategy = STREAMING["incremental" if name == "chunk_prefill" else "reencode"]
+    t = strategy.price(cost, rm, dtype, shape["tokens"], 1, shape.get("prefix", 0), 1, "value", runtime)[0]
+    return t + (cost.retokenize_s(1, shape["tokens"]) if shape.get("retokenize") else 0.0)
+
+
+def scoring_operations(setup, cost, steps: list) -> dict:
+    """Per scorer operation (``SCORER_OPS``) over the given (steady) steps: calls, measured and predicted
+    (alone) seconds per step, the error, and the profile's ``prefill_slowdown`` (the factor the simulator
+    applies to a call that starts while decode runs on its device)."""
+    n = max(len(steps), 1)
+    acc: dict[str, list[float]] = {}
+    for r in steps:
+        for name, secs, shape in r.ops:
+            if name in SCORER_OPS:
+                a = acc.setdefault(name, [0, 0.0, 0.0])
+                a[0] += 1
+                a[1] += secs
+                a[2] += price_scorer_op(cost, setup, name, shape)
+    return {"operations": {name: {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
+                                  "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c,
+                                  "error_pct": _err(p, m)} for name, (c, m, p) in sorted(acc.items())},
+            "prefill_slowdown": cost.prefill_slowdown}
+
+
 def operations(setup, cost, steps: list) -> dict:
     """Per generation operation over the given (steady) steps: calls, measured and predicted seconds per
     step, the error; plus ``outside_ops_s``: the generate span per step minus the operations in it."""
@@ -304,6 +341,8 @@ def operations(setup, cost, steps: list) -> dict:
     acc: dict[str, list[float]] = {}
     for r in steps:
         for name, secs, shape in r.ops:
+            if name in SCORER_OPS:
+                continue
             a = acc.setdefault(name, [0, 0.0, 0.0])
             a[0] += 1
             a[1] += secs
@@ -366,7 +405,8 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
             "predicted_step_time_s_interval": unc["step_time_s_interval"], "interval_level": unc["level"],
             "interval_source": unc["source"],
             "inside_interval": bool(unc["step_time_s_interval"][0] <= m_time <= unc["step_time_s_interval"][1]),
-            "phases": phases, "generation_ops": operations(setup, cost, m_steps), "checks": checks}
+            "phases": phases, "generation_ops": operations(setup, cost, m_steps),
+            "scoring_ops": scoring_operations(setup, cost, m_steps), "checks": checks}
 
 
 QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
@@ -549,6 +589,17 @@ def _print_block(c, doc: dict) -> None:
                 t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
                           f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
             t.add_row("host work between operations", "", f"{g['outside_ops_s']:.3f}", "0.000 (not priced)", "", "", "")
+            c.print(t)
+        g = s.get("scoring_ops")
+        if g and g["operations"]:
+            t = Table(title=f"scorer calls inside the step (per step; priced alone: the simulator multiplies a call that "
+                            f"starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f})")
+            for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
+                t.add_column(col, justify="left" if col == "operation" else "right")
+            for name, v in g["operations"].items():
+                e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
+                t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
+                          f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
             c.print(t)
 
 

@@ -5,8 +5,9 @@ Pure Python (no simpy, pydantic or plotly), so the simulator, the run reports, t
 and ``calibrate/`` all import it.
 
 A phase is the span of one kind of work in a step (first start to last end of its busy intervals).
-Phases marked (opt-in) appear only when the scenario's ``execution`` block turns them on; a run without
-them records exactly the phases it always did.
+Phases marked (opt-in) appear only when the scenario needs them (its ``execution`` block turns them on,
+or its reward model reads another tokenizer than the actor's); a run without them records exactly the
+phases it always did.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 # The phases of a step, in pipeline order (a ``<phase>_s`` column of steps.csv each).
 PHASES: tuple[str, ...] = (
     "generate",       # rollout generation (the actor's engine)
+    "retokenize",     # (opt-in) the actor's tokens decoded to text and tokenized for a reward model of another tokenizer
     "reward",         # reward model forward pass, or a rule-based checker on CPU workers
     "old_log_prob",   # (opt-in) the actor's forward pass recomputing log-probs under the rollout policy
     "reference",      # the reference model's log-prob forward pass
@@ -23,7 +25,8 @@ PHASES: tuple[str, ...] = (
     "critic_train",   # the same for the critic
     "weight_sync",    # the trained weights reach the generation engine
 )
-OPT_IN_PHASES = ("old_log_prob", "adv")  # only with the scenario's execution block
+OPT_IN_PHASES = ("retokenize", "old_log_prob", "adv")  # only when the scenario needs them (execution block; a
+                                                       # reward model whose tokenizer is not the actor's)
 BASE_PHASES = tuple(p for p in PHASES if p not in OPT_IN_PHASES)  # every run's; what the executor times
 ROLES = ("actor", "critic", "reference", "reward", "rollout")
 SEQUENCE_PARALLEL = ("actor", "critic", "reference")  # roles execution.ulysses_sequence_parallel_size applies to
@@ -69,6 +72,7 @@ LENGTH_COLUMNS = ("step", "rollout_id", "prompt_len", "response_len")
 # metrics.jsonl, the TensorBoard events and the importers' field table all read it.
 VERL_PHASE_KEYS: dict[str, str] = {
     "generate": "timing_s/gen",
+    "retokenize": "timing_s/retokenize",   # verl has no such timer (it sits inside timing_s/reward there)
     "reward": "timing_s/reward",
     "old_log_prob": "timing_s/old_log_prob",
     "reference": "timing_s/ref",
@@ -87,6 +91,7 @@ VERL_PROMPT_LENGTH_KEY = "prompt_length/mean"
 # Short descriptions of the phases (reports, the planner's one-line explanation).
 PHASE_DESCRIPTIONS: dict[str, str] = {
     "generate": "generation",
+    "retokenize": "re-tokenizing responses for the reward model",
     "reward": "reward scoring",
     "old_log_prob": "the actor's old-log-prob pass",
     "reference": "the reference pass",

@@ -44,6 +44,8 @@ class ExecConfig:
     seed: int = 0
     threads: int | None = None
     gen_runtime: str = "kv_decoder"   # what generates: calibrate.executor.generation.EXEC_RUNTIMES
+    reward_streaming: str = "incremental"  # under intra: how chunks reach the reward model (rlhfsim.sim.streaming)
+    retokenize: bool = False          # the reward model reads another tokenizer: decode + re-tokenize (calibrate.retokenize)
 
     @property
     def batch_rollouts(self) -> int:
@@ -126,15 +128,29 @@ def validate(cfg: ExecConfig) -> None:
         _fail("group_size", "1 for ppo", cfg.group_size)
     if cfg.algorithm == "grpo" and cfg.critic is not None:
         _fail("critic", "None for grpo (group-normalised advantages, no critic)", cfg.critic.name)
+    if cfg.actor is None:
+        _fail("actor", "a ModelShape", None)
     for name in ("actor", "critic", "reference"):
         shape = getattr(cfg, name)
         if shape is not None and shape.arch != "decoder":
             _fail(name, "a decoder shape (causal LM; per-token logprobs/values)", f"{shape.name} ({shape.arch})")
-    if cfg.actor is None:
-        _fail("actor", "a ModelShape", None)
-    if cfg.intra and cfg.reward is not None and cfg.reward.arch != "decoder":
-        _fail("reward", "a decoder shape under intra (incremental chunk prefill needs a causal model)",
-              f"{cfg.reward.name} ({cfg.reward.arch})")
+    from rlhfsim.sim.streaming import STREAMING
+
+    if cfg.reward_streaming not in STREAMING:
+        _fail("reward_streaming", " or ".join(STREAMING), cfg.reward_streaming)
+    if cfg.intra and cfg.reward is not None and cfg.reward.arch not in STREAMING[cfg.reward_streaming].ARCHS:
+        _fail("reward_streaming", "reencode or final_only for an encoder reward model (incremental chunk prefill "
+              "needs a causal model)", f"{cfg.reward_streaming} with {cfg.reward.name} ({cfg.reward.arch})")
+    # The executor draws the actor's tokens from its whole vocabulary; a model reading them as they are must
+    # have an embedding row for each (real tokenizers shared by models of different embedding sizes emit
+    # fewer ids than either holds, so the simulator does not refuse these pairs).
+    for name in ("critic", "reference", "reward"):
+        shape = getattr(cfg, name)
+        if shape is not None and not (name == "reward" and cfg.retokenize) and shape.vocab < cfg.actor.vocab:
+            _fail(name, f"a vocabulary holding the actor's token ids (>= {cfg.actor.vocab}; it reads them as they are)",
+                  f"{shape.name} with {shape.vocab}")
+    if cfg.retokenize and cfg.reward is None:
+        _fail("retokenize", "False without a reward model", True)
     if len(cfg.rollouts) < cfg.rollouts_needed:
         _fail("rollouts", f"at least {cfg.rollouts_needed} (prompt_len, response_len) pairs "
               f"(steps {cfg.steps} x {cfg.batch_rollouts} + {cfg.delta_rollouts} in flight)", f"{len(cfg.rollouts)} pairs")

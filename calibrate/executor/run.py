@@ -3,9 +3,12 @@
 Step timeline (t = 0 when generation starts; every role time-shares the one device):
 
     generate      decode until B*g rollouts have finished (generation.py)
+    retokenize    (a reward model of another tokenizer, not under intra) the trained rollouts' ids decoded
+                  to text and tokenized for the reward model, one call over the batch (calibrate.retokenize)
     reward        sync: after generate, the HF reward model over the B*g trained rollouts in batches of
                   max_batch (prompt + response, right-padded), or rule_reward_s per rollout on the CPU;
-                  intra: chunks scored during generation by the scorer thread, then the queue is drained
+                  intra: chunks scored during generation by the scorer thread (by the reward streaming
+                  strategy, re-tokenizing each item when needed), then the queue is drained
     reference     reference log-probs, batches of max_batch                      (skipped without one)
     critic_fwd    critic values per response token, batches of max_batch         (skipped without one)
     actor_train   ppo_epochs x ceil(B*g / minibatch_size) minibatches: forward, PPO loss, backward, AdamW
@@ -34,6 +37,7 @@ from calibrate.executor.generation import EXEC_RUNTIMES, Sequence
 from calibrate.executor.scorer import Scorer, rule_reward
 from calibrate.executor.timing import Clock, StepLog
 from calibrate.models import build_hf_model, torch_dtype
+from calibrate.retokenize import Retokenizer
 
 LR = 1e-5
 
@@ -139,16 +143,18 @@ class _Executor:
             self.critic = build_hf_model(cfg.critic, "value", dt, dev, seed + 1).train()
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=LR)
 
+        self.retok = Retokenizer(cfg.actor, cfg.reward) if cfg.retokenize and cfg.reward is not None else None
         self.scorer = None
         if cfg.intra:
             rdec = None
-            if self.reward_model is not None:
+            if self.reward_model is not None and cfg.reward_streaming == "incremental":
                 rdec = StaticKVDecoder(cfg.reward, dtype=dt, device=str(dev), max_slots=cfg.pool_rollouts,
                                        max_len=p_max + r_max + 1, head="value", seed=seed + 3)
                 rdec.load_hf_state_dict(self.reward_model.state_dict())
             if self.clock.cuda:
                 torch.cuda.synchronize(dev)   # weights in place before the scorer stream reads them
-            self.scorer = Scorer(rdec, cfg.chunk_tokens, cfg.rule_reward_s, self.clock)
+            self.scorer = Scorer(rdec, cfg.chunk_tokens, cfg.rule_reward_s, self.clock, cfg.reward_streaming,
+                                 self.reward_model if rdec is None else None, self.retok)
         self.gen = EXEC_RUNTIMES[cfg.gen_runtime](cfg, self.actor, self.clock, seed, max_len,
                                                   self.scorer.offer if self.scorer is not None else None)
         self.shuffle = torch.Generator().manual_seed(seed + 7)
@@ -238,6 +244,23 @@ class _Executor:
                 start = self.clock.now()
                 s.reward = rule_reward(s.prompt, s.tokens, cfg.rule_reward_s)
                 log.add("reward", "reward", start, self.clock.now(), score_calls=1)
+        elif self.retok is not None:
+            # Another tokenizer: the batch's ids decoded to text and tokenized for the reward model in one
+            # call before scoring (TRL's reward_processing_classes), timed as its own phase.
+            start = self.clock.now()
+            rows = self.retok([s.prompt + s.tokens for s in trained])
+            log.add("reward", "retokenize", start, self.clock.now())
+            with torch.no_grad():
+                for i in range(0, len(trained), cfg.max_batch):
+                    chunk = trained[i:i + cfg.max_batch]
+                    start = self.clock.now()
+                    ids, attn = T.pack_ids(rows[i:i + cfg.max_batch], self.device)
+                    scores = T.score_ids(self.reward_model, ids, attn).tolist()
+                    log.add("reward", "reward", start, self.clock.now(), score_calls=1,
+                            scored_tokens=sum(len(s.tokens) for s in chunk),
+                            scored_prompt_tokens=sum(len(s.prompt) for s in chunk))
+                    for s, r in zip(chunk, scores):
+                        s.reward = r
         else:
             with torch.no_grad():
                 for chunk in self._batches(trained, cfg.max_batch):

@@ -14,6 +14,14 @@ Rule reward (no reward model): nothing to prefill, so one item per rollout when 
 On CUDA the scorer runs on its own stream and synchronises only that stream before reading the clock.
 At the end of generation the step waits until the queue is empty (every queued item scored, including
 chunks of rollouts that will be carried); that is the end of the reward phase.
+
+Streaming strategies (``ExecConfig.reward_streaming``, ``rlhfsim.sim.streaming``): the above is
+``incremental``. ``reencode`` queues at the same chunk boundaries, but each item is the whole prefix so far
+(prompt + every response token up to the boundary), scored from scratch by the Hugging Face reward model
+(batch 1, no cache: an encoder's bidirectional attention leaves nothing to reuse); the final item's score
+is the reward. ``final_only`` queues one item per rollout, when it has finished: prompt + response scored
+whole, batch 1. When the reward model reads another tokenizer (``ExecConfig.retokenize``), each item's
+ids are decoded and tokenized again (``calibrate.retokenize.Retokenizer``) inside the timed call.
 """
 
 from __future__ import annotations
@@ -48,8 +56,12 @@ def rule_reward(prompt: list[int], tokens: list[int], cost_s: float) -> float:
 class Scorer:
     """The intra-step scorer thread. ``offer(seq)`` is called by the decode loop after every token."""
 
-    def __init__(self, decoder: StaticKVDecoder | None, chunk_tokens: int, rule_reward_s: float, clock: Clock):
+    def __init__(self, decoder: StaticKVDecoder | None, chunk_tokens: int, rule_reward_s: float, clock: Clock,
+                 strategy: str = "incremental", model=None, retok=None):
         self.dec = decoder
+        self.model = model           # the HF reward model (reencode, final_only)
+        self.strategy = "rule" if decoder is None and model is None else strategy
+        self.retok = retok
         self.chunk = chunk_tokens
         self.rule_reward_s = rule_reward_s
         self.clock = clock
@@ -58,6 +70,8 @@ class Scorer:
         self.free = list(range(decoder.max_slots)) if decoder is not None else []
         self.slot_of: dict[int, int] = {}
         self.q: queue.Queue = queue.Queue()
+        self.score_item = {"rule": self._score_rule, "incremental": self._score_incremental,
+                           "reencode": self._score_whole, "final_only": self._score_whole}[self.strategy]
         self.stream = torch.cuda.Stream(device=clock.device) if clock.cuda else None
         self.thread = threading.Thread(target=self._run, name="rlhf-scorer", daemon=True)
         self.thread.start()
@@ -66,14 +80,15 @@ class Scorer:
     def offer(self, seq) -> None:
         n = len(seq.tokens)
         final = n >= seq.response_len
-        if self.dec is None:
-            if final:
-                self.q.put((seq, 0, n, True, True, list(seq.tokens)))
+        if self.strategy in ("rule", "final_only"):   # one item per rollout, when it has finished
+            if final and n > seq.queued:
+                self.q.put((seq, seq.queued, n, seq.queued == 0, True, list(seq.tokens[:n])))
                 seq.queued = n
             return
         if n - seq.queued >= self.chunk or (final and n > seq.queued):
             first = seq.queued == 0
-            self.q.put((seq, seq.queued, n, first, final, seq.tokens[seq.queued:n]))
+            toks = seq.tokens[:n] if self.strategy == "reencode" else seq.tokens[seq.queued:n]
+            self.q.put((seq, seq.queued, n, first, final, list(toks)))
             seq.queued = n
 
     def drain(self) -> None:
@@ -97,19 +112,19 @@ class Scorer:
                     if item is None:
                         return
                     if self.error is None:
-                        self._score(*item)
+                        self.score_item(*item)
                 except BaseException as e:   # noqa: BLE001 - handed to the main thread by drain()
                     self.error = e
                 finally:
                     self.q.task_done()
 
-    def _score(self, seq, a: int, b: int, first: bool, final: bool, toks: list[int]) -> None:
+    def _score_rule(self, seq, a: int, b: int, first: bool, final: bool, toks: list[int]) -> None:
+        start = self.clock.now()
+        seq.reward = rule_reward(seq.prompt, toks, self.rule_reward_s)
+        self.log.add("reward", "reward", start, self.clock.now(), score_calls=1)
+
+    def _score_incremental(self, seq, a: int, b: int, first: bool, final: bool, toks: list[int]) -> None:
         log = self.log
-        if self.dec is None:
-            start = self.clock.now()
-            seq.reward = rule_reward(seq.prompt, toks, self.rule_reward_s)
-            log.add("reward", "reward", start, self.clock.now(), score_calls=1)
-            return
         if first:
             slot = self.free.pop(0)
             self.slot_of[seq.rid] = slot
@@ -119,11 +134,33 @@ class Scorer:
             slot = self.slot_of[seq.rid]
             ids = toks
         start = self.clock.now()
+        if self.retok is not None:
+            ids = self.retok([ids])[0]
         out = self.dec.extend(torch.tensor([slot]), torch.tensor([ids], device=self.dec.device))
         if final:
             seq.reward = float(out[0])
         end = self.clock.now()
+        log.op("chunk_prefill", end - start, tokens=len(ids), prefix=0 if first else len(seq.prompt) + a,
+               retokenize=self.retok is not None)
         if final:
             self.free.append(self.slot_of.pop(seq.rid))
         log.add("reward", "reward", start, end, score_calls=1, chunks_scored=1, scored_tokens=b - a,
                 scored_prompt_tokens=len(seq.prompt) if first else 0)
+
+    def _score_whole(self, seq, a: int, b: int, first: bool, final: bool, toks: list[int]) -> None:
+        """reencode / final_only: prompt + the response's first ``b`` tokens scored from scratch."""
+        start = self.clock.now()
+        ids = seq.prompt + toks
+        if self.retok is not None:
+            ids = self.retok([ids])[0]
+        dev = next(self.model.parameters()).device
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids], device=dev),
+                             attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=dev)).logits[0, 0]
+            score = float(out)
+        if final:
+            seq.reward = score
+        end = self.clock.now()
+        self.log.op("rescore", end - start, tokens=len(ids), retokenize=self.retok is not None)
+        self.log.add("reward", "reward", start, end, score_calls=1, chunks_scored=1, scored_tokens=b,
+                     scored_prompt_tokens=len(seq.prompt))

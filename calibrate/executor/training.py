@@ -86,6 +86,23 @@ def reward_scores(reward_model, b: Packed) -> torch.Tensor:
     return reward_model(input_ids=b.ids, attention_mask=b.attn).logits[:, 0].float()
 
 
+def pack_ids(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` [n, longest] of token-id rows (the reward model's
+    own ids after re-tokenizing: ``calibrate.retokenize``)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        attn[i, :len(r)] = 1
+    return ids.to(device), attn.to(device)
+
+
+def score_ids(reward_model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """One score per row [n] of already packed ids (``reward_scores`` without a ``Packed`` batch)."""
+    return reward_model(input_ids=ids, attention_mask=attn).logits[:, 0].float()
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 

@@ -353,7 +353,12 @@ class CostModel:
         key = (m, dtype, tp, op, runtime, head, gen_runtime)
         k = self._forward.get(key)
         if k is None:
-            p = self.gen_params(op, gen_runtime) if gen_runtime is not None and runtime is None else self.params(op, runtime)
+            if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
+                p = self.ops[op_key("encode", runtime)]   # an encoder's own family fit (calibrate.assemble)
+            elif gen_runtime is not None and runtime is None:
+                p = self.gen_params(op, gen_runtime)
+            else:
+                p = self.params(op, runtime)
             k = self._forward[key] = _Forward(self, m, dtype, head, tp, p)
         return k
 
@@ -368,6 +373,29 @@ class CostModel:
         """(total_s, active_s) of ``chunk_prefill_s``."""
         return self.forward_parts(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
                                   head=head, all_logits=head == "lm")
+
+    def rescore_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                      runtime: str | None = None) -> tuple[float, float]:
+        """(total_s, active_s) of scoring ``n_seqs`` whole sequences of ``n_tokens`` tokens in all from
+        scratch, no cache (streaming ``reencode``: one pass over the prefix so far; ``final_only``: one
+        pass over the finished response). An encoder reward model is priced with the profile's
+        ``reencode:RUNTIME`` fit when it has one (batch-1 passes over a growing prefix of encoder reward
+        models, ``calibrate.rescore``); otherwise, and for decoders, as the reward model's full forward
+        pass is (``score:RUNTIME``, else the prefill costs): the same FLOPs and bytes of
+        ``flops.forward_work`` with no cached tokens."""
+        key = op_key("reencode", runtime) if runtime is not None else None
+        if m.arch == "encoder" and key in self.ops:
+            return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op=key, head="value")
+        scorer = runtime if runtime is not None and op_key("score", runtime) in self.ops else None
+        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=scorer, head="value")
+
+    def retokenize_s(self, n_calls: int, n_tokens: float) -> float:
+        """Host seconds to decode the actor's token ids to text and tokenize the texts for a reward model
+        of another tokenizer: retokenize_s x calls + retokenize_per_token_s x tokens (step scalars,
+        measured by ``calibrate.stepbench``; CPU work whatever the accelerator)."""
+        if n_calls <= 0:
+            return 0.0
+        return self.step["retokenize_s"] * n_calls + self.step["retokenize_per_token_s"] * n_tokens
 
     def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
                        tp: int = 1, overhead_s: float | None = None, runtime: str | None = None) -> float:

@@ -34,13 +34,19 @@ adv_per_token_s          5e-9      advantage computation per response token (ele
 adv_per_row_s            2e-6      ... per rollout (GRPO/RLOO group statistics: a Python loop per row)
 adv_per_position_s       5e-5      ... per response position of the longest row (GAE's reverse loop
                                    over positions, a few small tensor ops each; PPO with a critic)
+retokenize_s             1e-4      a reward model of another tokenizer: one call decoding a batch of
+                                   the actor's token ids to text and tokenizing the texts for the
+                                   reward model (TRL's ``reward_processing_classes``), fixed part ...
+retokenize_per_token_s   1e-6      ... plus this per token (prompt + response) of the batch. Host CPU
+                                   work: it does not depend on the accelerator
 ======================== ========= ==================================================================
 
 The defaults are assumptions, not measurements (the summary says so): the micro-batch terms default to 0
 because the fitted ``forward``/``train`` operations already charge each call its overhead; 1/3 is the
 FLOP count of one extra forward; 0.8 is a typical pinned-copy share of PCIe; 0.7 is the link efficiency
 the cost model assumes elsewhere (``LINK_EFF``); the KV and advantage terms are order-of-magnitude guesses
-for a host-side allocator call and CPU tensor ops. ``rlhfsim calibrate`` (``calibrate.stepbench``)
+for a host-side allocator call and CPU tensor ops; the retokenize terms are the order of a Rust
+``tokenizers`` decode + encode (about a microsecond per token). ``rlhfsim calibrate`` (``calibrate.stepbench``)
 replaces them with measurements on its device.
 """
 
@@ -57,6 +63,8 @@ STEP_DEFAULTS: dict[str, float] = {
     "adv_per_token_s": 5e-9,
     "adv_per_row_s": 2e-6,
     "adv_per_position_s": 5e-5,
+    "retokenize_s": 1e-4,
+    "retokenize_per_token_s": 1e-6,
 }
 STEP_SCALARS = tuple(STEP_DEFAULTS)
 EFFICIENCIES = ("host_copy_eff", "reshard_eff")  # in (0, 1.5]; every other scalar >= 0

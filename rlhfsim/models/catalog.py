@@ -33,6 +33,14 @@ class ModelShape:
     gated_mlp: bool = True
     hf_model_type: str = "qwen2"
     max_positions: int = 32768
+    tokenizer: str = ""  # the tokenizer's name; "" derives one from the family and vocabulary (``tokenizer_id``)
+
+    @property
+    def tokenizer_id(self) -> str:
+        """Which tokenizer the model reads: ``tokenizer`` when the catalog names it (Qwen2.5 models of
+        different embedding sizes share one), else ``<hf_model_type>-<vocab>``. Two models with different
+        ids need the actor's tokens decoded to text and tokenized again (``rlhfsim.scenario.checks``)."""
+        return self.tokenizer or f"{self.hf_model_type}-{self.vocab}"
 
     @property
     def head_dim(self) -> int:
@@ -69,12 +77,12 @@ class ModelShape:
         return asdict(self)
 
 
-def _q(name, layers, hidden, inter, heads, kv, vocab, tied, maxpos=32768):
-    return ModelShape(name, "decoder", layers, hidden, inter, heads, kv, vocab, tied, True, "qwen2", maxpos)
+def _q(name, layers, hidden, inter, heads, kv, vocab, tied, maxpos=32768, tokenizer="qwen2.5"):
+    return ModelShape(name, "decoder", layers, hidden, inter, heads, kv, vocab, tied, True, "qwen2", maxpos, tokenizer)
 
 
 def _l(name, layers, hidden, inter, heads, kv):
-    return ModelShape(name, "decoder", layers, hidden, inter, heads, kv, 128256, False, True, "llama", 131072)
+    return ModelShape(name, "decoder", layers, hidden, inter, heads, kv, 128256, False, True, "llama", 131072, "llama-3")
 
 
 CATALOG: dict[str, ModelShape] = {
@@ -89,18 +97,20 @@ CATALOG: dict[str, ModelShape] = {
         _q("qwen2.5-72b", 80, 8192, 29568, 64, 8, 152064, False),
         # Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, intermediate 12288, 32 heads (head_dim 128), 8 KV heads,
         # vocab 151936, untied embeddings, 40960 positions (its q/k RMSNorms cost nothing here).
-        ModelShape("qwen3-8b", "decoder", 36, 4096, 12288, 32, 8, 151936, False, True, "qwen3", 40960),
+        ModelShape("qwen3-8b", "decoder", 36, 4096, 12288, 32, 8, 151936, False, True, "qwen3", 40960, "qwen3"),
         # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json: Qwen2.5-Math-1.5B's shape with an untied LM head
         # (1.78B parameters), 131072 positions.
         _q("deepseek-r1-distill-qwen-1.5b", 28, 1536, 8960, 12, 2, 151936, False, 131072),
         _l("llama-3.1-8b", 32, 4096, 14336, 32, 8),
         _l("llama-3.1-70b", 80, 8192, 28672, 64, 8),
-        ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512),
+        ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512, "deberta-v3"),
         # google/electra-large-discriminator: the reward-scoring study's second encoder
-        ModelShape("electra-large", "encoder", 24, 1024, 4096, 16, 16, 30522, True, False, "electra", 512),
+        ModelShape("electra-large", "encoder", 24, 1024, 4096, 16, 16, 30522, True, False, "electra", 512, "bert-uncased"),
         # Tiny shapes for CPU calibration, validation and CI: same architecture families, small sizes.
-        _q("tiny-qwen2", 2, 128, 512, 4, 2, 1024, True, 4096),
-        _q("small-qwen2", 4, 256, 1024, 8, 2, 4096, True, 4096),
+        # The two tiny Qwen2 shapes share one (synthetic) tokenizer, as Qwen2.5 models of different embedding
+        # sizes share theirs; the tiny encoders' tokenizers are their own (calibrate.retokenize builds them).
+        _q("tiny-qwen2", 2, 128, 512, 4, 2, 1024, True, 4096, "synthetic-qwen2"),
+        _q("small-qwen2", 4, 256, 1024, 8, 2, 4096, True, 4096, "synthetic-qwen2"),
         ModelShape("tiny-deberta", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "deberta-v2", 512),
         ModelShape("tiny-electra", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "electra", 512),
     ]

@@ -173,6 +173,7 @@ def pick_best(rows: list[dict], objective: str, max_step_time_s: Optional[float]
 
 _WHY = {
     "generate": "decoding is memory-bound and the longest responses hold the rollout pool",
+    "retokenize": "re-tokenizing responses for a reward model of another tokenizer holds the driver's CPU",
     "reward": "the reward model cannot keep up: give it more GPUs or a faster scoring runtime",
     "reference": "the reference forward pass over every rollout follows generation",
     "old_log_prob": "the actor recomputes log-probs over every rollout before training",

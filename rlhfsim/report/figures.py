@@ -27,10 +27,10 @@ from rlhfsim.report.timeline import timeline_rows
 
 ROLE_COLOURS = {"actor": "#1f77b4", "critic": "#ff7f0e", "reference": "#2ca02c", "reward": "#d62728",
                 "rollout": "#9467bd"}
-PHASE_COLOURS = {"generate": "#9467bd", "reward": "#d62728", "old_log_prob": "#aec7e8", "reference": "#2ca02c",
+PHASE_COLOURS = {"generate": "#9467bd", "retokenize": "#c5b0d5", "reward": "#d62728", "old_log_prob": "#aec7e8", "reference": "#2ca02c",
                  "critic_fwd": "#ffbb78", "adv": "#bcbd22", "actor_train": "#1f77b4", "critic_train": "#ff7f0e",
                  "weight_sync": "#7f7f7f"}
-PHASE_PATTERNS = {"generate": "", "reward": "/", "old_log_prob": "-", "reference": "\\", "critic_fwd": "x",
+PHASE_PATTERNS = {"generate": "", "retokenize": "-", "reward": "/", "old_log_prob": "-", "reference": "\\", "critic_fwd": "x",
                   "adv": "", "actor_train": ".", "critic_train": "+", "weight_sync": "|"}
 assert set(PHASE_COLOURS) == set(PHASE_PATTERNS) == set(PHASES)
 SERIES_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",

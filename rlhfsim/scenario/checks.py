@@ -59,6 +59,8 @@ class Setup:
     rollouts_per_step: int
     resident_bytes: list[float] = field(default_factory=list)
     trace: list[tuple[int, int]] | None = None  # replayed (prompt_len, response_len), from a `trace` source
+    reward_streaming: str = "incremental"  # how chunks reach the reward model (rlhfsim.sim.streaming)
+    retokenize: bool = False  # the reward model reads another tokenizer: responses are decoded and re-tokenized
 
     def pool_of(self, role: str) -> PoolSpec:
         return self.pools[self.role_pool[role]]
@@ -104,6 +106,38 @@ def _check_execution(sc: Scenario, shapes: dict) -> None:
         for f in fields:
             if getattr(cfg, f) and role not in shapes:
                 raise ScenarioError(f"execution.offload.{role}.{f}", f"expected false without a {role} model (models.{role}), got true")
+
+
+def _check_pairing(sc: Scenario, shapes: dict) -> tuple[str, bool]:
+    """(the reward model's streaming strategy, whether it re-tokenizes), refusing pairs that cannot run:
+
+    * a reward model of another tokenizer than the actor's (``ModelShape.tokenizer_id``) gets the
+      responses decoded and tokenized again (``retokenize``);
+    * ``models.reward.streaming`` must be one the reward architecture can run (an encoder has no causal
+      cache to extend);
+    * the reward model's positions must hold the longest prompt + response (the re-tokenized text keeps
+      the actor's token count: docs/cost-model.md)."""
+    actor = shapes["actor"]
+    if "reward" not in shapes:
+        return "incremental", False
+    from rlhfsim.sim.streaming import DEFAULT_STREAMING, STREAMING
+
+    rm = shapes["reward"]
+    retokenize = rm.tokenizer_id != actor.tokenizer_id
+    name = sc.models.reward.streaming or DEFAULT_STREAMING[rm.arch]
+    if rm.arch not in STREAMING[name].ARCHS:
+        ok = [n for n, cls in STREAMING.items() if rm.arch in cls.ARCHS]
+        raise ScenarioError("models.reward.streaming", (
+            f"expected {' or '.join(ok)} for encoder reward model {rm.name!r} (bidirectional attention: a new "
+            f"chunk changes every earlier token, so there is no causal KV cache to prefill onto), got {name}"))
+    w = sc.workload
+    longest = w.max_prompt_tokens + w.max_response_tokens
+    if longest > rm.max_positions:
+        raise ScenarioError("models.reward.model", (
+            f"expected a reward model whose {rm.max_positions} positions hold the longest prompt + response "
+            f"(workload.max_prompt_tokens + max_response_tokens = {longest}), got {rm.name!r}; lower the caps "
+            f"or pick a reward model with more positions"))
+    return name, retokenize
 
 
 def build_setup(sc: Scenario) -> Setup:
@@ -216,6 +250,7 @@ def build_setup(sc: Scenario) -> Setup:
     rollouts = sc.workload.prompts_per_step * sc.algorithm.group_size
     if sc.algorithm.minibatch_size > rollouts:
         raise ScenarioError("algorithm.minibatch_size", f"expected at most the {rollouts} rollouts per step, got {sc.algorithm.minibatch_size}")
+    streaming, retokenize = _check_pairing(sc, shapes)
     from rlhfsim.sim.schedules import SCHEDULES
 
     SCHEDULES[sc.schedule.kind].check(sc)
@@ -228,5 +263,5 @@ def build_setup(sc: Scenario) -> Setup:
         prompt_sampler=sampler_for(w.prompt_length, w.max_prompt_tokens, base, "workload.prompt_length"),
         response_sampler=sampler_for(w.response_length, w.max_response_tokens, base, "workload.response_length"),
         rule_reward=rule, rollouts_per_step=rollouts, resident_bytes=resident,
-        trace=trace_for(w, sc.algorithm.group_size, base),
+        trace=trace_for(w, sc.algorithm.group_size, base), reward_streaming=streaming, retokenize=retokenize,
     )

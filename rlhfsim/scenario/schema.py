@@ -14,6 +14,9 @@ from rlhfsim.contracts import ROLES
 from rlhfsim.costs.genruntimes import DEFAULT_RUNTIME, GEN_RUNTIMES
 from rlhfsim.scenario.fields import Frozen, PositiveInt, Seconds, Tokens  # noqa: F401 (the blocks' types)
 from rlhfsim.sim.schedules import SCHEDULES, VARIANTS
+from rlhfsim.sim.streaming import STREAMING
+
+STREAMING_NAMES = tuple(STREAMING)
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 
@@ -85,6 +88,8 @@ class ActorModel(ModelRef):
 class RewardModel(ModelRef):
     kind: Literal["model"] = "model"
     runtime: Optional[str] = Field(None, description="Scoring runtime whose fitted costs to use (a `score:RUNTIME` entry of the profile, e.g. eager, compile, onnxruntime, aoti_cpp). Default: `eager` when the profile measured it (a training framework's forward pass), else the prefill costs.")
+    streaming: Optional[Literal[STREAMING_NAMES]] = Field(
+        None, description="How responses reach the reward model while the actor decodes (OPPO intra-step, `schedule.intra`): `incremental` (each chunk prefilled on top of the reward model's own KV cache of the prefix; decoders only: an encoder's bidirectional attention has no causal cache), `reencode` (each chunk re-encodes the whole prefix so far from scratch; only the last pass gives the score, the earlier ones keep the scorer busy ahead of time), `final_only` (nothing streams: each response is scored whole as soon as it finishes, verl-style per-sample reward overlap; the actor still returns every `chunk_tokens`). Default: incremental for a decoder, final_only for an encoder. Ignored when nothing streams (sync, intra-step off).")
 
 
 class RuleReward(Frozen):

@@ -82,4 +82,6 @@ def step_scalars_used(s) -> tuple[str, ...]:
             used += ["kv_realloc_s", "kv_realloc_s_per_gib"]
     if ex.advantage.enabled:
         used += ["adv_per_token_s", "adv_per_position_s" if "critic" in s.shapes else "adv_per_row_s"]
+    if s.retokenize:
+        used += ["retokenize_s", "retokenize_per_token_s"]
     return tuple(used)

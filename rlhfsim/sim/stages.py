@@ -31,6 +31,7 @@ from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout
+from rlhfsim.sim.streaming import STREAMING
 
 ROLE_PHASE = {"reward": "reward", "reference": "reference", "critic": "critic_fwd"}
 
@@ -135,6 +136,21 @@ def advantage(env, sim, step: int, rows: list[Rollout]):
     yield env.timeout(t)
     if t > 0:
         sim.rec.busy(step, CPU_POOL, 0, 1, "actor", "adv", start, env.now, active_s=0.0)
+
+
+def retokenize(env, sim, step: int, rows: list[Rollout]):
+    """Process: the reward model reads another tokenizer than the actor's, so the driver decodes every
+    row's prompt + response ids to text and tokenizes the texts for the reward model, in one call over the
+    batch before the scoring pass (TRL's ``reward_processing_classes``): ``CostModel.retokenize_s(1,
+    tokens)``, host CPU work recorded as phase ``retokenize`` on the pseudo-pool ``cpu``. The text keeps
+    the actor's token count (docs/cost-model.md), so the scoring pass that follows is priced as before."""
+    if not rows:
+        return
+    t = sim.cost.retokenize_s(1, sum(r.prompt_len + r.response_len for r in rows))
+    start = env.now
+    yield env.timeout(t)
+    if t > 0:
+        sim.rec.busy(step, CPU_POOL, 0, 1, "reward", "retokenize", start, env.now, active_s=0.0)
 
 
 def rule_reward(env, sim, step: int, rows: list[Rollout]):
@@ -260,7 +276,10 @@ class ChunkScorer:
     the decode loop are prefilled on top of each sequence's cached prefix, first in, first out. Each replica
     of the role's pool takes up to ``intra.max_chunk_batch`` queued chunks as one batched chunk prefill
     (default 1: one call per chunk, as the real executor does). The first chunk of a sequence includes
-    its prompt.
+    its prompt. That is the ``incremental`` strategy; the reward model streams by its own
+    (``models.reward.streaming``, ``rlhfsim.sim.streaming``): ``reencode`` queues the whole prefix so far
+    at every hand-over and prices it from scratch, ``final_only`` queues each rollout once, when it has
+    finished. A reward model of another tokenizer adds each call's re-tokenizing as host time.
 
     Calls are priced one by one (each costs what it would alone, times ``prefill_slowdown`` when decode
     runs on the replica's GPUs at the call's start), but each replica runs a *chain* of back-to-back calls
@@ -288,6 +307,12 @@ class ChunkScorer:
         s = sim.setup
         self.model, self.dtype, self.head = s.shapes[role], s.dtypes[role], s.head(role)
         self.mb = sim.schedule.max_chunk_batch
+        # The reward model streams by its strategy (models.reward.streaming); streamed reference and critic
+        # passes are decoders extending their caches. A reward model of another tokenizer re-tokenizes each
+        # call's tokens on the host first (CostModel.retokenize_s).
+        self.strategy = STREAMING[s.reward_streaming if role == "reward" else "incremental"]
+        self.runtime = sim.forward_runtime(role)
+        self.retokenize = role == "reward" and s.retokenize
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.emitted = 0  # chunks emitted so far
         self.planned = 0  # calls planned so far
@@ -295,13 +320,10 @@ class ChunkScorer:
             rep.proc = self.env.process(self._serve(rep))
 
     def emit(self, step: int, r: Rollout, final: bool) -> None:
-        done = r.scored.get(self.role, 0)
-        new = r.generated - done
-        if new <= 0:
+        job = self.strategy.job(r, r.scored.get(self.role, 0))
+        if job is None:
             return
-        first = done == 0
-        tokens = new + (r.prompt_len if first else 0)
-        prefix = 0 if first else r.prompt_len + done
+        tokens, prefix = job
         r.scored[self.role] = r.generated
         self.queue.append((step, tokens, prefix, self.emitted))  # the last: its place in the queue
         self.emitted += 1
@@ -345,7 +367,7 @@ class ChunkScorer:
         if self.mb == 1:
             self._plan(rep)
             return
-        env, cost = self.env, self.sim.cost
+        env = self.env
         q, mb, now = self.queue, self.mb, env.now
         others = min((o.free_at if o.free_at > now else now for o in self.reps if o is not rep), default=math.inf)
         slow = self._slow(rep)
@@ -353,8 +375,7 @@ class ChunkScorer:
         t = now
         while q and (not rep.calls or (t < others and len(q) >= mb)):
             call = [q.popleft() for _ in range(min(mb, len(q)))]
-            parts = cost.chunk_prefill_parts(self.model, self.dtype, sum(j[1] for j in call), len(call),
-                                             sum(j[2] for j in call), self.tp, self.head)
+            parts = self._price(sum(j[1] for j in call), len(call), sum(j[2] for j in call))
             rep.add(call, parts, parts[0] * slow)
             t = rep.free_at
 
@@ -362,7 +383,7 @@ class ChunkScorer:
         """Every queued call (one chunk each) to the replica that would take it call by call: the first free
         (busy replicas at the end of their chain, ``looking`` at the end of the chain it has just run; the
         others now), appended to its chain at the rate of decode on its GPUs now."""
-        env, cost = self.env, self.sim.cost
+        env = self.env
         q, now = self.queue, env.now
         reps = self.reps
 
@@ -381,10 +402,19 @@ class ChunkScorer:
             if not rep.calls:
                 rep.start(now)
             job = q.popleft()
-            parts = cost.chunk_prefill_parts(self.model, self.dtype, job[1], 1, job[2], self.tp, self.head)
+            parts = self._price(job[1], 1, job[2])
             rep.add([job], parts, parts[0] * self._slow(rep))
             self.planned += 1
             rep.last_seq = self.planned  # calls starting at the same time start in this order
+
+    def _price(self, tokens: float, n: int, prefix: float) -> tuple[float, float]:
+        """(total_s, active_s) of one call of ``n`` chunks: the strategy's price, plus the host's
+        re-tokenizing of the call's tokens when the reward model reads another tokenizer (host time)."""
+        total, active = self.strategy.price(self.sim.cost, self.model, self.dtype, tokens, n, prefix, self.tp,
+                                            self.head, self.runtime)
+        if self.retokenize:
+            total += self.sim.cost.retokenize_s(n, tokens)
+        return total, active
 
     def _slow(self, rep: "_Chain") -> float:
         return self.sim.cost.prefill_slowdown if self.sim.corun(self.pool.name, "prefill", rep.gpus) else 1.0

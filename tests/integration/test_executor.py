@@ -205,3 +205,45 @@ def test_interleaved_runs_do_what_separate_runs_do():
             assert x.rewards == pytest.approx(y.rewards, rel=1e-4, abs=1e-5)
     with pytest.raises(ValueError, match="one thread count"):
         run_interleaved([a, replace(b, threads=2)])
+
+
+DEBERTA = CATALOG["tiny-deberta"]
+SMALL = CATALOG["small-qwen2"]
+
+
+@pytest.mark.parametrize("streaming", ["reencode", "final_only"])
+def test_oppo_intra_into_an_encoder(streaming):
+    """An encoder reward model under intra-step streaming: ``reencode`` scores the whole prefix at every
+    chunk boundary, ``final_only`` each response once when it has finished; every trained rollout gets
+    the reward of its whole response (re-tokenized for DeBERTa's tokenizer)."""
+    cfg = _cfg(schedule="oppo", intra=True, reward=DEBERTA, reward_streaming=streaming, retokenize=True)
+    res = run_steps(cfg)
+    for r in res:
+        resp = [ROLLOUTS[i][1] for i in r.rollout_ids]
+        chunks = sum(math.ceil(n / CHUNK) for n in resp)
+        assert r.chunks_scored == (chunks if streaming == "reencode" else len(resp))
+        if streaming == "final_only":   # one whole-response pass per rollout
+            assert r.scored_tokens == sum(resp)
+        else:                          # every pass re-encodes the prefix: more than the responses
+            assert r.scored_tokens >= sum(resp)
+        assert len(r.rewards) == B and all(math.isfinite(x) for x in r.rewards)
+        assert "retokenize" not in r.phases    # under streaming it is inside each scorer call
+
+
+def test_another_vocabulary_retokenizes_as_its_own_phase():
+    """GRPO with a 4,096-token actor and tiny-deberta (1,024): the issue's traceback (ids beyond the reward
+    model's embedding) is gone; the batch is re-tokenized once, as phase ``retokenize``, before scoring."""
+    cfg = _cfg(actor=SMALL, reference=SMALL, critic=None, reward=DEBERTA, algorithm="grpo", group_size=2,
+               prompts_per_step=2, retokenize=True)
+    res = run_steps(cfg)
+    for r in res:
+        assert r.phases["retokenize"][1] <= r.phases["reward"][0] + 1e-9
+        assert len(r.rewards) == 4 and all(math.isfinite(x) for x in r.rewards)
+
+
+def test_unpaired_vocabulary_is_one_line():
+    with pytest.raises(RlhfsimError, match=r"^ExecConfig\.reward: expected a vocabulary holding the actor's token ids"):
+        run_steps(_cfg(actor=SMALL, reference=SMALL, critic=None, reward=DEBERTA, algorithm="grpo", group_size=2,
+                       prompts_per_step=2))
+    with pytest.raises(RlhfsimError, match=r"^ExecConfig\.reward_streaming: expected reencode or final_only"):
+        run_steps(_cfg(schedule="oppo", intra=True, reward=DEBERTA, retokenize=True))

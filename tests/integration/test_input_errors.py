@@ -59,6 +59,12 @@ CASES = {
     "work-limit": ({"schedule": {"kind": "oppo", "inter": {"delta": 100_000}}, "steps": 100_000}, "schedule.inter.delta", "work limit"),
     "in-flight": ({"schedule": {"kind": "oppo", "inter": {"delta": 1_000_000}}}, "schedule.inter.delta", "rollouts in flight"),
     "epochs-work": ({"algorithm": {"ppo_epochs": 1000}, "steps": 100_000}, "algorithm.ppo_epochs", "work limit"),
+    # issue 15: a streaming strategy the reward architecture cannot run, a reward model too short for the rollouts
+    "encoder-incremental": ({"models": {"reward": {"model": "tiny-deberta", "streaming": "incremental"}},
+                             "schedule": {"kind": "oppo", "intra": {"chunk_tokens": 16}, "inter": {"enabled": False}}},
+                            "models.reward.streaming", "expected reencode or final_only"),
+    "encoder-positions": ({"models": {"reward": {"model": "tiny-deberta"}}, "workload": {"max_response_tokens": 600}},
+                          "models.reward.model", "512 positions"),
 }
 
 
@@ -130,3 +136,19 @@ def test_set_overrides_and_errors(tmp_path):
 def test_short_help_everywhere(command):
     r = run_cli(command, "-h")
     assert r.returncode == 0 and "Usage:" in r.stdout, r.stderr
+
+
+def test_encoder_streams_by_reencode_or_final_only(tmp_path):
+    """The encoder strategies simulate; re-encoding prices more scorer work than scoring once."""
+    tokens = {}
+    for st in ("reencode", "final_only"):
+        p = tmp_path / f"{st}.yaml"
+        p.write_text(yaml.safe_dump(_with({"models": {"reward": {"model": "tiny-deberta", "streaming": st}},
+                                           "schedule": {"kind": "oppo", "intra": {"chunk_tokens": 8},
+                                                        "inter": {"enabled": False}}})))
+        r = run_cli("simulate", p, "--format", "json")
+        assert r.returncode == 0, r.stderr[-2000:]
+        doc = json.loads(r.stdout)
+        assert doc["step_costs"]["retokenize_per_token_s"]["source"] == "profile"   # tiny-deberta reads another tokenizer
+        tokens[st] = doc["schedule_stats"]["chunks_scored"]
+    assert tokens["reencode"] > tokens["final_only"]

@@ -110,3 +110,32 @@ def test_failing_runtime_is_unavailable_or_keeps_measured_shapes(session):
     assert info["valid"] and info["n_points"] == 2
     assert info["models"]["tiny-deberta"]["reason"].startswith("stopped at batch 2, length 16")
     assert "score:late" in prof["operations"]
+
+
+def test_reencode_points_fit_per_runtime_and_price_encoders(session):
+    """``calibrate.reencode``: one response's growing prefixes at batch 1, every runtime checked against
+    eager; a runtime with wrong scores is journaled as skipped and gets no ``reencode:RUNTIME``; the fit
+    prices an encoder's re-encode passes (``CostModel.rescore_parts``) and only an encoder's."""
+    from dataclasses import replace
+
+    from calibrate.reencode import measure_reencode
+
+    s = replace(session, grid=with_overrides(session.grid, {"reencode_lengths": [8, 16, 24, 32, 48],
+                                                            "reencode_static_lengths": [16]}))
+    shape = CATALOG["tiny-deberta"]
+    model = build_hf_model(shape, "value", "float32", "cpu")
+    measure_reencode(s, {"eager": Eager(), "offset": Offset(0.5)}, model, shape)
+    pts = [p for p in s.journal.points() if p["op"] == "reencode"]
+    assert sorted(p["seq_len"] for p in pts if p["runtime"] == "eager" and "skipped" not in p) == [8, 16, 24, 32, 48]
+    assert [p["prefix_len"] for p in sorted(pts, key=lambda p: p["seq_len"]) if p["runtime"] == "eager"] == [0, 8, 16, 24, 32]
+    assert all("skipped" in p for p in pts if p["runtime"] == "offset")
+    prof = _profile(s)
+    assert "reencode:eager" in prof["operations"] and "reencode:offset" not in prof["operations"]
+    assert prof["operations"]["reencode:eager"]["source"] == "measured"
+    assert len(prof["reencode"]["offset"]["skipped"]) == 5
+    cost = CostModel(get_gpu("cpu"), prof)
+    enc, dec = CATALOG["tiny-deberta"], CATALOG["tiny-qwen2"]
+    assert cost.rescore_parts(enc, "float32", 64, 1, runtime="eager") == \
+        cost.forward_parts(enc, "float32", 64, 1, op="reencode:eager", head="value")
+    assert cost.rescore_parts(dec, "float32", 64, 1, runtime="eager") == \
+        cost.forward_parts(dec, "float32", 64, 1, op="prefill", head="value")   # no score:eager here: prefill

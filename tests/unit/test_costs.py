@@ -265,3 +265,25 @@ def test_profile_files(tmp_path, monkeypatch):
 
 def test_dtype_bytes():
     assert DTYPE_BYTES == {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def test_encoder_passes_use_their_own_family_fit():
+    """``encode:RUNTIME`` (calibrate.assemble.encoder_score_ops) prices an encoder reward model's forward
+    passes; decoders keep ``score:RUNTIME``; without it an encoder falls back to ``score:RUNTIME`` too."""
+    import copy
+
+    from rlhfsim.costs.profile import load_profile
+    from rlhfsim.hardware.catalog import get_gpu
+
+    prof = copy.deepcopy(load_profile("default"))
+    base = dict(prof["operations"]["prefill"])
+    prof["operations"]["score:eager"] = {**base, "overhead_s": 0.001}
+    enc, dec = CATALOG["deberta-v3-large"], CATALOG["qwen2.5-0.5b"]
+    without = CostModel(get_gpu("h200"), copy.deepcopy(prof))
+    prof["operations"]["encode:eager"] = {**base, "overhead_s": 0.05}
+    cm = CostModel(get_gpu("h200"), prof)
+    assert cm.forward_s(enc, "bfloat16", 512, 4, runtime="eager") - without.forward_s(enc, "bfloat16", 512, 4, runtime="eager") == \
+        pytest.approx(0.049)
+    assert cm.forward_s(dec, "bfloat16", 512, 4, runtime="eager") == without.forward_s(dec, "bfloat16", 512, 4, runtime="eager")
+    # re-encode passes of an encoder without a reencode:RUNTIME fit take the encoder fit as well
+    assert cm.rescore_parts(enc, "bfloat16", 300, 1, runtime="eager") == cm.forward_parts(enc, "bfloat16", 300, 1, runtime="eager")

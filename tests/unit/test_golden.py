@@ -44,6 +44,13 @@ and say here which values moved and why (``FIXED`` lists them). Changes so far:
   ``hf_generate`` scenarios and ``tests:cpu``; 12 cases) had been recorded on issue 14 without that fix;
   they now take it (weight sync 0 s; step times -0.32% to -0.004%; nothing else beyond 1e-14) and are in
   ``FIXED``. ``verl-ppo.yaml::tail`` (the new scenario under the new schedule) is a new key.
+
+* Issue 15, reward streaming strategies and re-tokenizing: ``scenarios/encoder-streaming.yaml`` and the
+  validation scenarios ``validate/oppo-encoder-reencode.yaml``, ``validate/oppo-encoder-final.yaml`` and
+  ``validate/grpo-retokenize.yaml`` are new keys (28: every variant of each), recorded from that branch;
+  every earlier value still matches at 1e-12 (decoder reward models stream ``incremental`` as before, and
+  no bundled scenario's reward model reads another tokenizer than its actor: the Qwen2.5 sizes share one,
+  ``ModelShape.tokenizer``), so nothing is in ``FIXED``.
 """
 
 from __future__ import annotations

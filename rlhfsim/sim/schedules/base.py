@@ -84,6 +84,8 @@ class Schedule:
         elif s.rule_reward is not None:
             yield from stages.rule_reward(env, sim, step, rows)
         else:
+            if s.retokenize:
+                yield from stages.retokenize(env, sim, step, rows)
             yield from stages.forward_pass(env, sim, step, "reward", rows)
         ex = s.scenario.execution
         if ex.old_log_prob:

@@ -1,0 +1,121 @@
+"""Extend a measured profile with the operations of issue 15, measured on this device with the calibration's
+own machinery, without measuring the rest again:
+
+* ``reencode:RUNTIME`` (``calibrate.reencode``): re-encode scoring of the encoder reward models given
+  (default tiny-deberta) over a growing prefix, every scoring runtime interleaved (eager, compile,
+  onnxruntime, aoti_python, aoti_cpp: the C++ harness), fitted by ``calibrate.assemble.reencode_summary``;
+* ``step.retokenize_s``, ``step.retokenize_per_token_s`` (``calibrate.stepbench._retokenize``);
+* ``encode:RUNTIME`` from the profile's own encoder fits (``calibrate.assemble.encoder_score_ops``: no
+  new measurement).
+
+The points are appended to the profile's ``points`` and the journal kept beside the output; the
+profile's ``provenance.extensions`` records the command, date, load and thread count. Nothing the profile
+already had is changed::
+
+    python -m calibrate.extend rlhfsim/profiles/cpu.json [--models tiny-deberta] [--runtimes eager,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from calibrate.assemble import encoder_score_ops, reencode_summary
+from calibrate.device_info import load_avg, usable_cores
+from calibrate.grid import default_grid, with_overrides
+from calibrate.journal import Journal, journal_path
+from calibrate.progress import Progress
+from calibrate.reencode import measure_reencode, plan_size
+from calibrate.runtimes import RUNTIMES
+from calibrate.runtimes.aoti_cpp import default_cache_dir
+from calibrate.session import Session
+from calibrate.stepbench import _retokenize
+from rlhfsim.costs.model import OpParams
+from rlhfsim.costs.profile import load_profile, validate_profile
+from rlhfsim.files import write_json_atomic
+from rlhfsim.hardware.catalog import get_gpu
+from rlhfsim.models.catalog import CATALOG
+
+
+def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threads: int, quick: bool = True,
+           grid: dict | None = None, iters: int = 7, resume: bool = False) -> dict:
+    doc = json.loads(Path(path).read_text())
+    device, dtype = doc["device"].get("kind", "cpu"), doc.get("dtype", "float32")
+    device = "cuda" if device == "cuda" else "cpu"
+    spec = get_gpu(doc["gpu"], "profile.gpu")
+    g = with_overrides(default_grid(device, quick), grid)
+    shapes = [CATALOG[m] for m in models]
+    rts = {r: RUNTIMES[r]() for r in runtimes}
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    load_start = load_avg()
+    jpath = journal_path(Path(path).with_name(Path(path).stem + ".reencode.json"))
+    meta = {"device_kind": device, "device_name": doc["device"].get("name"), "dtype": dtype, "threads": threads,
+            "models": models, "runtimes": runtimes, "quick": quick}
+    try:
+        with Journal.open(jpath, meta, resume) as journal, \
+                Progress(sum(plan_size(g, m, rts) for m in shapes), enabled=True) as prog:
+            s = Session(device, dtype, g, journal, prog, default_cache_dir(), {}, threads)
+            with torch.inference_mode(False):
+                for m in shapes:
+                    model = s.hf_model(m, "value")
+                    measure_reencode(s, rts, model, m)
+                    del model
+                    s.free()
+            points = [p for p in journal.points()]
+        retok = _retokenize(CATALOG[actor], iters)
+    finally:
+        torch.set_num_threads(old_threads)
+    prior = OpParams.from_dict(load_profile("default")["operations"]["prefill"])
+    ops = dict(doc["operations"])
+    doc["reencode"] = reencode_summary(points, ops, spec, prior)
+    encoder_score_ops(doc["runtimes"], ops)
+    doc["operations"] = ops
+    doc["points"] = [p for p in doc.get("points", []) if p.get("op") != "reencode"] + \
+        [{k: v for k, v in p.items() if k != "kind"} for p in points]
+    step = dict(doc.get("step") or {})
+    step.update(retokenize_s=retok["retokenize_s"], retokenize_per_token_s=retok["retokenize_per_token_s"])
+    samples = dict(step.get("samples") or {})
+    samples["retokenize"] = retok
+    step["samples"] = samples
+    step.setdefault("source", "measured")
+    doc["step"] = step
+    ext = {"issue": 15, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
+           "added": sorted(k for k in ops if k.startswith(("reencode:", "encode:"))) + ["step.retokenize_s", "step.retokenize_per_token_s"],
+           "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
+           "models": models, "runtimes": runtimes, "journal": jpath.name,
+           "grid": {"reencode_lengths": list(g.reencode_lengths), "reencode_static_lengths": list(g.reencode_static_lengths),
+                    "rounds": g.rounds, "per_round": g.per_round}}
+    prov = dict(doc["provenance"])
+    prov["extensions"] = [e for e in prov.get("extensions", []) if e.get("issue") != 15] + [ext]
+    doc["provenance"] = prov
+    validate_profile(doc, str(path))
+    write_json_atomic(Path(path), doc)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m calibrate.extend", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profile", type=Path)
+    ap.add_argument("--models", default="tiny-deberta", help="encoder reward models (comma-separated catalog names)")
+    ap.add_argument("--runtimes", default="eager,compile,onnxruntime,aoti_python,aoti_cpp")
+    ap.add_argument("--actor", default="small-qwen2", help="the actor whose tokenizer re-tokenizing starts from")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args(argv)
+    doc = extend(args.profile, args.models.split(","), args.runtimes.split(","), args.actor,
+                 args.threads or usable_cores(), resume=args.resume)
+    print(json.dumps({k: v for k, v in doc["operations"].items() if k.startswith("reencode:")}, indent=1))
+    print(json.dumps({k: doc["step"][k] for k in ("retokenize_s", "retokenize_per_token_s")}))
+
+
+if __name__ == "__main__":
+    main()
