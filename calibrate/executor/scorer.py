@@ -13,7 +13,8 @@ Rule reward (no reward model): nothing to prefill, so one item per rollout when 
 
 On CUDA the scorer runs on its own stream and synchronises only that stream before reading the clock.
 At the end of generation the step waits until the queue is empty (every queued item scored, including
-chunks of rollouts that will be carried); that is the end of the reward phase.
+chunks of rollouts that will be carried); that is the end of the reward phase, and of the step's
+scorer thread (each step's first item starts a new one: ``Scorer.drain`` says why).
 
 Streaming strategies (``ExecConfig.reward_streaming``, ``rlhfsim.sim.streaming``): the above is
 ``incremental``. ``reencode`` queues at the same chunk boundaries, but each item is the whole prefix so far
@@ -73,8 +74,14 @@ class Scorer:
         self.score_item = {"rule": self._score_rule, "incremental": self._score_incremental,
                            "reencode": self._score_whole, "final_only": self._score_whole}[self.strategy]
         self.stream = torch.cuda.Stream(device=clock.device) if clock.cuda else None
-        self.thread = threading.Thread(target=self._run, name="rlhf-scorer", daemon=True)
-        self.thread.start()
+        self.thread: threading.Thread | None = None
+
+    def _put(self, item) -> None:
+        """Queue an item, starting the step's scorer thread on its first one (see ``drain``)."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="rlhf-scorer", daemon=True)
+            self.thread.start()
+        self.q.put(item)
 
     # ------------------------------------------------------------------------- decode-loop side
     def offer(self, seq) -> None:
@@ -82,25 +89,35 @@ class Scorer:
         final = n >= seq.response_len
         if self.strategy in ("rule", "final_only"):   # one item per rollout, when it has finished
             if final and n > seq.queued:
-                self.q.put((seq, seq.queued, n, seq.queued == 0, True, list(seq.tokens[:n])))
+                self._put((seq, seq.queued, n, seq.queued == 0, True, list(seq.tokens[:n])))
                 seq.queued = n
             return
         if n - seq.queued >= self.chunk or (final and n > seq.queued):
             first = seq.queued == 0
             toks = seq.tokens[:n] if self.strategy == "reencode" else seq.tokens[seq.queued:n]
-            self.q.put((seq, seq.queued, n, first, final, list(toks)))
+            self._put((seq, seq.queued, n, first, final, list(toks)))
             seq.queued = n
 
     def drain(self) -> None:
-        """Block until every queued item is scored; re-raise a scorer failure here."""
+        """Block until every queued item is scored, then end the step's scorer thread (the next step's first
+        item starts a new one); re-raise a scorer failure here.
+
+        The thread lives for one step's scoring only. A thread that ran torch ops keeps its own OpenMP team
+        while it waits, and on a CPU that idle team slows the main thread's training that follows by 9-31%
+        (median 15%; ``benchmarks/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that has
+        ended leaves no such cost (median 1.4%): a CPU artifact that a scorer on its own GPU, which this
+        thread stands in for, does not have."""
         self.q.join()
+        self.close()
         if self.error is not None:
             err, self.error = self.error, None
             raise err
 
     def close(self) -> None:
-        self.q.put(None)
-        self.thread.join()
+        if self.thread is not None:
+            self.q.put(None)
+            self.thread.join()
+            self.thread = None
 
     # ----------------------------------------------------------------------------- thread side
     def _run(self) -> None:
