@@ -3,7 +3,11 @@ import path)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 
 def pin_to_one_core() -> str:
@@ -30,3 +34,20 @@ def run_counting_events(sim, steps: int) -> tuple[int, list]:
     env.step = counting_step  # Environment.run looks up self.step on each event
     records = sim.run(steps)
     return count, records
+
+
+def alternate_children(script: str, conditions: tuple[str, ...], rounds: int, describe) -> dict[str, list[dict]]:
+    """Run ``python SCRIPT --child COND`` for every condition, round after round (conditions alternate, so a
+    shared machine's load falls on all of them alike), each in a fresh process with the repository on the
+    import path; each child prints one JSON object as its last line. ``describe(cond, result)`` gives a
+    progress fragment per child for the round's line on stderr. Returns the results per condition."""
+    root = Path(script).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    res: dict[str, list[dict]] = {c: [] for c in conditions}
+    for r in range(rounds):
+        for c in conditions:
+            out = subprocess.run([sys.executable, script, "--child", c], capture_output=True, text=True, env=env,
+                                 check=True).stdout
+            res[c].append(json.loads(out.strip().splitlines()[-1]))
+        print(f"round {r + 1}: " + ", ".join(describe(c, res[c][-1]) for c in conditions), file=sys.stderr)
+    return res

@@ -23,11 +23,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import alternate_children
+
 CONDITIONS = ("alone", "handoff", "continuous")
 CALLS = 8
 
@@ -122,15 +120,8 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    res: dict[str, list[dict]] = {c: [] for c in CONDITIONS}
-    for r in range(args.rounds):
-        for c in CONDITIONS:
-            out = subprocess.run([sys.executable, __file__, "--child", c], capture_output=True, text=True, env=env,
-                                 check=True).stdout
-            res[c].append(json.loads(out.strip().splitlines()[-1]))
-        print(f"round {r + 1}: " + ", ".join(f"{c} generate {res[c][-1]['generate_s'] * 1e3:.0f} ms, chunk "
-                                             f"{res[c][-1]['chunk_s'] * 1e3:.1f} ms" for c in CONDITIONS), file=sys.stderr)
+    res = alternate_children(__file__, CONDITIONS, args.rounds,
+                             lambda c, r: f"{c} generate {r['generate_s'] * 1e3:.0f} ms, chunk {r['chunk_s'] * 1e3:.1f} ms")
     med = {c: {k: statistics.median(x[k] for x in v) for k in ("generate_s", "chunk_s")} for c, v in res.items()}
     summary = {"rounds": args.rounds, "median": med,
                "ratio_to_alone": {c: {k: med[c][k] / med["alone"][k] for k in ("generate_s", "chunk_s")}

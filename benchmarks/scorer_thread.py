@@ -27,11 +27,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import alternate_children
+
 CONDITIONS = ("none", "idle", "idle-1", "shrunk", "exited")
 
 
@@ -106,14 +104,8 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    res: dict[str, list[float]] = {c: [] for c in CONDITIONS}
-    for r in range(args.rounds):
-        for c in CONDITIONS:
-            out = subprocess.run([sys.executable, __file__, "--child", c], capture_output=True, text=True, env=env,
-                                 check=True).stdout
-            res[c].append(json.loads(out.strip().splitlines()[-1])["median_s"])
-        print(f"round {r + 1}: " + ", ".join(f"{c} {res[c][-1] * 1e3:.0f} ms" for c in CONDITIONS), file=sys.stderr)
+    runs = alternate_children(__file__, CONDITIONS, args.rounds, lambda c, r: f"{c} {r['median_s'] * 1e3:.0f} ms")
+    res = {c: [r["median_s"] for r in v] for c, v in runs.items()}
     paired = {c: [x / a for x, a in zip(res[c], res["none"])] for c in CONDITIONS if c != "none"}
     summary = {"rounds": args.rounds, "median_ms": {c: statistics.median(v) * 1e3 for c, v in res.items()},
                "paired_ratio_median": {c: statistics.median(v) for c, v in paired.items()},

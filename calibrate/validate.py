@@ -581,26 +581,29 @@ def _print_block(c, doc: dict) -> None:
         c.print(t)
         g = s.get("generation_ops")
         if g and g["operations"]:
-            t = Table(title=f"generation inside the step ({g['runtime']}; per step; priced alone, no co-running scoring)")
-            for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
-                t.add_column(col, justify="left" if col == "operation" else "right")
-            for name, v in g["operations"].items():
-                e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
-                t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
-                          f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
+            t = _ops_table(f"generation inside the step ({g['runtime']}; per step; priced alone, no co-running scoring)",
+                           g["operations"])
             t.add_row("host work between operations", "", f"{g['outside_ops_s']:.3f}", "0.000 (not priced)", "", "", "")
             c.print(t)
         g = s.get("scoring_ops")
         if g and g["operations"]:
-            t = Table(title=f"scorer calls inside the step (per step; priced alone: the simulator multiplies a call that "
-                            f"starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f})")
-            for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
-                t.add_column(col, justify="left" if col == "operation" else "right")
-            for name, v in g["operations"].items():
-                e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
-                t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
-                          f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
-            c.print(t)
+            c.print(_ops_table(f"scorer calls inside the step (per step; priced alone: the simulator multiplies a call "
+                               f"that starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f})",
+                               g["operations"]))
+
+
+def _ops_table(title: str, ops: dict):
+    """One row per in-step operation: calls per step, measured and predicted seconds, error, ms per call."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
+        t.add_column(col, justify="left" if col == "operation" else "right")
+    for name, v in ops.items():
+        e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
+        t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
+                  f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
+    return t
 
 
 @click.command("validate")
