@@ -3,6 +3,7 @@ import path)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -51,3 +52,18 @@ def alternate_children(script: str, conditions: tuple[str, ...], rounds: int, de
             res[c].append(json.loads(out.strip().splitlines()[-1]))
         print(f"round {r + 1}: " + ", ".join(describe(c, res[c][-1]) for c in conditions), file=sys.stderr)
     return res
+
+
+def alternating_main(script: str, doc: str, conditions: tuple[str, ...], default_rounds: int, child, describe):
+    """The command line of an alternating benchmark: ``--rounds N``, ``--json``, and the hidden ``--child COND``
+    that runs one condition (``child(cond)``). Returns (args, results per condition) in the parent, None in
+    a child."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=default_rounds)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", choices=conditions, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child)
+        return None
+    return args, alternate_children(script, conditions, args.rounds, describe)

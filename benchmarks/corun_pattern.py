@@ -19,12 +19,11 @@ Reported: the median generate() call and the median chunk call per condition, as
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 
-from _common import alternate_children
+from _common import alternating_main
 
 CONDITIONS = ("alone", "handoff", "continuous")
 CALLS = 8
@@ -112,16 +111,11 @@ def child(cond: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--child", choices=CONDITIONS, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        child(args.child)
+    ran = alternating_main(__file__, __doc__, CONDITIONS, 4, child,
+                           lambda c, r: f"{c} generate {r['generate_s'] * 1e3:.0f} ms, chunk {r['chunk_s'] * 1e3:.1f} ms")
+    if ran is None:
         return
-    res = alternate_children(__file__, CONDITIONS, args.rounds,
-                             lambda c, r: f"{c} generate {r['generate_s'] * 1e3:.0f} ms, chunk {r['chunk_s'] * 1e3:.1f} ms")
+    args, res = ran
     med = {c: {k: statistics.median(x[k] for x in v) for k in ("generate_s", "chunk_s")} for c, v in res.items()}
     summary = {"rounds": args.rounds, "median": med,
                "ratio_to_alone": {c: {k: med[c][k] / med["alone"][k] for k in ("generate_s", "chunk_s")}

@@ -23,12 +23,11 @@ rounds; rounds let a shared machine's load fall on every condition alike).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 
-from _common import alternate_children
+from _common import alternating_main
 
 CONDITIONS = ("none", "idle", "idle-1", "shrunk", "exited")
 
@@ -96,15 +95,11 @@ def child(cond: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--child", choices=CONDITIONS, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        child(args.child)
+    ran = alternating_main(__file__, __doc__, CONDITIONS, 6, child,
+                           lambda c, r: f"{c} {r['median_s'] * 1e3:.0f} ms")
+    if ran is None:
         return
-    runs = alternate_children(__file__, CONDITIONS, args.rounds, lambda c, r: f"{c} {r['median_s'] * 1e3:.0f} ms")
+    args, runs = ran
     res = {c: [r["median_s"] for r in v] for c, v in runs.items()}
     paired = {c: [x / a for x, a in zip(res[c], res["none"])] for c in CONDITIONS if c != "none"}
     summary = {"rounds": args.rounds, "median_ms": {c: statistics.median(v) * 1e3 for c, v in res.items()},
