@@ -148,6 +148,11 @@ def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
     return True
 
 
+def catalog_gpu(device_name: str, memory_bytes: float | None) -> GpuSpec | None:
+    """The first CUDA catalog entry a device of this name (and memory, where known) ``matches``, or None."""
+    return next((g for g in GPUS.values() if g.kind == "cuda" and matches(g, device_name, memory_bytes)), None)
+
+
 def resolve_cuda_gpu(gpu_name: str | None, device: str, force: bool) -> GpuSpec:
     """The catalog entry of the local CUDA device: ``gpu_name`` checked against it (unless ``force``),
     or found from the device's name. Errors are one line saying what was found."""
@@ -166,8 +171,8 @@ def resolve_cuda_gpu(gpu_name: str | None, device: str, force: bool) -> GpuSpec:
             raise RlhfsimError(f"--gpu {gpu_name}: expected a local {spec.name}, found {props.name!r} "
                                f"({props.total_memory / 2**30:.0f} GiB); pass --force to calibrate it under that name anyway")
         return spec
-    for spec in GPUS.values():
-        if spec.kind == "cuda" and matches(spec, props.name, props.total_memory):
-            return spec
+    spec = catalog_gpu(props.name, props.total_memory)
+    if spec is not None:
+        return spec
     raise RlhfsimError(f"--device cuda: found {props.name!r}, which is not in the hardware catalog "
                        f"({', '.join(n for n, g in GPUS.items() if g.kind == 'cuda')}); pass --gpu NAME --force to name it")

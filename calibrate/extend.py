@@ -69,7 +69,7 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
                     measure_reencode(s, rts, model, m)
                     del model
                     s.free()
-            points = [p for p in journal.points()]
+            points = journal.points()
         retok = _retokenize(CATALOG[actor], iters)
     finally:
         torch.set_num_threads(old_threads)

@@ -134,7 +134,7 @@ class Session:
         if limit_s < 5:
             rec.update(rc=None, seconds=0.0, cut=False, skipped="no time left")
             return self._done(rec)
-        self._say(f"== {stage} (limit {limit_s:.0f} s): {rec['command']}")
+        self.say(f"== {stage} (limit {limit_s:.0f} s): {rec['command']}")
         t = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
@@ -161,12 +161,12 @@ class Session:
 
     def _done(self, rec: dict) -> dict:
         self.stages.append(rec)
-        self._say(f"== {rec['stage']}: rc {rec['rc']}, {rec['seconds']} s" + (" (cut at its deadline)" if rec["cut"] else "")
+        self.say(f"== {rec['stage']}: rc {rec['rc']}, {rec['seconds']} s" + (" (cut at its deadline)" if rec["cut"] else "")
                   + (f" ({rec['skipped']})" if rec.get("skipped") else ""))
         (self.out / "session.json").write_text(json.dumps({"budget_s": self.budget_s, "stages": self.stages}, indent=1))
         return rec
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         line = f"[{time.monotonic() - self.t0:6.1f} s] {text}"
         print(line, flush=True)
         self.log.write(line + "\n")
@@ -203,29 +203,33 @@ def main(argv: list[str] | None = None) -> int:
     grid = {**PLANS[args.plan], "critic_models": [m for m in args.critic_models.split(",") if m],
             **json.loads(args.grid_extra)}
     target = ["--gpu", args.gpu] if args.device == "cuda" else ["--device", "cpu", "--name", "rehearsal"]
-    base = [py, "-m", "calibrate", "calibrate", *target, "--quick", "--models", args.models, "--runtimes", "eager",
-            "--out", str(profile), "--no-progress"]
-    progress = [a for a in base if a != "--no-progress"]      # per-point lines (stderr is not a terminal)
+
+    def calibrate(models: str, *extra: str, progress: bool = True) -> list[str]:
+        """A calibrate command over ``models`` writing ``profile`` (per-point progress lines unless not
+        ``progress``: stderr is not a terminal, so they come as lines)."""
+        return [py, "-m", "calibrate", "calibrate", *target, "--quick", "--models", models, "--runtimes", "eager",
+                "--out", str(profile), *([] if progress else ["--no-progress"]), *extra]
+
     skip = set(args.skip.split(","))
-    s.run("calibrate", [*progress, *(["--resume"] if args.resume else []), "--grid", json.dumps({**grid, "gen_runtimes": UNCOMPILED})],
+    s.run("calibrate", calibrate(args.models, *(["--resume"] if args.resume else []),
+                                 "--grid", json.dumps({**grid, "gen_runtimes": UNCOMPILED})),
           s.left() - 40 if {"step", "compiled"} <= skip else s.deadline("calibrate"))
 
     step_file = out / "step.json"
-    if "step" in skip:
-        pass
-    elif profile.is_file() or s.run("assemble", [*base, "--from-journal", "--grid", json.dumps(grid)],
-                                  min(60.0, s.left()))["rc"] == 0:
+    first = args.models.split(",")[0]
+    if "step" not in skip and (profile.is_file() or s.run(
+            "assemble", calibrate(args.models, "--from-journal", "--grid", json.dumps(grid), progress=False),
+            min(60.0, s.left()))["rc"] == 0):
         step_file.write_bytes(profile.read_bytes())
-        first = args.models.split(",")[0]
         s.run("step", [py, "-m", "calibrate.stepbench", str(step_file), "--device", args.device, "--model", first],
               s.deadline("step"))
-    first_only = [a if a != args.models else args.models.split(",")[0] for a in progress]   # nothing else rebuilt
-    if "compiled" not in skip:
-        s.run("compiled", [*first_only, "--resume", "--grid", json.dumps({**grid, "gen_runtimes": COMPILED,
-                                                                        "gen_compiled_models": 1})],
+    if "compiled" not in skip:    # the first model only: nothing else is rebuilt
+        s.run("compiled", calibrate(first, "--resume", "--grid", json.dumps({**grid, "gen_runtimes": COMPILED,
+                                                                             "gen_compiled_models": 1})),
               s.deadline("compiled"))
     every = {**grid, "gen_runtimes": UNCOMPILED + COMPILED, "gen_compiled_models": 1}
-    s.run("assemble", [*base, "--from-journal", "--grid", json.dumps(every)], s.deadline("assemble"))
+    s.run("assemble", calibrate(args.models, "--from-journal", "--grid", json.dumps(every), progress=False),
+          s.deadline("assemble"))
     _merge_step(s, profile, step_file)
     if args.validate and s.left() >= VALIDATE_MIN_S and profile.is_file():
         root = Path(__file__).resolve().parents[1]
@@ -233,25 +237,23 @@ def main(argv: list[str] | None = None) -> int:
         s.run("validate", [py, "-m", "rlhfsim.cli", "validate", "--device", args.device, "--sequential",
                            "--steps", "2", "--profile", str(profile), "--format", "json",
                            "--out", str(out / "validation.json"), *scen], s.left() - 5)
-    s._say("== files: " + ", ".join(sorted(p.name for p in out.iterdir())))
+    s.say("== files: " + ", ".join(sorted(p.name for p in out.iterdir())))
     return 0 if profile.is_file() else 1
 
 
 def _merge_step(s: Session, profile: Path, step_file: Path) -> None:
     """The step scalars measured on the stage-2 profile's copy, put into the final profile."""
+    from rlhfsim.files import write_json_atomic
+
     try:
         step = json.loads(step_file.read_text()).get("step")
         if not (step and profile.is_file()):
-            s._say("== merge: no step scalars to merge" if profile.is_file() else "== merge: no profile")
+            s.say("== merge: no step scalars to merge" if profile.is_file() else "== merge: no profile")
             return
-        doc = json.loads(profile.read_text())
-        doc["step"] = step
-        tmp = profile.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, profile)
-        s._say("== merge: step scalars merged into " + profile.name)
+        write_json_atomic(profile, {**json.loads(profile.read_text()), "step": step})
+        s.say("== merge: step scalars merged into " + profile.name)
     except (OSError, ValueError) as e:
-        s._say(f"== merge failed: {e}")
+        s.say(f"== merge failed: {e}")
 
 
 if __name__ == "__main__":

@@ -144,6 +144,14 @@ class PassView:
         return [r for r in self.journal.runtimes() if r.get("pass", 0) == self.index]
 
 
+def profile_inputs(records: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(points, runtime records) a profile is built from: every point with its passes merged
+    (``merge_passes``), and the first pass's runtime records."""
+    points = [r for r in records if r.get("kind") == "point"]
+    runtimes = [r for r in records if r.get("kind") == "runtime" and r.get("pass", 0) == 0]
+    return merge_passes(points), runtimes
+
+
 def merge_passes(points: list[dict]) -> list[dict]:
     """One point per key from the passes' points: the samples of all passes pooled (trimmed mean, median,
     IQR and p95 recomputed; interference slowdowns from the pooled co-running and alone samples), the first pass's

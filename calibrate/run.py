@@ -25,13 +25,13 @@ import torch
 from calibrate.assemble import build_profile
 from calibrate.quality import assess_quality
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
-from calibrate.device_info import contention_probe, contention_ratio, cpu_model, describe, load_avg, matches, \
+from calibrate.device_info import catalog_gpu, contention_probe, contention_ratio, cpu_model, describe, load_avg, \
     resolve_cuda_gpu, usable_cores
 from calibrate.genbench import measure_gen_runtimes
 from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
-from calibrate.journal import Journal, PassView, journal_path, merge_passes, read_journal
+from calibrate.journal import Journal, PassView, journal_path, profile_inputs, read_journal
 from calibrate.measure import spread
 from calibrate.models import dtype_name
 from calibrate.progress import Progress
@@ -44,7 +44,7 @@ from calibrate.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import bundled_names, user_profile_dir
 from rlhfsim.files import write_json_atomic
 from rlhfsim.errors import RlhfsimError
-from rlhfsim.hardware.catalog import GPUS, GpuSpec, get_gpu
+from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import CATALOG, ModelShape
 
 
@@ -186,7 +186,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
         for k in range(passes):
             s.journal = PassView(journal, k)
             _measure_all(s, g, models, decoders, rts, rt_models)
-        points, records = merge_passes(journal.points()), PassView(journal, 0).runtimes()
+        points, records = profile_inputs(journal.records)
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
                             records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
@@ -230,8 +230,7 @@ def assemble_journal(out: Path, *, gpu_name: str | None = None, name: str | None
     if kind == "cpu":
         spec, default_name = get_gpu("cpu"), cpu_profile_name(dev_name)
     else:
-        spec = get_gpu(gpu_name, "--gpu") if gpu_name else next(
-            (g for g in GPUS.values() if g.kind == "cuda" and matches(g, dev_name, info.get("memory_bytes"))), None)
+        spec = get_gpu(gpu_name, "--gpu") if gpu_name else catalog_gpu(dev_name, info.get("memory_bytes"))
         if spec is None:
             raise RlhfsimError(f"--from-journal: the journal's device {dev_name!r} is not in the hardware catalog; "
                                "pass --gpu NAME")
@@ -241,11 +240,7 @@ def assemble_journal(out: Path, *, gpu_name: str | None = None, name: str | None
     g = with_overrides(default_grid(kind, quick), grid)
     models = [CATALOG[n] for n in meta.get("models", []) if n in CATALOG]
     runtime_models = pick_runtime_models(models, g.runtime_models) if models else set()
-    journal = Journal(jp, records)
-    try:
-        points, runtimes = merge_passes(journal.points()), PassView(journal, 0).runtimes()
-    finally:
-        journal.close()
+    points, runtimes = profile_inputs(records)
     profile = build_profile(name=name, gpu=spec, dtype=meta.get("dtype", "float32"), device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points, records=runtimes,
                             grid={**asdict(g), "runtime_models_measured": sorted(runtime_models)})
