@@ -17,5 +17,6 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 # stale): 2 = prefill/decode include sampling (sample_next), StaticKVDecoder reads GQA caches in place;
 # 3 = fits use each point's trimmed mean (tmean_s) instead of its median; 4 = a decode point is one
 # iteration of the executor's decode loop (Generator._decode); 5 = generation runtimes (calibrate.genbench:
-# prefill/decode/handoff points with a runtime field; the plain fits exclude them).
-MEASUREMENT_VERSION = 5
+# prefill/decode/handoff points with a runtime field; the plain fits exclude them); 6 = co-running in the
+# hand-over pattern per generation runtime (calibrate.corun: interference points of strategy handover).
+MEASUREMENT_VERSION = 6

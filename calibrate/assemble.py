@@ -6,7 +6,8 @@
   or of the encoder ones when no decoder was measured (``source_points`` says which). Both families' fits
   are kept under ``runtimes.RUNTIME.fits``. An operation with no points keeps the bundled ``default``
   profile's values with ``"source": "default"`` so the simulator still finds it.
-* ``interference``: median decode and prefill slowdowns over the measured co-running configurations.
+* ``interference``: median decode and prefill slowdowns over the measured co-running configurations, and
+  per generation runtime those measured in the hand-over pattern (``handover``, ``calibrate.corun``).
 * ``runtimes``: per runtime, validity, max abs difference to eager, setup and first-call costs per model.
 * ``batching``: padded / bucketed / packed medians per (model, batch, max length); ``chunked_scoring``:
   chunk-on-prefix against one-shot prefill of the same total length.
@@ -196,16 +197,34 @@ def runtime_summary(points: list[dict], records: list[dict]) -> dict:
 
 
 def interference_summary(points: list[dict], default: dict) -> dict:
+    """Median decode and prefill slowdowns of the busy-loop points (``decode_slowdown``,
+    ``prefill_slowdown``), and per generation runtime those of the hand-over points (``handover``:
+    ``calibrate.corun``), each with the configurations it pools."""
     pts = _measured(points, op="interference")
-    d = [p["slowdown"] for p in pts if p["side"] == "decode"]
-    pf = [p["slowdown"] for p in pts if p["side"] == "prefill"]
-    if not d or not pf:
-        return {**default, "source": "default"}
-    return {"decode_slowdown": float(np.median(d)), "prefill_slowdown": float(np.median(pf)), "source": "measured",
-            "configs": [{"side": p["side"], "model": p["model"], "partner": p["partner"], "batch": p["batch"],
-                         "seq_len": p["seq_len"], "prefix_len": p["prefix_len"], "alone_median_s": p["alone_median_s"],
-                         "corun_median_s": p["median_s"], "alone_tmean_s": p.get("alone_tmean_s"),
-                         "corun_tmean_s": p.get("tmean_s"), "slowdown": p["slowdown"]} for p in pts]}
+    busy = [p for p in pts if p.get("corun_pattern") != "handover"]
+    d = [p["slowdown"] for p in busy if p["side"] == "decode"]
+    pf = [p["slowdown"] for p in busy if p["side"] == "prefill"]
+    out = {**default, "source": "default"} if not d or not pf else {
+        "decode_slowdown": float(np.median(d)), "prefill_slowdown": float(np.median(pf)), "source": "measured",
+        "configs": [_corun_config(p) for p in busy]}
+    handover: dict[str, dict] = {}
+    for rt in sorted({p["runtime"] for p in pts if p.get("corun_pattern") == "handover"}):
+        mine = [p for p in pts if p.get("corun_pattern") == "handover" and p["runtime"] == rt]
+        dd = [p["slowdown"] for p in mine if p["side"] == "decode"]
+        pp = [p["slowdown"] for p in mine if p["side"] == "prefill"]
+        if dd and pp:
+            handover[rt] = {"decode_slowdown": float(np.median(dd)), "prefill_slowdown": float(np.median(pp)),
+                            "configs": [{**_corun_config(p), "chunk": p["chunk"]} for p in mine]}
+    if handover:
+        out["handover"] = handover
+    return out
+
+
+def _corun_config(p: dict) -> dict:
+    return {"side": p["side"], "model": p["model"], "partner": p["partner"], "batch": p["batch"],
+            "seq_len": p["seq_len"], "prefix_len": p["prefix_len"], "alone_median_s": p["alone_median_s"],
+            "corun_median_s": p["median_s"], "alone_tmean_s": p.get("alone_tmean_s"),
+            "corun_tmean_s": p.get("tmean_s"), "slowdown": p["slowdown"]}
 
 
 def batching_summary(points: list[dict]) -> list[dict]:

@@ -1,5 +1,5 @@
-"""Extend a measured profile with the operations of issue 15, measured on this device with the calibration's
-own machinery, without measuring the rest again:
+"""Extend a measured profile with the operations of issue 15 (or, ``--handover``, the co-running of issue 16),
+measured on this device with the calibration's own machinery, without measuring the rest again:
 
 * ``reencode:RUNTIME`` (``calibrate.reencode``): re-encode scoring of the encoder reward models given
   (default tiny-deberta) over a growing prefix, every scoring runtime interleaved (eager, compile,
@@ -13,6 +13,12 @@ profile's ``provenance.extensions`` records the command, date, load and thread c
 already had is changed::
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json [--models tiny-deberta] [--runtimes eager,...]
+
+``--handover``: co-running in the hand-over pattern (``calibrate.corun``), ``kv_decoder`` and
+``hf_generate``, each decoder model given (default tiny-qwen2 and small-qwen2) as actor and as its own
+scorer, batch 4, 64-token prompts, 32-token chunks; sets ``interference.handover``::
+
+    python -m calibrate.extend rlhfsim/profiles/cpu.json --handover
 """
 
 from __future__ import annotations
@@ -101,6 +107,63 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
     return doc
 
 
+def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4, prompt: int = 64, chunk: int = 32,
+                    runtimes: tuple[str, ...] = ("kv_decoder", "hf_generate"), resume: bool = False) -> dict:
+    """Add co-running in the hand-over pattern (``calibrate.corun``) to a measured profile: for each
+    generation runtime and decoder model, the model as actor and as its own scorer at (batch, prompt,
+    chunk). A runtime other than ``kv_decoder`` is measured where the profile's own correctness check
+    found it valid on that model (copied into the journal as such). Sets ``interference.handover`` and
+    appends the points; nothing else the profile had is changed."""
+    from calibrate.assemble import interference_summary
+    from calibrate.corun import measure_handover
+    from calibrate.genbench import runtime_key
+
+    doc = json.loads(Path(path).read_text())
+    device, dtype = doc["device"].get("kind", "cpu"), doc.get("dtype", "float32")
+    device = "cuda" if device == "cuda" else "cpu"
+    shapes = [CATALOG[m] for m in models]
+    entries = [(rt, m.name, m.name, batch, prompt, chunk) for rt in runtimes for m in shapes]
+    g = with_overrides(default_grid(device, True), {"handover": entries})
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    load_start = load_avg()
+    jpath = journal_path(Path(path).with_name(Path(path).stem + ".handover.json"))
+    meta = {"device_kind": device, "device_name": doc["device"].get("name"), "dtype": dtype, "threads": threads,
+            "models": models, "runtimes": list(runtimes), "quick": True}
+    try:
+        with Journal.open(jpath, meta, resume) as journal, Progress(2 * len(entries), enabled=True) as prog:
+            s = Session(device, dtype, g, journal, prog, default_cache_dir(), {}, threads)
+            for rt, m in {(rt, m) for rt, m, *_ in entries if rt != "kv_decoder"}:
+                info = (doc.get("generation", {}).get(rt, {}).get("models") or {}).get(m)
+                key = runtime_key(rt, m)
+                if info is not None and journal.get(key) is None:
+                    journal.append({"kind": "runtime", "family": "generation", "key": key, "runtime": rt, "model": m,
+                                    "valid": bool(info.get("valid")), "reason": info.get("reason", ""),
+                                    "source": "the profile's own check (generation.RUNTIME.models)"})
+            with torch.inference_mode(False):
+                for rt, a, r, b, p, c in entries:
+                    measure_handover(s, rt, CATALOG[a], CATALOG[r], b, p, c)
+            points = journal.points()
+    finally:
+        torch.set_num_threads(old_threads)
+    inter = dict(doc["interference"])
+    inter["handover"] = interference_summary(points, inter).get("handover", {})
+    doc["interference"] = inter
+    doc["points"] = [p for p in doc.get("points", []) if p.get("corun_pattern") != "handover"] + \
+        [{k: v for k, v in p.items() if k != "kind"} for p in points if p.get("op") == "interference"]
+    ext = {"issue": 16, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
+           "added": ["interference.handover"], "threads": threads, "load_avg_1m_at_start": load_start,
+           "load_avg_1m_at_end": load_avg(), "models": models, "runtimes": list(runtimes), "journal": jpath.name,
+           "grid": {"handover": [list(e) for e in entries]}}
+    prov = dict(doc["provenance"])
+    prov["extensions"] = [e for e in prov.get("extensions", []) if e.get("issue") != 16] + [ext]
+    doc["provenance"] = prov
+    validate_profile(doc, str(path))
+    write_json_atomic(Path(path), doc)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m calibrate.extend", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,7 +173,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--actor", default="small-qwen2", help="the actor whose tokenizer re-tokenizing starts from")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--handover", action="store_true",
+                    help="add only co-running in the hand-over pattern (calibrate.corun) for --models (decoders; "
+                         "default tiny-qwen2,small-qwen2) as actor and scorer")
     args = ap.parse_args(argv)
+    if args.handover:
+        models = args.models.split(",") if args.models != "tiny-deberta" else ["tiny-qwen2", "small-qwen2"]
+        doc = extend_handover(args.profile, models, args.threads or usable_cores(), resume=args.resume)
+        print(json.dumps({rt: {k: v for k, v in h.items() if k != "configs"}
+                          for rt, h in doc["interference"]["handover"].items()}, indent=1))
+        return
     doc = extend(args.profile, args.models.split(","), args.runtimes.split(","), args.actor,
                  args.threads or usable_cores(), resume=args.resume)
     print(json.dumps({k: v for k, v in doc["operations"].items() if k.startswith("reencode:")}, indent=1))

@@ -28,6 +28,12 @@ points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_comp
 models (None: all).
 ``kv_decoder``'s costs are the plain ``prefill``/``decode`` points; it is only checked for correctness.
 
+Co-running in the hand-over pattern (``calibrate.corun``): ``handover`` entries (runtime, actor, reward
+model, batch, prompt, chunk), the actor generating with the runtime and handing each row's chunk to a
+scorer thread at its boundary. The quick CPU grid measures ``kv_decoder`` and ``hf_generate`` at one
+shape; the GPU grids measure none yet (a reward model sharing the actor's GPU is the exception there:
+OPPO's scorer has a GPU of its own).
+
 Re-encode scoring (``calibrate.reencode``, encoder reward models only): one response's prefixes of the
 lengths ``reencode_lengths``, each a batch-1 call from scratch, every scoring runtime interleaved at each
 length; runtimes compiled per input shape take ``reencode_static_lengths`` only.
@@ -90,6 +96,9 @@ class Grid:
     reencode_static_lengths: tuple[int, ...] = (32, 128, 224, 352, 480)  # ... those runtimes compiled per shape take
     actor_models: tuple[str, ...] | None = None     # decoders measured as actors (generation, LM training); None: all
     critic_models: tuple[str, ...] | None = None    # decoders measured with value-head training; None: all
+    # co-running in the hand-over pattern (calibrate.corun): (generation runtime, actor, reward model,
+    # batch, prompt tokens, chunk tokens); "" names the first actor decoder / the first decoder
+    handover: tuple[tuple[str, str, str, int, int, int], ...] = ()
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -107,6 +116,7 @@ class Grid:
         lens = [n for _, n in self.prefill] + [n + self.max_iters + self.warmup + 2 for _, n in self.decode]
         lens += [p + c for _, p, c in self.chunk_points()] + [n + 2 for _, n, _, _ in self.interference]
         lens += [n for _, _, _, n in self.interference]
+        lens += [p + c * 8 + 2 for _, _, _, _, p, c in self.handover]
         return max(lens)
 
 
@@ -122,6 +132,7 @@ QUICK_CPU = Grid(
     chunk_batches=(1, 8), chunk_prefixes=(0, 128, 384), chunk_sizes=(32, 128),
     train=((1, 64), (4, 64), (1, 256), (4, 256)),
     interference=((8, 256, 4, 128),),
+    handover=(("kv_decoder", "", "", 4, 64, 32), ("hf_generate", "", "", 4, 64, 32)),
     point_budget_s=0.3, quiet_wait_s=20.0,
     # shapes shared with `prefill`/`decode` where they can be, so runtimes compare at equal shapes
     gen_prefill=((1, 64), (4, 32), (4, 128), (16, 64)),
@@ -223,6 +234,11 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
         v = tup(v)
         if k in ("actor_models", "critic_models"):
             ok, want = v is None or (isinstance(v, tuple) and all(isinstance(x, str) for x in v)), "null or a list of model names"
+        elif k == "handover":
+            ok = isinstance(v, tuple) and all(
+                isinstance(x, tuple) and len(x) == 6 and x[0] in GEN_RUNTIMES and all(isinstance(y, str) for y in x[1:3])
+                and all(pos_int(y) and y >= 1 for y in x[3:]) for x in v)
+            want = "a list of [runtime, actor model or \"\", reward model or \"\", batch, prompt, chunk]"
         elif k == "gen_runtimes":
             ok = isinstance(v, tuple) and all(x in GEN_RUNTIMES for x in v)
             want = f"a list of generation runtimes ({', '.join(GEN_RUNTIMES)})"

@@ -211,8 +211,12 @@ def fit_table(profile: dict) -> str:
 
 def interference_line(profile: dict) -> str:
     i = profile["interference"]
-    return (f"interference ({i['source']}): decode slowdown {i['decode_slowdown']:.2f}x, "
-            f"prefill slowdown {i['prefill_slowdown']:.2f}x")
+    out = (f"interference ({i['source']}): decode slowdown {i['decode_slowdown']:.2f}x, "
+           f"prefill slowdown {i['prefill_slowdown']:.2f}x")
+    for rt, h in sorted((i.get("handover") or {}).items()):
+        out += (f"; hand-over beside {rt}: generation {h['decode_slowdown']:.2f}x, "
+                f"scorer call {h['prefill_slowdown']:.2f}x")
+    return out
 
 
 # -- generation runtimes ----------------------------------------------------------------------------------

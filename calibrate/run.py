@@ -25,6 +25,7 @@ import torch
 from calibrate.assemble import build_profile
 from calibrate.quality import assess_quality
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
+from calibrate.corun import handover_plan, measure_handover
 from calibrate.device_info import catalog_gpu, contention_probe, contention_ratio, cpu_model, describe, load_avg, \
     resolve_cuda_gpu, usable_cores
 from calibrate.genbench import measure_gen_runtimes
@@ -110,6 +111,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
         if m.name in runtime_models:
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
         n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
+    n += 2 * len(handover_plan(grid, models, actors))
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
 
@@ -286,3 +288,5 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
             measure_training(s, m, "value")
         if decoders:
             measure_interference(s, decoders[0], decoders[0])
+        for rt, actor, reward, b, p, c in handover_plan(g, models, actors):
+            measure_handover(s, rt, actor, reward, b, p, c)

@@ -264,6 +264,19 @@ def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int
     return (sc.generation.max_batch, _round(ctx), sched.intra.max_chunk_batch, sched.intra.chunk_tokens)
 
 
+def handover_shape(sc, setup, rollouts: list[tuple[int, int]]) -> tuple | None:
+    """The hand-over co-running point of a scenario that streams chunks into a reward model while
+    decoding (``Grid.handover``, ``calibrate.corun``): its generation runtime, actor and reward shapes,
+    the decode batch (max_batch), the mean prompt and the chunk size."""
+    sched = sc.schedule
+    if sched.kind != "oppo" or not sched.intra.enabled or sc.models.reward.kind != "model":
+        return None
+    sample = rollouts[:OPERATING_SAMPLE]
+    prompt = sum(p for p, _ in sample) / len(sample)
+    return (sc.generation.resolved_runtime, setup.shapes["actor"].name, setup.shapes["reward"].name,
+            sc.generation.max_batch, _round(prompt), sched.intra.chunk_tokens)
+
+
 def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
     out = {}
     for ph in PHASES:
@@ -446,11 +459,14 @@ def quick_plan(group: list, device: str, threads: int | None) -> QuickPlan:
         raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
     dtype = dtypes.pop()
     corun = [c for sc, setup, _, _ in group if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
+    handover = sorted({h for sc, setup, _, _ in group
+                       if (h := handover_shape(sc, setup, draw_rollouts(setup, OPERATING_SAMPLE))) is not None})
     # Calibrate with the thread count the real runs use: CPU kernels scale with it. Shapes no profile
     # has seen get the lean grid, so a new scenario is calibrated within minutes.
     lean = any(is_new_shape(s) for s in shapes.values())
-    path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads,
-                                  operating_points(group, "cuda" if device == "cuda" else "cpu", lean))
+    # Co-running in the hand-over pattern only where a scenario streams (none otherwise).
+    points = {**operating_points(group, "cuda" if device == "cuda" else "cpu", lean), "handover": handover}
+    path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads, points)
     return QuickPlan(list(shapes.values()), dtype, path, grid, lean)
 
 

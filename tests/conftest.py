@@ -282,9 +282,12 @@ def free_reward_cost(sc: Scenario) -> FreeRewardCost:
     other = {setup.shapes[r] for r in setup.shapes if r != "reward"}
     if setup.shapes["reward"] in other:
         raise ValueError("free_reward_cost needs a reward model shape no other role uses")
-    # Streaming to a free reward model costs the actor nothing either: no handoff pause at chunk boundaries.
+    # Streaming to a free reward model costs the actor nothing either: no handoff pause at chunk boundaries,
+    # and no co-running slowdown measured beside a scorer that works (interference.handover).
+    inter = {k: v for k, v in base.profile.get("interference", {}).items() if k != "handover"}
     profile = {**base.profile, "generation": {rt: {**g, "handoff_s": 0.0, "handoff_per_row_s": 0.0}
-                                              for rt, g in base.profile.get("generation", {}).items()}}
+                                              for rt, g in base.profile.get("generation", {}).items()},
+               "interference": inter}
     return FreeRewardCost(setup.gpu, profile, setup.shapes["reward"])
 
 

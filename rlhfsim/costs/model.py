@@ -226,6 +226,8 @@ class CostModel:
         inter = profile.get("interference", {})
         self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
         self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
+        # Measured in the hand-over pattern per generation runtime (calibrate.corun), where the profile has it.
+        self.handover = inter.get("handover") or {}
         # Constants per (model, dtype, ...): computed on first use, then reused (the profile is fixed).
         self._forward: dict[tuple, _Forward] = {}
         self._decode: dict[tuple, _Decode] = {}
@@ -243,6 +245,25 @@ class CostModel:
     @property
     def name(self) -> str:
         return self.profile["name"]
+
+    def corun_factors(self, gen_runtime: str | None, actor: str | None = None,
+                      reward: str | None = None) -> tuple[float, float, str]:
+        """(decode slowdown, chunk-call slowdown, window) of intra-step scoring beside generation with
+        ``gen_runtime`` on shared devices. Measured in the hand-over pattern for that runtime
+        (``interference.handover``): its window is ``live``, the whole time a scorer is live beside
+        generation (from the step's first hand-over to its drain), the window it was measured over; the
+        median over the configurations measured with this actor and reward model when there are any,
+        else the runtime's median over all of them. Otherwise the busy-loop slowdowns, window
+        ``overlap``: decode slows only while a call runs."""
+        h = self.handover.get(gen_runtime)
+        if h is None:
+            return self.decode_slowdown, self.prefill_slowdown, "overlap"
+        pair = {side: [c["slowdown"] for c in h.get("configs", []) if c["side"] == side
+                       and (c["model"], c["partner"]) == ((actor, reward) if side == "decode" else (reward, actor))]
+                for side in ("decode", "prefill")}
+        if pair["decode"] and pair["prefill"]:
+            return float(np.median(pair["decode"])), float(np.median(pair["prefill"])), "live"
+        return float(h["decode_slowdown"]), float(h["prefill_slowdown"]), "live"
 
     @property
     def runtimes(self) -> list[str]:

@@ -18,7 +18,8 @@ Layout (``schema_version`` 1)::
              "heldout_mape": f|null, "n_points": int}
       },                                 # OP in prefill, decode, chunk_prefill, train, optimizer, score:RUNTIME,
                                          # prefill:RUNTIME, decode:RUNTIME (generation runtimes)
-      "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default"},
+      "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default",
+                       "handover": {RUNTIME: {"decode_slowdown": f, "prefill_slowdown": f, "configs": [...]}}},
       "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
       "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
@@ -113,11 +114,44 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             v = info.get(k)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
+    _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")
         if problem:
             raise ProfileError(problem)
     return doc
+
+
+def _check_interference(inter, where: str) -> None:
+    if not isinstance(inter, dict):
+        raise ProfileError(f"{where}: expected an object, got {type(inter).__name__}")
+    slow = ("decode_slowdown", "prefill_slowdown")
+    sections = [(where, inter, False)]
+    handover = inter.get("handover", {})
+    if not isinstance(handover, dict):
+        raise ProfileError(f"{where}.handover: expected an object keyed by generation runtime, got {type(handover).__name__}")
+    sections += [(f"{where}.handover.{rt}", v, True) for rt, v in handover.items()]
+    for path, sec, required in sections:
+        if not isinstance(sec, dict):
+            raise ProfileError(f"{path}: expected an object, got {type(sec).__name__}")
+        for k in slow:
+            if k not in sec and not required:
+                continue
+            v = sec.get(k)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < float("inf"):
+                raise ProfileError(f"{path}.{k}: expected a finite number > 0, got {v!r}")
+        if not required:
+            continue
+        configs = sec.get("configs", [])
+        if not isinstance(configs, list):
+            raise ProfileError(f"{path}.configs: expected a list, got {type(configs).__name__}")
+        for i, c in enumerate(configs):
+            ok = (isinstance(c, dict) and c.get("side") in ("decode", "prefill") and isinstance(c.get("model"), str)
+                  and isinstance(c.get("partner"), str) and isinstance(c.get("slowdown"), (int, float))
+                  and not isinstance(c.get("slowdown"), bool) and 0 < c["slowdown"] < float("inf"))
+            if not ok:
+                raise ProfileError(f"{path}.configs[{i}]: expected an object with side decode|prefill, model, partner "
+                                   f"and a finite slowdown > 0, got {c!r}")
 
 
 def load_profile(ref: str) -> dict:

@@ -44,6 +44,13 @@ class Simulation:
         self.decoding: dict = defaultdict(dict)  # pool -> {replica process inside a decode segment: its GPUs}
         self.scorers: dict[str, stages.ChunkScorer] = {}
         self.runtime = None if sc.models.reward.kind == "rule" else sc.models.reward.runtime
+        # Co-running of intra-step scoring and decode on shared GPUs (CostModel.corun_factors): measured in
+        # the hand-over pattern for the generation runtime (window "live": decode is slower while a scorer
+        # is live beside it), else the busy-loop slowdowns (window "overlap": while a call runs).
+        shapes = setup.shapes
+        self.decode_slow, self.prefill_slow, window = cost.corun_factors(
+            sc.generation.resolved_runtime, shapes["actor"].name, shapes["reward"].name if "reward" in shapes else None)
+        self.slows_decode = "live" if window == "live" else "prefill"   # the sim.active kind that slows decode
         self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
 
     def corun(self, pool: str, kind: str, gpus: range) -> bool:
@@ -51,6 +58,18 @@ class Simulation:
         Interference is per device: a chunk prefill slows the decode replica that shares its GPUs."""
         other = "prefill" if kind == "decode" else "decode"
         return any(self.active[(pool, other, g)] > 0 for g in gpus)
+
+    def decode_factor(self, pool: str, gpus: range) -> float:
+        """How much slower decode on these GPUs of ``pool`` runs now: ``decode_slow`` while a chunk call
+        runs on one of them (window ``overlap``) or while a scorer is live on one of them (window ``live``:
+        from its step's first hand-over to its drain, ``ChunkScorer``), else 1."""
+        kind = self.slows_decode
+        return self.decode_slow if any(self.active[(pool, kind, g)] > 0 for g in gpus) else 1.0
+
+    def prefill_factor(self, pool: str, gpus: range) -> float:
+        """How much slower a chunk call on these GPUs of ``pool`` runs when it starts now:
+        ``prefill_slow`` while decode runs on one of them, else 1."""
+        return self.prefill_slow if self.corun(pool, "prefill", gpus) else 1.0
 
     def set_active(self, pool: str, kind: str, gpus: range, delta: int) -> None:
         """Count work of ``kind`` starting (+1) or ending (-1) on these GPUs; when chunk prefills start
@@ -61,7 +80,7 @@ class Simulation:
             before = self.active[k]
             self.active[k] = before + delta
             changed |= (before == 0) != (before + delta == 0)
-        if changed and kind == "prefill":
+        if changed and kind == self.slows_decode:
             self.interference_changed(pool, gpus)
 
     def forward_runtime(self, role: str) -> str | None:
@@ -74,9 +93,10 @@ class Simulation:
         return "eager" if "eager" in self.cost.runtimes else None
 
     def interference_changed(self, pool: str, gpus: range) -> None:
-        """A chunk prefill started or ended on these GPUs of ``pool``: decode segments sharing any of them
-        re-time themselves at the new speed (``Generation``); nothing to do without a decode slowdown."""
-        if self.cost.decode_slowdown == 1.0:
+        """A chunk prefill (or, window ``live``, a live scorer) started or ended on these GPUs of ``pool``:
+        decode segments sharing any of them re-time themselves at the new speed (``Generation``);
+        nothing to do without a decode slowdown."""
+        if self.decode_slow == 1.0:
             return
         for proc, mine in list(self.decoding[pool].items()):
             if proc.is_alive and proc is not self.env.active_process and _overlap(mine, gpus):

@@ -281,8 +281,8 @@ class ChunkScorer:
     at every hand-over and prices it from scratch, ``final_only`` queues each rollout once, when it has
     finished. A reward model of another tokenizer adds each call's re-tokenizing as host time.
 
-    Calls are priced one by one (each costs what it would alone, times ``prefill_slowdown`` when decode
-    runs on the replica's GPUs at the call's start), but each replica runs a *chain* of back-to-back calls
+    Calls are priced one by one (each costs what it would alone, times the co-running slowdown when decode
+    runs on the replica's GPUs at the call's start: ``Simulation.prefill_factor``), but each replica runs a *chain* of back-to-back calls
     in one timeout and one busy interval, planned when it looks at the queue: with one chunk per call
     (the default), every queued call goes to the replica that would take it call by call, the one free
     first (free replicas in the order they became free), appended to its chain; so a burst of chunks
@@ -314,6 +314,7 @@ class ChunkScorer:
         self.runtime = sim.forward_runtime(role)
         self.retokenize = role == "reward" and s.retokenize
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
+        self.live = self.closing = False  # live beside generation; the step's generation is over
         self.emitted = 0  # chunks emitted so far
         self.planned = 0  # calls planned so far
         for rep in self.reps:
@@ -323,6 +324,9 @@ class ChunkScorer:
         job = self.strategy.job(r, r.scored.get(self.role, 0))
         if job is None:
             return
+        self.closing = False
+        if not self.live and self.sim.slows_decode == "live":
+            self._set_live(True)
         tokens, prefix = job
         r.scored[self.role] = r.generated
         self.queue.append((step, tokens, prefix, self.emitted))  # the last: its place in the queue
@@ -334,18 +338,31 @@ class ChunkScorer:
             self.wakeup.succeed()
 
     def wait_drained(self):
-        """An event that fires when every chunk emitted so far has been prefilled."""
+        """An event that fires when every chunk emitted so far has been prefilled. The step's generation
+        is over: the scorer stops being live once drained (unless more chunks come first)."""
+        self.closing = True
         if self.outstanding == 0:
+            self._set_live(False)
             ev = self.env.event()
             ev.succeed()
             return ev
         return self.drained
 
+    def _set_live(self, live: bool) -> None:
+        """The scorer is live beside generation (window ``live``, ``Simulation.decode_factor``) from the
+        step's first hand-over to its drain after the step's generation, as the executor's scorer thread
+        lives: decode sharing its GPUs runs at the hand-over slowdown meanwhile."""
+        if live == self.live:
+            return
+        self.live = live
+        for rep in self.reps:
+            self.sim.set_active(self.pool.name, "live", rep.gpus, +1 if live else -1)
+
     def decode_changed(self, pool: str, gpus: range) -> None:
         """Decode started or stopped on ``gpus`` of ``pool`` (an engine's replica began or ended): calls
         chained but not started are priced at the old rate and were chained against free times that may
         move, so every chain goes back to its call in progress and the rest returns to the queue."""
-        if pool != self.pool.name or self.sim.cost.prefill_slowdown == 1.0:
+        if pool != self.pool.name or self.sim.prefill_slow == 1.0:
             return
         now = self.env.now
         back = []
@@ -417,7 +434,7 @@ class ChunkScorer:
         return total, active
 
     def _slow(self, rep: "_Chain") -> float:
-        return self.sim.cost.prefill_slowdown if self.sim.corun(self.pool.name, "prefill", rep.gpus) else 1.0
+        return self.sim.prefill_factor(self.pool.name, rep.gpus)
 
     def _serve(self, rep: "_Chain"):
         env, sim = self.env, self.sim
@@ -467,6 +484,8 @@ class ChunkScorer:
         self.tokens += sum(j[1] for c in calls for j in c)
         self.outstanding -= n
         if self.outstanding == 0 and not self.drained.triggered:
+            if self.closing:
+                self._set_live(False)
             self.drained.succeed()
 
 

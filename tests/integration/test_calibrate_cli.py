@@ -35,7 +35,7 @@ TINY_GRID = {
     "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
     "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
     "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
-    "step_iters": 1,
+    "step_iters": 1, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "tiny-deberta", 2, 8, 4]],
 }
 
 
@@ -84,6 +84,17 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert cm.decode_steps_s(m, "float32", 4, 256, 10) > 0
     assert prof["interference"]["source"] == "measured"
     assert prof["interference"]["decode_slowdown"] > 0 and prof["interference"]["prefill_slowdown"] > 0
+    # co-running in the hand-over pattern, per generation runtime (calibrate.corun); an encoder scorer too
+    ho = prof["interference"]["handover"]
+    assert set(ho) == {"kv_decoder", "hf_generate"}
+    for rt, h in ho.items():
+        assert h["decode_slowdown"] > 0 and h["prefill_slowdown"] > 0
+        sides = {c["side"]: c for c in h["configs"]}
+        assert set(sides) == {"decode", "prefill"} and sides["decode"]["model"] == "tiny-qwen2"
+        assert sides["prefill"]["model"] == ("tiny-deberta" if rt == "hf_generate" else "tiny-qwen2")
+        assert sides["decode"]["slowdown"] == pytest.approx(sides["decode"]["corun_median_s"] / sides["decode"]["alone_median_s"])
+    assert cm.corun_factors("hf_generate") == (ho["hf_generate"]["decode_slowdown"], ho["hf_generate"]["prefill_slowdown"], "live")
+    assert cm.corun_factors("vllm")[2] == "overlap"
     rt = prof["runtimes"]["onnxruntime"]
     assert rt["valid"] and rt["max_abs_diff"] < 1e-3
     assert set(rt["models"]) == {"tiny-qwen2", "tiny-deberta"}

@@ -187,7 +187,10 @@ def test_recorder_spans_and_negative_intervals():
 
 
 # --- co-running decode and chunk scoring (colocated OPPO intra-step) --------------------------------
-def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths):
+def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths, handover: bool = False, live: list | None = None):
+    """One intra-step OPPO step; ``handover``: the slowdown measured in the hand-over pattern for the
+    scenario's generation runtime (window ``live``) instead of the busy loops'; ``live`` collects
+    (time, +1/-1) of the scorer's live window."""
     import copy
 
     d = _two_rollout_dict(scenario_dict, engine, max_batch=4, prompts=4)
@@ -195,11 +198,20 @@ def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths):
     sc = load_scenario(d)
     setup = build_setup(sc)
     prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
-    prof["interference"] = {**prof.get("interference", {}), "decode_slowdown": decode_slowdown, "prefill_slowdown": 1.0}
+    if handover:
+        prof["interference"] = {"decode_slowdown": 1.0, "prefill_slowdown": 1.0,
+                                "handover": {sc.generation.resolved_runtime: {"decode_slowdown": decode_slowdown,
+                                                                              "prefill_slowdown": 1.0}}}
+    else:   # the busy loops' slowdown (window "overlap"), whatever the bundled profile measured
+        prof["interference"] = {"decode_slowdown": decode_slowdown, "prefill_slowdown": 1.0}
     sim = Simulation(setup, CostModel(setup.gpu, prof), rollouts=lengths)
     calls = []
     changed = sim.interference_changed
     sim.interference_changed = lambda pool, gpus: (calls.append(pool), changed(pool, gpus))
+    if live is not None:
+        set_active = sim.set_active
+        sim.set_active = lambda pool, kind, gpus, delta: (
+            live.append((sim.env.now, delta)) if kind == "live" else None, set_active(pool, kind, gpus, delta))
     recs = sim.run(1)
     scoring = sum(iv.end_s - iv.start_s for iv in sim.rec.intervals if iv.role == "reward" and iv.step == 0)
     return recs[0], scoring, len(calls)
@@ -229,6 +241,57 @@ def test_decode_slows_only_while_chunks_are_scored(engine, scenario_dict):
     g0, g1 = base.phases_s["generate"], slow.phases_s["generate"]
     assert g0 < g1 <= g0 + (1 - 1 / 2.0) * scoring + 1e-12
     assert slow.generated_tokens == base.generated_tokens
+
+
+@pytest.mark.parametrize("engine", ["static", "continuous"])
+def test_handover_slowdown_holds_from_first_handover_to_drain(engine, scenario_dict):
+    # Measured in the hand-over pattern (calibrate.corun), the decode slowdown holds over the whole window
+    # a scorer is live beside generation, busy or not: from the step's first chunk to the drain after
+    # generation. Before the first chunk decode runs at full speed, so the generation stretches by
+    # exactly (s - 1) x the time it had left then (decode alone fills the window up to its end).
+    live_base: list = []
+    base, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, live=live_base)
+    s = 1.7
+    live: list = []
+    slow, scoring, _ = _intra_sim(scenario_dict, engine, s, LENGTHS, handover=True, live=live)
+    opened = live_base[0]
+    assert opened[1] == +1 and [d for _, d in live] == [+1, -1] and [d for _, d in live_base] == [+1, -1]
+    assert live[0][0] == pytest.approx(opened[0], rel=1e-12)    # the first chunk comes before any slowdown
+    g0, g1 = base.phases_s["generate"], slow.phases_s["generate"]
+    assert g1 == pytest.approx(opened[0] + s * (g0 - opened[0]), rel=1e-9)
+    assert live[1][0] >= g1 - 1e-12    # closed at the drain, after generation
+    # the busy-loop slowdown of the same size stretches it less: only while calls run
+    overlap, _, _ = _intra_sim(scenario_dict, engine, s, LENGTHS)
+    assert g0 < overlap.phases_s["generate"] < g1
+    assert slow.generated_tokens == base.generated_tokens
+
+
+def test_profile_interference_handover_is_checked():
+    from rlhfsim.costs.profile import ProfileError, _check_interference
+
+    _check_interference({"decode_slowdown": 1.2, "handover": {"hf_generate": {"decode_slowdown": 1.4, "prefill_slowdown": 2.0}}}, "p")
+    with pytest.raises(ProfileError, match=r"p\.handover\.hf_generate\.prefill_slowdown: expected a finite number > 0, got None"):
+        _check_interference({"handover": {"hf_generate": {"decode_slowdown": 1.4}}}, "p")
+    with pytest.raises(ProfileError, match=r"p\.handover: expected an object"):
+        _check_interference({"handover": [1]}, "p")
+    with pytest.raises(ProfileError, match=r"p\.handover\.kv_decoder\.configs\[0\]: expected an object with side"):
+        _check_interference({"handover": {"kv_decoder": {"decode_slowdown": 1.4, "prefill_slowdown": 2.0,
+                                                         "configs": [{"side": "decode", "model": "a"}]}}}, "p")
+
+
+def test_handover_factors_prefer_the_scenarios_models():
+    from rlhfsim.costs.model import CostModel
+
+    def cfg(side, model, partner, s):
+        return {"side": side, "model": model, "partner": partner, "slowdown": s}
+
+    cm = CostModel.__new__(CostModel)
+    cm.decode_slowdown, cm.prefill_slowdown = 1.1, 1.2
+    cm.handover = {"hf_generate": {"decode_slowdown": 1.5, "prefill_slowdown": 2.5, "configs": [
+        cfg("decode", "a", "r1", 1.3), cfg("prefill", "r1", "a", 2.0), cfg("decode", "a", "r2", 1.7), cfg("prefill", "r2", "a", 3.0)]}}
+    assert cm.corun_factors("hf_generate", "a", "r2") == (1.7, 3.0, "live")
+    assert cm.corun_factors("hf_generate", "b", "r2") == (1.5, 2.5, "live")    # not measured with b: the runtime's medians
+    assert cm.corun_factors("kv_decoder", "a", "r2") == (1.1, 1.2, "overlap")  # not measured: the busy loops'
 
 
 def test_co_running_is_per_gpu(scenario_dict):

@@ -149,10 +149,14 @@ class Engine:
     def handoff(self, clock: Clock, rows: int):
         """Process: the actor's pause at a chunk boundary, ``cost.handoff_s(runtime, rows)`` (host time,
         not active). No event at all when it costs nothing, so a profile without handoff costs gives
-        the same event sequence as no handoff. Returns False if a stop interrupted it."""
+        the same event sequence as no handoff. Returns False if a stop interrupted it. With a slowdown
+        measured in the hand-over pattern (window ``live``) the pause is part of the interval measured
+        beside the scorer, so it is slowed as decode is (``Simulation.decode_factor`` at its start)."""
         t = self.cost.handoff_s(self.rt, rows)
         if t <= 0:
             return True
+        if self.sim.slows_decode == "live":
+            t *= self.sim.decode_factor(self.pool.name, clock.gpus)
         try:
             yield from clock.busy(t, 0.0)
         except simpy.Interrupt:

@@ -6,8 +6,9 @@ closed-form sum of its decode steps (``CostModel.decode_coeffs`` / ``decode_sum`
 
     segment_s = f x sum_{i=0}^{n-1} [ max(c0 + cs i, u0 + us i) + o ]  -  credit x f x step_1
 
-with f the co-running rate factor (``decode_slowdown`` while a chunk prefill runs on one of the replica's
-GPUs, else 1), o the per-step overhead and ``credit`` the fraction of the first step already done in an
+with f the co-running rate factor (``Simulation.decode_factor``: the decode slowdown while a chunk prefill
+runs on one of the replica's GPUs, or while a scorer is live there when the profile measured the
+generation runtime in the hand-over pattern; else 1), o the per-step overhead and ``credit`` the fraction of the first step already done in an
 earlier segment cut by a rate change.
 
 Two things cut a segment:
@@ -265,9 +266,8 @@ class Clock:
         return e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt)
 
     def factor(self) -> float:
-        """How much slower decode runs now: ``decode_slowdown`` while a chunk prefill shares its GPUs."""
-        sim = self.sim
-        return sim.cost.decode_slowdown if sim.corun(self.eng.pool.name, "decode", self.gpus) else 1.0
+        """How much slower decode runs now (``Simulation.decode_factor``: while chunk scoring shares its GPUs)."""
+        return self.sim.decode_factor(self.eng.pool.name, self.gpus)
 
     def decode(self, batch: int, kv0: float, n: int):
         """Process: run up to ``n`` decode steps of a fixed batch as one timeout (module docstring).

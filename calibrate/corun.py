@@ -1,0 +1,283 @@
+"""Co-running in the hand-over pattern, per generation runtime (``interference`` points of strategy
+``handover``; grid field ``Grid.handover``).
+
+The plain ``interference`` points (``calibrate.bench.measure_interference``) time two loops of our own
+decoder that are busy all the time. An intra-step OPPO step does not run like that: the actor generates
+with its runtime (HF ``generate()`` calls of one chunk each, or our decoder's steps) and hands each
+row's new chunk to a scorer thread at the chunk boundary; the scorer wakes for one short call at a time
+and sleeps in between, from the step's first hand-over until the end of its generation (the executor's
+``Scorer``: one thread per step's scoring). On a shared CPU both sides slow by more than the busy
+loops say (``benchmarks/corun_pattern.py``, 2026-11-30: a ``generate()`` call 1.45x, a chunk call
+2.81x in this pattern against 1.65x for the busy loops): the scorer's OpenMP team wakes and spins
+around each call, and the two share the host's Python interpreter.
+
+A point ``(runtime, batch b, prompt p, chunk c)``, actor and reward shapes from ``Grid.handover_models``
+(default: the first decoder as both):
+
+* **actor interval**: what the actor does between two hand-overs: ``hf_generate`` (and every runtime
+  with a ``generate()``): one call of c new tokens at batch b continuing on the previous call's cache,
+  as ``calibrate.executor.generation.HfGeneration`` runs it under streaming; ``kv_decoder``: c decode
+  steps of b rows (``StaticKVDecoder.extend`` + ``sample_next``, the executor's continuous engine), its
+  b rows' boundaries spread evenly over the c steps, as rows admitted at different times have them.
+* **scorer call**: one row's chunk as the executor's scorer scores it: a decoder reward model prefills
+  the c tokens on that row's cached prefix (batch 1, value head; the prompt was prefilled first,
+  untimed); an encoder reward model scores prompt + chunk from scratch (batch 1, the HF model).
+* **rounds** (``HANDOVER_ROUNDS``, conditions alternating so drift hits both): ``alone``: ``CALLS``
+  intervals with no scorer thread, then the same number of chunk calls with no actor; ``handover``: a
+  fresh scorer thread per round, each interval's chunks queued to it as they become ready, the thread
+  drained and ended after the round (one step's scoring).
+
+Recorded, each with its alone samples (``alone_*``, as ``calibrate.measure.alone_fields`` names them): side
+``decode`` (the actor intervals after the first hand-over of each round: the first runs before the
+scorer has anything to do, as the step's first chunk does) and side ``prefill`` (the scorer's calls),
+``slowdown`` = median beside / median alone (medians: a round of a few calls on a shared CPU now and then
+holds a call of seconds, which a trimmed mean of 15 samples keeps). The profile keeps them per generation runtime
+(``interference.handover``, ``calibrate.assemble.interference_summary``) and the simulator applies them
+over the window in which a scorer is live beside generation (``rlhfsim.sim.simulation``), since that is
+the window they were measured over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+
+import torch
+
+from calibrate.decoder import sample_next
+from calibrate.genbench import runtime_key
+from calibrate.genruntimes import GEN_RUNTIMES_IMPL, left_pad
+from calibrate.measure import Clock, summarize
+from calibrate.session import Session, point_key
+from rlhfsim.models.catalog import ModelShape
+
+HANDOVER_ROUNDS = 3
+CALLS = 6          # actor intervals per round (the first of a handover round is not kept)
+SIDES = ("decode", "prefill")
+
+
+def handover_keys(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> dict[str, str]:
+    return {"decode": point_key("interference", actor.name, s.dtype, batch=b, seq_len=c, prefix_len=p, head="lm",
+                                runtime=rt, strategy="handover"),
+            "prefill": point_key("interference", reward.name, s.dtype, batch=1, seq_len=c, prefix_len=p,
+                                 head="value", runtime=rt, strategy=f"handover:{actor.name}:b{b}")}
+
+
+class _Actor:
+    """One actor interval at a time (module docstring); ``begin()`` starts a round from the prompts."""
+
+    def __init__(self, s: Session, rt: str, shape: ModelShape, b: int, p: int, c: int, max_len: int):
+        self.s, self.rt_name, self.b, self.c = s, rt, b, c
+        g = torch.Generator().manual_seed(43 * b + p)
+        prompts = torch.randint(1, shape.vocab, (b, p), generator=g).tolist()
+        self.ids0, self.mask0 = left_pad(prompts, s.device)
+        if rt == "kv_decoder":
+            self.dec = s.decoder(shape, "lm", b, max_len)
+            self.slots = torch.arange(b)
+            self.rng = torch.Generator(device=s.device).manual_seed(0)
+            self.model = None
+        else:
+            self.model = s.hf_model(shape, "lm")
+            self.rt = GEN_RUNTIMES_IMPL[rt]()
+            self.rt.load(self.model, shape, max_batch=b, max_len=max_len)
+
+    def begin(self) -> None:
+        if self.model is None:
+            self.dec.reset(self.slots)
+            toks, _ = sample_next(self.dec.extend(self.slots, self.ids0), self.rng)
+            self.last = torch.tensor(toks, device=self.s.device).view(-1, 1)
+        else:
+            self.seq, self.mask, self.state = self.ids0, self.mask0, None
+
+    def interval(self, hand) -> None:
+        """c tokens per row; ``hand(row)`` at each row's chunk boundary."""
+        if self.model is None:
+            due = {(i * self.c) // self.b: [] for i in range(self.b)}
+            for i in range(self.b):
+                due[(i * self.c) // self.b].append(i)
+            for j in range(self.c):
+                toks, _ = sample_next(self.dec.extend(self.slots, self.last), self.rng)
+                self.last = torch.tensor(toks, device=self.s.device).view(-1, 1)
+                for i in due.get(j, ()):
+                    hand(i)
+            return
+        gen = self.rt.generate(self.seq, self.mask, self.c, state=self.state, keep_state=True)
+        gen.sequences[:, -self.c:].tolist()    # the new tokens, handed to the host
+        self.seq, self.mask, self.state = gen.sequences, gen.mask, gen.state
+        for i in range(self.b):
+            hand(i)
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.rt.unload()
+
+
+class _Scorer:
+    """One row's chunk per call (module docstring)."""
+
+    def __init__(self, s: Session, shape: ModelShape, b: int, p: int, c: int, max_len: int):
+        self.s, self.c = s, c
+        g = torch.Generator().manual_seed(47 * p + c)
+        self.prompt = torch.randint(1, shape.vocab, (1, p), generator=g).to(s.device)
+        self.chunk = torch.randint(1, shape.vocab, (1, c), generator=g).to(s.device)
+        self.encoder = shape.arch == "encoder"
+        if self.encoder:
+            self.model = s.hf_model(shape, "value")
+            self.whole = torch.cat([self.prompt, self.chunk], 1)
+        else:
+            self.dec = s.decoder(shape, "value", b, max_len)
+            self.max_len = max_len
+        self.b = b
+
+    def call(self, row: int) -> None:
+        if self.encoder:
+            self.model(input_ids=self.whole).logits.float().tolist()
+            return
+        slot = torch.tensor([row])
+        self.dec.extend(slot, self.chunk).float().tolist()
+
+    def prepare(self, row: int) -> None:
+        """Untimed: an empty slot gets its prompt; a full one starts again."""
+        if self.encoder:
+            return
+        slot = torch.tensor([row])
+        if int(self.dec.positions[row]) + self.c > self.max_len - 1:
+            self.dec.reset(slot)
+        if int(self.dec.positions[row]) == 0:
+            self.dec.extend(slot, self.prompt)
+
+
+def _round_alone(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict) -> None:
+    actor.begin()
+    for k in range(CALLS):
+        t = clock.call(lambda: actor.interval(lambda i: None))[0]
+        if k:
+            out["decode"].append(t)
+    for k in range(CALLS * actor.b):
+        row = k % actor.b
+        scorer.prepare(row)
+        out["prefill"].append(clock.call(lambda: scorer.call(row))[0])
+
+
+def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, device: str) -> None:
+    q: queue.Queue = queue.Queue()
+    errors: list[BaseException] = []
+    calls: list[float] = []
+
+    def serve():
+        stream = torch.cuda.Stream(torch.device(device)) if clock.cuda else None
+        ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        with ctx, torch.inference_mode():
+            while True:
+                row = q.get()
+                try:
+                    if row is None:
+                        return
+                    if not errors:
+                        scorer.prepare(row)
+                        calls.append(clock.call(lambda: scorer.call(row))[0])
+                except BaseException as e:  # re-raised in the caller's thread
+                    errors.append(e)
+                finally:
+                    q.task_done()
+
+    thread = None
+
+    def hand(i: int) -> None:
+        nonlocal thread
+        if thread is None:   # the step's first hand-over starts its scorer thread (executor's Scorer)
+            thread = threading.Thread(target=serve, daemon=True)
+            thread.start()
+        q.put(i)
+
+    actor.begin()
+    for k in range(CALLS):
+        t = clock.call(lambda: actor.interval(hand))[0]
+        if k:
+            out["decode"].append(t)
+    if thread is not None:
+        q.join()
+        q.put(None)
+        thread.join()
+    if errors:
+        raise errors[0]
+    out["prefill"].extend(calls)
+
+
+def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> None:
+    """One hand-over point pair (module docstring); skipped with the reason when the runtime is not
+    valid for ``actor`` in this calibration (its check journaled invalid, or not run)."""
+    keys = handover_keys(s, rt, actor, reward, b, p, c)
+    if s.all_done(list(keys.values())):
+        return
+    base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover"}
+    fields = {"decode": {**base, "model": actor.name, "shape": actor.to_dict(), "head": "lm", "batch": b,
+                         "seq_len": c, "prefix_len": p, "tokens": b * c, "side": "decode", "partner": reward.name,
+                         "strategy": "handover"},
+              "prefill": {**base, "model": reward.name, "shape": reward.to_dict(), "head": "value", "batch": 1,
+                          "seq_len": c, "prefix_len": p, "tokens": c, "side": "prefill", "partner": actor.name,
+                          "strategy": f"handover:{actor.name}:b{b}", "partner_batch": b}}
+    if rt != "kv_decoder":
+        known = s.journal.get(runtime_key(rt, actor.name))
+        why = None if known is not None and known.get("valid") else (
+            known.get("reason") if known is not None else f"generation runtime {rt} not checked on {actor.name} in this calibration")
+        if why:
+            for side in SIDES:
+                if s.pending(keys[side]):
+                    s.record(keys[side], fields[side], skipped=why)
+            return
+    max_len = p + c * (CALLS + 2) + 2
+    clock = Clock(s.device)
+
+    def run():
+        a = _Actor(s, rt, actor, b, p, c, max_len)
+        sc = _Scorer(s, reward, b, p, c, max_len)
+        try:
+            with torch.inference_mode():
+                warm = {"decode": [], "prefill": []}
+                _round_alone(a, sc, clock, warm)      # first calls, allocations, compilation
+                _round_handover(a, sc, clock, warm, s.device)
+                alone = {"decode": [], "prefill": []}
+                beside = {"decode": [], "prefill": []}
+                for _ in range(HANDOVER_ROUNDS):
+                    _round_alone(a, sc, clock, alone)
+                    _round_handover(a, sc, clock, beside, s.device)
+                return alone, beside, warm
+        finally:
+            a.close()
+
+    alone, beside, warm = s.guarded(run)
+    for side in SIDES:
+        if not s.pending(keys[side]):
+            continue
+        a = summarize(alone[side], warm[side][0] if warm[side] else 0.0)
+        timing = summarize(beside[side], warm[side][0] if warm[side] else 0.0)
+        alone_m = {"alone_median_s": a["median_s"], "alone_tmean_s": a["tmean_s"], "alone_iqr_s": a["iqr_s"],
+                   "alone_samples_s": a["samples_s"]}
+        s.record(keys[side], {**fields[side], **alone_m, "slowdown": timing["median_s"] / a["median_s"],
+                              "rounds": HANDOVER_ROUNDS}, timing=timing)
+    s.free()
+
+
+
+def handover_plan(grid, models: list[ModelShape], actors: list[ModelShape]) -> list[tuple]:
+    """``Grid.handover`` with its model names resolved: (runtime, actor shape, reward shape, batch, prompt,
+    chunk). "" is the first actor decoder (actor) or the first decoder (reward); none without a decoder."""
+    from rlhfsim.errors import RlhfsimError
+
+    decoders = [m for m in models if m.arch == "decoder"]
+    if not decoders or not actors:
+        return []
+    by_name = {m.name: m for m in models}
+    out = []
+    for rt, a, r, b, p, c in grid.handover:
+        for name, role in ((a, "actor"), (r, "reward")):
+            if name and name not in by_name:
+                raise RlhfsimError(f"grid.handover: expected a calibrated model as the {role}, got {name!r} "
+                                   f"(calibrated: {', '.join(sorted(by_name))})")
+        actor = by_name[a] if a else actors[0]
+        if actor.arch != "decoder":
+            raise RlhfsimError(f"grid.handover: expected a decoder as the actor, got {actor.name!r} ({actor.arch})")
+        out.append((rt, actor, by_name[r] if r else decoders[0], b, p, c))
+    return out
