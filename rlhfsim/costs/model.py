@@ -416,11 +416,17 @@ class CostModel:
         ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them.
         ``batch`` and ``kv_tokens0`` may be numpy arrays: the coefficients of many segments at once
         (``decode_parts_many``)."""
+        return self.decoder(m, dtype, tp, runtime).coeffs(batch, kv_tokens0, overhead_s)
+
+    def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None) -> _Decode:
+        """The constants of ``decode_coeffs`` for one (model, dtype, tp, runtime), computed on first use:
+        ``decoder(...).coeffs(batch, kv_tokens0, overhead_s)`` is ``decode_coeffs`` without the look-up
+        (a replica's clock holds its own)."""
         key = (m, dtype, tp, runtime)
         k = self._decode.get(key)
         if k is None:
             k = self._decode[key] = _Decode(self, m, dtype, tp, runtime)
-        return k.coeffs(batch, kv_tokens0, overhead_s)
+        return k
 
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                 head: str = "lm") -> float:

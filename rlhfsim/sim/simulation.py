@@ -78,8 +78,12 @@ class Simulation:
         re-time themselves at the new speed (``Generation``); nothing to do without a decode slowdown."""
         if self.cost.decode_slowdown == 1.0:
             return
-        for proc, mine in list(self.decoding[pool].items()):
-            if proc.is_alive and proc is not self.env.active_process and _overlap(mine, gpus):
+        decoding = self.decoding[pool]
+        if not decoding:
+            return
+        me = self.env.active_process
+        for proc, mine in list(decoding.items()):
+            if proc.is_alive and proc is not me and _overlap(mine, gpus):
                 proc.interrupt("rate")
 
     def scorer(self, role: str) -> stages.ChunkScorer:

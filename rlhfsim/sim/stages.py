@@ -19,6 +19,7 @@ inside the gradient all-reduce, whose (NCCL) kernel is already running: active, 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 
@@ -313,6 +314,7 @@ class ChunkScorer:
         self.strategy = STREAMING[s.reward_streaming if role == "reward" else "incremental"]
         self.runtime = sim.forward_runtime(role)
         self.retokenize = role == "reward" and s.retokenize
+        self.prices: dict[tuple, tuple[float, float]] = {}  # _price's, by (tokens, n, prefix)
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.emitted = 0  # chunks emitted so far
         self.planned = 0  # calls planned so far
@@ -397,24 +399,40 @@ class ChunkScorer:
                 return max(o.free_at, now), 0, o.last_start, o.last_seq
             return now, 1, o.free_at, o.last_start, o.last_seq  # the order they began to wait in
 
+        # Only the replica that takes a call changes its place, and nothing changes what runs on the GPUs
+        # while the calls are planned: a heap of (key, index) gives min(reps, key=first_free) (the first of
+        # the earliest), and each replica's rate is asked once.
+        order = [(first_free(o), i) for i, o in enumerate(reps)]
+        heapq.heapify(order)
+        slow: dict[int, float] = {}
         while q:
-            rep = min(reps, key=first_free)
+            i = order[0][1]
+            rep = reps[i]
             if not rep.calls:
                 rep.start(now)
             job = q.popleft()
             parts = self._price(job[1], 1, job[2])
-            rep.add([job], parts, parts[0] * self._slow(rep))
+            f = slow.get(i)
+            if f is None:
+                f = slow[i] = self._slow(rep)
+            rep.add([job], parts, parts[0] * f)
             self.planned += 1
             rep.last_seq = self.planned  # calls starting at the same time start in this order
+            heapq.heapreplace(order, (first_free(rep), i))
 
     def _price(self, tokens: float, n: int, prefix: float) -> tuple[float, float]:
         """(total_s, active_s) of one call of ``n`` chunks: the strategy's price, plus the host's
-        re-tokenizing of the call's tokens when the reward model reads another tokenizer (host time)."""
-        total, active = self.strategy.price(self.sim.cost, self.model, self.dtype, tokens, n, prefix, self.tp,
-                                            self.head, self.runtime)
-        if self.retokenize:
-            total += self.sim.cost.retokenize_s(n, tokens)
-        return total, active
+        re-tokenizing of the call's tokens when the reward model reads another tokenizer (host time).
+        Kept per (tokens, n, prefix): about half the calls of a step repeat an earlier call's numbers."""
+        key = (tokens, n, prefix)
+        parts = self.prices.get(key)
+        if parts is None:
+            total, active = self.strategy.price(self.sim.cost, self.model, self.dtype, tokens, n, prefix, self.tp,
+                                                self.head, self.runtime)
+            if self.retokenize:
+                total += self.sim.cost.retokenize_s(n, tokens)
+            parts = self.prices[key] = (total, active)
+        return parts
 
     def _slow(self, rep: "_Chain") -> float:
         return self.sim.cost.prefill_slowdown if self.sim.corun(self.pool.name, "prefill", rep.gpus) else 1.0
