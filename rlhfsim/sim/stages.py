@@ -471,6 +471,17 @@ class ChunkScorer:
         call's kernel share of its span), then the scorer's counters and the drained event."""
         sim = self.sim
         calls, parts, durs = rep.calls, rep.parts, rep.durs
+        if len(calls) == 1 and len(calls[0]) == 1:  # the usual chain: one call of one chunk
+            job, t0 = calls[0][0], rep.t0
+            t = t0 + durs[0]
+            sim.rec.busy(job[0], self.pool.name, rep.gpus.start, self.tp, self.role, ROLE_PHASE[self.role], t0, t,
+                         active_s=0.0 + _kernel_share(t0 + durs[0] - t0, parts[0]))
+            self.chunks += 1
+            self.tokens += job[1]
+            self.outstanding -= 1
+            if self.outstanding == 0 and not self.drained.triggered:
+                self.drained.succeed()
+            return
         i, t = 0, rep.t0
         while i < len(calls):
             step, t0, active = calls[i][0][0], t, 0.0
