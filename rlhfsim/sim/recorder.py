@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 
-class Interval(NamedTuple):
-    """GPUs ``gpu0 .. gpu0 + n_gpus - 1`` of ``pool`` were busy with ``phase`` for ``role``. A named tuple
-    (immutable, like the frozen dataclass it was, and several times cheaper to make: a colocated OPPO
-    step records one per chunk scoring call)."""
+@dataclass(frozen=True)
+class Interval:
+    """GPUs ``gpu0 .. gpu0 + n_gpus - 1`` of ``pool`` were busy with ``phase`` for ``role``."""
 
     step: int
     pool: str
