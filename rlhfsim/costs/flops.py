@@ -23,6 +23,7 @@ fp32 master weights and moments) moves 16 bytes read + 16 bytes written per para
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,11 +33,11 @@ ACT_BYTES_PER_TOKEN_LAYER_FACTOR = 12  # elements of h moved per token per layer
 LOGIT_BYTES = 16                       # bytes moved per LM-head logit (fp32 write, log-softmax r/w, read)
 
 
-@dataclass(frozen=True)
-class Work:
+class Work(NamedTuple):
     """What an operation costs before a device is chosen: FLOPs, bytes moved through device memory,
     bytes moved over the interconnect (per participating GPU) and the number of kernel launches proxy
-    (layers, used by fitted per-layer overheads)."""
+    (layers, used by fitted per-layer overheads). A named tuple: one is made per priced call, and a
+    frozen dataclass's constructor costs several times as much."""
 
     flops: float
     bytes: float

@@ -74,13 +74,17 @@ def _sum_max_linear(a1: float, s1: float, a2: float, s2: float, n: int) -> float
         return a * n + s1 * (n - 1) * n / 2.0 if n > 0 else 0.0
     cross = (a2 - a1) / (s1 - s2)  # line 1 is above line 2 for i > cross when s1 > s2
     if math.isfinite(cross):
-        k = min(max(math.floor(cross) + 1, 0), n)  # first index at or past the crossing
+        k = math.floor(cross) + 1  # first index at or past the crossing, clamped to [0, n] (min(max(.)))
+        if k < 0:
+            k = 0
+        if k > n:
+            k = n
     else:
         k = int(min(max(np.floor(cross) + 1, 0), n))
     if s1 > s2:
-        (a, s), (b, t) = (a2, s2), (a1, s1)
+        a, s, b, t = a2, s2, a1, s1
     else:
-        (a, s), (b, t) = (a1, s1), (a2, s2)
+        a, s, b, t = a1, s1, a2, s2
     first = a * k + s * (k - 1) * k / 2.0 if k > 0 else 0.0           # _series(a, s, 0, k)
     m = n - k
     return first + (b * m + t * (k + n - 1) * m / 2.0 if m > 0 else 0.0)  # + _series(b, t, k, n)
@@ -96,12 +100,13 @@ def _sum_max_linear_many(a1, s1, a2, s2, n):
     """``_sum_max_linear`` elementwise over numpy arrays (the same arithmetic, so the same bits)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         cross = (a2 - a1) / (s1 - s2)
-    k = np.where(s1 == s2, 0, np.minimum(np.maximum(np.floor(cross) + 1, 0), n)).astype(np.int64)
-    zero = np.zeros_like(n)
-    up = _series_many(a2, s2, zero, k) + _series_many(a1, s1, k, n)     # s1 > s2
-    down = _series_many(a1, s1, zero, k) + _series_many(a2, s2, k, n)   # s1 < s2
-    flat = _series_many(np.maximum(a1, a2), s1, zero, n)               # s1 == s2
-    return np.where(s1 == s2, flat, np.where(s1 > s2, up, down))
+    flat, up = s1 == s2, s1 > s2
+    k = np.where(flat, 0, np.minimum(np.maximum(np.floor(cross) + 1, 0), n)).astype(np.int64)
+    # Each element's two lines in the scalar's order (the lower one up to the crossing, then the other;
+    # s1 == s2: no crossing, k = 0, the higher line), so only two series are evaluated, not five.
+    a, s = np.where(up, a2, a1), np.where(up, s2, s1)
+    b, t = np.where(flat, np.maximum(a1, a2), np.where(up, a1, a2)), np.where(up | flat, s1, s2)
+    return _series_many(a, s, np.zeros_like(n), k) + _series_many(b, t, k, n)
 
 
 def decode_parts_many(coeffs, n_steps) -> tuple[np.ndarray, np.ndarray]:
@@ -437,11 +442,17 @@ class CostModel:
         ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them.
         ``batch`` and ``kv_tokens0`` may be numpy arrays: the coefficients of many segments at once
         (``decode_parts_many``)."""
+        return self.decoder(m, dtype, tp, runtime).coeffs(batch, kv_tokens0, overhead_s)
+
+    def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None) -> _Decode:
+        """The constants of ``decode_coeffs`` for one (model, dtype, tp, runtime), computed on first use:
+        ``decoder(...).coeffs(batch, kv_tokens0, overhead_s)`` is ``decode_coeffs`` without the look-up
+        (a replica's clock holds its own)."""
         key = (m, dtype, tp, runtime)
         k = self._decode.get(key)
         if k is None:
             k = self._decode[key] = _Decode(self, m, dtype, tp, runtime)
-        return k.coeffs(batch, kv_tokens0, overhead_s)
+        return k
 
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                 head: str = "lm") -> float:

@@ -98,8 +98,12 @@ class Simulation:
         nothing to do without a decode slowdown."""
         if self.decode_slow == 1.0:
             return
-        for proc, mine in list(self.decoding[pool].items()):
-            if proc.is_alive and proc is not self.env.active_process and _overlap(mine, gpus):
+        decoding = self.decoding[pool]
+        if not decoding:
+            return
+        me = self.env.active_process
+        for proc, mine in list(decoding.items()):
+            if proc.is_alive and proc is not me and _overlap(mine, gpus):
                 proc.interrupt("rate")
 
     def scorer(self, role: str) -> stages.ChunkScorer:

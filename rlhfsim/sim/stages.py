@@ -19,6 +19,7 @@ inside the gradient all-reduce, whose (NCCL) kernel is already running: active, 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 
@@ -313,6 +314,7 @@ class ChunkScorer:
         self.strategy = STREAMING[s.reward_streaming if role == "reward" else "incremental"]
         self.runtime = sim.forward_runtime(role)
         self.retokenize = role == "reward" and s.retokenize
+        self.prices: dict[tuple, tuple[float, float]] = {}  # _price's, by (tokens, n, prefix)
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.live = self.closing = False  # live beside generation; the step's generation is over
         self.emitted = 0  # chunks emitted so far
@@ -414,24 +416,40 @@ class ChunkScorer:
                 return max(o.free_at, now), 0, o.last_start, o.last_seq
             return now, 1, o.free_at, o.last_start, o.last_seq  # the order they began to wait in
 
+        # Only the replica that takes a call changes its place, and nothing changes what runs on the GPUs
+        # while the calls are planned: a heap of (key, index) gives min(reps, key=first_free) (the first of
+        # the earliest), and each replica's rate is asked once.
+        order = [(first_free(o), i) for i, o in enumerate(reps)]
+        heapq.heapify(order)
+        slow: dict[int, float] = {}
         while q:
-            rep = min(reps, key=first_free)
+            i = order[0][1]
+            rep = reps[i]
             if not rep.calls:
                 rep.start(now)
             job = q.popleft()
             parts = self._price(job[1], 1, job[2])
-            rep.add([job], parts, parts[0] * self._slow(rep))
+            f = slow.get(i)
+            if f is None:
+                f = slow[i] = self._slow(rep)
+            rep.add([job], parts, parts[0] * f)
             self.planned += 1
             rep.last_seq = self.planned  # calls starting at the same time start in this order
+            heapq.heapreplace(order, (first_free(rep), i))
 
     def _price(self, tokens: float, n: int, prefix: float) -> tuple[float, float]:
         """(total_s, active_s) of one call of ``n`` chunks: the strategy's price, plus the host's
-        re-tokenizing of the call's tokens when the reward model reads another tokenizer (host time)."""
-        total, active = self.strategy.price(self.sim.cost, self.model, self.dtype, tokens, n, prefix, self.tp,
-                                            self.head, self.runtime)
-        if self.retokenize:
-            total += self.sim.cost.retokenize_s(n, tokens)
-        return total, active
+        re-tokenizing of the call's tokens when the reward model reads another tokenizer (host time).
+        Kept per (tokens, n, prefix): about half the calls of a step repeat an earlier call's numbers."""
+        key = (tokens, n, prefix)
+        parts = self.prices.get(key)
+        if parts is None:
+            total, active = self.strategy.price(self.sim.cost, self.model, self.dtype, tokens, n, prefix, self.tp,
+                                                self.head, self.runtime)
+            if self.retokenize:
+                total += self.sim.cost.retokenize_s(n, tokens)
+            parts = self.prices[key] = (total, active)
+        return parts
 
     def _slow(self, rep: "_Chain") -> float:
         return self.sim.prefill_factor(self.pool.name, rep.gpus)
@@ -470,6 +488,17 @@ class ChunkScorer:
         call's kernel share of its span), then the scorer's counters and the drained event."""
         sim = self.sim
         calls, parts, durs = rep.calls, rep.parts, rep.durs
+        if len(calls) == 1 and len(calls[0]) == 1:  # the usual chain: one call of one chunk
+            job, t0 = calls[0][0], rep.t0
+            t = t0 + durs[0]
+            sim.rec.busy(job[0], self.pool.name, rep.gpus.start, self.tp, self.role, ROLE_PHASE[self.role], t0, t,
+                         active_s=0.0 + _kernel_share(t0 + durs[0] - t0, parts[0]))
+            self.chunks += 1
+            self.tokens += job[1]
+            self.outstanding -= 1
+            if self.outstanding == 0 and not self.drained.triggered:
+                self.drained.succeed()
+            return
         i, t = 0, rep.t0
         while i < len(calls):
             step, t0, active = calls[i][0][0], t, 0.0

@@ -67,7 +67,7 @@ class Engine:
 
     def _run_detached(self):
         """Process: every replica's generation booked at once (``plan``) on a deferred clock and priced
-        (``DeferredClock.resolve``); then each replica waits out its time in one process, and the rows'
+        (``DeferredClock.resolve_all``); then each replica waits out its time in one process, and the rows'
         ends and departures are put in the order the event clock would have met them (``_merged``)."""
         env = self.env
         start = env.now
@@ -76,7 +76,7 @@ class Engine:
         clocks = [DeferredClock(self, i, {}) for i in range(self.n_rep)]
         for i, c in enumerate(clocks):
             self.plan(i, c)
-            c.resolve(start)
+        DeferredClock.resolve_all(clocks, start)
         # Replicas ending at the same time end in the order the event clock would have ended them.
         order = sorted(range(self.n_rep), key=lambda i: (clocks[i].chain(len(clocks[i].dur)), i))
         self.procs = [env.process(self._wait(clocks[i], start)) for i in order]

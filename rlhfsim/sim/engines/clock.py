@@ -50,22 +50,30 @@ def steps_done(coeffs: tuple, n: int, elapsed: float, factor: float = 1.0) -> tu
     return _steps_done(coeffs, n, elapsed, factor)[:2]
 
 
-def _steps_done(coeffs: tuple, n: int, elapsed: float, factor: float) -> tuple[int, float, float, float]:
+def _steps_done(coeffs: tuple, n: int, elapsed: float, factor: float,
+                s1: float | None = None) -> tuple[int, float, float, float]:
     """``steps_done``, plus the kernel sums of k and of k + 1 steps (``decode_parts(coeffs, k)[1]``, and
-    the same for k + 1 when frac > 0, else 0.0) it has evaluated anyway."""
+    the same for k + 1 when frac > 0, else 0.0) it has evaluated anyway. ``s1``: the kernel sum of one
+    step when the caller has it already. Each sum is evaluated once (``t`` keeps what it computed)."""
     c0, cs, u0, us, over = coeffs
-    sums: dict[int, float] = {}
+    x = elapsed + 1e-12
+    if n > 0:
+        if s1 is None:
+            s1 = _sum_max_linear(c0, cs, u0, us, 1)
+        step = factor * (s1 + 1 * over)
+        if step > x:  # still in the first step: the usual case when chunk scoring re-times decode
+            return 0, min(max(elapsed / step, 0.0), 1.0 - 1e-9) if step > 0 else 0.0, 0.0, s1
+        sums, times = {1: s1}, {0: 0.0, 1: step}  # k -> kernel sum, factor x decode_sum(coeffs, k)
+    else:
+        sums, times = {}, {0: 0.0}
 
     def t(k: int) -> float:  # factor x decode_sum(coeffs, k), keeping the kernel sum
-        if k <= 0:
-            return 0.0
-        s = sums[k] = _sum_max_linear(c0, cs, u0, us, k)
-        return factor * (s + k * over)
+        v = times.get(k)
+        if v is None:
+            s = sums[k] = _sum_max_linear(c0, cs, u0, us, k)
+            v = times[k] = factor * (s + k * over)
+        return v
 
-    x = elapsed + 1e-12
-    if n > 0 and t(1) > x:  # still in the first step: the usual case when chunk scoring re-times decode
-        step = factor * (sums[1] + 1 * over)
-        return 0, min(max(elapsed / step, 0.0), 1.0 - 1e-9) if step > 0 else 0.0, 0.0, sums[1]
     k = _invert(coeffs, n, x / factor) if factor > 0 else n
     while k < n and t(k + 1) <= x:
         k += 1
@@ -160,6 +168,7 @@ class Clock:
         self.active_s = 0.0
         self.gpu0 = idx * eng.tp
         self.gpus = range(self.gpu0, self.gpu0 + eng.tp)
+        self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt)  # ``decode_coeffs``'s constants
 
     # -- rows ----------------------------------------------------------------------------------------
     def sync(self, r: Rollout) -> None:
@@ -262,8 +271,7 @@ class Clock:
     # -- decode segments -----------------------------------------------------------------------------
     def coeffs(self, batch: int, kv0: float) -> tuple:
         """``decode_coeffs`` of a segment of ``batch`` rows holding ``kv0`` cached tokens at its start."""
-        e = self.eng
-        return e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt)
+        return self._decoder.coeffs(batch, kv0, self.eng.overhead)
 
     def factor(self) -> float:
         """How much slower decode runs now (``Simulation.decode_factor``: while chunk scoring shares its GPUs)."""
@@ -289,28 +297,45 @@ class Clock:
             self.proc = None
         return self.seg_done
 
-    def _begin(self) -> None:
+    def _begin(self, same: bool = False) -> None:
         """Price the rest of the segment from now (``seg_left`` steps from ``seg_kv0`` cached tokens, at
-        the co-running factor of now, less the credit of a step begun before) and schedule its end."""
-        coeffs = self._coeffs = self.coeffs(self.seg_batch, self.seg_kv0)
+        the co-running factor of now, less the credit of a step begun before) and schedule its end.
+        ``same``: no whole step was booked since the last call (a rate change within a step), so the
+        coefficients and the sums of the rest are those already computed."""
+        if same:
+            coeffs, total = self._coeffs, self._total
+        else:
+            coeffs = self._coeffs = self.coeffs(self.seg_batch, self.seg_kv0)
+            total, self._kernel = decode_parts(coeffs, self.seg_left)
+            self._total = total
+            self._step1 = None
         factor = self._factor = self.factor()
         c0 = self._c0 = self.credit
         if c0:  # time already spent on step 1 (decode_sum(coeffs, 1), keeping its kernel part)
-            self._kernel1 = _sum_max_linear(coeffs[0], coeffs[1], coeffs[2], coeffs[3], 1)
+            self._kernel1 = self._kernel_step1()
             head = self._head = c0 * (factor * (self._kernel1 + 1 * coeffs[4]))
         else:
             head = self._head = 0.0
-        total, self._kernel = decode_parts(coeffs, self.seg_left)
         self.credit = 0.0
         self._t0 = self.env.now
         self.timeout = self.env.timeout(factor * total - head)
+
+    def _kernel_step1(self) -> float:
+        """The kernel seconds of the segment's next step (``_sum_max_linear`` of one step), computed
+        once per coefficients: a segment re-timed within one step asks for it at every rate change."""
+        s1 = self._step1
+        if s1 is None:
+            c = self._coeffs
+            s1 = self._step1 = _sum_max_linear(c[0], c[1], c[2], c[3], 1)
+        return s1
 
     def _done_now(self) -> tuple[int, float, float]:
         """(k, frac, kernel): the whole steps of the current sub-segment done by now, the fraction of the
         next, and their kernel seconds before the rate factor (``decode_parts`` of k steps, plus frac of
         step k + 1's)."""
-        k, frac, s_k, s_k1 = _steps_done(self._coeffs, self.seg_left, self.env.now - self._t0 + self._head,
-                                         self._factor)
+        n = self.seg_left
+        k, frac, s_k, s_k1 = _steps_done(self._coeffs, n, self.env.now - self._t0 + self._head, self._factor,
+                                         self._kernel_step1() if n > 0 else None)
         return k, frac, (s_k + frac * (s_k1 - s_k)) if frac else s_k
 
     def _book(self, k: int, kernel: float) -> None:
@@ -338,7 +363,7 @@ class Clock:
         self._book(k, kernel)
         self.credit = frac
         old = self.timeout
-        self._begin()
+        self._begin(same=not k)
         retarget(self.proc, old, self.timeout)
 
     def busy(self, total_s: float, active_s: float):

@@ -195,13 +195,19 @@ class ContinuousEngine(Engine):
             # three find the head of the queue does not fit, and the call would admit nothing.
             if queue and n_live < max_batch and (
                     not n_live or kv_live + n_live + queue[0].prompt_len + queue[0].generated + 1 <= limit):
-                admitted = self._admit(queue, n_live, kv_live, limit, max_batch)
+                if n_live and n_live + 1 == max_batch:  # one free slot (_admit admits the head only)
+                    r = queue.popleft()
+                    r.paused, r.step_budget_used = False, 0
+                    admitted = [r]
+                else:
+                    admitted = self._admit(queue, n_live, kv_live, limit, max_batch)
             else:
                 admitted = ()
             if not n_live and not admitted:
                 break
             if admitted:
-                need = [r for r in admitted if not r.kv_resident]
+                need = admitted if len(admitted) == 1 and not admitted[0].kv_resident else \
+                    [r for r in admitted if not r.kv_resident]
                 if need:
                     if len(need) == 1:
                         tokens = need[0].prompt_len + need[0].generated

@@ -65,16 +65,42 @@ class DeferredClock(Clock):
         return n
         yield  # pragma: no cover - makes this a generator, as Clock.decode is
 
-    def resolve(self, start: float) -> float:
+    @staticmethod
+    def resolve_all(clocks: list["DeferredClock"], start: float) -> None:
+        """``resolve`` every replica's clock, their decode segments priced together: one numpy pass over
+        all the replicas' bookings (elementwise, so each segment's price has the same bits as in a pass
+        of its own; a small step's bookings are too few for numpy's per-call cost to be spread over
+        one replica's)."""
+        booked = [c for c in clocks if c.book_n]
+        if booked:
+            e = booked[0].eng
+            batch = np.concatenate([np.array(c.book_batch) for c in booked])
+            kv0 = np.concatenate([np.array(c.book_kv0) for c in booked])
+            steps = np.concatenate([np.array(c.book_n) for c in booked])
+            coeffs = e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt)
+            total, kernel = decode_parts_many(coeffs, steps)
+            o = 0
+            for c in booked:
+                n = len(c.book_n)
+                c.resolve(start, (total[o:o + n], kernel[o:o + n]))
+                o += n
+        for c in clocks:
+            if not c.book_n:
+                c.resolve(start)
+
+    def resolve(self, start: float, parts: tuple | None = None) -> float:
         """Price the bookings, set ``times`` (``times[k]``: the time after k bookings), ``active_s`` and the
-        rows' ``finished_at``; returns the end time."""
+        rows' ``finished_at``; returns the end time. ``parts``: the (total, kernel) arrays of this clock's
+        decode segments, when ``resolve_all`` has priced them already."""
         dur = np.array(self.dur, dtype=np.float64)
         act = np.array(self.act, dtype=np.float64)
         if self.book_n:
-            e = self.eng
-            coeffs = e.cost.decode_coeffs(e.model, e.dtype, np.array(self.book_batch), np.array(self.book_kv0),
-                                          e.tp, e.overhead, runtime=e.rt)
-            total, kernel = decode_parts_many(coeffs, np.array(self.book_n))
+            if parts is None:
+                e = self.eng
+                coeffs = e.cost.decode_coeffs(e.model, e.dtype, np.array(self.book_batch), np.array(self.book_kv0),
+                                              e.tp, e.overhead, runtime=e.rt)
+                parts = decode_parts_many(coeffs, np.array(self.book_n))
+            total, kernel = parts
             seg = dur == SEGMENT
             dur[seg] = total
             act[seg] = np.maximum(kernel, 0.0)
