@@ -497,7 +497,7 @@ class ChunkScorer:
             self.tokens += job[1]
             self.outstanding -= 1
             if self.outstanding == 0 and not self.drained.triggered:
-                self.drained.succeed()
+                self._drained()
             return
         i, t = 0, rep.t0
         while i < len(calls):
@@ -513,9 +513,14 @@ class ChunkScorer:
         self.tokens += sum(j[1] for c in calls for j in c)
         self.outstanding -= n
         if self.outstanding == 0 and not self.drained.triggered:
-            if self.closing:
-                self._set_live(False)
-            self.drained.succeed()
+            self._drained()
+
+    def _drained(self) -> None:
+        """Every chunk emitted so far is scored: the drained event, and the end of the scorer's live window
+        when the step's generation is over (``wait_drained``)."""
+        if self.closing:
+            self._set_live(False)
+        self.drained.succeed()
 
 
 class _Chain:
