@@ -89,6 +89,13 @@ def test_quick_calibration_covers_the_scenarios_operating_points():
     used = draw_rollouts(setup, OPERATING_SAMPLE)
     mid = sum(p + r / 2 for p, r in used) / len(used)
     assert any(b == sc.generation.max_batch and abs(c - mid) <= 8 for b, c in pts["gen_decode"])
+    # co-running in the hand-over pattern at the streaming scenario's own point, none for the other
+    from calibrate.validate import handover_shape
+
+    sync, oppo = prepared
+    assert handover_shape(sync[0], sync[1], draw_rollouts(sync[1], OPERATING_SAMPLE)) is None
+    assert handover_shape(oppo[0], oppo[1], draw_rollouts(oppo[1], OPERATING_SAMPLE)) == (
+        "kv_decoder", "tiny-qwen2", "tiny-qwen2", 4, 16, 8)   # prompts of 8 tokens round up to 16
     # the grid (and so the cached calibration) does not depend on how many steps are validated
     assert operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 5, 1)], "cpu") == \
         operating_points([prepare(FIX / "tiny-sync.yaml", "cpu", 2, 1)], "cpu")

@@ -1,0 +1,65 @@
+"""Co-running in the hand-over pattern (calibrate.corun): the grid field, the plan of points, the points'
+fields and the profile's summary. The measurement itself runs in tests/integration/test_calibrate_cli.py."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from calibrate.assemble import interference_summary  # noqa: E402
+from calibrate.corun import handover_plan  # noqa: E402
+from calibrate.grid import QUICK_CPU, QUICK_GPU, with_overrides  # noqa: E402
+from rlhfsim.errors import RlhfsimError  # noqa: E402
+from rlhfsim.models.catalog import CATALOG  # noqa: E402
+
+TINY, SMALL, DEB = CATALOG["tiny-qwen2"], CATALOG["small-qwen2"], CATALOG["tiny-deberta"]
+
+
+def test_plan_resolves_default_and_named_models():
+    grid = with_overrides(QUICK_CPU, {"handover": [["kv_decoder", "", "", 4, 64, 32],
+                                                   ["hf_generate", "small-qwen2", "tiny-deberta", 2, 48, 16]]})
+    plan = handover_plan(grid, [DEB, TINY, SMALL], [TINY, SMALL])
+    assert plan == [("kv_decoder", TINY, TINY, 4, 64, 32), ("hf_generate", SMALL, DEB, 2, 48, 16)]
+    assert handover_plan(grid, [DEB], []) == []                   # no decoder: nothing to generate with
+    assert QUICK_GPU.handover == ()                               # not measured on GPUs yet (docs/cost-model.md)
+
+
+@pytest.mark.parametrize("entry, message", [
+    (["trt_llm", "", "", 4, 64, 32], "grid.handover: expected a list of \\[runtime"),
+    (["kv_decoder", "", "", 0, 64, 32], "grid.handover: expected a list of \\[runtime"),
+    (["kv_decoder", 3, "", 4, 64, 32], "grid.handover: expected a list of \\[runtime"),
+])
+def test_bad_grid_entries_name_the_field(entry, message):
+    with pytest.raises(RlhfsimError, match=message):
+        with_overrides(QUICK_CPU, {"handover": [entry]})
+
+
+def test_plan_refuses_models_not_calibrated_and_encoder_actors():
+    grid = with_overrides(QUICK_CPU, {"handover": [["kv_decoder", "qwen2.5-7b", "", 4, 64, 32]]})
+    with pytest.raises(RlhfsimError, match="grid.handover: expected a calibrated model as the actor, got 'qwen2.5-7b'"):
+        handover_plan(grid, [TINY], [TINY])
+    grid = with_overrides(QUICK_CPU, {"handover": [["kv_decoder", "tiny-deberta", "", 4, 64, 32]]})
+    with pytest.raises(RlhfsimError, match="expected a decoder as the actor"):
+        handover_plan(grid, [TINY, DEB], [TINY])
+
+
+def _pt(rt, side, model, partner, slowdown, pattern="handover"):
+    return {"op": "interference", "runtime": rt, "side": side, "model": model, "partner": partner, "batch": 4,
+            "seq_len": 32, "prefix_len": 64, "alone_median_s": 1.0, "median_s": slowdown, "alone_tmean_s": 1.0,
+            "tmean_s": slowdown, "slowdown": slowdown, "chunk": 32, **({"corun_pattern": pattern} if pattern else {})}
+
+
+def test_summary_keeps_busy_loops_and_hand_over_apart():
+    pts = [_pt("kv_decoder", "decode", "a", "a", 1.1, None), _pt("kv_decoder", "prefill", "a", "a", 1.3, None),
+           _pt("hf_generate", "decode", "a", "a", 1.5), _pt("hf_generate", "prefill", "a", "a", 2.0),
+           _pt("hf_generate", "decode", "b", "b", 2.5), _pt("hf_generate", "prefill", "b", "b", 3.0),
+           {**_pt("kv_decoder", "decode", "a", "a", 9.0), "skipped": "invalid"}]
+    out = interference_summary(pts, {"decode_slowdown": 1.25, "prefill_slowdown": 1.4})
+    assert (out["decode_slowdown"], out["prefill_slowdown"], out["source"]) == (1.1, 1.3, "measured")
+    assert set(out["handover"]) == {"hf_generate"}                # a skipped point measures nothing
+    h = out["handover"]["hf_generate"]
+    assert (h["decode_slowdown"], h["prefill_slowdown"]) == (2.0, 2.5) and len(h["configs"]) == 4
+    # hand-over points alone leave the busy-loop figures at their defaults
+    only = interference_summary(pts[2:4], {"decode_slowdown": 1.25, "prefill_slowdown": 1.4})
+    assert only["source"] == "default" and only["decode_slowdown"] == 1.25 and "hf_generate" in only["handover"]
