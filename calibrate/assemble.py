@@ -214,10 +214,21 @@ def interference_summary(points: list[dict], default: dict) -> dict:
         pp = [p["slowdown"] for p in mine if p["side"] == "prefill"]
         if dd and pp:
             handover[rt] = {"decode_slowdown": float(np.median(dd)), "prefill_slowdown": float(np.median(pp)),
-                            "configs": [{**_corun_config(p), "chunk": p["chunk"]} for p in mine]}
+                            "configs": [{**_corun_config(p), "chunk": p["chunk"], "model_params": _params(p)}
+                                        for p in mine]}
     if handover:
         out["handover"] = handover
     return out
+
+
+def _params(p: dict) -> int | None:
+    """Parameters of a point's own model (its ``shape``), with the head it ran."""
+    from rlhfsim.models.catalog import ModelShape
+
+    try:
+        return ModelShape(**p["shape"]).params("lm" if p["side"] == "decode" else "value")
+    except (KeyError, TypeError):
+        return None
 
 
 def _corun_config(p: dict) -> dict:

@@ -59,7 +59,7 @@ SIDES = ("decode", "prefill")
 
 def handover_keys(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> dict[str, str]:
     return {"decode": point_key("interference", actor.name, s.dtype, batch=b, seq_len=c, prefix_len=p, head="lm",
-                                runtime=rt, strategy="handover"),
+                                runtime=rt, strategy=f"handover:{reward.name}"),
             "prefill": point_key("interference", reward.name, s.dtype, batch=1, seq_len=c, prefix_len=p,
                                  head="value", runtime=rt, strategy=f"handover:{actor.name}:b{b}")}
 
@@ -214,7 +214,7 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
     base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover"}
     fields = {"decode": {**base, "model": actor.name, "shape": actor.to_dict(), "head": "lm", "batch": b,
                          "seq_len": c, "prefix_len": p, "tokens": b * c, "side": "decode", "partner": reward.name,
-                         "strategy": "handover"},
+                         "strategy": f"handover:{reward.name}"},
               "prefill": {**base, "model": reward.name, "shape": reward.to_dict(), "head": "value", "batch": 1,
                           "seq_len": c, "prefix_len": p, "tokens": c, "side": "prefill", "partner": actor.name,
                           "strategy": f"handover:{actor.name}:b{b}", "partner_batch": b}}

@@ -251,24 +251,36 @@ class CostModel:
     def name(self) -> str:
         return self.profile["name"]
 
-    def corun_factors(self, gen_runtime: str | None, actor: str | None = None,
-                      reward: str | None = None) -> tuple[float, float, str]:
+    def corun_factors(self, gen_runtime: str | None, actor: ModelShape | None = None,
+                      reward: ModelShape | None = None) -> tuple[float, float, str]:
         """(decode slowdown, chunk-call slowdown, window) of intra-step scoring beside generation with
         ``gen_runtime`` on shared devices. Measured in the hand-over pattern for that runtime
         (``interference.handover``): its window is ``live``, the whole time a scorer is live beside
-        generation (from the step's first hand-over to its drain), the window it was measured over; the
-        median over the configurations measured with this actor and reward model when there are any,
-        else the runtime's median over all of them. Otherwise the busy-loop slowdowns, window
-        ``overlap``: decode slows only while a call runs."""
+        generation (from the step's first hand-over to its drain), the window it was measured over.
+        The configurations used: those of the measured actor nearest to ``actor`` in parameter count
+        (log scale; the actor itself when measured: the smaller the model, the larger the share of
+        host work and thread wake-ups the scorer disturbs), with ``reward`` as the scorer when measured
+        beside it, else all of that actor's; their medians. Without model sizes in the configurations,
+        the runtime's medians. Otherwise the busy-loop slowdowns, window ``overlap``: decode slows only
+        while a call runs."""
         h = self.handover.get(gen_runtime)
         if h is None:
             return self.decode_slowdown, self.prefill_slowdown, "overlap"
-        pair = {side: [c["slowdown"] for c in h.get("configs", []) if c["side"] == side
-                       and (c["model"], c["partner"]) == ((actor, reward) if side == "decode" else (reward, actor))]
-                for side in ("decode", "prefill")}
-        if pair["decode"] and pair["prefill"]:
-            return float(np.median(pair["decode"])), float(np.median(pair["prefill"])), "live"
-        return float(h["decode_slowdown"]), float(h["prefill_slowdown"]), "live"
+        configs = h.get("configs", [])
+        sizes = {c["model"]: c["model_params"] for c in configs if c["side"] == "decode" and c.get("model_params")}
+        if actor is None or not sizes:
+            return float(h["decode_slowdown"]), float(h["prefill_slowdown"]), "live"
+        target = math.log(actor.params())
+        near = min(sorted(sizes), key=lambda m: (m != actor.name, abs(math.log(sizes[m]) - target)))
+        dec = [c for c in configs if c["side"] == "decode" and c["model"] == near]
+        pre = [c for c in configs if c["side"] == "prefill" and c["partner"] == near]
+        rname = reward.name if reward is not None else None
+        if any(c["partner"] == rname for c in dec) and any(c["model"] == rname for c in pre):
+            dec = [c for c in dec if c["partner"] == rname]
+            pre = [c for c in pre if c["model"] == rname]
+        if not dec or not pre:
+            return float(h["decode_slowdown"]), float(h["prefill_slowdown"]), "live"
+        return (float(np.median([c["slowdown"] for c in dec])), float(np.median([c["slowdown"] for c in pre])), "live")
 
     @property
     def runtimes(self) -> list[str]:

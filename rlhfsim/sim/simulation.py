@@ -49,7 +49,7 @@ class Simulation:
         # is live beside it), else the busy-loop slowdowns (window "overlap": while a call runs).
         shapes = setup.shapes
         self.decode_slow, self.prefill_slow, window = cost.corun_factors(
-            sc.generation.resolved_runtime, shapes["actor"].name, shapes["reward"].name if "reward" in shapes else None)
+            sc.generation.resolved_runtime, shapes["actor"], shapes.get("reward"))
         self.slows_decode = "live" if window == "live" else "prefill"   # the sim.active kind that slows decode
         self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
 

@@ -63,3 +63,16 @@ def test_summary_keeps_busy_loops_and_hand_over_apart():
     # hand-over points alone leave the busy-loop figures at their defaults
     only = interference_summary(pts[2:4], {"decode_slowdown": 1.25, "prefill_slowdown": 1.4})
     assert only["source"] == "default" and only["decode_slowdown"] == 1.25 and "hf_generate" in only["handover"]
+
+
+def test_each_pairing_has_its_own_points():
+    # The same actor beside two scorers is two measurements on both sides (the journal skips a key it has).
+    from types import SimpleNamespace
+
+    from calibrate.corun import handover_keys
+
+    s = SimpleNamespace(dtype="float32")
+    a = handover_keys(s, "hf_generate", SMALL, SMALL, 4, 48, 32)
+    b = handover_keys(s, "hf_generate", SMALL, DEB, 4, 48, 32)
+    c = handover_keys(s, "kv_decoder", SMALL, SMALL, 4, 48, 32)
+    assert len({a["decode"], b["decode"], c["decode"]}) == 3 and len({a["prefill"], b["prefill"], c["prefill"]}) == 3

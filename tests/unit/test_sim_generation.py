@@ -279,19 +279,37 @@ def test_profile_interference_handover_is_checked():
                                                          "configs": [{"side": "decode", "model": "a"}]}}}, "p")
 
 
-def test_handover_factors_prefer_the_scenarios_models():
+def test_handover_factors_come_from_the_nearest_measured_actor():
+    from dataclasses import replace
+
     from rlhfsim.costs.model import CostModel
+    from rlhfsim.models.catalog import CATALOG
+
+    tiny, small, deb = CATALOG["tiny-qwen2"], CATALOG["small-qwen2"], CATALOG["tiny-deberta"]
 
     def cfg(side, model, partner, s):
-        return {"side": side, "model": model, "partner": partner, "slowdown": s}
+        m = {"tiny-qwen2": tiny, "small-qwen2": small, "tiny-deberta": deb}[model]
+        return {"side": side, "model": model, "partner": partner, "slowdown": s,
+                "model_params": m.params("lm" if side == "decode" else "value")}
 
     cm = CostModel.__new__(CostModel)
     cm.decode_slowdown, cm.prefill_slowdown = 1.1, 1.2
-    cm.handover = {"hf_generate": {"decode_slowdown": 1.5, "prefill_slowdown": 2.5, "configs": [
-        cfg("decode", "a", "r1", 1.3), cfg("prefill", "r1", "a", 2.0), cfg("decode", "a", "r2", 1.7), cfg("prefill", "r2", "a", 3.0)]}}
-    assert cm.corun_factors("hf_generate", "a", "r2") == (1.7, 3.0, "live")
-    assert cm.corun_factors("hf_generate", "b", "r2") == (1.5, 2.5, "live")    # not measured with b: the runtime's medians
-    assert cm.corun_factors("kv_decoder", "a", "r2") == (1.1, 1.2, "overlap")  # not measured: the busy loops'
+    cm.handover = {"hf_generate": {"decode_slowdown": 1.9, "prefill_slowdown": 2.9, "configs": [
+        cfg("decode", "tiny-qwen2", "tiny-qwen2", 2.2), cfg("prefill", "tiny-qwen2", "tiny-qwen2", 3.6),
+        cfg("decode", "small-qwen2", "small-qwen2", 1.6), cfg("prefill", "small-qwen2", "small-qwen2", 2.4),
+        cfg("decode", "small-qwen2", "tiny-deberta", 1.4), cfg("prefill", "tiny-deberta", "small-qwen2", 2.6)]}}
+    assert cm.corun_factors("hf_generate", small, deb) == (1.4, 2.6, "live")       # its own pair
+    assert cm.corun_factors("hf_generate", small, tiny) == (1.5, 2.5, "live")      # its own actor, every scorer
+    assert cm.corun_factors("hf_generate", tiny, tiny) == (2.2, 3.6, "live")
+    # an actor never measured takes the measured actor nearest in size: 3 layers of 256 is small-qwen2's kind
+    other = replace(small, name="gen-l3-h256", layers=3, vocab=1024)
+    assert cm.corun_factors("hf_generate", other, tiny)[:2] == (1.5, 2.5)
+    assert cm.corun_factors("hf_generate", replace(tiny, name="gen-l2-h96", hidden=96), tiny)[:2] == (2.2, 3.6)
+    assert cm.corun_factors("kv_decoder", small, deb) == (1.1, 1.2, "overlap")   # not measured: the busy loops'
+    # configurations without model sizes (older profiles): the runtime's medians
+    cm.handover["hf_generate"]["configs"] = [{k: v for k, v in c.items() if k != "model_params"}
+                                             for c in cm.handover["hf_generate"]["configs"]]
+    assert cm.corun_factors("hf_generate", small, deb) == (1.9, 2.9, "live")
 
 
 def test_co_running_is_per_gpu(scenario_dict):
