@@ -35,13 +35,16 @@ TINY_GRID = {
     "interference": [[2, 16, 2, 16]], "warmup": 1, "min_iters": 3, "max_iters": 5, "point_budget_s": 0.02,
     "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
     "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
-    "step_iters": 1, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "tiny-deberta", 2, 8, 4]],
+    "step_iters": 1, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "", 2, 8, 4]],
 }
+# the module's shared calibration also measures generation beside an encoder scorer (tiny-deberta)
+TINY_GRID_ENCODER_SCORER = {**TINY_GRID, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "tiny-deberta", 2, 8, 4]]}
 
 
-def calibrate(out: Path, *extra: str, models: str = "tiny-qwen2,tiny-deberta", runtimes: str = "eager,onnxruntime"):
+def calibrate(out: Path, *extra: str, models: str = "tiny-qwen2,tiny-deberta", runtimes: str = "eager,onnxruntime",
+              grid: dict = TINY_GRID):
     args = ["--device", "cpu", "--quick", "--models", models, "--runtimes", runtimes, "--out", str(out),
-            "--grid", json.dumps(TINY_GRID), "--threads", "1", "--cache-dir", str(out.parent / "cache"),
+            "--grid", json.dumps(grid), "--threads", "1", "--cache-dir", str(out.parent / "cache"),
             "--no-progress", *extra]
     # One thread: the tests check correctness, and one thread is far less disturbed by other processes
     # on a small CI machine than an OpenMP team waiting for a descheduled worker.
@@ -51,7 +54,7 @@ def calibrate(out: Path, *extra: str, models: str = "tiny-qwen2,tiny-deberta", r
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("calib") / "tiny.json"
-    res = calibrate(out)
+    res = calibrate(out, grid=TINY_GRID_ENCODER_SCORER)
     assert res.exit_code == 0, res.output
     return out, res
 
@@ -144,13 +147,13 @@ def test_resume_skips_measured_points_even_after_a_torn_line(tiny, tmp_path):
     # Drop the last two records and leave half of the second-to-last, as a kill mid-write would.
     lines = jp.read_bytes().splitlines(keepends=True)
     jp.write_bytes(b"".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])
-    res = calibrate(new, "--resume")
+    res = calibrate(new, "--resume", grid=TINY_GRID_ENCODER_SCORER)
     assert res.exit_code == 0, res.output
     after = read_journal(jp)
     assert [r.get("key") for r in after[:-2]] == [r.get("key") for r in recs[:-2]]  # kept, not re-measured
     assert sorted(r["key"] for r in after[-2:]) == sorted(r["key"] for r in recs[-2:])  # re-measured
     validate_profile(json.loads(new.read_text()))
-    again = calibrate(new, "--resume")
+    again = calibrate(new, "--resume", grid=TINY_GRID_ENCODER_SCORER)
     assert again.exit_code == 0 and len(read_journal(jp)) == len(after)
 
 
@@ -304,7 +307,9 @@ def test_passes_measure_every_point_again_and_pool_the_samples(tmp_path):
             continue
         a, b = first[p["key"]], second[p["key"]]
         assert p["passes"] == 2 and p["samples_s"] == a["samples_s"] + b["samples_s"]
-        if p["op"] == "interference":
+        if p["op"] == "interference" and p.get("corun_pattern") == "handover":   # medians (calibrate.corun)
+            assert p["slowdown"] == pytest.approx(p["median_s"] / p["alone_median_s"])
+        elif p["op"] == "interference":
             assert p["slowdown"] == pytest.approx(p["tmean_s"] / p["alone_tmean_s"])
     # the resume of a finished two-pass journal measures nothing again
     n = len(read_journal(journal_path(out)))
