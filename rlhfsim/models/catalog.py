@@ -111,6 +111,10 @@ CATALOG: dict[str, ModelShape] = {
         # sizes share theirs; the tiny encoders' tokenizers are their own (calibrate.retokenize builds them).
         _q("tiny-qwen2", 2, 128, 512, 4, 2, 1024, True, 4096, "synthetic-qwen2"),
         _q("small-qwen2", 4, 256, 1024, 8, 2, 4096, True, 4096, "synthetic-qwen2"),
+        # The same two widths at the other depth, so that a CPU calibration sees depth and width move apart
+        # (a fit to tiny-qwen2 and small-qwen2 alone cannot tell a cost per layer from one per width).
+        _q("tiny-qwen2-l4", 4, 128, 512, 4, 2, 1024, True, 4096, "synthetic-qwen2"),
+        _q("small-qwen2-l2", 2, 256, 1024, 8, 2, 4096, True, 4096, "synthetic-qwen2"),
         ModelShape("tiny-deberta", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "deberta-v2", 512),
         ModelShape("tiny-electra", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "electra", 512),
     ]
