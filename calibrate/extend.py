@@ -49,22 +49,30 @@ from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
 
 
-def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threads: int, quick: bool = True,
-           grid: dict | None = None, iters: int = 7, resume: bool = False) -> dict:
+def _begin(path: Path, what: str, threads: int, models: list[str], runtimes: list[str], quick: bool) -> tuple:
+    """An extension's start: the profile, its device kind and dtype, the journal beside it
+    (``STEM.WHAT.journal.jsonl``) and its meta, the start time and load, and the thread count to restore
+    once the caller has set ``threads`` for its measurements."""
     doc = json.loads(Path(path).read_text())
     device, dtype = doc["device"].get("kind", "cpu"), doc.get("dtype", "float32")
     device = "cuda" if device == "cuda" else "cpu"
+    old_threads = torch.get_num_threads()
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    jpath = journal_path(Path(path).with_name(f"{Path(path).stem}.{what}.json"))
+    meta = {"device_kind": device, "device_name": doc["device"].get("name"), "dtype": dtype, "threads": threads,
+            "models": models, "runtimes": runtimes, "quick": quick}
+    return doc, device, dtype, jpath, meta, started, load_avg(), old_threads
+
+
+def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threads: int, quick: bool = True,
+           grid: dict | None = None, iters: int = 7, resume: bool = False) -> dict:
+    doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "reencode", threads, models,
+                                                                             runtimes, quick)
     spec = get_gpu(doc["gpu"], "profile.gpu")
     g = with_overrides(default_grid(device, quick), grid)
     shapes = [CATALOG[m] for m in models]
     rts = {r: RUNTIMES[r]() for r in runtimes}
-    old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    load_start = load_avg()
-    jpath = journal_path(Path(path).with_name(Path(path).stem + ".reencode.json"))
-    meta = {"device_kind": device, "device_name": doc["device"].get("name"), "dtype": dtype, "threads": threads,
-            "models": models, "runtimes": runtimes, "quick": quick}
     try:
         with Journal.open(jpath, meta, resume) as journal, \
                 Progress(sum(plan_size(g, m, rts) for m in shapes), enabled=True) as prog:
@@ -93,14 +101,21 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
     step["samples"] = samples
     step.setdefault("source", "measured")
     doc["step"] = step
-    ext = {"issue": 15, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
-           "added": sorted(k for k in ops if k.startswith(("reencode:", "encode:"))) + ["step.retokenize_s", "step.retokenize_per_token_s"],
-           "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
-           "models": models, "runtimes": runtimes, "journal": jpath.name,
-           "grid": {"reencode_lengths": list(g.reencode_lengths), "reencode_static_lengths": list(g.reencode_static_lengths),
-                    "rounds": g.rounds, "per_round": g.per_round}}
+    return _finish(path, doc, 15, started, load_start, threads, models, runtimes, jpath,
+                   sorted(k for k in ops if k.startswith(("reencode:", "encode:"))) + ["step.retokenize_s", "step.retokenize_per_token_s"],
+                   {"reencode_lengths": list(g.reencode_lengths), "reencode_static_lengths": list(g.reencode_static_lengths),
+                    "rounds": g.rounds, "per_round": g.per_round})
+
+
+def _finish(path: Path, doc: dict, issue: int, started: str, load_start, threads: int, models: list[str],
+            runtimes: list[str], jpath: Path, added: list[str], grid: dict) -> dict:
+    """Record the extension in ``provenance.extensions`` (one per issue: a rerun replaces it), check the
+    profile and write it atomically."""
+    ext = {"issue": issue, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
+           "added": added, "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
+           "models": models, "runtimes": runtimes, "journal": jpath.name, "grid": grid}
     prov = dict(doc["provenance"])
-    prov["extensions"] = [e for e in prov.get("extensions", []) if e.get("issue") != 15] + [ext]
+    prov["extensions"] = [e for e in prov.get("extensions", []) if e.get("issue") != issue] + [ext]
     doc["provenance"] = prov
     validate_profile(doc, str(path))
     write_json_atomic(Path(path), doc)
@@ -118,19 +133,12 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
     from calibrate.corun import measure_handover
     from calibrate.genbench import runtime_key
 
-    doc = json.loads(Path(path).read_text())
-    device, dtype = doc["device"].get("kind", "cpu"), doc.get("dtype", "float32")
-    device = "cuda" if device == "cuda" else "cpu"
+    doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "handover", threads, models,
+                                                                             list(runtimes), True)
     shapes = [CATALOG[m] for m in models]
     entries = [(rt, m.name, m.name, batch, prompt, chunk) for rt in runtimes for m in shapes]
     g = with_overrides(default_grid(device, True), {"handover": entries})
-    old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    load_start = load_avg()
-    jpath = journal_path(Path(path).with_name(Path(path).stem + ".handover.json"))
-    meta = {"device_kind": device, "device_name": doc["device"].get("name"), "dtype": dtype, "threads": threads,
-            "models": models, "runtimes": list(runtimes), "quick": True}
     try:
         with Journal.open(jpath, meta, resume) as journal, Progress(2 * len(entries), enabled=True) as prog:
             s = Session(device, dtype, g, journal, prog, default_cache_dir(), {}, threads)
@@ -152,16 +160,8 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
     doc["interference"] = inter
     doc["points"] = [p for p in doc.get("points", []) if p.get("corun_pattern") != "handover"] + \
         [{k: v for k, v in p.items() if k != "kind"} for p in points if p.get("op") == "interference"]
-    ext = {"issue": 16, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
-           "added": ["interference.handover"], "threads": threads, "load_avg_1m_at_start": load_start,
-           "load_avg_1m_at_end": load_avg(), "models": models, "runtimes": list(runtimes), "journal": jpath.name,
-           "grid": {"handover": [list(e) for e in entries]}}
-    prov = dict(doc["provenance"])
-    prov["extensions"] = [e for e in prov.get("extensions", []) if e.get("issue") != 16] + [ext]
-    doc["provenance"] = prov
-    validate_profile(doc, str(path))
-    write_json_atomic(Path(path), doc)
-    return doc
+    return _finish(path, doc, 16, started, load_start, threads, models, list(runtimes), jpath,
+                   ["interference.handover"], {"handover": [list(e) for e in entries]})
 
 
 def main(argv: list[str] | None = None) -> None:

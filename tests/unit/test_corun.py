@@ -76,3 +76,29 @@ def test_each_pairing_has_its_own_points():
     b = handover_keys(s, "hf_generate", SMALL, DEB, 4, 48, 32)
     c = handover_keys(s, "kv_decoder", SMALL, SMALL, 4, 48, 32)
     assert len({a["decode"], b["decode"], c["decode"]}) == 3 and len({a["prefill"], b["prefill"], c["prefill"]}) == 3
+
+
+def test_extend_adds_hand_over_to_a_measured_profile(tmp_path):
+    # python -m calibrate.extend PROFILE --handover, on a copy of the test CPU profile: the section, its
+    # points and the provenance record are added, nothing else the profile had is changed.
+    import json
+    import shutil
+    from pathlib import Path
+
+    import torch
+
+    from calibrate.extend import extend_handover
+    from rlhfsim.costs.profile import load_profile
+
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "profiles" / "cpu.json"
+    path = tmp_path / "p.json"
+    shutil.copy(src, path)
+    before = json.loads(path.read_text())
+    threads = torch.get_num_threads()
+    doc = extend_handover(path, ["tiny-qwen2"], threads=1, batch=2, prompt=8, chunk=4, runtimes=("kv_decoder",))
+    assert torch.get_num_threads() == threads                     # restored
+    h = doc["interference"]["handover"]["kv_decoder"]
+    assert h["decode_slowdown"] > 0 and h["prefill_slowdown"] > 0 and {c["side"] for c in h["configs"]} == {"decode", "prefill"}
+    assert doc["provenance"]["extensions"][-1]["added"] == ["interference.handover"]
+    assert doc["operations"] == before["operations"]
+    assert load_profile(str(path))["interference"]["handover"]["kv_decoder"] == h
