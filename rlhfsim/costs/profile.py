@@ -148,10 +148,13 @@ def _check_interference(inter, where: str) -> None:
         for i, c in enumerate(configs):
             ok = (isinstance(c, dict) and c.get("side") in ("decode", "prefill") and isinstance(c.get("model"), str)
                   and isinstance(c.get("partner"), str) and isinstance(c.get("slowdown"), (int, float))
-                  and not isinstance(c.get("slowdown"), bool) and 0 < c["slowdown"] < float("inf"))
+                  and not isinstance(c.get("slowdown"), bool) and 0 < c["slowdown"] < float("inf")
+                  and (c.get("model_params") is None
+                       or (isinstance(c["model_params"], (int, float)) and not isinstance(c["model_params"], bool)
+                           and 0 < c["model_params"] < float("inf"))))
             if not ok:
-                raise ProfileError(f"{path}.configs[{i}]: expected an object with side decode|prefill, model, partner "
-                                   f"and a finite slowdown > 0, got {c!r}")
+                raise ProfileError(f"{path}.configs[{i}]: expected an object with side decode|prefill, model, partner, "
+                                   f"a finite slowdown > 0 and model_params > 0 or none, got {c!r}")
 
 
 def load_profile(ref: str) -> dict:

@@ -277,6 +277,9 @@ def test_profile_interference_handover_is_checked():
     with pytest.raises(ProfileError, match=r"p\.handover\.kv_decoder\.configs\[0\]: expected an object with side"):
         _check_interference({"handover": {"kv_decoder": {"decode_slowdown": 1.4, "prefill_slowdown": 2.0,
                                                          "configs": [{"side": "decode", "model": "a"}]}}}, "p")
+    with pytest.raises(ProfileError, match=r"model_params > 0 or none"):
+        _check_interference({"handover": {"kv_decoder": {"decode_slowdown": 1.4, "prefill_slowdown": 2.0, "configs": [
+            {"side": "decode", "model": "a", "partner": "a", "slowdown": 1.2, "model_params": "big"}]}}}, "p")
 
 
 def test_handover_factors_come_from_the_nearest_measured_actor():
