@@ -115,6 +115,10 @@ CATALOG: dict[str, ModelShape] = {
         # (a fit to tiny-qwen2 and small-qwen2 alone cannot tell a cost per layer from one per width).
         _q("tiny-qwen2-l4", 4, 128, 512, 4, 2, 1024, True, 4096, "synthetic-qwen2"),
         _q("small-qwen2-l2", 2, 256, 1024, 8, 2, 4096, True, 4096, "synthetic-qwen2"),
+        # ... and the KV width and the vocabulary moved on their own: full multi-head attention (8 KV heads,
+        # 256 K/V values per token per layer against tiny/small-qwen2's 64) and a vocabulary of 8,192.
+        _q("small-qwen2-l3-mha", 3, 256, 1024, 8, 8, 4096, True, 4096, "synthetic-qwen2"),
+        _q("tiny-qwen2-v8k", 2, 128, 512, 4, 2, 8192, True, 4096, "synthetic-qwen2"),
         ModelShape("tiny-deberta", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "deberta-v2", 512),
         ModelShape("tiny-electra", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "electra", 512),
     ]
