@@ -202,23 +202,29 @@ def interference_summary(points: list[dict], default: dict) -> dict:
     ``calibrate.corun``), each with the configurations it pools."""
     pts = _measured(points, op="interference")
     busy = [p for p in pts if p.get("corun_pattern") != "handover"]
-    d = [p["slowdown"] for p in busy if p["side"] == "decode"]
-    pf = [p["slowdown"] for p in busy if p["side"] == "prefill"]
-    out = {**default, "source": "default"} if not d or not pf else {
-        "decode_slowdown": float(np.median(d)), "prefill_slowdown": float(np.median(pf)), "source": "measured",
-        "configs": [_corun_config(p) for p in busy]}
+    med = _slowdowns(busy)
+    out = {**default, "source": "default"} if med is None else {
+        **med, "source": "measured", "configs": [_corun_config(p) for p in busy]}
     handover: dict[str, dict] = {}
     for rt in sorted({p["runtime"] for p in pts if p.get("corun_pattern") == "handover"}):
         mine = [p for p in pts if p.get("corun_pattern") == "handover" and p["runtime"] == rt]
-        dd = [p["slowdown"] for p in mine if p["side"] == "decode"]
-        pp = [p["slowdown"] for p in mine if p["side"] == "prefill"]
-        if dd and pp:
-            handover[rt] = {"decode_slowdown": float(np.median(dd)), "prefill_slowdown": float(np.median(pp)),
-                            "configs": [{**_corun_config(p), "chunk": p["chunk"], "model_params": _params(p)}
-                                        for p in mine]}
+        med = _slowdowns(mine)
+        if med is not None:
+            handover[rt] = {**med, "configs": [{**_corun_config(p), "chunk": p["chunk"], "model_params": _params(p)}
+                                               for p in mine]}
     if handover:
         out["handover"] = handover
     return out
+
+
+def _slowdowns(pts: list[dict]) -> dict | None:
+    """Median ``decode_slowdown`` and ``prefill_slowdown`` of these points' two sides (None unless both
+    sides were measured)."""
+    d = [p["slowdown"] for p in pts if p["side"] == "decode"]
+    pf = [p["slowdown"] for p in pts if p["side"] == "prefill"]
+    if not d or not pf:
+        return None
+    return {"decode_slowdown": float(np.median(d)), "prefill_slowdown": float(np.median(pf))}
 
 
 def _params(p: dict) -> int | None:

@@ -27,7 +27,7 @@ A point ``(runtime, batch b, prompt p, chunk c)``, actor and reward shapes from 
   fresh scorer thread per round, each interval's chunks queued to it as they become ready, the thread
   drained and ended after the round (one step's scoring).
 
-Recorded, each with its alone samples (``alone_*``, as ``calibrate.measure.alone_fields`` names them): side
+Recorded, each with its alone samples (``alone_*``: ``calibrate.measure.alone_fields``): side
 ``decode`` (the actor intervals after the first hand-over of each round: the first runs before the
 scorer has anything to do, as the step's first chunk does) and side ``prefill`` (the scorer's calls),
 ``slowdown`` = median beside / median alone (medians: a round of a few calls on a shared CPU now and then
@@ -48,7 +48,7 @@ import torch
 from calibrate.decoder import sample_next
 from calibrate.genbench import runtime_key
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, left_pad
-from calibrate.measure import Clock, summarize
+from calibrate.measure import Clock, Measurement, alone_fields, summarize
 from calibrate.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
 
@@ -68,7 +68,11 @@ class _Actor:
     """One actor interval at a time (module docstring); ``begin()`` starts a round from the prompts."""
 
     def __init__(self, s: Session, rt: str, shape: ModelShape, b: int, p: int, c: int, max_len: int):
-        self.s, self.rt_name, self.b, self.c = s, rt, b, c
+        self.s, self.b, self.c = s, b, c
+        # kv_decoder: the rows whose chunk boundary falls on each of an interval's c steps, spread evenly
+        self.due: dict[int, list[int]] = {}
+        for i in range(b):
+            self.due.setdefault((i * c) // b, []).append(i)
         g = torch.Generator().manual_seed(43 * b + p)
         prompts = torch.randint(1, shape.vocab, (b, p), generator=g).tolist()
         self.ids0, self.mask0 = left_pad(prompts, s.device)
@@ -93,13 +97,10 @@ class _Actor:
     def interval(self, hand) -> None:
         """c tokens per row; ``hand(row)`` at each row's chunk boundary."""
         if self.model is None:
-            due = {(i * self.c) // self.b: [] for i in range(self.b)}
-            for i in range(self.b):
-                due[(i * self.c) // self.b].append(i)
             for j in range(self.c):
                 toks, _ = sample_next(self.dec.extend(self.slots, self.last), self.rng)
                 self.last = torch.tensor(toks, device=self.s.device).view(-1, 1)
-                for i in due.get(j, ()):
+                for i in self.due.get(j, ()):
                     hand(i)
             return
         gen = self.rt.generate(self.seq, self.mask, self.c, state=self.state, keep_state=True)
@@ -117,7 +118,7 @@ class _Scorer:
     """One row's chunk per call (module docstring)."""
 
     def __init__(self, s: Session, shape: ModelShape, b: int, p: int, c: int, max_len: int):
-        self.s, self.c = s, c
+        self.c = c
         g = torch.Generator().manual_seed(47 * p + c)
         self.prompt = torch.randint(1, shape.vocab, (1, p), generator=g).to(s.device)
         self.chunk = torch.randint(1, shape.vocab, (1, c), generator=g).to(s.device)
@@ -128,7 +129,6 @@ class _Scorer:
         else:
             self.dec = s.decoder(shape, "value", b, max_len)
             self.max_len = max_len
-        self.b = b
 
     def call(self, row: int) -> None:
         if self.encoder:
@@ -220,8 +220,12 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
                           "strategy": f"handover:{actor.name}:b{b}", "partner_batch": b}}
     if rt != "kv_decoder":
         known = s.journal.get(runtime_key(rt, actor.name))
-        why = None if known is not None and known.get("valid") else (
-            known.get("reason") if known is not None else f"generation runtime {rt} not checked on {actor.name} in this calibration")
+        if known is None:
+            why = f"generation runtime {rt} not checked on {actor.name} in this calibration"
+        elif not known.get("valid"):
+            why = known.get("reason") or f"generation runtime {rt} invalid on {actor.name}"
+        else:
+            why = None
         if why:
             for side in SIDES:
                 if s.pending(keys[side]):
@@ -251,11 +255,10 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
     for side in SIDES:
         if not s.pending(keys[side]):
             continue
-        a = summarize(alone[side], warm[side][0] if warm[side] else 0.0)
-        timing = summarize(beside[side], warm[side][0] if warm[side] else 0.0)
-        alone_m = {"alone_median_s": a["median_s"], "alone_tmean_s": a["tmean_s"], "alone_iqr_s": a["iqr_s"],
-                   "alone_samples_s": a["samples_s"]}
-        s.record(keys[side], {**fields[side], **alone_m, "slowdown": timing["median_s"] / a["median_s"],
+        first = warm[side][0] if warm[side] else 0.0
+        a = Measurement(alone[side], first)
+        timing = summarize(beside[side], first)
+        s.record(keys[side], {**fields[side], **alone_fields(a), "slowdown": timing["median_s"] / a.median_s,
                               "rounds": HANDOVER_ROUNDS}, timing=timing)
     s.free()
 

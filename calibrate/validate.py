@@ -257,7 +257,7 @@ def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int
     (max_batch), the mean cached context while decoding (prompt + half the response), the chunk batch
     and the chunk size."""
     sched = sc.schedule
-    if sched.kind != "oppo" or not sched.intra.enabled or sc.models.reward.kind != "model":
+    if not _streams_to_reward_model(sc):
         return None
     sample = rollouts[:OPERATING_SAMPLE]
     ctx = sum(p + r / 2 for p, r in sample) / len(sample)
@@ -268,13 +268,18 @@ def handover_shape(sc, setup, rollouts: list[tuple[int, int]]) -> tuple | None:
     """The hand-over co-running point of a scenario that streams chunks into a reward model while
     decoding (``Grid.handover``, ``calibrate.corun``): its generation runtime, actor and reward shapes,
     the decode batch (max_batch), the mean prompt and the chunk size."""
-    sched = sc.schedule
-    if sched.kind != "oppo" or not sched.intra.enabled or sc.models.reward.kind != "model":
+    if not _streams_to_reward_model(sc):
         return None
     sample = rollouts[:OPERATING_SAMPLE]
     prompt = sum(p for p, _ in sample) / len(sample)
     return (sc.generation.resolved_runtime, setup.shapes["actor"].name, setup.shapes["reward"].name,
-            sc.generation.max_batch, _round(prompt), sched.intra.chunk_tokens)
+            sc.generation.max_batch, _round(prompt), sc.schedule.intra.chunk_tokens)
+
+
+def _streams_to_reward_model(sc) -> bool:
+    """Does the scenario stream chunks into a reward model while decoding (OPPO intra-step)?"""
+    sched = sc.schedule
+    return sched.kind == "oppo" and sched.intra.enabled and sc.models.reward.kind == "model"
 
 
 def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
@@ -328,8 +333,9 @@ def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
 
 def scoring_operations(setup, cost, steps: list) -> dict:
     """Per scorer operation (``SCORER_OPS``) over the given (steady) steps: calls, measured and predicted
-    (alone) seconds per step, the error, and the profile's ``prefill_slowdown`` (the factor the simulator
-    applies to a call that starts while decode runs on its device)."""
+    (alone) seconds per step, the error, and ``prefill_slowdown``: the factor the simulator applies to a
+    call that starts while decode runs on its device (``CostModel.corun_factors``: the hand-over figure
+    for the scenario's generation runtime and models where the profile has one)."""
     n = max(len(steps), 1)
     acc: dict[str, list[float]] = {}
     for r in steps:
@@ -342,7 +348,8 @@ def scoring_operations(setup, cost, steps: list) -> dict:
     return {"operations": {name: {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
                                   "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c,
                                   "error_pct": _err(p, m)} for name, (c, m, p) in sorted(acc.items())},
-            "prefill_slowdown": cost.prefill_slowdown}
+            "prefill_slowdown": cost.corun_factors(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
+                                                   setup.shapes.get("reward"))[1]}
 
 
 def operations(setup, cost, steps: list) -> dict:
@@ -458,14 +465,17 @@ def quick_plan(group: list, device: str, threads: int | None) -> QuickPlan:
     if len(dtypes) != 1:
         raise ScenarioError("models.actor.dtype", f"expected one dtype across the validated scenarios (one calibration), got {sorted(dtypes)}")
     dtype = dtypes.pop()
-    corun = [c for sc, setup, _, _ in group if (c := corun_shape(sc, draw_rollouts(setup, OPERATING_SAMPLE))) is not None]
-    handover = sorted({h for sc, setup, _, _ in group
-                       if (h := handover_shape(sc, setup, draw_rollouts(setup, OPERATING_SAMPLE))) is not None})
+    corun, handover = [], set()
+    for sc, setup, _, _ in group:
+        if _streams_to_reward_model(sc):
+            used = draw_rollouts(setup, OPERATING_SAMPLE)   # one draw for both co-running points
+            corun += [c for c in (corun_shape(sc, used),) if c is not None]
+            handover.add(handover_shape(sc, setup, used))
     # Calibrate with the thread count the real runs use: CPU kernels scale with it. Shapes no profile
     # has seen get the lean grid, so a new scenario is calibrated within minutes.
     lean = any(is_new_shape(s) for s in shapes.values())
     # Co-running in the hand-over pattern only where a scenario streams (none otherwise).
-    points = {**operating_points(group, "cuda" if device == "cuda" else "cpu", lean), "handover": handover}
+    points = {**operating_points(group, "cuda" if device == "cuda" else "cpu", lean), "handover": sorted(handover)}
     path, grid = calibration_plan(device, list(shapes.values()), dtype, corun, threads, points)
     return QuickPlan(list(shapes.values()), dtype, path, grid, lean)
 

@@ -122,6 +122,11 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
     return doc
 
 
+def _positive(v) -> bool:
+    """A finite number > 0 (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+
+
 def _check_interference(inter, where: str) -> None:
     if not isinstance(inter, dict):
         raise ProfileError(f"{where}: expected an object, got {type(inter).__name__}")
@@ -138,7 +143,7 @@ def _check_interference(inter, where: str) -> None:
             if k not in sec and not required:
                 continue
             v = sec.get(k)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < float("inf"):
+            if not _positive(v):
                 raise ProfileError(f"{path}.{k}: expected a finite number > 0, got {v!r}")
         if not required:
             continue
@@ -147,11 +152,8 @@ def _check_interference(inter, where: str) -> None:
             raise ProfileError(f"{path}.configs: expected a list, got {type(configs).__name__}")
         for i, c in enumerate(configs):
             ok = (isinstance(c, dict) and c.get("side") in ("decode", "prefill") and isinstance(c.get("model"), str)
-                  and isinstance(c.get("partner"), str) and isinstance(c.get("slowdown"), (int, float))
-                  and not isinstance(c.get("slowdown"), bool) and 0 < c["slowdown"] < float("inf")
-                  and (c.get("model_params") is None
-                       or (isinstance(c["model_params"], (int, float)) and not isinstance(c["model_params"], bool)
-                           and 0 < c["model_params"] < float("inf"))))
+                  and isinstance(c.get("partner"), str) and _positive(c.get("slowdown"))
+                  and (c.get("model_params") is None or _positive(c["model_params"])))
             if not ok:
                 raise ProfileError(f"{path}.configs[{i}]: expected an object with side decode|prefill, model, partner, "
                                    f"a finite slowdown > 0 and model_params > 0 or none, got {c!r}")

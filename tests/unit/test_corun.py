@@ -102,3 +102,24 @@ def test_extend_adds_hand_over_to_a_measured_profile(tmp_path):
     assert doc["provenance"]["extensions"][-1]["added"] == ["interference.handover"]
     assert doc["operations"] == before["operations"]
     assert load_profile(str(path))["interference"]["handover"]["kv_decoder"] == h
+
+
+@pytest.mark.parametrize("record, why", [
+    (None, "generation runtime hf_generate not checked on tiny-qwen2 in this calibration"),
+    ({"valid": False, "reason": "tokens differ from eager"}, "tokens differ from eager"),
+    ({"valid": False, "reason": ""}, "generation runtime hf_generate invalid on tiny-qwen2"),
+])
+def test_a_runtime_not_valid_on_the_actor_is_journaled_skipped(tmp_path, record, why):
+    from calibrate.corun import handover_keys, measure_handover
+    from calibrate.genbench import runtime_key
+    from calibrate.journal import Journal
+    from calibrate.progress import Progress
+    from calibrate.session import Session
+
+    with Journal.open(tmp_path / "j.journal.jsonl", {"device_kind": "cpu", "dtype": "float32"}, resume=False) as j:
+        if record is not None:
+            j.append({"kind": "runtime", "key": runtime_key("hf_generate", TINY.name), **record})
+        s = Session("cpu", "float32", QUICK_CPU, j, Progress(2, enabled=False), tmp_path)
+        measure_handover(s, "hf_generate", TINY, TINY, 2, 8, 4)
+        for key in handover_keys(s, "hf_generate", TINY, TINY, 2, 8, 4).values():
+            assert j.get(key)["skipped"] == why
