@@ -9,7 +9,8 @@ measuring context), ``measure`` (timing discipline), ``journal`` (crash-safe JSO
 ``bench`` (generation, chunked scoring, training, interference), ``genbench`` and ``genruntimes``
 (generation runtimes: HF generate, static-cache compiled generate, our decoder, vLLM, SGLang), ``scoring`` (runtimes and batching
 strategies), ``runtimes`` (scoring runtimes), ``models`` (random-weight HF models from shapes), ``fit``
-(roofline-with-efficiency fits with held-out error), ``assemble`` (points -> Profile), ``report`` (runtime
+(roofline-with-efficiency fits with held-out error), ``sampling`` (the sampling tail of a generation
+step per runtime), ``assemble`` (points -> Profile), ``report`` (runtime
 comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 """
 
@@ -18,5 +19,6 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 # 3 = fits use each point's trimmed mean (tmean_s) instead of its median; 4 = a decode point is one
 # iteration of the executor's decode loop (Generator._decode); 5 = generation runtimes (calibrate.genbench:
 # prefill/decode/handoff points with a runtime field; the plain fits exclude them); 6 = co-running in the
-# hand-over pattern per generation runtime (calibrate.corun: interference points of strategy handover).
-MEASUREMENT_VERSION = 6
+# hand-over pattern per generation runtime (calibrate.corun: interference points of strategy handover);
+# 7 = sampling tails (calibrate.sampling: sample points; generation prefill/decode fitted less the tail).
+MEASUREMENT_VERSION = 7

@@ -27,6 +27,10 @@
   decode point: model, batch, mean context, ms). ``kv_decoder``: zero call overhead and handoff by
   construction (source "derived"); an unavailable runtime has source "skipped".
   A runtime that was skipped (not available) or is invalid has null scalars and no operations.
+* Sampling tails (``calibrate.sampling``): ``sample_s`` + ``sample_per_logit_s`` x rows x vocab fitted per
+  runtime to its ``sample`` points (``sampling_summary``) and kept in ``generation[RT]`` with their points
+  and held-out error (``sampling``); each generation prefill/decode point is fitted less its runtime's tail
+  (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ import numpy as np
 import rlhfsim
 from calibrate import MEASUREMENT_VERSION
 from calibrate.fit import fit_operation, point_value
-from rlhfsim.costs.genruntimes import GEN_RUNTIMES, op_key
+from calibrate.sampling import fit_tail
+from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
@@ -103,8 +108,72 @@ def _gen_models(records: list[dict], rt: str) -> dict:
     return out
 
 
+def sampling_summary(points: list[dict]) -> dict[str, dict]:
+    """{runtime: the fit of its sampling tail (``calibrate.sampling.fit_tail``)} for each runtime with
+    ``sample`` points."""
+    out = {}
+    for rt in sorted({p.get("runtime") for p in points if p["op"] == "sample"}):
+        fit = fit_tail(_measured(points, op="sample", runtime=rt), point_value)
+        if fit is not None:
+            out[rt] = fit
+    return out
+
+
+def _tail_of(point: dict, tails: dict[str, dict]) -> dict | None:
+    rt = point.get("runtime")
+    rt = "kv_decoder" if rt in PLAIN_RUNTIMES else rt
+    return tails.get(rt) or tails.get(SAMPLING_AS.get(rt, ""))
+
+
+def with_tails(points: list[dict], tails: dict[str, dict]) -> list[dict]:
+    """The points, each generation prefill/decode point (LM head) given ``sampling_tail_s``: its runtime's
+    tail at its rows (batch) and vocabulary, which the roofline fit takes off (``calibrate.fit.fitted_value``).
+    Without tails, the points as they are."""
+    if not tails:
+        return points
+    out = []
+    for p in points:
+        tail = _tail_of(p, tails) if p["op"] in ("prefill", "decode") and p.get("head") == "lm" else None
+        if tail is not None:
+            p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
+        out.append(p)
+    return out
+
+
+def refit_with_tails(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
+    """A measured profile's generation operations fitted again less the sampling tails of ``points``'
+    ``sample`` points (``calibrate.extend --sampling``): the plain ``prefill``/``decode`` (and their
+    ``:kv_decoder`` copies) and each ``prefill:RT``/``decode:RT``, from the profile's own points; the tails
+    go to ``generation[RT]`` as ``generation_summary`` puts them. Returns the keys changed."""
+    tails = sampling_summary(points)
+    pts = with_tails(points, tails)
+    priors = {op: OpParams.from_dict(v) for op, v in load_profile("default")["operations"].items()}
+    ops, gen, changed = doc["operations"], doc.setdefault("generation", {}), []
+    for op in ("prefill", "decode"):
+        plain = _plain(pts, op)
+        if plain and ops.get(op, {}).get("source") in ("measured", "underdetermined"):
+            ops[op] = fitted(plain, gpu, priors[op])
+            changed.append(op)
+            if op_key(op, "kv_decoder") in ops:
+                ops[op_key(op, "kv_decoder")] = {**ops[op], "source_points": f"the plain {op} points (calibrate.bench)"}
+                changed.append(op_key(op, "kv_decoder"))
+        for rt in GEN_RUNTIMES:
+            own = [p for p in _measured(pts, op=op, runtime=rt) if point_value(p) > 0]
+            if rt != "kv_decoder" and own and op_key(op, rt) in ops:
+                ops[op_key(op, rt)] = fitted(own, gpu, priors[op])
+                changed.append(op_key(op, rt))
+    for rt, info in gen.items():
+        if rt in tails:
+            info.update(sample_s=tails[rt]["sample_s"], sample_per_logit_s=tails[rt]["sample_per_logit_s"],
+                        sampling=tails[rt])
+            changed.append(f"generation.{rt}.sample_s")
+        elif rt in SAMPLING_AS and SAMPLING_AS[rt] in tails:
+            info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
+    return changed
+
+
 def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: GpuSpec, priors: dict,
-                       runtimes: tuple[str, ...]) -> dict:
+                       runtimes: tuple[str, ...], tails: dict[str, dict] | None = None) -> dict:
     """``generation[RT]`` for every runtime of the grid or with a journal record, adding the
     ``prefill:RT`` and ``decode:RT`` operations to ``ops`` (see the module docstring)."""
     out: dict[str, dict] = {}
@@ -129,6 +198,11 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
                 "ms_per_step": [{"model": p["model"], "batch": p["batch"], "context": p["prefix_len"],
                                  "ms": 1e3 * point_value(p)} for p in dec] if valid else []}
         out[rt] = info
+        tail = (tails or {}).get(rt)
+        if tail is not None:
+            info.update(sample_s=tail["sample_s"], sample_per_logit_s=tail["sample_per_logit_s"], sampling=tail)
+        elif rt in SAMPLING_AS and (tails or {}).get(SAMPLING_AS[rt]) is not None:
+            info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
         if not valid:
             continue
         if own:
@@ -316,6 +390,8 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     default = load_profile("default")
     priors = {op: OpParams.from_dict(v) for op, v in default["operations"].items()}
     points = [{k: v for k, v in p.items() if k != "kind"} for p in points]
+    tails = sampling_summary(points)
+    points = with_tails(points, tails)
     ops: dict[str, dict] = {}
     for op in OPERATIONS:
         pts = _plain(points, op)
@@ -340,7 +416,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
             info["op"] = f"score:{rt}"
     encoder_score_ops(runtimes, ops)
     reencode = reencode_summary(points, ops, gpu, priors["prefill"])
-    generation = generation_summary(points, gen_records, ops, gpu, priors, tuple(grid.get("gen_runtimes", ())))
+    generation = generation_summary(points, gen_records, ops, gpu, priors, tuple(grid.get("gen_runtimes", ())), tails)
     profile = {
         "schema_version": SCHEMA_VERSION,
         "name": name,

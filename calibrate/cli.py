@@ -182,7 +182,7 @@ def _rich_runtime_table(profile: dict) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def runtimes_command(profile_ref, fmt):
     """Compare the scoring runtimes, batching strategies and generation runtimes a profile measured."""
-    from calibrate.report import batching_table, chunk_table, generation_table, runtime_json
+    from calibrate.report import batching_table, chunk_table, generation_table, runtime_json, sampling_table
     from rlhfsim.costs.profile import load_profile
 
     try:
@@ -210,3 +210,8 @@ def runtimes_command(profile_ref, fmt):
     click.echo("\ngeneration runtimes (one decode step at batch x mean cached tokens; call overhead per generate() "
                "call; handoff per chunk boundary at that batch):")
     click.echo(generation_table(profile))
+    tails = sampling_table(profile)
+    if tails is not None:
+        click.echo("\nsampling tails (per generation step: fixed + per logit x rows x vocabulary; the prefill/decode "
+                   "fits exclude them, the simulator adds them back):")
+        click.echo(tails)

@@ -1,4 +1,5 @@
-"""Extend a measured profile with the operations of issue 15 (or, ``--handover``, the co-running of issue 16),
+"""Extend a measured profile with the operations of issue 15 (or, ``--handover``, the co-running of issue 16;
+``--sampling``, the sampling tails of issue 16),
 measured on this device with the calibration's own machinery, without measuring the rest again:
 
 * ``reencode:RUNTIME`` (``calibrate.reencode``): re-encode scoring of the encoder reward models given
@@ -19,6 +20,11 @@ already had is changed::
 scorer, batch 4, 64-token prompts, 32-token chunks; sets ``interference.handover``::
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json --handover
+
+``--sampling``: the sampling tails of the generation runtimes (``calibrate.sampling``), then the
+profile's generation prefill/decode operations fitted again less them (``calibrate.assemble.refit_with_tails``)::
+
+    python -m calibrate.extend rlhfsim/profiles/cpu.json --sampling
 """
 
 from __future__ import annotations
@@ -108,14 +114,17 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
 
 
 def _finish(path: Path, doc: dict, issue: int, started: str, load_start, threads: int, models: list[str],
-            runtimes: list[str], jpath: Path, added: list[str], grid: dict) -> dict:
-    """Record the extension in ``provenance.extensions`` (one per issue: a rerun replaces it), check the
-    profile and write it atomically."""
+            runtimes: list[str], jpath: Path, added: list[str], grid: dict, what: str | None = None) -> dict:
+    """Record the extension in ``provenance.extensions`` (one per issue and ``what``: a rerun replaces it),
+    check the profile and write it atomically."""
     ext = {"issue": issue, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
            "added": added, "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
            "models": models, "runtimes": runtimes, "journal": jpath.name, "grid": grid}
+    if what is not None:
+        ext["what"] = what
     prov = dict(doc["provenance"])
-    prov["extensions"] = [e for e in prov.get("extensions", []) if e.get("issue") != issue] + [ext]
+    prov["extensions"] = [e for e in prov.get("extensions", [])
+                          if (e.get("issue"), e.get("what")) != (issue, what)] + [ext]
     doc["provenance"] = prov
     validate_profile(doc, str(path))
     write_json_atomic(Path(path), doc)
@@ -164,6 +173,38 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
                    ["interference.handover"], {"handover": [list(e) for e in entries]})
 
 
+def extend_sampling(path: Path, threads: int, resume: bool = False, sampling: list | None = None) -> dict:
+    """Add the sampling tails (``calibrate.sampling``) to a measured profile: the ``sample`` points of each
+    generation runtime the profile prices with a sampler of its own (``kv_decoder``, ``hf_generate``) at
+    the default grid's ``sampling`` (rows, vocabulary), then its generation prefill/decode operations fitted
+    again, from its own points, less the tails (``calibrate.assemble.refit_with_tails``). Nothing else the
+    profile had is changed."""
+    from calibrate.assemble import refit_with_tails
+    from calibrate.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
+
+    gen = json.loads(Path(path).read_text()).get("generation", {})
+    runtimes = [rt for rt in sampled_runtimes(list(gen)) if gen[rt].get("valid")]
+    doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "sampling", threads, [],
+                                                                             runtimes, True)
+    g = default_grid(device, True)
+    if sampling is not None:
+        g = with_overrides(g, {"sampling": sampling})
+    torch.set_num_threads(threads)
+    try:
+        with Journal.open(jpath, meta, resume) as journal, \
+                Progress(sampling_plan_size(g, runtimes), enabled=True) as prog:
+            s = Session(device, dtype, g, journal, prog, default_cache_dir(), {}, threads)
+            measure_sampling(s, runtimes)
+            new = [{k: v for k, v in p.items() if k != "kind"} for p in journal.points()]
+    finally:
+        torch.set_num_threads(old_threads)
+    points = [p for p in doc.get("points", []) if p.get("op") != "sample"] + new
+    changed = refit_with_tails(doc, points, get_gpu(doc["gpu"], "profile.gpu"))
+    doc["points"] = points
+    return _finish(path, doc, 16, started, load_start, threads, [], runtimes, jpath, changed,
+                   {"sampling": [list(x) for x in g.sampling]}, what="sampling")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m calibrate.extend", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,7 +217,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--handover", action="store_true",
                     help="add only co-running in the hand-over pattern (calibrate.corun) for --models (decoders; "
                          "default tiny-qwen2,small-qwen2) as actor and scorer")
+    ap.add_argument("--sampling", action="store_true",
+                    help="add only the sampling tails (calibrate.sampling) and refit the generation operations less them")
     args = ap.parse_args(argv)
+    if args.sampling:
+        doc = extend_sampling(args.profile, args.threads or usable_cores(), resume=args.resume)
+        print(json.dumps({rt: {k: info.get(k) for k in ("sample_s", "sample_per_logit_s")}
+                          for rt, info in doc["generation"].items() if "sample_s" in info}, indent=1))
+        print(json.dumps({op: doc["operations"][op].get("heldout_mape_by_model")
+                          for op in ("prefill", "decode", "prefill:hf_generate", "decode:hf_generate")
+                          if op in doc["operations"]}, indent=1))
+        return
     if args.handover:
         models = args.models.split(",") if args.models != "tiny-deberta" else ["tiny-qwen2", "small-qwen2"]
         doc = extend_handover(args.profile, models, args.threads or usable_cores(), resume=args.resume)

@@ -6,7 +6,8 @@ The fitted form is exactly ``rlhfsim.costs.model`` (tp = 1), evaluated by the sa
 
     t_hat = max( F / (peak x compute_eff),  B / (mem_bw x memory_eff) ) + overhead_s + overhead_per_layer_s x L
 
-with F (FLOP), B (bytes) and L (layers) from ``rlhfsim.costs.flops`` for each point's model shape and
+with t a point's trimmed mean less its runtime's measured sampling tail (``fitted_value``; generation
+prefill/decode points only, ``calibrate.sampling``) and F (FLOP), B (bytes) and L (layers) from ``rlhfsim.costs.flops`` for each point's model shape and
 sizes (``point_work``, the same calls CostModel makes), and peak (FLOP/s; float32 for the optimizer, the
 point's dtype otherwise) and mem_bw (bytes/s) the datasheet numbers of the profile's ``gpu`` entry.
 Because F and B carry the model size, the parameters carry over to model sizes that were not measured.
@@ -31,7 +32,8 @@ square roots. ``samples`` are ``BOOTSTRAP`` parameter sets [compute_eff, memory_
 overhead_per_layer_s] refitted on case-resampled points (seeded): unlike the linearisation they respect
 the bounds and the max() in the form. Null for underdetermined fits.
 
-Held-out error: ``heldout_mape`` is the mean |t_hat - t| / t (a fraction: 0.05 = 5%) of each point when
+Held-out error: ``heldout_mape`` is the mean |t_hat - t| / t (a fraction: 0.05 = 5%; t the whole measured
+time, sampling tail included) of each point when
 predicted by a fit without it, k-fold (k = min(5, n), seeded shuffle); ``heldout_mape_by_model`` leaves
 out one model shape at a time (how well the fit carries to an unmeasured size), when >= 2 shapes were
 measured. ``fit_mape`` is the in-sample error.
@@ -80,17 +82,29 @@ def point_value(p: dict) -> float:
     return p.get("tmean_s", p["median_s"])
 
 
+TAIL_FLOOR = 0.1   # a point keeps at least this fraction of its time after its sampling tail is taken off
+
+
+def fitted_value(p: dict) -> float:
+    """The time the roofline is fitted to: ``point_value`` less the point's sampling tail
+    (``sampling_tail_s``, set by ``calibrate.assemble.with_tails`` on generation prefill/decode points:
+    the simulator adds the measured tail back, ``calibrate.sampling``), never below ``TAIL_FLOOR`` of it."""
+    t = point_value(p)
+    return max(t - float(p.get("sampling_tail_s") or 0.0), TAIL_FLOOR * t)
+
+
 def point_peak(p: dict, gpu: GpuSpec) -> float:
     return gpu.peak("float32") if p["op"] == "optimizer" else gpu.peak(p["dtype"])
 
 
 def arrays(points: list[dict], gpu: GpuSpec):
-    """(F / peak, B / mem_bw, L, t) as float arrays: seconds at 100% efficiency, layers, measured s."""
+    """(F / peak, B / mem_bw, L, t) as float arrays: seconds at 100% efficiency, layers, measured s
+    (less any sampling tail: ``fitted_value``)."""
     w = [point_work(p) for p in points]
     fc = np.array([x.flops / point_peak(p, gpu) for x, p in zip(w, points)], dtype=np.float64)
     fm = np.array([x.bytes / gpu.mem_bw for x in w], dtype=np.float64)
     lay = np.array([x.layers for x in w], dtype=np.float64)
-    t = np.array([point_value(p) for p in points], dtype=np.float64)
+    t = np.array([fitted_value(p) for p in points], dtype=np.float64)
     return fc, fm, lay, t
 
 
@@ -178,14 +192,16 @@ def _bootstrap(fc, fm, lay, t, prior: OpParams, x0: np.ndarray, seed: int, n_boo
     return out
 
 
-def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray]) -> float | None:
+def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray], tail: np.ndarray) -> float | None:
+    """Mean |error| / time of each point predicted by a fit without its fold; errors are relative to the
+    whole measured time (the fitted time plus the point's sampling ``tail``, which is measured, not fitted)."""
     errs = np.full(len(t), np.nan)
     for test in folds:
         train = np.setdiff1d(np.arange(len(t)), test)
         if len(train) == 0:
             return None
         p = fit_arrays(fc[train], fm[train], lay[train], t[train], prior)
-        errs[test] = np.abs(predict(fc[test], fm[test], lay[test], p) - t[test]) / t[test]
+        errs[test] = np.abs(predict(fc[test], fm[test], lay[test], p) - t[test]) / (t[test] + tail[test])
     return float(np.nanmean(errs))
 
 
@@ -193,6 +209,7 @@ def fit_operation(points: list[dict], gpu: GpuSpec, prior: OpParams, seed: int =
     """Fitted parameters of one operation with in-sample and held-out MAPE, identifiability status and
     parameter uncertainty (see the module docstring)."""
     fc, fm, lay, t = arrays(points, gpu)
+    tail = np.array([point_value(q) for q in points], dtype=np.float64) - t
     x, res, n = _solve(fc, fm, lay, t, prior)
     p = _params(x)
     k = n_params(lay)
@@ -200,16 +217,16 @@ def fit_operation(points: list[dict], gpu: GpuSpec, prior: OpParams, seed: int =
     heldout = None
     if ok:
         perm = np.random.default_rng(seed).permutation(n)
-        heldout = _heldout(fc, fm, lay, t, prior, [f for f in np.array_split(perm, min(5, n)) if len(f)])
+        heldout = _heldout(fc, fm, lay, t, prior, [f for f in np.array_split(perm, min(5, n)) if len(f)], tail)
     models = sorted({q["model"] for q in points})
     by_model = None
     if ok and len(models) >= 2:
         names = np.array([q["model"] for q in points])
-        by_model = _heldout(fc, fm, lay, t, prior, [np.flatnonzero(names == m) for m in models])
+        by_model = _heldout(fc, fm, lay, t, prior, [np.flatnonzero(names == m) for m in models], tail)
     cov = _covariance(res, n, k) if ok else None
     return {"compute_eff": p.compute_eff, "memory_eff": p.memory_eff, "overhead_s": p.overhead_s,
             "overhead_per_layer_s": p.overhead_per_layer_s, "heldout_mape": heldout,
-            "heldout_mape_by_model": by_model, "fit_mape": mape(predict(fc, fm, lay, p), t), "n_points": n,
+            "heldout_mape_by_model": by_model, "fit_mape": mape(predict(fc, fm, lay, p) + tail, t + tail), "n_points": n,
             "n_params": k, "status": "ok" if ok else "underdetermined", "models": models,
             "method": "scipy.optimize.least_squares (trf, relative residuals, bounded)",
             "covariance_params": list(COV_PARAMS),

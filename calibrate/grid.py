@@ -34,6 +34,11 @@ scorer thread at its boundary. The quick CPU grid measures ``kv_decoder`` and ``
 shape; the GPU grids measure none yet (a reward model sharing the actor's GPU is the exception there:
 OPPO's scorer has a GPU of its own).
 
+Sampling tails (``calibrate.sampling``): ``sampling`` (rows, vocabulary) points of the cost of turning
+one step's logits into tokens, per generation runtime of the grid that has a sampler of its own
+(``kv_decoder``, ``hf_generate``); vocabularies span the catalog's (CPU: 1,024-16,384; GPU: up to
+Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range.
+
 Re-encode scoring (``calibrate.reencode``, encoder reward models only): one response's prefixes of the
 lengths ``reencode_lengths``, each a batch-1 call from scratch, every scoring runtime interleaved at each
 length; runtimes compiled per input shape take ``reencode_static_lengths`` only.
@@ -99,6 +104,8 @@ class Grid:
     # co-running in the hand-over pattern (calibrate.corun): (generation runtime, actor, reward model,
     # batch, prompt tokens, chunk tokens); "" names the first actor decoder / the first decoder
     handover: tuple[tuple[str, str, str, int, int, int], ...] = ()
+    # sampling tails (calibrate.sampling): (rows, vocabulary) of each point, per runtime measured
+    sampling: tuple[Shape2, ...] = ()
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -141,6 +148,7 @@ QUICK_CPU = Grid(
     # boundaries keep it above the calls' jitter
     handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2), (4, 32, 16, 4)),
     gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
+    sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
 )
 
 FULL_CPU = replace(
@@ -175,6 +183,7 @@ QUICK_GPU = Grid(
     gen_decode_steps=31,
     handoff=((8, 256, 256, 32), (64, 256, 256, 32), (256, 256, 256, 32), (64, 256, 256, 64)),
     gen_compiled_batch=64, gen_compiled_models=1,
+    sampling=((8, 32768), (64, 32768), (256, 32768), (8, 151936), (64, 151936), (256, 151936)),
 )
 
 FULL_GPU = replace(
@@ -241,6 +250,10 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
                 isinstance(x, tuple) and len(x) == 6 and x[0] in GEN_RUNTIMES and all(isinstance(y, str) for y in x[1:3])
                 and all(pos_int(y) and y >= 1 for y in x[3:]) for x in v)
             want = "a list of [runtime, actor model or \"\", reward model or \"\", batch, prompt, chunk]"
+        elif k == "sampling":
+            ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(pos_int(y) and y >= 1 for y in x)
+                                              for x in v)
+            want = "a list of [rows, vocabulary] (may be empty)"
         elif k == "gen_runtimes":
             ok = isinstance(v, tuple) and all(x in GEN_RUNTIMES for x in v)
             want = f"a list of generation runtimes ({', '.join(GEN_RUNTIMES)})"

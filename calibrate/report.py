@@ -256,6 +256,23 @@ def generation_table(profile: dict) -> str:
                        "handoff ms", "valid", "reason"], rows)
 
 
+def sampling_table(profile: dict) -> str | None:
+    """The measured sampling tails (``calibrate.sampling``), one row per runtime; None when none was measured."""
+    rows = []
+    for rt, info in profile.get("generation", {}).items():
+        fit = info.get("sampling") or {}
+        if "sample_per_logit_s" in info:
+            rows.append([rt, _ms(info.get("sample_s")), f"{info['sample_per_logit_s'] * 1e9:.2f}",
+                         "-" if fit.get("heldout_mape") is None else f"{100 * fit['heldout_mape']:.1f}%",
+                         str(fit.get("n_points", "-")),
+                         ", ".join(f"{p['rows']}x{p['vocab']}" for p in fit.get("points", []))])
+        elif fit.get("shared_with"):
+            rows.append([rt, "-", "-", "-", "-", f"shares {fit['shared_with']}'s (the same generate() loop)"])
+    if not rows:
+        return None
+    return _fmt_table(["runtime", "fixed ms", "ns per logit", "held-out MAPE", "points", "rows x vocab"], rows)
+
+
 def generation_reference(profile: dict) -> tuple | None:
     count: dict[tuple, int] = {}
     for info in profile.get("generation", {}).values():
@@ -281,6 +298,7 @@ def generation_json(profile: dict) -> tuple[dict | None, dict]:
                    "call_overhead_s": info.get("call_overhead_s"), "handoff_s": info.get("handoff_s"),
                    "handoff_per_row_s": info.get("handoff_per_row_s"),
                    "tokens_match_eager": info.get("tokens_match_eager"), "source": info.get("source"),
+                   "sample_s": info.get("sample_s"), "sample_per_logit_s": info.get("sample_per_logit_s"),
                    "ops": info.get("ops", [])}
     reference = {"model": ref[0], "batch": ref[1], "context": ref[2]} if ref else None
     return reference, out

@@ -39,6 +39,8 @@ from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.reencode import measure_reencode
+from calibrate.sampling import measure_sampling
+from calibrate.sampling import plan_size as sampling_plan_size
 from calibrate.reencode import plan_size as reencode_plan_size
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
@@ -112,6 +114,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
         n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
     n += 2 * len(handover_plan(grid, models, actors))
+    n += sampling_plan_size(grid, grid.gen_runtimes) if actors else 0
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
 
@@ -290,3 +293,5 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
             measure_interference(s, decoders[0], decoders[0])
         for rt, actor, reward, b, p, c in handover_plan(g, models, actors):
             measure_handover(s, rt, actor, reward, b, p, c)
+        if actors:
+            measure_sampling(s, g.gen_runtimes)

@@ -39,6 +39,15 @@ Profile keys (schema_version 1, all optional, so older profiles still load):
 
 Missing ``generation[RT]``: zero call overhead and zero handoff (stated in the summary).
 
+The sampling tail (``calibrate.sampling``), optional keys of ``generation[RT]``: ``sample_s`` and
+``sample_per_logit_s``, the measured cost of turning one step's logits into tokens (softmax, the draw,
+log-probs, stopping checks) as ``sample_s + sample_per_logit_s x rows x vocab``. The calibration
+subtracts it from RT's prefill and decode points before their roofline fit, so the simulator adds it
+back once per decode step and once per prefill call (``sample_tail``). A runtime whose tail was not
+measured shares another's (``SAMPLING_AS``) or, when its prefill/decode fall back to the plain
+operations, ``kv_decoder``'s (the tail those were fitted without); none: no tail (profiles measured before
+the tail existed keep their fitted overheads, which carry it at the shapes they measured).
+
 Decode-step K/V traffic: ``KV_PASSES`` (below) multiplies the cache bytes a decode step moves; it is
 part of the work both the fit (``calibrate.fit.point_work``) and the simulator compute.
 """
@@ -72,6 +81,26 @@ SHARES_TRAINING_WEIGHTS = frozenset({"hf_generate", "hf_static"})
 # 3 passes. Static caches and paged caches write the new token in place: 1 pass (attention's read).
 # A profile may override it with ``generation[RT].kv_passes``.
 KV_PASSES: dict[str, float] = {"hf_generate": 3.0}
+
+
+# Runtimes that run another runtime's sampling loop after their forward: hf_static is generate() with a
+# compiled forward, its tail is hf_generate's (calibrate.sampling measures hf_generate's only).
+SAMPLING_AS: dict[str, str] = {"hf_static": "hf_generate"}
+
+
+def sample_tail(runtime: str | None, profile_generation: dict | None, own_ops: bool) -> tuple[float, float]:
+    """(sample_s, sample_per_logit_s) of ``runtime``'s sampling tail (see the module docstring);
+    ``own_ops``: the profile prices the runtime's prefill/decode with operations of its own (else the
+    plain ones, fitted without ``kv_decoder``'s tail). (0, 0) when nothing was measured."""
+    gen = profile_generation or {}
+    names = [runtime, SAMPLING_AS.get(runtime)] if own_ops and runtime else []
+    if not own_ops or runtime in (None, "kv_decoder"):
+        names = ["kv_decoder"]
+    for name in names:
+        info = gen.get(name) if name else None
+        if isinstance(info, dict) and isinstance(info.get("sample_per_logit_s"), (int, float)):
+            return float(info.get("sample_s") or 0.0), float(info["sample_per_logit_s"])
+    return 0.0, 0.0
 
 
 def kv_passes(runtime: str | None, profile_generation: dict | None = None) -> float:

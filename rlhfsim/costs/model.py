@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhfsim.costs import flops as fl
-from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key
+from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.hardware.catalog import GpuSpec
@@ -159,17 +159,22 @@ class _Forward:
     """``forward_parts`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
     device numbers, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row")
 
-    def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams):
+    def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams,
+                 tail: tuple[float, float] = (0.0, 0.0)):
         self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
         self.shape = fl.ShapeCoeffs.of(m, dtype, head)
         self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
+        # a generation prefill samples each row's first token: the runtime's measured sampling tail
+        self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
 
     def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None):
         w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs)
         total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
+        if self.tail_row or self.tail0:
+            total = total + self.tail0 + self.tail_row * n_seqs
         return total + comm, active + comm
 
     def parts_sp(self, n_tokens, n_seqs, logits_tokens, attn_pairs, sp: int):
@@ -187,7 +192,7 @@ class _Decode:
     """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None):
         p = cost.gen_params("decode", runtime)
@@ -199,6 +204,10 @@ class _Decode:
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
         self.over = p.overhead_s + p.overhead_per_layer_s * m.layers
+        # the sampling tail per step: sample_s + sample_per_logit_s x batch x vocab (measured,
+        # calibrate.sampling; the fitted parameters above exclude it)
+        a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops)
+        self.tail0, self.tail_row = a, b * m.vocab
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
@@ -207,7 +216,7 @@ class _Decode:
         cs = k.f_attn * batch / peak
         u0 = (k.weight_bytes + k.logit_bytes * batch + kv_b * kv0) / bw
         us = kv_b * batch / bw
-        step_over = self.over if overhead_s is None else overhead_s
+        step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
 
 
@@ -397,7 +406,10 @@ class CostModel:
                 p = self.gen_params(op, gen_runtime)
             else:
                 p = self.params(op, runtime)
-            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p)
+            tail = (0.0, 0.0)
+            if gen_runtime is not None and runtime is None and op == "prefill" and head == "lm":
+                tail = sample_tail(gen_runtime, self.generation, op_key("prefill", gen_runtime) in self.ops)
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail)
         return k
 
     def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,

@@ -110,7 +110,7 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
     for rt, info in gen.items():
         if not isinstance(info, dict):
             raise ProfileError(f"{where}.generation.{rt}: expected an object, got {type(info).__name__}")
-        for k in GEN_SCALARS:
+        for k in (*GEN_SCALARS, "sample_s", "sample_per_logit_s"):
             v = info.get(k)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")

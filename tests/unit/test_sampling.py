@@ -1,0 +1,194 @@
+"""The sampling tail of a generation step (``calibrate.sampling``): its points are journaled per runtime
+and resumed, its fit recovers a line, the roofline fits take it off each generation point and keep the
+whole time in their held-out error, the simulator adds it back per decode step and per prefill call
+(and never to a scoring pass), a runtime without a tail of its own takes the right one, and
+``calibrate.extend --sampling`` upgrades a measured profile."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from calibrate.assemble import sampling_summary, with_tails  # noqa: E402
+from calibrate.fit import TAIL_FLOOR, fit_operation, fitted_value, point_value  # noqa: E402
+from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
+from calibrate.journal import Journal  # noqa: E402
+from calibrate.progress import Progress  # noqa: E402
+from calibrate.sampling import fit_tail, measure_sampling, plan_size, sampled_runtimes  # noqa: E402
+from calibrate.session import Session  # noqa: E402
+from rlhfsim.costs.genruntimes import sample_tail  # noqa: E402
+from rlhfsim.costs.model import CostModel, OpParams  # noqa: E402
+from rlhfsim.costs.profile import load_profile  # noqa: E402
+from rlhfsim.errors import RlhfsimError  # noqa: E402
+from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
+from rlhfsim.models.catalog import CATALOG  # noqa: E402
+
+META = {"device_kind": "cpu", "device_name": "test", "dtype": "float32", "threads": 1}
+GRID = {"sampling": [[1, 512], [4, 512], [1, 4096], [4, 4096]], "warmup": 0, "min_iters": 2, "max_iters": 3,
+        "point_budget_s": 0.0, "quiet_wait_s": 0.0}
+CPU = get_gpu("cpu")
+
+
+@pytest.fixture(scope="module")
+def journaled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sampling") / "s.journal.jsonl"
+    grid = with_overrides(QUICK_CPU, GRID)
+    rts = ["hf_generate", "hf_static", "kv_decoder", "vllm"]
+    with Journal.open(path, META, resume=False) as j:
+        s = Session("cpu", "float32", grid, j, Progress(plan_size(grid, rts), enabled=False), path.parent)
+        measure_sampling(s, rts)
+        assert s.progress.done == plan_size(grid, rts) == 8
+        records = list(j.records)
+    return path, grid, rts, records
+
+
+def test_points_per_runtime_with_a_sampler_of_its_own(journaled):
+    _, _, rts, records = journaled
+    assert sampled_runtimes(rts) == ["hf_generate", "kv_decoder"]    # hf_static shares; vllm samples inside
+    pts = [r for r in records if r.get("kind") == "point"]
+    assert sorted({(p["runtime"], p["batch"], p["vocab"]) for p in pts}) == sorted(
+        (rt, b, v) for rt in ("hf_generate", "kv_decoder") for b, v in GRID["sampling"])
+    assert all(p["op"] == "sample" and p["tmean_s"] > 0 and p["logits"] == p["batch"] * p["vocab"] for p in pts)
+    # a bigger vocabulary costs more to sample from, in each runtime
+    for rt in ("hf_generate", "kv_decoder"):
+        t = {(p["batch"], p["vocab"]): p["tmean_s"] for p in pts if p["runtime"] == rt}
+        assert t[(4, 4096)] > t[(4, 512)], (rt, t)
+
+
+def test_a_resume_measures_nothing_again(journaled, tmp_path, monkeypatch):
+    path, grid, rts, records = journaled
+    copy_path = tmp_path / "c.journal.jsonl"
+    copy_path.write_bytes(path.read_bytes())
+    import calibrate.sampling as sm
+
+    def boom(*a, **k):
+        raise AssertionError("a journaled point was measured again")
+
+    monkeypatch.setattr(sm, "sample_next", boom)
+    monkeypatch.setattr(sm, "_hooked", boom)
+    with Journal.open(copy_path, META, resume=True) as j:
+        s = Session("cpu", "float32", grid, j, Progress(plan_size(grid, rts), enabled=False), tmp_path)
+        measure_sampling(s, rts)
+        assert len(j.records) == len(records) and s.progress.done == plan_size(grid, rts)
+
+
+def _pt(rows, vocab, t, rt="kv_decoder"):
+    return {"op": "sample", "runtime": rt, "batch": rows, "vocab": vocab, "tmean_s": t, "median_s": t}
+
+
+def test_fit_recovers_a_line_keeps_both_terms_non_negative_and_reports_heldout_error():
+    pts = [_pt(r, v, 3e-5 + 2e-8 * r * v) for r in (1, 4, 16) for v in (1024, 8192)]
+    fit = fit_tail(pts, point_value)
+    assert fit["sample_s"] == pytest.approx(3e-5, rel=1e-6) and fit["sample_per_logit_s"] == pytest.approx(2e-8, rel=1e-6)
+    assert fit["fit_mape"] < 1e-9 and fit["heldout_mape"] < 1e-6 and fit["n_points"] == 6
+    flat = fit_tail([_pt(1, 1024, 2e-3), _pt(16, 8192, 1e-3)], point_value)     # falling: no negative slope
+    assert flat["sample_per_logit_s"] == 0.0 and flat["sample_s"] > 0 and flat["heldout_mape"] is None
+    assert fit_tail([_pt(1, 1024, 1e-3)], point_value) is None
+
+
+def test_generation_points_are_fitted_less_their_tail_and_judged_on_the_whole_time():
+    shapes = [CATALOG[n] for n in ("tiny-qwen2", "small-qwen2", "tiny-qwen2-l4", "small-qwen2-l2",
+                                   "small-qwen2-l3-mha", "tiny-qwen2-v8k")]
+    tail = (5e-5, 2e-8)
+    prof = CostModel(CPU, load_profile("cpu"))
+    points = []
+    for m in shapes:          # decode points made from a known roofline plus a known tail
+        for b, c in ((1, 64), (4, 256), (16, 64), (16, 512)):
+            t = prof.decode_steps_s(m, "float32", b, b * c, 1) + tail[0] + tail[1] * b * m.vocab
+            points.append({"op": "decode", "model": m.name, "shape": m.to_dict(), "dtype": "float32", "head": "lm",
+                           "batch": b, "prefix_len": c, "tokens": b, "tmean_s": t, "median_s": t})
+    samples = [_pt(r, v, tail[0] + tail[1] * r * v) for r in (1, 16) for v in (1024, 16384)]
+    tails = sampling_summary(samples)
+    tagged = with_tails(points + samples, tails)
+    for p in tagged:
+        if p["op"] == "decode":
+            assert p["sampling_tail_s"] == pytest.approx(tail[0] + tail[1] * p["batch"] * p["shape"]["vocab"])
+            assert fitted_value(p) == pytest.approx(point_value(p) - p["sampling_tail_s"])
+    floor = {**tagged[0], "sampling_tail_s": 10 * point_value(tagged[0])}
+    assert fitted_value(floor) == pytest.approx(TAIL_FLOOR * point_value(floor))
+    prior = OpParams.from_dict(load_profile("default")["operations"]["decode"])
+    with_tail = fit_operation([p for p in tagged if p["op"] == "decode"], CPU, prior, bootstrap=0)
+    without = fit_operation(points, CPU, prior, bootstrap=0)
+    # the tail is rows x vocab, which no roofline term carries: taking it off fits better across models
+    assert with_tail["fit_mape"] < 2e-3 < 10 * 2e-3 < without["fit_mape"]
+    assert with_tail["heldout_mape_by_model"] < 0.5 * without["heldout_mape_by_model"]
+
+
+def _profile_with(base: dict, tails: dict) -> dict:
+    doc = copy.deepcopy(base)
+    for rt, (a, b) in tails.items():
+        doc["generation"].setdefault(rt, {}).update(sample_s=a, sample_per_logit_s=b)
+    return doc
+
+
+def test_simulator_adds_the_tail_per_decode_step_and_per_prefill_call_never_to_scoring():
+    base = copy.deepcopy(load_profile("cpu"))
+    for rt in ("hf_generate", "kv_decoder"):
+        base["generation"][rt].pop("sample_s", None)
+        base["generation"][rt].pop("sample_per_logit_s", None)
+    a, b = 4e-4, 3e-8
+    m = CATALOG["small-qwen2"]
+    c0, c1 = CostModel(CPU, base), CostModel(CPU, _profile_with(base, {"hf_generate": (a, b)}))
+    for batch in (1, 8):
+        d = c1.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate") - \
+            c0.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate")
+        assert d == pytest.approx(10 * (a + b * batch * m.vocab), rel=1e-9)
+        # a scenario's own per-step overhead replaces the fitted overhead, not the measured tail
+        d2 = c1.decode_steps_s(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate") - \
+            c0.decode_steps_s(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate")
+        assert d2 == pytest.approx(d, rel=1e-9)
+        p = c1.forward_s(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate") - \
+            c0.forward_s(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate")
+        assert p == pytest.approx(a + b * batch * m.vocab, rel=1e-9)
+    # scoring and log-prob passes do not sample
+    assert c1.forward_s(m, "float32", 512, 8, head="lm", all_logits=True) == c0.forward_s(m, "float32", 512, 8, head="lm", all_logits=True)
+    assert c1.forward_s(m, "float32", 512, 8) == c0.forward_s(m, "float32", 512, 8)
+    # kv_decoder (plain) steps are unchanged: hf_generate's tail is its own
+    assert c1.decode_steps_s(m, "float32", 8, 800, 10) == c0.decode_steps_s(m, "float32", 8, 800, 10)
+
+
+def test_which_tail_a_runtime_takes():
+    gen = {"kv_decoder": {"sample_s": 1.0, "sample_per_logit_s": 2.0},
+           "hf_generate": {"sample_s": 3.0, "sample_per_logit_s": 4.0}, "hf_static": {}}
+    assert sample_tail("hf_generate", gen, True) == (3.0, 4.0)
+    assert sample_tail("hf_static", gen, True) == (3.0, 4.0)        # the same generate() loop
+    assert sample_tail(None, gen, False) == (1.0, 2.0)              # the plain operations: kv_decoder's
+    assert sample_tail("kv_decoder", gen, True) == (1.0, 2.0)
+    assert sample_tail("vllm", gen, False) == (1.0, 2.0)            # priced by the plain ops: their tail
+    assert sample_tail("vllm", gen, True) == (0.0, 0.0)             # its own ops carry its sampler
+    assert sample_tail("hf_generate", {}, True) == (0.0, 0.0)       # a profile from before the tail
+
+
+def test_grid_sampling_override_is_checked():
+    assert with_overrides(QUICK_CPU, {"sampling": []}).sampling == ()
+    with pytest.raises(RlhfsimError, match=r"grid.sampling: expected a list of \[rows, vocabulary\]"):
+        with_overrides(QUICK_CPU, {"sampling": [[4]]})
+
+
+def test_extend_sampling_upgrades_a_measured_profile(tmp_path, monkeypatch):
+    from calibrate import extend as ext
+
+    path = tmp_path / "cpu.json"
+    doc = copy.deepcopy(load_profile("cpu"))
+    for rt in doc["generation"].values():
+        rt.pop("sample_s", None), rt.pop("sample_per_logit_s", None), rt.pop("sampling", None)
+    doc["points"] = [p for p in doc["points"] if p["op"] != "sample"]
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(ext, "usable_cores", lambda: 1)
+    out = ext.extend_sampling(path, 1, sampling=[[1, 1024], [8, 1024], [1, 8192], [8, 8192]])
+    on_disk = json.loads(path.read_text())
+    assert on_disk["generation"]["kv_decoder"]["sample_per_logit_s"] > 0
+    assert on_disk["generation"]["hf_generate"]["sample_per_logit_s"] > 0
+    assert on_disk["generation"]["hf_static"]["sampling"] == {"shared_with": "hf_generate"}
+    ext_rec = [e for e in on_disk["provenance"]["extensions"] if e.get("what") == "sampling"]
+    assert len(ext_rec) == 1 and "decode" in ext_rec[0]["added"] and "decode:hf_generate" in ext_rec[0]["added"]
+    assert sum(p["op"] == "sample" for p in on_disk["points"]) == 8
+    assert on_disk["operations"]["decode"]["source"] == "measured"
+    # the handover extension of the same issue is kept
+    assert any(e.get("issue") == 16 and e.get("what") is None for e in on_disk["provenance"]["extensions"])
+    assert (tmp_path / "cpu.sampling.journal.jsonl").is_file() and out["generation"] == on_disk["generation"]
