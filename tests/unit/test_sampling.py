@@ -54,10 +54,8 @@ def test_points_per_runtime_with_a_sampler_of_its_own(journaled):
     assert sorted({(p["runtime"], p["batch"], p["vocab"]) for p in pts}) == sorted(
         (rt, b, v) for rt in ("hf_generate", "kv_decoder") for b, v in GRID["sampling"])
     assert all(p["op"] == "sample" and p["tmean_s"] > 0 and p["logits"] == p["batch"] * p["vocab"] for p in pts)
-    # a bigger vocabulary costs more to sample from, in each runtime
-    for rt in ("hf_generate", "kv_decoder"):
-        t = {(p["batch"], p["vocab"]): p["tmean_s"] for p in pts if p["runtime"] == rt}
-        assert t[(4, 4096)] > t[(4, 512)], (rt, t)
+    hooked = [p for p in pts if p["runtime"] == "hf_generate"]
+    assert all(p["steps"] == 8 and "between forwards" in p["timed"] for p in hooked)
 
 
 def test_a_resume_measures_nothing_again(journaled, tmp_path, monkeypatch):
@@ -75,6 +73,14 @@ def test_a_resume_measures_nothing_again(journaled, tmp_path, monkeypatch):
         s = Session("cpu", "float32", grid, j, Progress(plan_size(grid, rts), enabled=False), tmp_path)
         measure_sampling(s, rts)
         assert len(j.records) == len(records) and s.progress.done == plan_size(grid, rts)
+
+
+def _without_tails(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    for info in doc["generation"].values():
+        for k in ("sample_s", "sample_per_logit_s", "sampling"):
+            info.pop(k, None)
+    return doc
 
 
 def _pt(rows, vocab, t, rt="kv_decoder"):
@@ -95,7 +101,7 @@ def test_generation_points_are_fitted_less_their_tail_and_judged_on_the_whole_ti
     shapes = [CATALOG[n] for n in ("tiny-qwen2", "small-qwen2", "tiny-qwen2-l4", "small-qwen2-l2",
                                    "small-qwen2-l3-mha", "tiny-qwen2-v8k")]
     tail = (5e-5, 2e-8)
-    prof = CostModel(CPU, load_profile("cpu"))
+    prof = CostModel(CPU, _without_tails(load_profile("cpu")))
     points = []
     for m in shapes:          # decode points made from a known roofline plus a known tail
         for b, c in ((1, 64), (4, 256), (16, 64), (16, 512)):
@@ -127,10 +133,7 @@ def _profile_with(base: dict, tails: dict) -> dict:
 
 
 def test_simulator_adds_the_tail_per_decode_step_and_per_prefill_call_never_to_scoring():
-    base = copy.deepcopy(load_profile("cpu"))
-    for rt in ("hf_generate", "kv_decoder"):
-        base["generation"][rt].pop("sample_s", None)
-        base["generation"][rt].pop("sample_per_logit_s", None)
+    base = _without_tails(load_profile("cpu"))
     a, b = 4e-4, 3e-8
     m = CATALOG["small-qwen2"]
     c0, c1 = CostModel(CPU, base), CostModel(CPU, _profile_with(base, {"hf_generate": (a, b)}))
@@ -174,9 +177,7 @@ def test_extend_sampling_upgrades_a_measured_profile(tmp_path, monkeypatch):
     from calibrate import extend as ext
 
     path = tmp_path / "cpu.json"
-    doc = copy.deepcopy(load_profile("cpu"))
-    for rt in doc["generation"].values():
-        rt.pop("sample_s", None), rt.pop("sample_per_logit_s", None), rt.pop("sampling", None)
+    doc = _without_tails(load_profile("cpu"))
     doc["points"] = [p for p in doc["points"] if p["op"] != "sample"]
     path.write_text(json.dumps(doc))
     monkeypatch.setattr(ext, "usable_cores", lambda: 1)
