@@ -10,7 +10,7 @@ measuring context), ``measure`` (timing discipline), ``journal`` (crash-safe JSO
 (generation runtimes: HF generate, static-cache compiled generate, our decoder, vLLM, SGLang), ``scoring`` (runtimes and batching
 strategies), ``runtimes`` (scoring runtimes), ``models`` (random-weight HF models from shapes), ``fit``
 (roofline-with-efficiency fits with held-out error), ``sampling`` (the sampling tail of a generation
-step per runtime), ``assemble`` (points -> Profile), ``report`` (runtime
+step per runtime), ``gemm`` (weight passes of a matrix product of two rows or more), ``assemble`` (points -> Profile), ``report`` (runtime
 comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 """
 
@@ -20,5 +20,6 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 # iteration of the executor's decode loop (Generator._decode); 5 = generation runtimes (calibrate.genbench:
 # prefill/decode/handoff points with a runtime field; the plain fits exclude them); 6 = co-running in the
 # hand-over pattern per generation runtime (calibrate.corun: interference points of strategy handover);
-# 7 = sampling tails (calibrate.sampling: sample points; generation prefill/decode fitted less the tail).
+# 7 = sampling tails (calibrate.sampling: sample points; generation prefill/decode fitted less the tail)
+# and GEMM weight passes (calibrate.gemm: gemm points; decode work counts the weights that many times at >= 2 rows).
 MEASUREMENT_VERSION = 7

@@ -31,6 +31,9 @@
   runtime to its ``sample`` points (``sampling_summary``) and kept in ``generation[RT]`` with their points
   and held-out error (``sampling``); each generation prefill/decode point is fitted less its runtime's tail
   (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``).
+* ``kernels.gemm_weight_passes`` (``calibrate.gemm``): passes over the weights of a matrix product of two
+  rows or more against one row; each decode point's work counts it (``with_tails``: field
+  ``gemm_weight_passes``, ``calibrate.fit.point_work``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import numpy as np
 import rlhfsim
 from calibrate import MEASUREMENT_VERSION
 from calibrate.fit import fit_operation, point_value
+from calibrate.gemm import gemm_summary
 from calibrate.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
 from rlhfsim.costs.model import OpParams
@@ -125,28 +129,36 @@ def _tail_of(point: dict, tails: dict[str, dict]) -> dict | None:
     return tails.get(rt) or tails.get(SAMPLING_AS.get(rt, ""))
 
 
-def with_tails(points: list[dict], tails: dict[str, dict]) -> list[dict]:
+def with_tails(points: list[dict], tails: dict[str, dict], weight_passes: float | None = None) -> list[dict]:
     """The points, each generation prefill/decode point (LM head) given ``sampling_tail_s``: its runtime's
-    tail at its rows (batch) and vocabulary, which the roofline fit takes off (``calibrate.fit.fitted_value``).
-    Without tails, the points as they are."""
-    if not tails:
+    tail at its rows (batch) and vocabulary, which the roofline fit takes off (``calibrate.fit.fitted_value``);
+    with ``weight_passes`` (``calibrate.gemm``), each decode point also ``gemm_weight_passes``, which its
+    work counts (``calibrate.fit.point_work``). Without either, the points as they are."""
+    if not tails and weight_passes is None:
         return points
     out = []
     for p in points:
-        tail = _tail_of(p, tails) if p["op"] in ("prefill", "decode") and p.get("head") == "lm" else None
+        gen = p["op"] in ("prefill", "decode") and p.get("head") == "lm"
+        tail = _tail_of(p, tails) if gen else None
         if tail is not None:
             p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
+        if weight_passes is not None and gen and p["op"] == "decode":
+            p = {**p, "gemm_weight_passes": weight_passes}
         out.append(p)
     return out
 
 
-def refit_with_tails(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
-    """A measured profile's generation operations fitted again less the sampling tails of ``points``'
-    ``sample`` points (``calibrate.extend --sampling``): the plain ``prefill``/``decode`` (and their
-    ``:kv_decoder`` copies) and each ``prefill:RT``/``decode:RT``, from the profile's own points; the tails
-    go to ``generation[RT]`` as ``generation_summary`` puts them. Returns the keys changed."""
+def refit_decode_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
+    """A measured profile's generation operations fitted again with the sampling tails of ``points``'
+    ``sample`` points and the GEMM weight passes of its ``gemm`` points (``calibrate.extend --decode-terms``):
+    the plain ``prefill``/``decode`` (and their ``:kv_decoder`` copies) and each ``prefill:RT``/``decode:RT``,
+    from the profile's own points; the tails go to ``generation[RT]`` as ``generation_summary`` puts them,
+    the passes to ``kernels``. Returns the keys changed."""
     tails = sampling_summary(points)
-    pts = with_tails(points, tails)
+    kernels = gemm_summary(points, point_value)
+    if kernels is not None:
+        doc["kernels"] = kernels
+    pts = with_tails(points, tails, None if kernels is None else kernels["gemm_weight_passes"])
     priors = {op: OpParams.from_dict(v) for op, v in load_profile("default")["operations"].items()}
     ops, gen, changed = doc["operations"], doc.setdefault("generation", {}), []
     for op in ("prefill", "decode"):
@@ -169,7 +181,7 @@ def refit_with_tails(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
             changed.append(f"generation.{rt}.sample_s")
         elif rt in SAMPLING_AS and SAMPLING_AS[rt] in tails:
             info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
-    return changed
+    return changed + (["kernels.gemm_weight_passes"] if kernels is not None else [])
 
 
 def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: GpuSpec, priors: dict,
@@ -391,7 +403,8 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     priors = {op: OpParams.from_dict(v) for op, v in default["operations"].items()}
     points = [{k: v for k, v in p.items() if k != "kind"} for p in points]
     tails = sampling_summary(points)
-    points = with_tails(points, tails)
+    kernels = gemm_summary(points, point_value)
+    points = with_tails(points, tails, None if kernels is None else kernels["gemm_weight_passes"])
     ops: dict[str, dict] = {}
     for op in OPERATIONS:
         pts = _plain(points, op)
@@ -432,6 +445,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
         "batching": batching_summary(points),
         "chunked_scoring": chunk_summary(points),
         "reencode": reencode,
+        **({"kernels": kernels} if kernels is not None else {}),
         "grid": grid,
         "points": points,
     }

@@ -39,6 +39,9 @@ one step's logits into tokens, per generation runtime of the grid that has a sam
 (``kv_decoder``, ``hf_generate``); vocabularies span the catalog's (CPU: 1,024-16,384; GPU: up to
 Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range.
 
+GEMM weight passes (``calibrate.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
+1 row and more, whose time ratio is the passes over the weights a decode step of two rows or more makes.
+
 Re-encode scoring (``calibrate.reencode``, encoder reward models only): one response's prefixes of the
 lengths ``reencode_lengths``, each a batch-1 call from scratch, every scoring runtime interleaved at each
 length; runtimes compiled per input shape take ``reencode_static_lengths`` only.
@@ -106,6 +109,8 @@ class Grid:
     handover: tuple[tuple[str, str, str, int, int, int], ...] = ()
     # sampling tails (calibrate.sampling): (rows, vocabulary) of each point, per runtime measured
     sampling: tuple[Shape2, ...] = ()
+    # GEMM weight passes (calibrate.gemm): (rows, out features, in features) of each linear-layer point
+    gemm: tuple[tuple[int, int, int], ...] = ()
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -149,6 +154,7 @@ QUICK_CPU = Grid(
     handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2), (4, 32, 16, 4)),
     gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
+    gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
 )
 
 FULL_CPU = replace(
@@ -184,6 +190,8 @@ QUICK_GPU = Grid(
     handoff=((8, 256, 256, 32), (64, 256, 256, 32), (256, 256, 256, 32), (64, 256, 256, 64)),
     gen_compiled_batch=64, gen_compiled_models=1,
     sampling=((8, 32768), (64, 32768), (256, 32768), (8, 151936), (64, 151936), (256, 151936)),
+    gemm=tuple((r, o, i) for o, i in ((4096, 1024), (1536, 8960), (8960, 1536), (4096, 4096), (18944, 3584))
+               for r in (1, 2, 4)),
 )
 
 FULL_GPU = replace(
@@ -250,6 +258,10 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
                 isinstance(x, tuple) and len(x) == 6 and x[0] in GEN_RUNTIMES and all(isinstance(y, str) for y in x[1:3])
                 and all(pos_int(y) and y >= 1 for y in x[3:]) for x in v)
             want = "a list of [runtime, actor model or \"\", reward model or \"\", batch, prompt, chunk]"
+        elif k == "gemm":
+            ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 3 and all(pos_int(y) and y >= 1 for y in x)
+                                              for x in v)
+            want = "a list of [rows, out features, in features] (may be empty)"
         elif k == "sampling":
             ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(pos_int(y) and y >= 1 for y in x)
                                               for x in v)

@@ -39,6 +39,8 @@ from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.reencode import measure_reencode
+from calibrate.gemm import measure_gemm
+from calibrate.gemm import plan_size as gemm_plan_size
 from calibrate.sampling import measure_sampling
 from calibrate.sampling import plan_size as sampling_plan_size
 from calibrate.reencode import plan_size as reencode_plan_size
@@ -114,7 +116,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
         n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
     n += 2 * len(handover_plan(grid, models, actors))
-    n += sampling_plan_size(grid, grid.gen_runtimes) if actors else 0
+    n += sampling_plan_size(grid, grid.gen_runtimes) + gemm_plan_size(grid) if actors else 0
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
 
@@ -294,4 +296,5 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
         for rt, actor, reward, b, p, c in handover_plan(g, models, actors):
             measure_handover(s, rt, actor, reward, b, p, c)
         if actors:
+            measure_gemm(s)
             measure_sampling(s, g.gen_runtimes)

@@ -9,7 +9,8 @@ Forward of n tokens whose attention spans c cached + the new tokens (causal):
     F_attn   = 4 x L x h x sum_i n_i x (c_i + (n_i + 1) / 2)   (QK^T and AV over the visible keys)
     F_head   = 2 x h x V x n_logits                            (LM head; n_logits = 0 for scoring heads)
 
-Bytes a forward pass moves: weights once (P x b), plus K/V cache read (2 x L x d_kv x b per visible cached
+Bytes a forward pass moves: weights once (P x b; a decode step of two rows or more ``gemm_weight_passes``
+times, a device property measured by ``calibrate.gemm``: GEMM kernels pack the weights, GEMV does not), plus K/V cache read (2 x L x d_kv x b per visible cached
 token) plus activations written/read (approx. 2 x L x h x b x 12 per token, the usual transformer
 activation traffic), plus the logits of an LM head: float32 logits written, then read and written by the
 log-softmax and read by the sampler or the log-prob gather (LOGIT_BYTES = 16 per logit, V logits per
@@ -102,11 +103,23 @@ class ShapeCoeffs:
         fwd = self.forward(n_tokens, n_seqs, 0.0, n_tokens if self.lm else 0.0, attn_pairs)
         return Work(3.0 * fwd.flops, 3.0 * fwd.bytes, 0.0, self.layers)
 
-    def decode(self, batch, kv_tokens, kv_passes: float = 1.0) -> Work:
+    def decode(self, batch, kv_tokens, kv_passes: float = 1.0, weight_passes: float = 1.0) -> Work:
         """``decode_step_work`` (an LM head: build with ``head="lm"``)."""
         flops = self.f_linear * batch + self.f_attn * kv_tokens + self.f_head * batch
         kv_read = self.kv_bytes * kv_tokens * kv_passes
-        return Work(flops, self.weight_bytes + kv_read + self.logit_bytes * batch, 0.0, self.layers)
+        weights = self.weight_bytes * gemm_passes(batch, weight_passes)
+        return Work(flops, weights + kv_read + self.logit_bytes * batch, 0.0, self.layers)
+
+
+def gemm_passes(batch, weight_passes: float):
+    """Passes over the weights of a decode step of ``batch`` rows: 1 for one row (a matrix-vector
+    product), ``weight_passes`` for two or more (a matrix-matrix product whose kernel packs the weights
+    first; measured per device, ``calibrate.gemm``). ``batch`` may be a numpy array."""
+    if weight_passes == 1.0:
+        return 1.0
+    if isinstance(batch, np.ndarray):
+        return np.where(batch > 1, weight_passes, 1.0)
+    return weight_passes if batch > 1 else 1.0
 
 
 def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cached_tokens: float = 0.0,
@@ -116,11 +129,13 @@ def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cach
     return ShapeCoeffs.of(m, dtype, head).forward(n_tokens, n_seqs, cached_tokens, logits_tokens)
 
 
-def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float, kv_passes: float = 1.0) -> Work:
+def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float, kv_passes: float = 1.0,
+                     weight_passes: float = 1.0) -> Work:
     """One decode step: ``batch`` sequences each produce one token; ``kv_tokens`` is the total number of
     cached tokens over the batch (the sum of the sequences' current lengths); ``kv_passes``: passes over
-    the cached K/V per step (``rlhfsim.costs.genruntimes.KV_PASSES``: 3 for HF's DynamicCache)."""
-    return ShapeCoeffs.of(m, dtype, "lm").decode(batch, kv_tokens, kv_passes)
+    the cached K/V per step (``rlhfsim.costs.genruntimes.KV_PASSES``: 3 for HF's DynamicCache);
+    ``weight_passes``: passes over the weights when ``batch`` > 1 (``gemm_passes``)."""
+    return ShapeCoeffs.of(m, dtype, "lm").decode(batch, kv_tokens, kv_passes, weight_passes)
 
 
 def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: float, n_steps: int,

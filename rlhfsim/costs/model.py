@@ -192,7 +192,7 @@ class _Decode:
     """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None):
         p = cost.gen_params("decode", runtime)
@@ -208,13 +208,14 @@ class _Decode:
         # calibrate.sampling; the fitted parameters above exclude it)
         a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops)
         self.tail0, self.tail_row = a, b * m.vocab
+        self.wp = cost.gemm_weight_passes     # weight passes of a step of >= 2 rows (flops.gemm_passes)
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
         # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
         cs = k.f_attn * batch / peak
-        u0 = (k.weight_bytes + k.logit_bytes * batch + kv_b * kv0) / bw
+        u0 = (k.weight_bytes * fl.gemm_passes(batch, self.wp) + k.logit_bytes * batch + kv_b * kv0) / bw
         us = kv_b * batch / bw
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
@@ -233,6 +234,8 @@ class CostModel:
         self.profile = profile
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
         self.generation = profile.get("generation", {})
+        # passes over the weights of a decode step of two rows or more (calibrate.gemm; 1: not measured)
+        self.gemm_weight_passes = float((profile.get("kernels") or {}).get("gemm_weight_passes") or 1.0)
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}

@@ -114,6 +114,12 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             v = info.get(k)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
+    kernels = doc.get("kernels")
+    if kernels is not None:
+        v = kernels.get("gemm_weight_passes") if isinstance(kernels, dict) else None
+        if not isinstance(kernels, dict) or (v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                                               or not 1.0 <= v < float("inf"))):
+            raise ProfileError(f"{where}.kernels.gemm_weight_passes: expected a finite number >= 1, got {v!r}")
     _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")

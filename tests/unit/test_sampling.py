@@ -1,8 +1,10 @@
-"""The sampling tail of a generation step (``calibrate.sampling``): its points are journaled per runtime
-and resumed, its fit recovers a line, the roofline fits take it off each generation point and keep the
-whole time in their held-out error, the simulator adds it back per decode step and per prefill call
-(and never to a scoring pass), a runtime without a tail of its own takes the right one, and
-``calibrate.extend --sampling`` upgrades a measured profile."""
+"""The two terms of a decode step the roofline cannot carry. The sampling tail (``calibrate.sampling``):
+its points are journaled per runtime and resumed, its fit recovers a line, the roofline fits take it off
+each generation point and keep the whole time in their held-out error, the simulator adds it back per
+decode step and per prefill call (and never to a scoring pass), a runtime without a tail of its own takes
+the right one. The GEMM weight passes (``calibrate.gemm``): measured as a ratio, counted by decode steps of
+two rows or more only, in the fit and the simulator alike. ``calibrate.extend --decode-terms`` upgrades a
+measured profile with both."""
 
 from __future__ import annotations
 
@@ -80,6 +82,7 @@ def _without_tails(doc: dict) -> dict:
     for info in doc["generation"].values():
         for k in ("sample_s", "sample_per_logit_s", "sampling"):
             info.pop(k, None)
+    doc.pop("kernels", None)
     return doc
 
 
@@ -173,23 +176,58 @@ def test_grid_sampling_override_is_checked():
         with_overrides(QUICK_CPU, {"sampling": [[4]]})
 
 
-def test_extend_sampling_upgrades_a_measured_profile(tmp_path, monkeypatch):
+def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_path):
+    from calibrate.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
+    from rlhfsim.costs import flops as fl
+
+    grid = with_overrides(QUICK_CPU, {**GRID, "gemm": [[1, 256, 64], [2, 256, 64], [4, 256, 64]]})
+    with Journal.open(tmp_path / "g.journal.jsonl", META, resume=False) as j:
+        s = Session("cpu", "float32", grid, j, Progress(gemm_size(grid), enabled=False), tmp_path)
+        measure_gemm(s)
+        pts = [r for r in j.records if r.get("kind") == "point"]
+    assert sorted(p["batch"] for p in pts) == [1, 2, 4] and all(p["weight_bytes"] == 256 * 64 * 4 for p in pts)
+    summ = gemm_summary(pts, point_value)
+    assert summ["gemm_weight_passes"] >= 1.0 and len(summ["ratios"]) == 2
+    made = [{"op": "gemm", "batch": r, "out_features": 8, "in_features": 8, "tmean_s": t, "median_s": t}
+            for r, t in ((1, 1.0), (2, 1.9), (4, 2.1), (8, 0.5))]
+    assert gemm_summary(made, point_value)["gemm_weight_passes"] == pytest.approx(1.9)   # median of 1.9, 2.1, 0.5
+    assert gemm_summary(made[1:], point_value) is None                                  # no 1-row point
+    m = CATALOG["small-qwen2"]
+    k = fl.ShapeCoeffs.of(m, "float32", "lm")
+    assert fl.decode_step_work(m, "float32", 1, 64, 1.0, 2.0).bytes == k.decode(1, 64).bytes   # a GEMV: once
+    two = fl.decode_step_work(m, "float32", 4, 256, 1.0, 2.0).bytes - k.decode(4, 256).bytes
+    assert two == pytest.approx(k.weight_bytes)                                                # packed: twice
+    import numpy as np
+    assert list(fl.gemm_passes(np.array([1.0, 2.0, 16.0]), 1.7)) == [1.0, 1.7, 1.7]
+    base = _without_tails(load_profile("cpu"))
+    c0, c1 = CostModel(CPU, base), CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
+    assert c1.decode_steps_s(m, "float32", 1, 64, 5) == c0.decode_steps_s(m, "float32", 1, 64, 5)
+    assert c1.decode_steps_s(m, "float32", 4, 1024, 5) > c0.decode_steps_s(m, "float32", 4, 1024, 5)
+    from rlhfsim.costs.profile import ProfileError, validate_profile
+    with pytest.raises(ProfileError, match="kernels.gemm_weight_passes: expected a finite number >= 1"):
+        validate_profile({**base, "kernels": {"gemm_weight_passes": 0.5}}, "p")
+
+
+def test_extend_decode_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     from calibrate import extend as ext
 
     path = tmp_path / "cpu.json"
     doc = _without_tails(load_profile("cpu"))
-    doc["points"] = [p for p in doc["points"] if p["op"] != "sample"]
+    doc["points"] = [p for p in doc["points"] if p["op"] not in ("sample", "gemm")]
     path.write_text(json.dumps(doc))
     monkeypatch.setattr(ext, "usable_cores", lambda: 1)
-    out = ext.extend_sampling(path, 1, sampling=[[1, 1024], [8, 1024], [1, 8192], [8, 8192]])
+    out = ext.extend_decode_terms(path, 1, sampling=[[1, 1024], [8, 1024], [1, 8192], [8, 8192]],
+                                  gemm=[[1, 512, 128], [2, 512, 128]])
     on_disk = json.loads(path.read_text())
     assert on_disk["generation"]["kv_decoder"]["sample_per_logit_s"] > 0
     assert on_disk["generation"]["hf_generate"]["sample_per_logit_s"] > 0
     assert on_disk["generation"]["hf_static"]["sampling"] == {"shared_with": "hf_generate"}
-    ext_rec = [e for e in on_disk["provenance"]["extensions"] if e.get("what") == "sampling"]
+    assert on_disk["kernels"]["gemm_weight_passes"] >= 1.0 and on_disk["kernels"]["source"] == "measured"
+    ext_rec = [e for e in on_disk["provenance"]["extensions"] if e.get("what") == "decode_terms"]
     assert len(ext_rec) == 1 and "decode" in ext_rec[0]["added"] and "decode:hf_generate" in ext_rec[0]["added"]
-    assert sum(p["op"] == "sample" for p in on_disk["points"]) == 8
+    assert "kernels.gemm_weight_passes" in ext_rec[0]["added"]
+    assert sum(p["op"] == "sample" for p in on_disk["points"]) == 8 and sum(p["op"] == "gemm" for p in on_disk["points"]) == 2
     assert on_disk["operations"]["decode"]["source"] == "measured"
     # the handover extension of the same issue is kept
     assert any(e.get("issue") == 16 and e.get("what") is None for e in on_disk["provenance"]["extensions"])
-    assert (tmp_path / "cpu.sampling.journal.jsonl").is_file() and out["generation"] == on_disk["generation"]
+    assert (tmp_path / "cpu.decode_terms.journal.jsonl").is_file() and out["generation"] == on_disk["generation"]
