@@ -31,9 +31,11 @@
   runtime to its ``sample`` points (``sampling_summary``) and kept in ``generation[RT]`` with their points
   and held-out error (``sampling``); each generation prefill/decode point is fitted less its runtime's tail
   (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``).
-* ``kernels.gemm_weight_passes`` (``calibrate.gemm``): passes over the weights of a matrix product of two
-  rows or more against one row; each decode point's work counts it (``with_tails``: field
-  ``gemm_weight_passes``, ``calibrate.fit.point_work``).
+* ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.gemm``), passes over the weights
+  of a matrix product of two rows or more against one row, which each decode point's work counts
+  (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``); ``width_efficiency``
+  (``calibrate.widths``), the training rate by model width relative to the fastest, by which each
+  training point's body FLOPs are divided (field ``width_rate``).
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ import rlhfsim
 from calibrate import MEASUREMENT_VERSION
 from calibrate.fit import fit_operation, point_value
 from calibrate.gemm import gemm_summary
+from calibrate.widths import width_summary
 from calibrate.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
+from rlhfsim.costs.flops import width_rate
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
@@ -129,12 +133,27 @@ def _tail_of(point: dict, tails: dict[str, dict]) -> dict | None:
     return tails.get(rt) or tails.get(SAMPLING_AS.get(rt, ""))
 
 
-def with_tails(points: list[dict], tails: dict[str, dict], weight_passes: float | None = None) -> list[dict]:
-    """The points, each generation prefill/decode point (LM head) given ``sampling_tail_s``: its runtime's
-    tail at its rows (batch) and vocabulary, which the roofline fit takes off (``calibrate.fit.fitted_value``);
-    with ``weight_passes`` (``calibrate.gemm``), each decode point also ``gemm_weight_passes``, which its
-    work counts (``calibrate.fit.point_work``). Without either, the points as they are."""
-    if not tails and weight_passes is None:
+def kernels_summary(points: list[dict]) -> dict | None:
+    """``kernels``: the GEMM weight passes (``calibrate.gemm``) and the training rate by width
+    (``calibrate.widths``) where their points were measured; None when neither was."""
+    gemm, widths = gemm_summary(points, point_value), width_summary(points, point_value)
+    out: dict = {}
+    if gemm is not None:
+        out.update(gemm_weight_passes=gemm["gemm_weight_passes"], gemm=gemm)
+    if widths is not None:
+        out["width_efficiency"] = widths
+    return out or None
+
+
+def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None = None) -> list[dict]:
+    """The points, with the measured terms their fits count (``calibrate.fit``): each generation
+    prefill/decode point (LM head) ``sampling_tail_s``, its runtime's tail at its rows (batch) and
+    vocabulary, which the fit takes off (``fitted_value``); with ``kernels``, each decode point
+    ``gemm_weight_passes`` and each training point ``width_rate`` (its model width's relative training
+    rate), which its work counts (``point_work``). Without any, the points as they are."""
+    passes = (kernels or {}).get("gemm_weight_passes")
+    widths = (kernels or {}).get("width_efficiency")
+    if not tails and passes is None and widths is None:
         return points
     out = []
     for p in points:
@@ -142,23 +161,26 @@ def with_tails(points: list[dict], tails: dict[str, dict], weight_passes: float 
         tail = _tail_of(p, tails) if gen else None
         if tail is not None:
             p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
-        if weight_passes is not None and gen and p["op"] == "decode":
-            p = {**p, "gemm_weight_passes": weight_passes}
+        if passes is not None and gen and p["op"] == "decode":
+            p = {**p, "gemm_weight_passes": passes}
+        if widths is not None and p["op"] == "train":
+            p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"])}
         out.append(p)
     return out
 
 
-def refit_decode_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
-    """A measured profile's generation operations fitted again with the sampling tails of ``points``'
-    ``sample`` points and the GEMM weight passes of its ``gemm`` points (``calibrate.extend --decode-terms``):
-    the plain ``prefill``/``decode`` (and their ``:kv_decoder`` copies) and each ``prefill:RT``/``decode:RT``,
-    from the profile's own points; the tails go to ``generation[RT]`` as ``generation_summary`` puts them,
-    the passes to ``kernels``. Returns the keys changed."""
+def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
+    """A measured profile's operations fitted again with the measured cost terms of ``points``
+    (``calibrate.extend --cost-terms``): the sampling tails of its ``sample`` points, the GEMM weight passes
+    of its ``gemm`` points and the training rate by width of its ``width_train`` points. Refitted from the
+    profile's own points: the plain ``prefill``/``decode`` (and their ``:kv_decoder`` copies), each
+    ``prefill:RT``/``decode:RT``, and ``train``; the tails go to ``generation[RT]`` as
+    ``generation_summary`` puts them, the rest to ``kernels``. Returns the keys changed."""
     tails = sampling_summary(points)
-    kernels = gemm_summary(points, point_value)
+    kernels = kernels_summary(points)
     if kernels is not None:
         doc["kernels"] = kernels
-    pts = with_tails(points, tails, None if kernels is None else kernels["gemm_weight_passes"])
+    pts = with_tails(points, tails, kernels)
     priors = {op: OpParams.from_dict(v) for op, v in load_profile("default")["operations"].items()}
     ops, gen, changed = doc["operations"], doc.setdefault("generation", {}), []
     for op in ("prefill", "decode"):
@@ -174,6 +196,10 @@ def refit_decode_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]
             if rt != "kv_decoder" and own and op_key(op, rt) in ops:
                 ops[op_key(op, rt)] = fitted(own, gpu, priors[op])
                 changed.append(op_key(op, rt))
+    train = _plain(pts, "train")
+    if kernels is not None and "width_efficiency" in kernels and train and ops.get("train", {}).get("source") in ("measured", "underdetermined"):
+        ops["train"] = fitted(train, gpu, priors["train"])
+        changed.append("train")
     for rt, info in gen.items():
         if rt in tails:
             info.update(sample_s=tails[rt]["sample_s"], sample_per_logit_s=tails[rt]["sample_per_logit_s"],
@@ -181,7 +207,7 @@ def refit_decode_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]
             changed.append(f"generation.{rt}.sample_s")
         elif rt in SAMPLING_AS and SAMPLING_AS[rt] in tails:
             info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
-    return changed + (["kernels.gemm_weight_passes"] if kernels is not None else [])
+    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "width_efficiency") if k in (kernels or {})]
 
 
 def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: GpuSpec, priors: dict,
@@ -403,8 +429,8 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     priors = {op: OpParams.from_dict(v) for op, v in default["operations"].items()}
     points = [{k: v for k, v in p.items() if k != "kind"} for p in points]
     tails = sampling_summary(points)
-    kernels = gemm_summary(points, point_value)
-    points = with_tails(points, tails, None if kernels is None else kernels["gemm_weight_passes"])
+    kernels = kernels_summary(points)
+    raw, points = points, with_tails(points, tails, kernels)
     ops: dict[str, dict] = {}
     for op in OPERATIONS:
         pts = _plain(points, op)
@@ -447,6 +473,6 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
         "reencode": reencode,
         **({"kernels": kernels} if kernels is not None else {}),
         "grid": grid,
-        "points": points,
+        "points": raw,
     }
     return validate_profile(profile, f"profile {name}")

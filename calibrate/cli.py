@@ -215,3 +215,10 @@ def runtimes_command(profile_ref, fmt):
         click.echo("\nsampling tails (per generation step: fixed + per logit x rows x vocabulary; the prefill/decode "
                    "fits exclude them, the simulator adds them back):")
         click.echo(tails)
+    kernels = profile.get("kernels") or {}
+    if kernels.get("gemm_weight_passes") is not None:
+        click.echo(f"\nGEMM weight passes (a decode step of 2+ rows against 1 row): {kernels['gemm_weight_passes']:.2f}")
+    if kernels.get("width_efficiency"):
+        we = kernels["width_efficiency"]
+        click.echo("training rate by width, relative to the fastest: " + ", ".join(
+            f"{w}: {r:.2f}" for w, r in zip(we["widths"], we["relative_rate"])))

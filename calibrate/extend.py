@@ -1,5 +1,5 @@
 """Extend a measured profile with the operations of issue 15 (or, ``--handover``, the co-running of issue 16;
-``--decode-terms``, the sampling tails and GEMM weight passes of issue 16),
+``--cost-terms``, the sampling tails, GEMM weight passes and training rate by width of issue 16),
 measured on this device with the calibration's own machinery, without measuring the rest again:
 
 * ``reencode:RUNTIME`` (``calibrate.reencode``): re-encode scoring of the encoder reward models given
@@ -21,11 +21,12 @@ scorer, batch 4, 64-token prompts, 32-token chunks; sets ``interference.handover
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json --handover
 
-``--decode-terms``: the sampling tails of the generation runtimes (``calibrate.sampling``) and the GEMM
-weight passes (``calibrate.gemm``), then the profile's generation prefill/decode operations fitted again
-with them (``calibrate.assemble.refit_decode_terms``)::
+``--cost-terms``: the sampling tails of the generation runtimes (``calibrate.sampling``), the GEMM
+weight passes (``calibrate.gemm``) and the training rate by width (``calibrate.widths``), then the
+profile's generation prefill/decode and training operations fitted again with them
+(``calibrate.assemble.refit_cost_terms``)::
 
-    python -m calibrate.extend rlhfsim/profiles/cpu.json --decode-terms
+    python -m calibrate.extend rlhfsim/profiles/cpu.json --cost-terms
 """
 
 from __future__ import annotations
@@ -174,40 +175,44 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
                    ["interference.handover"], {"handover": [list(e) for e in entries]})
 
 
-def extend_decode_terms(path: Path, threads: int, resume: bool = False, sampling: list | None = None,
-                        gemm: list | None = None) -> dict:
-    """Add the two terms of a decode step the roofline cannot carry to a measured profile: the sampling
-    tails (``calibrate.sampling``: the ``sample`` points of each generation runtime the profile prices
-    with a sampler of its own, ``kv_decoder`` and ``hf_generate``, at the default grid's ``sampling``) and
-    the GEMM weight passes (``calibrate.gemm``, the grid's ``gemm``); then its generation prefill/decode
-    operations fitted again, from its own points, with both (``calibrate.assemble.refit_decode_terms``).
-    Nothing else the profile had is changed."""
-    from calibrate.assemble import refit_decode_terms
+def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: list | None = None,
+                      gemm: list | None = None, widths: list | None = None) -> dict:
+    """Add the cost terms the roofline cannot carry to a measured profile: the sampling tails
+    (``calibrate.sampling``: the ``sample`` points of each generation runtime the profile prices with a
+    sampler of its own, ``kv_decoder`` and ``hf_generate``, at the default grid's ``sampling``), the GEMM
+    weight passes (``calibrate.gemm``, the grid's ``gemm``) and the training rate by width
+    (``calibrate.widths``, the grid's ``widths``); then its generation and training operations fitted
+    again, from its own points, with them (``calibrate.assemble.refit_cost_terms``). Nothing else the
+    profile had is changed."""
+    from calibrate.assemble import refit_cost_terms
     from calibrate.gemm import measure_gemm, plan_size as gemm_plan_size
+    from calibrate.widths import measure_widths, plan_size as widths_plan_size
     from calibrate.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
 
     gen = json.loads(Path(path).read_text()).get("generation", {})
     runtimes = [rt for rt in sampled_runtimes(list(gen)) if gen[rt].get("valid")]
-    doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "decode_terms", threads, [],
+    doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "cost_terms", threads, [],
                                                                              runtimes, True)
-    g = with_overrides(default_grid(device, True), {k: v for k, v in (("sampling", sampling), ("gemm", gemm))
-                                                    if v is not None})
+    g = with_overrides(default_grid(device, True), {k: v for k, v in (("sampling", sampling), ("gemm", gemm),
+                                                                      ("widths", widths)) if v is not None})
     torch.set_num_threads(threads)
     try:
         with Journal.open(jpath, meta, resume) as journal, \
-                Progress(sampling_plan_size(g, runtimes) + gemm_plan_size(g), enabled=True) as prog:
+                Progress(sampling_plan_size(g, runtimes) + gemm_plan_size(g) + widths_plan_size(g), enabled=True) as prog:
             s = Session(device, dtype, g, journal, prog, default_cache_dir(), {}, threads)
             measure_gemm(s)
             measure_sampling(s, runtimes)
+            measure_widths(s)
             new = [{k: v for k, v in p.items() if k != "kind"} for p in journal.points()]
     finally:
         torch.set_num_threads(old_threads)
-    points = [p for p in doc.get("points", []) if p.get("op") not in ("sample", "gemm")] + new
-    changed = refit_decode_terms(doc, points, get_gpu(doc["gpu"], "profile.gpu"))
+    points = [p for p in doc.get("points", []) if p.get("op") not in ("sample", "gemm", "width_train")] + new
+    changed = refit_cost_terms(doc, points, get_gpu(doc["gpu"], "profile.gpu"))
     doc["points"] = points
     return _finish(path, doc, 16, started, load_start, threads, [], runtimes, jpath, changed,
-                   {"sampling": [list(x) for x in g.sampling], "gemm": [list(x) for x in g.gemm]},
-                   what="decode_terms")
+                   {"sampling": [list(x) for x in g.sampling], "gemm": [list(x) for x in g.gemm],
+                    "widths": list(g.widths), "width_mlp_ratio": g.width_mlp_ratio, "width_tokens": g.width_tokens},
+                   what="cost_terms")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -222,17 +227,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--handover", action="store_true",
                     help="add only co-running in the hand-over pattern (calibrate.corun) for --models (decoders; "
                          "default tiny-qwen2,small-qwen2) as actor and scorer")
-    ap.add_argument("--decode-terms", action="store_true",
-                    help="add only the sampling tails (calibrate.sampling) and the GEMM weight passes (calibrate.gemm) "
-                         "and refit the generation operations with them")
+    ap.add_argument("--cost-terms", action="store_true",
+                    help="add only the sampling tails (calibrate.sampling), the GEMM weight passes (calibrate.gemm) and "
+                         "the training rate by width (calibrate.widths), and refit the generation and training operations")
     args = ap.parse_args(argv)
-    if args.decode_terms:
-        doc = extend_decode_terms(args.profile, args.threads or usable_cores(), resume=args.resume)
-        print(json.dumps({"gemm_weight_passes": (doc.get("kernels") or {}).get("gemm_weight_passes")}))
+    if args.cost_terms:
+        doc = extend_cost_terms(args.profile, args.threads or usable_cores(), resume=args.resume)
+        k = doc.get("kernels") or {}
+        print(json.dumps({"gemm_weight_passes": k.get("gemm_weight_passes"),
+                          "width_efficiency": {w: round(r, 3) for w, r in zip((k.get("width_efficiency") or {}).get("widths", []),
+                                                                              (k.get("width_efficiency") or {}).get("relative_rate", []))}}))
         print(json.dumps({rt: {k: info.get(k) for k in ("sample_s", "sample_per_logit_s")}
                           for rt, info in doc["generation"].items() if "sample_s" in info}, indent=1))
         print(json.dumps({op: doc["operations"][op].get("heldout_mape_by_model")
-                          for op in ("prefill", "decode", "prefill:hf_generate", "decode:hf_generate")
+                          for op in ("prefill", "decode", "prefill:hf_generate", "decode:hf_generate", "train")
                           if op in doc["operations"]}, indent=1))
         return
     if args.handover:

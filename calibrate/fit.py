@@ -69,8 +69,8 @@ def point_work(p: dict) -> fl.Work:
                                    float(p.get("gemm_weight_passes") or 1.0))
     if op == "chunk_prefill":
         return fl.forward_work(m, dtype, b * p["seq_len"], b, b * p["prefix_len"], 0.0, "value")
-    if op == "train":
-        return fl.train_work(m, dtype, p["tokens"], b, p["head"])
+    if op == "train":   # the width's relative training rate (calibrate.widths; set by calibrate.assemble)
+        return fl.train_work(m, dtype, p["tokens"], b, p["head"], float(p.get("width_rate") or 1.0))
     if op == "optimizer":
         return fl.optimizer_work(m, 1, p["head"])
     if op in ("score", "reencode"):   # reencode: one sequence of seq_len tokens from scratch (calibrate.reencode)

@@ -41,6 +41,9 @@ Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range
 
 GEMM weight passes (``calibrate.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
 1 row and more, whose time ratio is the passes over the weights a decode step of two rows or more makes.
+Training rate by width (``calibrate.widths``): ``widths``, each a forward + backward of 1 and 3 layers of
+that width (MLP ratio ``width_mlp_ratio``, ``width_tokens`` tokens), whose per-layer rates relative to the
+fastest divide a training pass's body FLOPs.
 
 Re-encode scoring (``calibrate.reencode``, encoder reward models only): one response's prefixes of the
 lengths ``reencode_lengths``, each a batch-1 call from scratch, every scoring runtime interleaved at each
@@ -111,6 +114,10 @@ class Grid:
     sampling: tuple[Shape2, ...] = ()
     # GEMM weight passes (calibrate.gemm): (rows, out features, in features) of each linear-layer point
     gemm: tuple[tuple[int, int, int], ...] = ()
+    # training rate by width (calibrate.widths): widths, their MLP ratio and the tokens of each point
+    widths: tuple[int, ...] = ()
+    width_mlp_ratio: int = 3
+    width_tokens: int = 512
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -155,6 +162,7 @@ QUICK_CPU = Grid(
     gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
+    widths=(64, 128, 192, 256, 384, 512),
 )
 
 FULL_CPU = replace(
@@ -192,6 +200,7 @@ QUICK_GPU = Grid(
     sampling=((8, 32768), (64, 32768), (256, 32768), (8, 151936), (64, 151936), (256, 151936)),
     gemm=tuple((r, o, i) for o, i in ((4096, 1024), (1536, 8960), (8960, 1536), (4096, 4096), (18944, 3584))
                for r in (1, 2, 4)),
+    widths=(512, 1024, 2048, 3584, 5120), width_tokens=4096,
 )
 
 FULL_GPU = replace(
@@ -262,6 +271,10 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 3 and all(pos_int(y) and y >= 1 for y in x)
                                               for x in v)
             want = "a list of [rows, out features, in features] (may be empty)"
+        elif k == "widths":
+            ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 64 for x in v), "a list of widths >= 64 (may be empty)"
+        elif k in ("width_mlp_ratio", "width_tokens"):
+            ok, want = pos_int(v) and v >= 1, "an int >= 1"
         elif k == "sampling":
             ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(pos_int(y) and y >= 1 for y in x)
                                               for x in v)

@@ -42,6 +42,8 @@ from calibrate.reencode import measure_reencode
 from calibrate.gemm import measure_gemm
 from calibrate.gemm import plan_size as gemm_plan_size
 from calibrate.sampling import measure_sampling
+from calibrate.widths import measure_widths
+from calibrate.widths import plan_size as widths_plan_size
 from calibrate.sampling import plan_size as sampling_plan_size
 from calibrate.reencode import plan_size as reencode_plan_size
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
@@ -117,6 +119,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
         n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
     n += 2 * len(handover_plan(grid, models, actors))
     n += sampling_plan_size(grid, grid.gen_runtimes) + gemm_plan_size(grid) if actors else 0
+    n += widths_plan_size(grid) if dec else 0
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
 
@@ -298,3 +301,5 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
         if actors:
             measure_gemm(s)
             measure_sampling(s, g.gen_runtimes)
+        if decoders:
+            measure_widths(s)

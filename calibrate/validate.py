@@ -181,7 +181,8 @@ def operating_points(prepared, kind: str, lean: bool = False) -> dict:
     scoring at the scenarios' chunk sizes only when one streams chunks (else one point), one batching
     strategy point; each decoder measured in the roles it plays (``Grid.actor_models``: generation and
     LM training for actor and reference shapes; ``Grid.critic_models``: value training for critic shapes,
-    or the first actor's where no scenario has a critic); a reward-only shape is measured as a scorer."""
+    or the first actor's where no scenario has a critic); a reward-only shape is measured as a scorer;
+    the measured cost terms at a few points (``_lean_roles``)."""
     import numpy as np
 
     from calibrate.grid import default_grid
@@ -245,6 +246,13 @@ def _lean_roles(prepared, base) -> dict:
     first_actor = prepared[0][1].shapes["actor"].name
     out = {"actor_models": sorted(actors), "critic_models": sorted(critics) or [first_actor],
            "strategies": [min(base.strategies)]}
+    # The measured cost terms (calibrate.sampling, calibrate.gemm, calibrate.widths), leanly: the sampling
+    # tail at the base grid's three spanning points plus each actor's (max_batch, vocab); two matrices at
+    # 1 and 2 rows; the widths of the trained models between the base grid's narrowest and widest.
+    sampling = _thin(base.sampling) | {(sc.generation.max_batch, setup.shapes["actor"].vocab) for sc, setup, _, _ in prepared}
+    widths = {setup.shapes[r].hidden for _, setup, _, _ in prepared for r in ("actor", "critic") if r in setup.shapes}
+    out.update(sampling=sorted(sampling), gemm=[(r, o, i) for o, i in ((1024, 256), (4096, 256)) for r in (1, 2)],
+               widths=sorted(widths | ({min(base.widths), max(base.widths)} if base.widths else set())))
     if chunks:
         out.update(chunk_batches=[1], chunk_prefixes=[0, 128], chunk_sizes=sorted(chunks))
     else:

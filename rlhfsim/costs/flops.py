@@ -98,10 +98,13 @@ class ShapeCoeffs:
         return Work(self.f_linear * n_tokens + f_attn + f_head, self.weight_bytes + kv_read + act + logit_bytes,
                     0.0, self.layers)
 
-    def train(self, n_tokens, n_seqs, attn_pairs=None) -> Work:
-        """``train_work``: 3x the forward (logits of every token with an LM head)."""
+    def train(self, n_tokens, n_seqs, attn_pairs=None, body_rate: float = 1.0) -> Work:
+        """``train_work``: 3x the forward (logits of every token with an LM head). ``body_rate``: the
+        model width's relative training rate (``width_rate``): the body's matmul FLOPs count 1/body_rate
+        times."""
         fwd = self.forward(n_tokens, n_seqs, 0.0, n_tokens if self.lm else 0.0, attn_pairs)
-        return Work(3.0 * fwd.flops, 3.0 * fwd.bytes, 0.0, self.layers)
+        flops = fwd.flops if body_rate == 1.0 else fwd.flops + self.f_linear * n_tokens * (1.0 / body_rate - 1.0)
+        return Work(3.0 * flops, 3.0 * fwd.bytes, 0.0, self.layers)
 
     def decode(self, batch, kv_tokens, kv_passes: float = 1.0, weight_passes: float = 1.0) -> Work:
         """``decode_step_work`` (an LM head: build with ``head="lm"``)."""
@@ -109,6 +112,16 @@ class ShapeCoeffs:
         kv_read = self.kv_bytes * kv_tokens * kv_passes
         weights = self.weight_bytes * gemm_passes(batch, weight_passes)
         return Work(flops, weights + kv_read + self.logit_bytes * batch, 0.0, self.layers)
+
+
+def width_rate(width_eff: dict | None, hidden: int) -> float:
+    """r(h), a model width's relative training rate (``kernels.width_efficiency``, measured by
+    ``calibrate.widths``: widths and their rates relative to the fastest), interpolated in log width and
+    held at the ends; 1 without a measurement."""
+    if not width_eff or not width_eff.get("widths"):
+        return 1.0
+    ws, rs = width_eff["widths"], width_eff["relative_rate"]
+    return float(np.interp(np.log(hidden), np.log(np.asarray(ws, dtype=np.float64)), rs))
 
 
 def gemm_passes(batch, weight_passes: float):
@@ -146,10 +159,11 @@ def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: flo
     return w.flops, w.bytes
 
 
-def train_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str = "lm") -> Work:
+def train_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str = "lm",
+               body_rate: float = 1.0) -> Work:
     """Forward + backward over a minibatch (activation recomputation off): 3x forward FLOPs, and weights
-    plus gradients moved about 3x."""
-    return ShapeCoeffs.of(m, dtype, head).train(n_tokens, n_seqs)
+    plus gradients moved about 3x; ``body_rate``: the width's relative training rate (``width_rate``)."""
+    return ShapeCoeffs.of(m, dtype, head).train(n_tokens, n_seqs, body_rate=body_rate)
 
 
 def optimizer_work(m: ModelShape, shards: int = 1, head: str = "lm") -> Work:

@@ -236,6 +236,8 @@ class CostModel:
         self.generation = profile.get("generation", {})
         # passes over the weights of a decode step of two rows or more (calibrate.gemm; 1: not measured)
         self.gemm_weight_passes = float((profile.get("kernels") or {}).get("gemm_weight_passes") or 1.0)
+        # training rate by model width relative to the fastest (calibrate.widths; None: one rate for all)
+        self.width_eff = (profile.get("kernels") or {}).get("width_efficiency")
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
@@ -249,6 +251,7 @@ class CostModel:
         self._forward: dict[tuple, _Forward] = {}
         self._decode: dict[tuple, _Decode] = {}
         self._shapes: dict[tuple, fl.ShapeCoeffs] = {}
+        self._width_rates: dict[int, float] = {}
 
     @classmethod
     def load(cls, gpu: GpuSpec, profile_ref: str | None = None) -> "CostModel":
@@ -496,7 +499,10 @@ class CostModel:
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = fl.ShapeCoeffs.of(m, dtype, head)
-        w = shape.train(n_tokens, n_seqs, attn_pairs)
+        rate = self._width_rates.get(m.hidden)
+        if rate is None:
+            rate = self._width_rates[m.hidden] = fl.width_rate(self.width_eff, m.hidden)
+        w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
         if sp > 1:
             w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
         total, active = roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)

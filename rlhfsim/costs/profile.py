@@ -120,6 +120,14 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
         if not isinstance(kernels, dict) or (v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
                                                                or not 1.0 <= v < float("inf"))):
             raise ProfileError(f"{where}.kernels.gemm_weight_passes: expected a finite number >= 1, got {v!r}")
+        we = kernels.get("width_efficiency")
+        if we is not None:
+            ws, rs = (we.get("widths"), we.get("relative_rate")) if isinstance(we, dict) else (None, None)
+            if not (isinstance(ws, list) and isinstance(rs, list) and len(ws) == len(rs) >= 2
+                    and all(isinstance(w, int) and w > 0 for w in ws) and ws == sorted(set(ws))
+                    and all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1 for r in rs)):
+                raise ProfileError(f"{where}.kernels.width_efficiency: expected increasing widths and their relative "
+                                   f"rates in (0, 1], got {we!r}"[:300])
     _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")

@@ -79,6 +79,11 @@ def test_lean_calibration_of_new_shapes_keeps_every_operating_point_and_measures
     streamed = {sc.schedule.intra.chunk_tokens for sc, _, _, _ in prepared
                 if sc.schedule.kind == "oppo" and sc.schedule.intra.enabled and sc.models.reward.kind == "model"}
     assert set(lean["chunk_sizes"]) == (streamed or {min(QUICK_CPU.chunk_sizes)})
+    # the measured cost terms, leanly: each actor's own sampling point, two matrices, the trained widths
+    assert {(sc.generation.max_batch, setup.shapes["actor"].vocab) for sc, setup, _, _ in prepared} <= set(lean["sampling"])
+    assert len(lean["sampling"]) < len(QUICK_CPU.sampling) + len(prepared) and len(lean["gemm"]) == 4
+    trained = {setup.shapes[r].hidden for _, setup, _, _ in prepared for r in ("actor", "critic") if r in setup.shapes}
+    assert trained <= set(lean["widths"]) and min(QUICK_CPU.widths) in lean["widths"]
 
 
 def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):

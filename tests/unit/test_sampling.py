@@ -3,8 +3,9 @@ its points are journaled per runtime and resumed, its fit recovers a line, the r
 each generation point and keep the whole time in their held-out error, the simulator adds it back per
 decode step and per prefill call (and never to a scoring pass), a runtime without a tail of its own takes
 the right one. The GEMM weight passes (``calibrate.gemm``): measured as a ratio, counted by decode steps of
-two rows or more only, in the fit and the simulator alike. ``calibrate.extend --decode-terms`` upgrades a
-measured profile with both."""
+two rows or more only, in the fit and the simulator alike. The training rate by width
+(``calibrate.widths``): measured per layer, dividing the body FLOPs of a training pass. ``calibrate.extend
+--cost-terms`` upgrades a measured profile with all three."""
 
 from __future__ import annotations
 
@@ -208,26 +209,63 @@ def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_
         validate_profile({**base, "kernels": {"gemm_weight_passes": 0.5}}, "p")
 
 
-def test_extend_decode_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
+def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops(tmp_path):
+    from calibrate.widths import measure_widths, plan_size as widths_size, width_summary
+    from rlhfsim.costs import flops as fl
+
+    grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64})
+    with Journal.open(tmp_path / "w.journal.jsonl", META, resume=False) as j:
+        s = Session("cpu", "float32", grid, j, Progress(widths_size(grid), enabled=False), tmp_path)
+        measure_widths(s)
+        pts = [r for r in j.records if r.get("kind") == "point"]
+    assert sorted((p["width"], p["layers"]) for p in pts) == [(64, 1), (64, 3), (128, 1), (128, 3)]
+    assert all(p["op"] == "width_train" and p["tokens"] == 64 for p in pts)
+    # a made-up measurement: per-layer times 2 ms (width 64) and 4 ms (width 128), 1 ms fixed
+    made = [{**p, "tmean_s": 1e-3 + p["layers"] * (2e-3 if p["width"] == 64 else 4e-3)} for p in pts]
+    summ = width_summary(made, point_value)
+    assert summ["widths"] == [64, 128] and summ["layer_ms"] == pytest.approx([2.0, 4.0])
+    assert max(summ["relative_rate"]) == 1.0 and summ["relative_rate"][0] < 1.0   # width 128: 4x the FLOPs in 2x the time
+    assert fl.width_rate(summ, 64) == pytest.approx(summ["relative_rate"][0])
+    assert fl.width_rate(summ, 32) == fl.width_rate(summ, 64) and fl.width_rate(summ, 512) == 1.0   # held at the ends
+    assert summ["relative_rate"][0] < fl.width_rate(summ, 90) < 1.0                             # log-interpolated
+    assert fl.width_rate(None, 128) == 1.0
+    m = CATALOG["tiny-qwen2"]
+    k = fl.ShapeCoeffs.of(m, "float32", "lm")
+    extra = k.train(512, 2, body_rate=0.5).flops - k.train(512, 2).flops
+    assert extra == pytest.approx(3 * k.f_linear * 512)              # body FLOPs counted twice at half the rate
+    base = _without_tails(load_profile("cpu"))
+    eff = {"widths": [128, 256], "relative_rate": [0.5, 1.0]}
+    c0, c1 = CostModel(CPU, base), CostModel(CPU, {**base, "kernels": {"width_efficiency": eff}})
+    assert c1.train_s(CATALOG["small-qwen2"], "float32", 512, 2) == c0.train_s(CATALOG["small-qwen2"], "float32", 512, 2)
+    assert c1.train_s(m, "float32", 512, 2) > c0.train_s(m, "float32", 512, 2)
+    from rlhfsim.costs.profile import ProfileError, validate_profile
+    with pytest.raises(ProfileError, match="kernels.width_efficiency: expected increasing widths"):
+        validate_profile({**base, "kernels": {"width_efficiency": {"widths": [256, 128], "relative_rate": [1.0, 0.5]}}}, "p")
+
+
+def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     from calibrate import extend as ext
 
     path = tmp_path / "cpu.json"
     doc = _without_tails(load_profile("cpu"))
-    doc["points"] = [p for p in doc["points"] if p["op"] not in ("sample", "gemm")]
+    doc["points"] = [p for p in doc["points"] if p["op"] not in ("sample", "gemm", "width_train")]
     path.write_text(json.dumps(doc))
     monkeypatch.setattr(ext, "usable_cores", lambda: 1)
-    out = ext.extend_decode_terms(path, 1, sampling=[[1, 1024], [8, 1024], [1, 8192], [8, 8192]],
-                                  gemm=[[1, 512, 128], [2, 512, 128]])
+    out = ext.extend_cost_terms(path, 1, sampling=[[1, 1024], [8, 1024], [1, 8192], [8, 8192]],
+                                gemm=[[1, 512, 128], [2, 512, 128]], widths=[64, 128])
     on_disk = json.loads(path.read_text())
     assert on_disk["generation"]["kv_decoder"]["sample_per_logit_s"] > 0
     assert on_disk["generation"]["hf_generate"]["sample_per_logit_s"] > 0
     assert on_disk["generation"]["hf_static"]["sampling"] == {"shared_with": "hf_generate"}
-    assert on_disk["kernels"]["gemm_weight_passes"] >= 1.0 and on_disk["kernels"]["source"] == "measured"
-    ext_rec = [e for e in on_disk["provenance"]["extensions"] if e.get("what") == "decode_terms"]
+    assert on_disk["kernels"]["gemm_weight_passes"] >= 1.0 and on_disk["kernels"]["gemm"]["source"] == "measured"
+    assert on_disk["kernels"]["width_efficiency"]["widths"] == [64, 128]
+    ext_rec = [e for e in on_disk["provenance"]["extensions"] if e.get("what") == "cost_terms"]
     assert len(ext_rec) == 1 and "decode" in ext_rec[0]["added"] and "decode:hf_generate" in ext_rec[0]["added"]
-    assert "kernels.gemm_weight_passes" in ext_rec[0]["added"]
+    assert {"kernels.gemm_weight_passes", "kernels.width_efficiency", "train"} <= set(ext_rec[0]["added"])
     assert sum(p["op"] == "sample" for p in on_disk["points"]) == 8 and sum(p["op"] == "gemm" for p in on_disk["points"]) == 2
+    assert sum(p["op"] == "width_train" for p in on_disk["points"]) == 4
+    assert all(p.get("width_rate") is None for p in on_disk["points"])    # the annotations stay out of the file
     assert on_disk["operations"]["decode"]["source"] == "measured"
     # the handover extension of the same issue is kept
     assert any(e.get("issue") == 16 and e.get("what") is None for e in on_disk["provenance"]["extensions"])
-    assert (tmp_path / "cpu.decode_terms.journal.jsonl").is_file() and out["generation"] == on_disk["generation"]
+    assert (tmp_path / "cpu.cost_terms.journal.jsonl").is_file() and out["generation"] == on_disk["generation"]
