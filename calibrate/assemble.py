@@ -133,6 +133,24 @@ def _tail_of(point: dict, tails: dict[str, dict]) -> dict | None:
     return tails.get(rt) or tails.get(SAMPLING_AS.get(rt, ""))
 
 
+def _put_tail(info: dict, rt: str, tails: dict[str, dict]) -> bool:
+    """``generation[rt]`` given its measured sampling tail (True), or told whose it shares (False)."""
+    tail = tails.get(rt)
+    if tail is not None:
+        info.update(sample_s=tail["sample_s"], sample_per_logit_s=tail["sample_per_logit_s"], sampling=tail)
+        return True
+    if rt in SAMPLING_AS and SAMPLING_AS[rt] in tails:
+        info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
+    return False
+
+
+def _plain_copy(ops: dict, op: str) -> str:
+    """``op:kv_decoder``: the plain ``op`` fit (our decoder's points) under the runtime's key; returns the key."""
+    key = op_key(op, "kv_decoder")
+    ops[key] = {**ops[op], "source_points": f"the plain {op} points (calibrate.bench)"}
+    return key
+
+
 def kernels_summary(points: list[dict]) -> dict | None:
     """``kernels``: the GEMM weight passes (``calibrate.gemm``) and the training rate by width
     (``calibrate.widths``) where their points were measured; None when neither was."""
@@ -189,8 +207,7 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
             ops[op] = fitted(plain, gpu, priors[op])
             changed.append(op)
             if op_key(op, "kv_decoder") in ops:
-                ops[op_key(op, "kv_decoder")] = {**ops[op], "source_points": f"the plain {op} points (calibrate.bench)"}
-                changed.append(op_key(op, "kv_decoder"))
+                changed.append(_plain_copy(ops, op))
         for rt in GEN_RUNTIMES:
             own = [p for p in _measured(pts, op=op, runtime=rt) if point_value(p) > 0]
             if rt != "kv_decoder" and own and op_key(op, rt) in ops:
@@ -201,12 +218,8 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
         ops["train"] = fitted(train, gpu, priors["train"])
         changed.append("train")
     for rt, info in gen.items():
-        if rt in tails:
-            info.update(sample_s=tails[rt]["sample_s"], sample_per_logit_s=tails[rt]["sample_per_logit_s"],
-                        sampling=tails[rt])
+        if _put_tail(info, rt, tails):
             changed.append(f"generation.{rt}.sample_s")
-        elif rt in SAMPLING_AS and SAMPLING_AS[rt] in tails:
-            info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
     return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "width_efficiency") if k in (kernels or {})]
 
 
@@ -236,11 +249,7 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
                 "ms_per_step": [{"model": p["model"], "batch": p["batch"], "context": p["prefix_len"],
                                  "ms": 1e3 * point_value(p)} for p in dec] if valid else []}
         out[rt] = info
-        tail = (tails or {}).get(rt)
-        if tail is not None:
-            info.update(sample_s=tail["sample_s"], sample_per_logit_s=tail["sample_per_logit_s"], sampling=tail)
-        elif rt in SAMPLING_AS and (tails or {}).get(SAMPLING_AS[rt]) is not None:
-            info["sampling"] = {"shared_with": SAMPLING_AS[rt]}
+        _put_tail(info, rt, tails or {})
         if not valid:
             continue
         if own:
@@ -248,8 +257,7 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
             info.update(call_overhead_s=0.0, handoff_s=0.0, handoff_per_row_s=0.0)
             for op in ("prefill", "decode"):
                 if ops[op].get("source") == "measured":
-                    ops[op_key(op, rt)] = {**ops[op], "source_points": f"the plain {op} points (calibrate.bench)"}
-                    info["ops"].append(op_key(op, rt))
+                    info["ops"].append(_plain_copy(ops, op))
             continue
         for op, pts in (("prefill", pre), ("decode", [p for p in dec if point_value(p) > 0])):
             if pts:

@@ -189,10 +189,10 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     from calibrate.widths import measure_widths, plan_size as widths_plan_size
     from calibrate.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
 
-    gen = json.loads(Path(path).read_text()).get("generation", {})
-    runtimes = [rt for rt in sampled_runtimes(list(gen)) if gen[rt].get("valid")]
     doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "cost_terms", threads, [],
-                                                                             runtimes, True)
+                                                                             [], True)
+    gen = doc.get("generation", {})
+    runtimes = meta["runtimes"] = [rt for rt in sampled_runtimes(list(gen)) if gen[rt].get("valid")]
     g = with_overrides(default_grid(device, True), {k: v for k, v in (("sampling", sampling), ("gemm", gemm),
                                                                       ("widths", widths)) if v is not None})
     torch.set_num_threads(threads)

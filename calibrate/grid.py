@@ -241,6 +241,10 @@ def default_grid(kind: str, quick: bool) -> Grid:
             ("cuda", False): FULL_GPU}[(kind, quick)]
 
 
+# the measured cost terms' point fields (calibrate.sampling, calibrate.gemm): what each entry names
+COST_TERM_POINTS = {"sampling": ("rows", "vocabulary"), "gemm": ("rows", "out features", "in features")}
+
+
 def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
     """The grid with some fields replaced (lists become tuples); unknown fields are an error."""
     if not overrides:
@@ -267,18 +271,15 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
                 isinstance(x, tuple) and len(x) == 6 and x[0] in GEN_RUNTIMES and all(isinstance(y, str) for y in x[1:3])
                 and all(pos_int(y) and y >= 1 for y in x[3:]) for x in v)
             want = "a list of [runtime, actor model or \"\", reward model or \"\", batch, prompt, chunk]"
-        elif k == "gemm":
-            ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 3 and all(pos_int(y) and y >= 1 for y in x)
-                                              for x in v)
-            want = "a list of [rows, out features, in features] (may be empty)"
+        elif k in COST_TERM_POINTS:
+            names = COST_TERM_POINTS[k]
+            ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == len(names)
+                                              and all(pos_int(y) and y >= 1 for y in x) for x in v)
+            want = f"a list of [{', '.join(names)}] (may be empty)"
         elif k == "widths":
             ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 64 for x in v), "a list of widths >= 64 (may be empty)"
         elif k in ("width_mlp_ratio", "width_tokens"):
             ok, want = pos_int(v) and v >= 1, "an int >= 1"
-        elif k == "sampling":
-            ok = isinstance(v, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(pos_int(y) and y >= 1 for y in x)
-                                              for x in v)
-            want = "a list of [rows, vocabulary] (may be empty)"
         elif k == "gen_runtimes":
             ok = isinstance(v, tuple) and all(x in GEN_RUNTIMES for x in v)
             want = f"a list of generation runtimes ({', '.join(GEN_RUNTIMES)})"

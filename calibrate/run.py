@@ -42,9 +42,9 @@ from calibrate.reencode import measure_reencode
 from calibrate.gemm import measure_gemm
 from calibrate.gemm import plan_size as gemm_plan_size
 from calibrate.sampling import measure_sampling
+from calibrate.sampling import plan_size as sampling_plan_size
 from calibrate.widths import measure_widths
 from calibrate.widths import plan_size as widths_plan_size
-from calibrate.sampling import plan_size as sampling_plan_size
 from calibrate.reencode import plan_size as reencode_plan_size
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session

@@ -22,7 +22,8 @@ Points (op ``sample``, field ``runtime``; ``batch`` = rows, ``vocab`` = V; grid 
   lengths as in the decode points) on ``rows`` prompts of a one-layer model of vocabulary V (hidden 64:
   the forward is small, the tail is the same loop); forward hooks time each gap from one forward's end to
   the next forward's start (the logits copy, the logits processors, softmax, multinomial, the stopping
-  criteria, the next step's input preparation). A sample is the mean of one call's K gaps.
+  criteria, the next step's input preparation). A sample is the mean of one call's K gaps, taken under
+  the generation points' discipline (``calibrate.genbench.rounds``).
   ``hf_static`` runs the same ``generate()`` loop after its compiled forward and shares
   ``hf_generate``'s tail (``SAMPLING_AS``); compiling a model per vocabulary would cost minutes.
 * ``vllm``, ``sglang``, ``vllm_eager``: not measured (their sampler runs inside the engine step, whose
@@ -100,6 +101,7 @@ class _Gaps:
 
 
 def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
+    from calibrate.genbench import rounds
     from calibrate.genruntimes import GEN_RUNTIMES_IMPL
 
     shape = tail_shape(vocab)
@@ -117,20 +119,15 @@ def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
             mask = torch.ones_like(ids)
 
             def one():
+                t0 = time.perf_counter()
                 gaps.start()
                 rt.generate(ids, mask, 1 + STEPS).sequences[:, PROMPT:].tolist()
-                return float(np.mean(gaps.gaps)) if gaps.gaps else float("nan")
+                return float(np.mean(gaps.gaps)) if gaps.gaps else float("nan"), time.perf_counter() - t0
 
-            first = s.guarded(one)
-            for _ in range(s.grid.warmup):
-                one()
-            samples, spent = [], 0.0
-            while len(samples) < s.grid.max_iters and (len(samples) < s.grid.min_iters or spent < s.grid.point_budget_s):
-                t0 = time.perf_counter()
-                samples.append(one())
-                spent += time.perf_counter() - t0
+            # the generation points' timing discipline (warm-up, budget on the calls' wall time, bursts)
+            taken, first = s.guarded(lambda: rounds(s, one, cost=lambda r: r[1]))
             s.record(key, {**_fields(runtime, rows, vocab), "timed": "mean gap between forwards inside generate()",
-                           "steps": STEPS}, timing=summarize(samples, first))
+                           "steps": STEPS}, timing=summarize([r[0] for r in taken], first[0]))
     finally:
         gaps.close()
         rt.unload()

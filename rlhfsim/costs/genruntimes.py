@@ -93,10 +93,8 @@ def sample_tail(runtime: str | None, profile_generation: dict | None, own_ops: b
     ``own_ops``: the profile prices the runtime's prefill/decode with operations of its own (else the
     plain ones, fitted without ``kv_decoder``'s tail). (0, 0) when nothing was measured."""
     gen = profile_generation or {}
-    names = [runtime, SAMPLING_AS.get(runtime)] if own_ops and runtime else []
-    if not own_ops or runtime in (None, "kv_decoder"):
-        names = ["kv_decoder"]
-    for name in names:
+    own = own_ops and runtime not in (None, "kv_decoder")
+    for name in ([runtime, SAMPLING_AS.get(runtime)] if own else ["kv_decoder"]):
         info = gen.get(name) if name else None
         if isinstance(info, dict) and isinstance(info.get("sample_per_logit_s"), (int, float)):
             return float(info.get("sample_s") or 0.0), float(info["sample_per_logit_s"])

@@ -215,7 +215,8 @@ class _Decode:
         # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
         cs = k.f_attn * batch / peak
-        u0 = (k.weight_bytes * fl.gemm_passes(batch, self.wp) + k.logit_bytes * batch + kv_b * kv0) / bw
+        weights = k.weight_bytes if self.wp == 1.0 else k.weight_bytes * fl.gemm_passes(batch, self.wp)
+        u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw
         us = kv_b * batch / bw
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
@@ -234,10 +235,11 @@ class CostModel:
         self.profile = profile
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
         self.generation = profile.get("generation", {})
+        kernels = profile.get("kernels") or {}
         # passes over the weights of a decode step of two rows or more (calibrate.gemm; 1: not measured)
-        self.gemm_weight_passes = float((profile.get("kernels") or {}).get("gemm_weight_passes") or 1.0)
+        self.gemm_weight_passes = float(kernels.get("gemm_weight_passes") or 1.0)
         # training rate by model width relative to the fastest (calibrate.widths; None: one rate for all)
-        self.width_eff = (profile.get("kernels") or {}).get("width_efficiency")
+        self.width_eff = kernels.get("width_efficiency")
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
@@ -250,8 +252,7 @@ class CostModel:
         # Constants per (model, dtype, ...): computed on first use, then reused (the profile is fixed).
         self._forward: dict[tuple, _Forward] = {}
         self._decode: dict[tuple, _Decode] = {}
-        self._shapes: dict[tuple, fl.ShapeCoeffs] = {}
-        self._width_rates: dict[int, float] = {}
+        self._shapes: dict[tuple, tuple[fl.ShapeCoeffs, float]] = {}
 
     @classmethod
     def load(cls, gpu: GpuSpec, profile_ref: str | None = None) -> "CostModel":
@@ -496,12 +497,10 @@ class CostModel:
         if n_tokens <= 0:
             return 0.0, 0.0
         key = (m, dtype, head)
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = fl.ShapeCoeffs.of(m, dtype, head)
-        rate = self._width_rates.get(m.hidden)
-        if rate is None:
-            rate = self._width_rates[m.hidden] = fl.width_rate(self.width_eff, m.hidden)
+        got = self._shapes.get(key)
+        if got is None:   # the shape's constants and its width's training rate (flops.width_rate), once
+            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), fl.width_rate(self.width_eff, m.hidden))
+        shape, rate = got
         w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
         if sp > 1:
             w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
