@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlhfsim.costs import flops as fl
+from rlhfsim.costs.genruntimes import sample_tail
 from rlhfsim.costs.model import CostModel, _sum_max_linear, roofline_s
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.models.catalog import CATALOG
@@ -44,8 +45,12 @@ def test_decode_sum_is_additive_and_matches_steps(model, dev, dtype, tp, batch, 
     assert split == pytest.approx(whole, rel=1e-9)
     if n <= 64:
         p = cm.ops["decode"]
-        steps = sum(roofline_s(fl.decode_step_work(m, dtype, batch, kv0 + batch * i), p, cm.gpu.peak(dtype),
-                               cm.gpu.mem_bw, tp) + cm._tp_comm_s(m, dtype, batch, tp) for i in range(n))
+        # each step: the roofline (weights counted gemm_weight_passes times at >= 2 rows), the measured
+        # sampling tail of the plain decoder (0 in profiles without one) and the TP communication
+        a, b = sample_tail(None, cm.generation, False)
+        steps = sum(roofline_s(fl.decode_step_work(m, dtype, batch, kv0 + batch * i, 1.0, cm.gemm_weight_passes), p,
+                               cm.gpu.peak(dtype), cm.gpu.mem_bw, tp)
+                    + a + b * batch * m.vocab + cm._tp_comm_s(m, dtype, batch, tp) for i in range(n))
         assert whole == pytest.approx(steps, rel=1e-9)
 
 
