@@ -28,6 +28,7 @@ from calibrate.bench import measure_chunks, measure_generation, measure_interfer
 from calibrate.corun import handover_plan, measure_handover
 from calibrate.device_info import catalog_gpu, contention_probe, contention_ratio, cpu_model, describe, load_avg, \
     resolve_cuda_gpu, usable_cores
+from calibrate.devstate import state_probe
 from calibrate.genbench import measure_gen_runtimes
 from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
@@ -187,6 +188,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
         if kind == "cpu":
             info["contention_probe_at_start"] = contention_probe(threads)
+            info["state_probe_at_start"] = state_probe(threads)
         if kind == "cpu" and threads > 1:
             ratio = info["contention_ratio"] = contention_ratio(threads)
             if ratio > CONTENTION_LIMIT:
@@ -208,6 +210,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     profile["device"]["load_avg_1m_at_end"] = load_avg()
     if kind == "cpu":
         profile["device"]["contention_probe_at_end"] = contention_probe(threads)
+        profile["device"]["state_probe_at_end"] = state_probe(threads)
     return _write(profile, out)
 
 

@@ -520,6 +520,10 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     prepared = [prepare(p, device, steps, threads, overrides) for p in scenarios]
     from calibrate.executor import RoundRobin, run_steps
 
+    from calibrate.devstate import state_probe
+
+    probes = [state_probe(threads)] if device == "cpu" else []
+
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     measured = None
     quick_paths: list[str] = []
@@ -569,7 +573,23 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     blocks = [{"profile": name, **error_block([validate_scenario(p, profile_of(name, j), m)
                                                for j, (p, m) in enumerate(zip(prepared, measured))])}
               for name in profiles]
-    return {"device": device, **blocks[0], "other_profiles": blocks[1:]}
+    doc = {"device": device, **blocks[0], "other_profiles": blocks[1:]}
+    if probes:
+        probes.append(state_probe(threads))
+        doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
+        for w in doc["device_check"]["warnings"]:
+            click.echo(f"warning: {w}", err=True)
+    return doc
+
+
+def device_checks(refs: list[str], probes: list[dict]) -> dict:
+    """``device_check`` of a validation on CPU: the device state probes taken before and after the real
+    steps (``calibrate.devstate``) and, per distinct profile, its comparison with them."""
+    from calibrate.devstate import compare
+    from rlhfsim.costs.profile import load_profile
+
+    per = [compare(load_profile(ref), probes) for ref in dict.fromkeys(refs)]
+    return {"probes": probes, "profiles": per, "warnings": [w for c in per for w in c["warnings"]]}
 
 
 def error_block(rows: list[dict]) -> dict:

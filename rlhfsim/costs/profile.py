@@ -11,7 +11,8 @@ Layout (``schema_version`` 1)::
       "gpu": "cpu",                      # hardware catalog entry whose datasheet peaks the fit is relative to
       "dtype": "float32",                # dtype the measurements ran in
       "device": {"kind": "cpu"|"cuda", "name": ..., "memory_bytes": ..., "driver": ..., "cuda": ...,
-                 "torch": ..., "cpu_model": ..., "threads": ...},
+                 "torch": ..., "cpu_model": ..., "threads": ...,
+                 "state_probe_at_start": {...}, "state_probe_at_end": {...}},   # CPU: calibrate.devstate
       "provenance": {"source": "measured"|"derived", "date": ISO-8601, "command": ..., "rlhfsim_version": ...},
       "operations": {                    # fitted parameters per operation (see docs/cost-model.md)
         OP: {"compute_eff": f, "memory_eff": f, "overhead_s": f, "overhead_per_layer_s": f,

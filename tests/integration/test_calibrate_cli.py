@@ -66,6 +66,10 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert prof["schema_version"] == SCHEMA_VERSION and prof["name"].startswith("cpu-") and prof["gpu"] == "cpu"
     assert prof["dtype"] == "float32" and prof["provenance"]["source"] == "measured"
     assert prof["device"]["threads"] == 1 and prof["device"]["kind"] == "cpu" and prof["device"]["torch"]
+    # The device state probe at the start and end (what validate compares a later run's state with).
+    for key in ("state_probe_at_start", "state_probe_at_end"):
+        sp = prof["device"][key]
+        assert sp["threads"] == 1 and sp["cpu_model"] == prof["device"]["cpu_model"] and sp["gemm_gflop_s"] > 0
     ops = prof["operations"]
     for op in ("prefill", "decode", "chunk_prefill", "train", "optimizer", "score:eager", "score:onnxruntime"):
         # measured only with at least parameters + 2 points; fewer is underdetermined, never measured

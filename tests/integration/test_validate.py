@@ -56,6 +56,14 @@ def test_json_contract_through_the_cli():
     assert s["error_pct"] == pytest.approx(100 * (s["predicted_step_time_s"] - s["measured_step_time_s"]) / s["measured_step_time_s"])
     for ph in ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync"):
         assert set(s["phases"][ph]) == {"measured_s", "predicted_s", "error_pct"}
+    # The device state check: probes before and after the steps, the bundled profile compared with them.
+    dc = d["device_check"]
+    assert len(dc["probes"]) == 2 and all(p["gemm_gflop_s"] > 0 for p in dc["probes"])
+    (c,) = dc["profiles"]
+    assert c["profile"] == "cpu" and c["local_cpu_model"] == dc["probes"][0]["cpu_model"]
+    assert dc["warnings"] == c["warnings"]
+    for w in c["warnings"]:   # each warning reaches the user on stderr, one line
+        assert f"warning: {w}" in out.stderr
 
 
 def test_bad_scenario_is_one_line_exit_2(tmp_path):

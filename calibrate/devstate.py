@@ -1,0 +1,126 @@
+"""Which CPU, and in which state, a profile was measured on; and whether this machine is the same now.
+
+A CPU profile prices operations at the speeds of the machine it was measured on. Two things make those
+speeds wrong for a run elsewhere, and neither shows in the profile's own held-out errors:
+
+- **another processor**: the machine behind a name such as "2-vCPU VM" changes (this project's
+  development VM was an Intel Xeon, then an AMD EPYC, then an Intel Xeon with a 480 MiB L3 again);
+- **another memory state on the same processor**: on a shared host the memory of the same VM was measured
+  22-42% faster for 8-20 MB weight matrices one evening than 2 hours earlier, while 2 MB ones (in cache)
+  stayed within 7% (docs/validation.md, "Seeds drawn after the width rate").
+
+``state_probe`` measures the two rates the cost model's roofline rests on, in the shapes the decode and
+training operations have: a one-row GEMV over float32 weight matrices of 2, 8 and 32 MiB (bytes per
+second: in cache, around the last-level cache of a small VM, beyond it) and a 256-row GEMM (FLOP per
+second). A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
+``rlhfsim validate`` takes it again before and after the real steps and compares (``device_check``): a
+different CPU model, or a rate that moved by more than ``TOLERANCE``, is printed as a warning and kept in
+the document, so that a prediction's error can be read against the state it was made in. Nothing here
+changes a prediction: the remedy is to calibrate this machine (``rlhfsim calibrate --device cpu --quick``),
+not to scale a profile by a ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+GEMV_MIB = (2, 8, 32)     # weight-matrix sizes of the memory probe, MiB (float32)
+GEMV_COLS = 1024
+GEMM_SHAPE = (256, 1024, 1024)   # rows x in x out of the compute probe
+TOLERANCE = 0.15          # |rate now / rate in the profile - 1| beyond which validate warns
+PROBE_VERSION = 1
+
+
+def _median_s(fn, calls: int) -> float:
+    fn()
+    fn()
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def state_probe(threads: int | None = None, calls: int = 15) -> dict:
+    """Memory rate of a one-row GEMV per weight size (GB/s) and compute rate of a GEMM (GFLOP/s), each the
+    median of ``calls`` timed calls after two untimed ones, with ``threads`` torch threads (default:
+    torch's); about half a second on a 2-core VM."""
+    from calibrate.device_info import cpu_model, load_avg, usable_cores
+
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        with torch.inference_mode():
+            gemv = {}
+            for mib in GEMV_MIB:
+                rows = mib * 2**20 // (4 * GEMV_COLS)
+                w = torch.randn(rows, GEMV_COLS)
+                x = torch.randn(1, GEMV_COLS)
+                t = _median_s(lambda: torch.nn.functional.linear(x, w), calls)
+                gemv[str(mib)] = w.numel() * 4 / t / 1e9
+                del w
+            m, k, n = GEMM_SHAPE
+            a, b = torch.randn(m, k), torch.randn(n, k)
+            t = _median_s(lambda: torch.nn.functional.linear(a, b), calls)
+            gemm = 2 * m * k * n / t / 1e9
+    finally:
+        torch.set_num_threads(old)
+    return {"version": PROBE_VERSION, "cpu_model": cpu_model(), "cpu_cores": usable_cores(),
+            "threads": int(threads or old), "load_avg_1m": load_avg(), "gemv_gb_s": gemv, "gemm_gflop_s": gemm}
+
+
+def _rates(probe: dict) -> dict[str, float]:
+    out = {f"gemv_{k}MiB": float(v) for k, v in (probe.get("gemv_gb_s") or {}).items()}
+    if probe.get("gemm_gflop_s"):
+        out["gemm"] = float(probe["gemm_gflop_s"])
+    return out
+
+
+def profile_probes(profile: dict) -> list[dict]:
+    """The probes a profile's calibration took (start and end), oldest first; empty for profiles measured
+    before the probe existed or on a GPU."""
+    dev = profile.get("device") or {}
+    return [p for p in (dev.get("state_probe_at_start"), dev.get("state_probe_at_end")) if isinstance(p, dict)]
+
+
+def compare(profile: dict, now: list[dict]) -> dict:
+    """The ``device_check`` of one profile against the probes taken now: the CPU models, and per rate the
+    ratio of now's median to the profile's median (above 1: this machine is faster now than when the
+    profile was measured); ``warnings`` names each mismatch in one line."""
+    dev = profile.get("device") or {}
+    name = profile.get("name", "?")
+    local_model = now[0]["cpu_model"] if now else None
+    prof_model = dev.get("cpu_model") or dev.get("name")
+    out: dict = {"profile": name, "profile_cpu_model": prof_model, "local_cpu_model": local_model,
+                 "same_cpu_model": None if prof_model is None or local_model is None else prof_model == local_model,
+                 "ratios": {}, "warnings": []}
+    if dev.get("kind") not in (None, "cpu"):
+        out["warnings"].append(f"profile {name!r} was measured on a {dev.get('kind')} device; this check covers CPU profiles only")
+        return out
+    if out["same_cpu_model"] is False:
+        out["warnings"].append(f"profile {name!r} was measured on {prof_model!r}, this machine is {local_model!r}: "
+                               "its predictions price another processor (calibrate this one: rlhfsim calibrate --device cpu --quick)")
+    theirs = [_rates(p) for p in profile_probes(profile)]
+    mine = [_rates(p) for p in now]
+    if not theirs:
+        out["warnings"].append(f"profile {name!r} has no device state probe (measured before it existed): "
+                               "whether this machine's memory and compute rates match it cannot be checked")
+        return out
+    moved = []
+    for key in theirs[0]:
+        a = [r[key] for r in theirs if key in r]
+        b = [r[key] for r in mine if key in r]
+        if a and b:
+            ratio = statistics.median(b) / statistics.median(a)
+            out["ratios"][key] = ratio
+            if abs(ratio - 1) > TOLERANCE:
+                moved.append(f"{key} x{ratio:.2f}")
+    if moved:
+        out["warnings"].append(f"this machine's rates differ from profile {name!r}'s (now / then: {', '.join(moved)}): "
+                               "its predictions of those operations are off by about as much (calibrate again in this state)")
+    return out

@@ -1,0 +1,71 @@
+"""The device state check (``calibrate.devstate``): the probe measures positive rates in the documented
+shapes, a calibration stores it at its start and end, and the comparison with a profile names a different
+processor, a rate that moved beyond the tolerance, and a profile without probes, and stays quiet when
+nothing moved."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+pytest.importorskip("torch")
+
+from calibrate.devstate import GEMV_MIB, TOLERANCE, compare, profile_probes, state_probe  # noqa: E402
+
+
+def _probe(model: str = "CPU X", scale: float = 1.0, gemm: float = 100.0) -> dict:
+    return {"version": 1, "cpu_model": model, "cpu_cores": 2, "threads": 2, "load_avg_1m": 0.1,
+            "gemv_gb_s": {str(m): 10.0 * scale * (i + 1) for i, m in enumerate(GEMV_MIB)}, "gemm_gflop_s": gemm}
+
+
+def _profile(probes: list[dict], model: str = "CPU X", kind: str = "cpu") -> dict:
+    dev = {"kind": kind, "cpu_model": model, "name": model}
+    for key, p in zip(("state_probe_at_start", "state_probe_at_end"), probes):
+        dev[key] = p
+    return {"name": "p", "device": dev}
+
+
+def test_probe_measures_every_rate():
+    p = state_probe(1, calls=3)
+    assert set(p["gemv_gb_s"]) == {str(m) for m in GEMV_MIB}
+    assert all(v > 0 for v in p["gemv_gb_s"].values()) and p["gemm_gflop_s"] > 0
+    assert p["threads"] == 1 and p["cpu_model"]
+
+
+def test_same_machine_same_state_is_quiet():
+    prof = _profile([_probe(), _probe(scale=1.04)])
+    c = compare(prof, [_probe(scale=1.02), _probe(scale=0.99)])
+    assert c["same_cpu_model"] is True and c["warnings"] == []
+    assert set(c["ratios"]) == {f"gemv_{m}MiB" for m in GEMV_MIB} | {"gemm"}
+    assert all(abs(r - 1) < 0.05 for r in c["ratios"].values())
+
+
+def test_moved_rate_is_named_with_its_ratio():
+    prof = _profile([_probe()])
+    c = compare(prof, [_probe(scale=1.0 + 2 * TOLERANCE)])
+    assert c["same_cpu_model"] is True
+    assert len(c["warnings"]) == 1 and "gemv_32MiB x1.30" in c["warnings"][0] and "gemm" not in c["warnings"][0]
+    assert c["ratios"]["gemv_2MiB"] == pytest.approx(1.3)
+
+
+def test_other_processor_and_missing_probe_are_named():
+    c = compare(_profile([], model="AMD EPYC"), [_probe(model="Intel Xeon")])
+    assert c["same_cpu_model"] is False and c["ratios"] == {}
+    assert any("'AMD EPYC'" in w and "'Intel Xeon'" in w for w in c["warnings"])
+    assert any("no device state probe" in w for w in c["warnings"])
+
+
+def test_gpu_profile_is_not_compared():
+    c = compare(_profile([_probe()], kind="cuda"), [_probe()])
+    assert c["ratios"] == {} and "CPU profiles only" in c["warnings"][0]
+
+
+def test_profile_probes_ignores_absent_ends():
+    a = _probe()
+    prof = _profile([a])
+    assert profile_probes(prof) == [a]
+    prof2 = copy.deepcopy(prof)
+    prof2["device"]["state_probe_at_end"] = None
+    assert profile_probes(prof2) == [a]
+    assert profile_probes({"name": "x"}) == []
