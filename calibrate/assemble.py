@@ -51,7 +51,7 @@ from calibrate.gemm import gemm_summary
 from calibrate.widths import width_summary
 from calibrate.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
-from rlhfsim.costs.flops import width_rate
+from rlhfsim.costs.flops import page_fault_s, width_rate
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
@@ -168,10 +168,13 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
     prefill/decode point (LM head) ``sampling_tail_s``, its runtime's tail at its rows (batch) and
     vocabulary, which the fit takes off (``fitted_value``); with ``kernels``, each decode point
     ``gemm_weight_passes`` and each training point ``width_rate`` (its model width's relative training
-    rate), which its work counts (``point_work``). Without any, the points as they are."""
+    rate), which its work counts (``point_work``), and each training point of an LM head ``fault_s``, the
+    page faults of its loss's logits-sized tensors (``calibrate.pagefaults``, pattern ``labels_train``),
+    which the fit takes off. Without any, the points as they are."""
     passes = (kernels or {}).get("gemm_weight_passes")
     widths = (kernels or {}).get("width_efficiency")
-    if not tails and passes is None and widths is None:
+    faults = (kernels or {}).get("page_faults")
+    if not tails and passes is None and widths is None and not faults:
         return points
     out = []
     for p in points:
@@ -183,11 +186,15 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
             p = {**p, "gemm_weight_passes": passes}
         if widths is not None and p["op"] == "train":
             p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"])}
+        if faults and p["op"] == "train" and p.get("head") == "lm":
+            f = page_fault_s(faults, p["batch"] * p["seq_len"], p["shape"]["vocab"], "labels_train")
+            if f:
+                p = {**p, "fault_s": f}
         out.append(p)
     return out
 
 
-def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
+def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: dict | None = None) -> list[str]:
     """A measured profile's operations fitted again with the measured cost terms of ``points``
     (``calibrate.extend --cost-terms``): the sampling tails of its ``sample`` points, the GEMM weight passes
     of its ``gemm`` points and the training rate by width of its ``width_train`` points. Refitted from the
@@ -196,6 +203,9 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
     ``generation_summary`` puts them, the rest to ``kernels``. Returns the keys changed."""
     tails = sampling_summary(points)
     kernels = kernels_summary(points)
+    page_faults = page_faults or (doc.get("kernels") or {}).get("page_faults")   # kept unless measured again
+    if page_faults:
+        kernels = {**(kernels or {}), "page_faults": page_faults}
     if kernels is not None:
         doc["kernels"] = kernels
     pts = with_tails(points, tails, kernels)
@@ -214,13 +224,26 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec) -> list[str]:
                 ops[op_key(op, rt)] = fitted(own, gpu, priors[op])
                 changed.append(op_key(op, rt))
     train = _plain(pts, "train")
-    if kernels is not None and "width_efficiency" in kernels and train and ops.get("train", {}).get("source") in ("measured", "underdetermined"):
+    if kernels is not None and ("width_efficiency" in kernels or "page_faults" in kernels) and train \
+            and ops.get("train", {}).get("source") in ("measured", "underdetermined"):
         ops["train"] = fitted(train, gpu, priors["train"])
         changed.append("train")
     for rt, info in gen.items():
         if _put_tail(info, rt, tails):
             changed.append(f"generation.{rt}.sample_s")
-    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "width_efficiency") if k in (kernels or {})]
+    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "width_efficiency", "page_faults") if k in (kernels or {})]
+
+
+def refit_train(doc: dict, gpu: GpuSpec) -> bool:
+    """A measured profile's ``train`` fitted again from its own points with the cost terms its
+    ``kernels`` hold (the width rate, the page faults: ``with_tails``); nothing else changes. False when
+    it has no measured training points."""
+    pts = with_tails(doc.get("points", []), {}, doc.get("kernels"))
+    train = _plain(pts, "train")
+    if not train or doc["operations"].get("train", {}).get("source") not in ("measured", "underdetermined"):
+        return False
+    doc["operations"]["train"] = fitted(train, gpu, OpParams.from_dict(load_profile("default")["operations"]["train"]))
+    return True
 
 
 def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: GpuSpec, priors: dict,
@@ -431,13 +454,16 @@ def reencode_summary(points: list[dict], ops: dict, gpu: GpuSpec, prior: OpParam
 
 
 def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command: str, quick: bool,
-                  points: list[dict], records: list[dict], grid: dict) -> dict:
-    """The Profile dict of a calibration (validated with ``rlhfsim.costs.profile.validate_profile``)."""
+                  points: list[dict], records: list[dict], grid: dict, page_faults: dict | None = None) -> dict:
+    """The Profile dict of a calibration (validated with ``rlhfsim.costs.profile.validate_profile``);
+    ``page_faults``: ``calibrate.pagefaults.measure_page_faults`` where it was measured (not journaled)."""
     default = load_profile("default")
     priors = {op: OpParams.from_dict(v) for op, v in default["operations"].items()}
     points = [{k: v for k, v in p.items() if k != "kind"} for p in points]
     tails = sampling_summary(points)
     kernels = kernels_summary(points)
+    if page_faults:
+        kernels = {**(kernels or {}), "page_faults": page_faults}
     raw, points = points, with_tails(points, tails, kernels)
     ops: dict[str, dict] = {}
     for op in OPERATIONS:

@@ -52,6 +52,7 @@ from calibrate.session import Session
 from calibrate.stepbench import _retokenize
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import load_profile, validate_profile
+from rlhfsim.errors import RlhfsimError
 from rlhfsim.files import write_json_atomic
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
@@ -207,12 +208,53 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     finally:
         torch.set_num_threads(old_threads)
     points = [p for p in doc.get("points", []) if p.get("op") not in ("sample", "gemm", "width_train")] + new
-    changed = refit_cost_terms(doc, points, get_gpu(doc["gpu"], "profile.gpu"))
+    faults = _page_faults(doc, device, threads)
+    changed = refit_cost_terms(doc, points, get_gpu(doc["gpu"], "profile.gpu"), faults)
     doc["points"] = points
     return _finish(path, doc, 16, started, load_start, threads, [], runtimes, jpath, changed,
                    {"sampling": [list(x) for x in g.sampling], "gemm": [list(x) for x in g.gemm],
                     "widths": list(g.widths), "width_mlp_ratio": g.width_mlp_ratio, "width_tokens": g.width_tokens},
                    what="cost_terms")
+
+
+def _profile_decoders(doc: dict) -> list:
+    """The decoder shapes a profile measured (its plain decode points), in the order first seen."""
+    from rlhfsim.models.catalog import ModelShape
+
+    seen: dict[str, ModelShape] = {}
+    for p in doc.get("points", []):
+        if p.get("op") == "decode" and p.get("shape") and p["model"] not in seen:
+            seen[p["model"]] = ModelShape(**p["shape"])
+    return list(seen.values())
+
+
+def _page_faults(doc: dict, device: str, threads: int) -> dict | None:
+    """``calibrate.pagefaults`` on a CPU profile with decoders (counted on the one with the largest
+    vocabulary per hidden unit); None elsewhere."""
+    from calibrate.pagefaults import count_shape, measure_page_faults
+
+    decoders = _profile_decoders(doc)
+    if device != "cpu" or not decoders:
+        return None
+    print("page faults of large tensors (calibrate.pagefaults)", flush=True)
+    return measure_page_faults(count_shape(decoders), threads)
+
+
+def extend_page_faults(path: Path, threads: int) -> dict:
+    """Add the page faults of large tensors (``calibrate.pagefaults``) to a measured CPU profile and fit
+    its ``train`` operation again with them (``calibrate.assemble.refit_train``, the profile's own
+    points); nothing else changes."""
+    from calibrate.assemble import refit_train
+
+    doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "page_faults", threads, [], [], True)
+    if device != "cpu":
+        raise RlhfsimError(f"--page-faults: expected a CPU profile (glibc's allocator), got a {device} one")
+    faults = _page_faults(doc, device, threads)
+    if faults is None:
+        raise RlhfsimError("--page-faults: expected a profile with decoder points to count the tensors on, found none")
+    doc["kernels"] = {**(doc.get("kernels") or {}), "page_faults": faults}
+    changed = ["kernels.page_faults"] + (["train"] if refit_train(doc, get_gpu(doc["gpu"], "profile.gpu")) else [])
+    return _finish(path, doc, 16, started, load_start, threads, [], [], jpath, changed, {}, what="page_faults")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,10 +269,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--handover", action="store_true",
                     help="add only co-running in the hand-over pattern (calibrate.corun) for --models (decoders; "
                          "default tiny-qwen2,small-qwen2) as actor and scorer")
+    ap.add_argument("--page-faults", action="store_true",
+                    help="add only the page faults of large tensors (calibrate.pagefaults; CPU) and refit training")
     ap.add_argument("--cost-terms", action="store_true",
                     help="add only the sampling tails (calibrate.sampling), the GEMM weight passes (calibrate.gemm) and "
                          "the training rate by width (calibrate.widths), and refit the generation and training operations")
     args = ap.parse_args(argv)
+    if args.page_faults:
+        doc = extend_page_faults(args.profile, args.threads or usable_cores())
+        pf = doc["kernels"]["page_faults"]
+        print(json.dumps({k: pf[k] for k in ("fault_s_per_byte", "threshold_bytes", "tensors")}))
+        print(json.dumps({k: v for k, v in doc["provenance"]["extensions"][-1].items() if k in ("added",)}))
+        return
     if args.cost_terms:
         doc = extend_cost_terms(args.profile, args.threads or usable_cores(), resume=args.resume)
         k = doc.get("kernels") or {}

@@ -90,9 +90,11 @@ TAIL_FLOOR = 0.1   # a point keeps at least this fraction of its time after its 
 def fitted_value(p: dict) -> float:
     """The time the roofline is fitted to: ``point_value`` less the point's sampling tail
     (``sampling_tail_s``, set by ``calibrate.assemble.with_tails`` on generation prefill/decode points:
-    the simulator adds the measured tail back, ``calibrate.sampling``), never below ``TAIL_FLOOR`` of it."""
+    the simulator adds the measured tail back, ``calibrate.sampling``) and its page faults (``fault_s``,
+    on training points whose logits exceed the allocator's threshold: ``calibrate.pagefaults``), never
+    below ``TAIL_FLOOR`` of it."""
     t = point_value(p)
-    return max(t - float(p.get("sampling_tail_s") or 0.0), TAIL_FLOOR * t)
+    return max(t - float(p.get("sampling_tail_s") or 0.0) - float(p.get("fault_s") or 0.0), TAIL_FLOOR * t)
 
 
 def point_peak(p: dict, gpu: GpuSpec) -> float:

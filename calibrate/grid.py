@@ -118,6 +118,8 @@ class Grid:
     widths: tuple[int, ...] = ()
     width_mlp_ratio: int = 3
     width_tokens: int = 512
+    # page faults of large tensors (calibrate.pagefaults): measured on a CPU with decoders
+    page_faults: bool = False
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
         """(batch, prefix, chunk) of every chunked point, plus the one-shot prefill (prefix 0, prefix +
@@ -163,6 +165,7 @@ QUICK_CPU = Grid(
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
     widths=(64, 128, 192, 256, 384, 512),
+    page_faults=True,
 )
 
 FULL_CPU = replace(
@@ -280,6 +283,8 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 64 for x in v), "a list of widths >= 64 (may be empty)"
         elif k in ("width_mlp_ratio", "width_tokens"):
             ok, want = pos_int(v) and v >= 1, "an int >= 1"
+        elif k == "page_faults":
+            ok, want = isinstance(v, bool), "true or false"
         elif k == "gen_runtimes":
             ok = isinstance(v, tuple) and all(x in GEN_RUNTIMES for x in v)
             want = f"a list of generation runtimes ({', '.join(GEN_RUNTIMES)})"

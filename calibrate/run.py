@@ -36,6 +36,7 @@ from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, w
 from calibrate.journal import Journal, PassView, journal_path, profile_inputs, read_journal
 from calibrate.measure import spread
 from calibrate.models import dtype_name
+from calibrate.pagefaults import count_shape, measure_page_faults
 from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
@@ -199,9 +200,16 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
             s.journal = PassView(journal, k)
             _measure_all(s, g, models, decoders, rts, rt_models)
         points, records = profile_inputs(journal.records)
+        page_faults = None
+        if kind == "cpu" and g.page_faults and decoders:
+            # timed directly, not journaled (a few seconds): measured again on a resumed run
+            if progress:
+                prog.note("page faults of large tensors (calibrate.pagefaults)")
+            page_faults = measure_page_faults(count_shape(decoders), threads)
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,
-                            records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)})
+                            records=records, grid={**asdict(g), "runtime_models_measured": sorted(rt_models)},
+                            page_faults=page_faults)
     if g.step_iters > 0 and decoders:
         # Framework step scalars (rlhfsim.costs.stepcosts): timed directly, not journaled (seconds).
         with torch.inference_mode(False):

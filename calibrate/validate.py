@@ -383,6 +383,33 @@ def operations(setup, cost, steps: list) -> dict:
             "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
 
 
+FAULT_PATTERNS = {"reference": ("reference", "logprob_forward"), "actor_train": ("actor", "logprob_train")}
+
+
+def page_faults(setup, cost, steps: list) -> dict:
+    """Fresh pages touched per step by the minibatches of the sequential phases (the executor's
+    ``StepLog.faults``) next to what the profile's page-fault term prices for the same minibatches
+    (``calibrate.pagefaults``: logits-sized tensors above the threshold; value-head phases price none),
+    in MiB per step, with the measured bytes' cost at the profile's ``fault_s_per_byte``."""
+    from rlhfsim.costs.flops import page_fault_s
+
+    pf = cost.page_faults
+    n = max(len(steps), 1)
+    acc: dict[str, list[float]] = {}
+    for r in steps:
+        for phase, nbytes, rows, width in getattr(r, "faults", []):
+            a = acc.setdefault(phase, [0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += nbytes
+            role, pattern = FAULT_PATTERNS.get(phase, (None, None))
+            if pf and role in setup.shapes:
+                a[2] += page_fault_s(pf, rows * (width - 1), setup.shapes[role].vocab, pattern) / pf["fault_s_per_byte"]
+    rate = pf["fault_s_per_byte"] if pf else None
+    return {ph: {"minibatches_per_step": c / n, "measured_mib": m / n / 2**20, "priced_mib": p / n / 2**20,
+                 "measured_s_at_profile_rate": None if rate is None else m / n * rate}
+            for ph, (c, m, p) in sorted(acc.items())}
+
+
 def prepare(path: Path, device: str, steps: int | None, threads: int | None, overrides: list | None = None):
     """Scenario, setup, the executor config and the shared rollout list of one validation scenario."""
     from rlhfsim.scenario import build_setup, load_scenario
@@ -434,6 +461,7 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
             "interval_source": unc["source"],
             "inside_interval": bool(unc["step_time_s_interval"][0] <= m_time <= unc["step_time_s_interval"][1]),
             "phases": phases, "generation_ops": operations(setup, cost, m_steps),
+            "page_faults": page_faults(setup, cost, m_steps),
             "scoring_ops": scoring_operations(setup, cost, m_steps), "checks": checks}
 
 
@@ -644,6 +672,15 @@ def _print_block(c, doc: dict) -> None:
             c.print(_ops_table(f"scorer calls inside the step (per step; priced alone: the simulator multiplies a call "
                                f"that starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f})",
                                g["operations"]))
+        pf = s.get("page_faults")
+        if pf:
+            t = Table(title="fresh pages faulted in by the minibatches (per step; calibrate.pagefaults)")
+            for col in ("phase", "minibatches", "measured MiB", "priced MiB", "measured at the profile's rate s"):
+                t.add_column(col, justify="left" if col == "phase" else "right")
+            for ph, v in pf.items():
+                rate = "-" if v["measured_s_at_profile_rate"] is None else f"{v['measured_s_at_profile_rate']:.3f}"
+                t.add_row(ph, f"{v['minibatches_per_step']:.1f}", f"{v['measured_mib']:.1f}", f"{v['priced_mib']:.1f}", rate)
+            c.print(t)
 
 
 def _ops_table(title: str, ops: dict):

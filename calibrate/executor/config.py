@@ -96,6 +96,7 @@ class StepResult:
     deferred_ids: list[int] = field(default_factory=list)   # rollouts carried into the next step
     rewards: list[float] = field(default_factory=list)      # reward of each trained rollout (rollout_ids order)
     ops: list[tuple[str, float, dict]] = field(default_factory=list)  # StepLog.ops: timed operations with shapes
+    faults: list[tuple[str, int, int, int]] = field(default_factory=list)  # StepLog.faults: (phase, bytes, rows, width)
 
 
 def _fail(name: str, expected: str, got) -> None:

@@ -35,7 +35,7 @@ from calibrate.executor import training as T
 from calibrate.executor.config import ExecConfig, StepResult, validate
 from calibrate.executor.generation import EXEC_RUNTIMES, Sequence
 from calibrate.executor.scorer import Scorer, rule_reward
-from calibrate.executor.timing import Clock, StepLog
+from calibrate.executor.timing import Clock, StepLog, minor_faults
 from calibrate.models import build_hf_model, torch_dtype
 from calibrate.retokenize import Retokenizer
 
@@ -228,7 +228,7 @@ class _Executor:
             decoded_tokens=c["decoded_tokens"], decode_steps=c["decode_steps"], prefill_calls=c["prefill_calls"],
             prefill_tokens=c["prefill_tokens"], scored_prompt_tokens=c["scored_prompt_tokens"],
             score_calls=c["score_calls"], deferred_tokens=sum(len(s.tokens) for s in self.carried), deferred_ids=[s.rid for s in self.carried],
-            rewards=[float(x) for x in rewards.tolist()], ops=list(log.ops))
+            rewards=[float(x) for x in rewards.tolist()], ops=list(log.ops), faults=list(log.faults))
 
     # ----------------------------------------------------------------------------------- phases
     def _batches(self, seqs: list[Sequence], size: int):
@@ -283,10 +283,11 @@ class _Executor:
         out: list[torch.Tensor] = []
         with torch.no_grad():
             for chunk in self._batches(trained, self.cfg.max_batch):
-                start = self.clock.now()
+                start, f0 = self.clock.now(), minor_faults()
                 b = T.pack(chunk, self.device)
                 out.extend(b.gather(fn(model, b)))
                 log.add(role, phase, start, self.clock.now())
+                log.fault(phase, f0, *b.ids.shape)
         return out
 
     def _advantages(self, trained, rewards, values) -> list[torch.Tensor]:
@@ -312,7 +313,7 @@ class _Executor:
             plan.extend(perm[i:i + cfg.minibatch_size] for i in range(0, n, cfg.minibatch_size))
 
         for idx in plan:
-            start = self.clock.now()
+            start, f0 = self.clock.now(), minor_faults()
             b = T.pack([trained[i] for i in idx], self.device)
             logp = T.token_logprobs(self.actor, b)
             loss = T.actor_loss(logp, b.scatter([old_lp[i] for i in idx]), b.scatter([ref_lp[i] for i in idx]),
@@ -321,10 +322,11 @@ class _Executor:
             loss.backward()
             self.actor_opt.step()
             log.add("actor", "actor_train", start, self.clock.now())
+            log.fault("actor_train", f0, *b.ids.shape)
         if self.critic is None:
             return
         for idx in plan:
-            start = self.clock.now()
+            start, f0 = self.clock.now(), minor_faults()
             b = T.pack([trained[i] for i in idx], self.device)
             v = T.token_values(self.critic, b)
             ret = b.scatter([rewards[i].expand(len(trained[i].tokens)) for i in idx])
@@ -333,4 +335,5 @@ class _Executor:
             loss.backward()
             self.critic_opt.step()
             log.add("critic", "critic_train", start, self.clock.now())
+            log.fault("critic_train", f0, *b.ids.shape)
 

@@ -11,11 +11,21 @@ A phase's span in a step = (min start, max end) over that phase's intervals; ``g
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import time
 from collections import Counter
 
 import torch
+
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (``getrusage``): a page of fresh memory touched."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 class Clock:
@@ -42,6 +52,9 @@ class StepLog:
         # Operations timed inside the step with the shape the cost model prices them at:
         # (operation, seconds, shape), e.g. ("decode", 0.004, {"batch": 4, "kv0": 412}); see ``op``.
         self.ops: list[tuple[str, float, dict]] = []
+        # Pages faulted in by each minibatch of the main thread's sequential phases (calibrate.pagefaults):
+        # (phase, bytes faulted, rows, padded width); see ``minor_faults``.
+        self.faults: list[tuple[str, int, int, int]] = []
         self._lock = threading.Lock()
 
     def op(self, name: str, seconds: float, **shape) -> None:
@@ -53,6 +66,13 @@ class StepLog:
         with self._lock:
             self.intervals.append((role, phase, start_at - self.t0_at, end_at - self.t0_at))
             self.counts.update(counts)
+
+    def fault(self, phase: str, faults_before: int, rows: int, width: int) -> None:
+        """One minibatch's faulted bytes: the process's minor faults since ``faults_before`` (taken with
+        ``minor_faults`` at its start) times the page size. Process-wide, so only for work no other
+        thread runs beside (reference, critic, training minibatches)."""
+        with self._lock:
+            self.faults.append((phase, (minor_faults() - faults_before) * PAGE_BYTES, rows, width))
 
     def count(self, **counts: int) -> None:
         with self._lock:

@@ -124,6 +124,25 @@ def width_rate(width_eff: dict | None, hidden: int) -> float:
     return float(np.interp(np.log(hidden), np.log(np.asarray(ws, dtype=np.float64)), rs))
 
 
+FP32_LOGIT_BYTES = 4   # log-probs are taken in float32 (logits.float()), whatever the model's dtype
+
+
+def page_fault_s(page_faults: dict | None, logits_tokens, vocab: int, pattern: str):
+    """Seconds a call spends faulting in fresh pages for its logits-sized tensors (CPU: glibc serves
+    allocations above its threshold with fresh pages every time; ``kernels.page_faults``, measured by
+    ``calibrate.pagefaults``): ``tensors[pattern] x bytes x fault_s_per_byte`` when one float32 logits
+    tensor of ``logits_tokens`` x ``vocab`` is larger than ``threshold_bytes``, else 0. ``pattern``:
+    ``logprob_forward``, ``logprob_train`` or ``labels_train``; ``logits_tokens`` may be a numpy array.
+    0 without a measurement."""
+    if not page_faults:
+        return 0.0
+    nbytes = logits_tokens * (vocab * FP32_LOGIT_BYTES)
+    k = page_faults["tensors"][pattern] * page_faults["fault_s_per_byte"]
+    if isinstance(nbytes, np.ndarray):
+        return np.where(nbytes > page_faults["threshold_bytes"], k * nbytes, 0.0)
+    return k * nbytes if nbytes > page_faults["threshold_bytes"] else 0.0
+
+
 def gemm_passes(batch, weight_passes: float):
     """Passes over the weights of a decode step of ``batch`` rows: 1 for one row (a matrix-vector
     product), ``weight_passes`` for two or more (a matrix-matrix product whose kernel packs the weights

@@ -240,6 +240,8 @@ class CostModel:
         self.gemm_weight_passes = float(kernels.get("gemm_weight_passes") or 1.0)
         # training rate by model width relative to the fastest (calibrate.widths; None: one rate for all)
         self.width_eff = kernels.get("width_efficiency")
+        # page faults of logits-sized tensors above the allocator's threshold (calibrate.pagefaults; CPU)
+        self.page_faults = kernels.get("page_faults")
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
@@ -389,8 +391,13 @@ class CostModel:
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime)
         if sp > 1:
-            return k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp)
-        return k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs)
+            total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp)
+        else:
+            total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs)
+        if all_logits and head == "lm" and self.page_faults:
+            # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
+            total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_forward")
+        return total, active
 
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
                            cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
@@ -400,8 +407,11 @@ class CostModel:
         elementwise, so each entry equals the scalar call bit for bit."""
         n_tokens = np.asarray(n_tokens, dtype=np.float64)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        return self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
+        total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
             n_tokens, n_seqs, cached_tokens, logits)
+        if all_logits and head == "lm" and self.page_faults:
+            total = total + fl.page_fault_s(self.page_faults, n_tokens, m.vocab / tp, "logprob_forward")
+        return total, active
 
     def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime) -> _Forward:
         key = (m, dtype, tp, op, runtime, head, gen_runtime)
@@ -509,6 +519,9 @@ class CostModel:
             comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
         else:
             comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
+        if head == "lm" and self.page_faults:
+            # the log-prob loss's logits-sized tensors and their gradients (calibrate.pagefaults)
+            total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_train")
         return total + comm, active + comm
 
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",

@@ -32,6 +32,12 @@ def test_sync_real_run_generates_scores_and_trains_what_the_scenario_says(doc):
     assert c["measured_generated_tokens"] == c["predicted_generated_tokens"]
     assert c["measured_chunks_scored"] == 0
     assert c["measured_deferred"] == c["predicted_deferred"] == [0, 0]
+    # Fresh pages of the sequential phases' minibatches, recorded in the step and priced beside
+    # (calibrate.pagefaults): tiny logits, so the profile prices none.
+    pf = s["page_faults"]
+    assert {"reference", "actor_train", "critic_train"} <= set(pf)
+    for ph, v in pf.items():
+        assert v["minibatches_per_step"] >= 1 and v["measured_mib"] >= 0 and v["priced_mib"] == 0
 
 
 def test_oppo_real_run_streams_chunks_and_carries_deferred(doc):

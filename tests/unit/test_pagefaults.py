@@ -1,0 +1,119 @@
+"""Page faults of large tensors (``calibrate.pagefaults``): the threshold rule, the priced term (only
+logits-sized tensors above the threshold, only passes with every logit or an LM-head loss, the array form
+equal to the scalar one), the fit taking the calibration's own faults off its training points, a real
+measurement on this CPU, the extension of a measured profile, and the executor's in-step record that
+validation sets next to the price."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from calibrate.assemble import refit_train, with_tails  # noqa: E402
+from calibrate.fit import fitted_value, point_value  # noqa: E402
+from calibrate.pagefaults import PATTERNS, count_shape, measure_page_faults, threshold_of  # noqa: E402
+from rlhfsim.costs.flops import page_fault_s  # noqa: E402
+from rlhfsim.costs.model import CostModel  # noqa: E402
+from rlhfsim.costs.profile import load_profile  # noqa: E402
+from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
+from rlhfsim.models.catalog import CATALOG  # noqa: E402
+
+PF = {"fault_s_per_byte": 2e-10, "threshold_bytes": 24 * 2**20,
+      "tensors": {"logprob_forward": 3.0, "logprob_train": 6.0, "labels_train": 4.0}}
+
+
+def test_threshold_is_below_the_sizes_that_always_fault():
+    c = 2e-10
+    # 16 MiB faulted once, 24 did not: only sizes from which every larger one faults count
+    assert threshold_of({8: 0.0, 16: c, 24: 0.0, 32: c, 40: c, 64: c}, c) == 24 * 2**20
+    assert threshold_of({8: c, 16: c, 32: c}, c) == 0
+    assert threshold_of({8: 0.0, 16: 0.0}, c) == 16 * 2**20
+
+
+def test_term_prices_logits_tensors_above_the_threshold_only():
+    vocab = 4096
+    below = (PF["threshold_bytes"] // (4 * vocab)) - 1
+    above = below + 2
+    assert page_fault_s(PF, below, vocab, "logprob_forward") == 0.0
+    assert page_fault_s(PF, above, vocab, "logprob_forward") == pytest.approx(3.0 * above * vocab * 4 * 2e-10)
+    assert page_fault_s(PF, above, vocab, "logprob_train") == pytest.approx(2 * page_fault_s(PF, above, vocab, "logprob_forward"))
+    assert page_fault_s(None, above, vocab, "logprob_train") == 0.0
+    arr = np.array([below, above, 3.0 * above])
+    got = page_fault_s(PF, arr, vocab, "logprob_forward")
+    assert list(got) == [page_fault_s(PF, float(x), vocab, "logprob_forward") for x in arr]
+
+
+def _models():
+    base = load_profile("cpu")
+    plain = copy.deepcopy(base)
+    plain.setdefault("kernels", {}).pop("page_faults", None)
+    with_pf = copy.deepcopy(plain)
+    with_pf["kernels"]["page_faults"] = PF
+    gpu = get_gpu("cpu")
+    return CostModel(gpu, plain), CostModel(gpu, with_pf)
+
+
+def test_cost_model_adds_the_term_to_logprob_passes_and_lm_training_only():
+    plain, pf = _models()
+    m = CATALOG["tiny-qwen2-v8k"]
+    big, small = 8 * 512, 8 * 64            # logits 128 MiB and 16 MiB
+    for n in (big, small):
+        extra = page_fault_s(PF, n, m.vocab, "logprob_forward")
+        assert pf.forward_s(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True) == pytest.approx(
+            plain.forward_s(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True) + extra, rel=1e-12)
+        # a generation prefill (last-token logits) and a value head fault nothing priced
+        assert pf.forward_s(m, "float32", n, 8, head="lm") == plain.forward_s(m, "float32", n, 8, head="lm")
+        assert pf.forward_s(m, "float32", n, 8, head="value") == plain.forward_s(m, "float32", n, 8, head="value")
+        extra_t = page_fault_s(PF, n, m.vocab, "logprob_train")
+        assert pf.train_s(m, "float32", n, 8, head="lm") == pytest.approx(plain.train_s(m, "float32", n, 8, head="lm") + extra_t, rel=1e-12)
+        assert pf.train_s(m, "float32", n, 8, head="value") == plain.train_s(m, "float32", n, 8, head="value")
+    assert page_fault_s(PF, big, m.vocab, "logprob_forward") > 0 and page_fault_s(PF, small, m.vocab, "logprob_forward") == 0
+    arr = np.array([small, big], dtype=np.float64)
+    t_arr, _ = pf.forward_parts_many(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
+    assert list(t_arr) == [pf.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[0] for x in arr]
+
+
+def test_fit_takes_the_calibrations_own_faults_off_lm_training_points():
+    shape = CATALOG["tiny-qwen2-v8k"].to_dict()
+    big = {"op": "train", "head": "lm", "batch": 4, "seq_len": 256, "shape": shape, "model": "m", "tmean_s": 0.09, "median_s": 0.09}
+    small = {**big, "seq_len": 64, "tmean_s": 0.02}
+    value = {**big, "head": "value", "tmean_s": 0.03}
+    out = with_tails([big, small, value], {}, {"page_faults": PF})
+    assert out[0]["fault_s"] == pytest.approx(4.0 * 4 * 256 * 8192 * 4 * 2e-10)
+    assert "fault_s" not in out[1] and "fault_s" not in out[2]
+    assert fitted_value(out[0]) == pytest.approx(point_value(big) - out[0]["fault_s"])
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return measure_page_faults(CATALOG["tiny-qwen2-v8k"], threads=1, calls=3)
+
+
+def test_measurement_on_this_cpu(measured):
+    pf = measured
+    assert pf["fault_s_per_byte"] > 0 and pf["threshold_bytes"] >= 0
+    assert set(pf["tensors"]) == set(PATTERNS) and all(v >= 0 for v in pf["tensors"].values())
+    # a backward allocates at least what its forward did: never fewer faulted tensors than the forward
+    assert pf["tensors"]["logprob_train"] >= pf["tensors"]["logprob_forward"]
+    assert pf["count_shape"]["logits_bytes"] >= 90 * 2**20 and pf["source"] == "measured"
+
+
+def test_count_shape_picks_the_largest_vocabulary_per_hidden_unit():
+    names = ("tiny-qwen2", "small-qwen2", "tiny-qwen2-v8k")
+    assert count_shape([CATALOG[n] for n in names]).name == "tiny-qwen2-v8k"
+
+
+def test_refit_train_uses_the_term(tmp_path, measured):
+    doc = copy.deepcopy(load_profile("cpu"))
+    doc["kernels"]["page_faults"] = {**measured, "threshold_bytes": 0}   # every lm training point faults
+    before = doc["operations"]["train"]
+    assert refit_train(doc, get_gpu("cpu"))
+    after = doc["operations"]["train"]
+    assert after != before and after["n_points"] == before["n_points"]
+    json.dumps(doc)   # still a plain document
