@@ -121,6 +121,6 @@ def compare(profile: dict, now: list[dict]) -> dict:
             if abs(ratio - 1) > TOLERANCE:
                 moved.append(f"{key} x{ratio:.2f}")
     if moved:
-        out["warnings"].append(f"this machine's rates differ from profile {name!r}'s (now / then: {', '.join(moved)}): "
+        out["warnings"].append(f"this machine's rates moved since profile {name!r} was measured (now / then: {', '.join(moved)}): "
                                "its predictions of those operations are off by about as much (calibrate again in this state)")
     return out

@@ -22,11 +22,16 @@ scorer, batch 4, 64-token prompts, 32-token chunks; sets ``interference.handover
     python -m calibrate.extend rlhfsim/profiles/cpu.json --handover
 
 ``--cost-terms``: the sampling tails of the generation runtimes (``calibrate.sampling``), the GEMM
-weight passes (``calibrate.gemm``) and the training rate by width (``calibrate.widths``), then the
-profile's generation prefill/decode and training operations fitted again with them
-(``calibrate.assemble.refit_cost_terms``)::
+weight passes (``calibrate.gemm``), the training rate by width (``calibrate.widths``) and, on a CPU, the
+page faults of large tensors (``calibrate.pagefaults``), then the profile's generation prefill/decode and
+training operations fitted again with them (``calibrate.assemble.refit_cost_terms``)::
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json --cost-terms
+
+``--page-faults``: only the page faults of large tensors, and ``train`` fitted again with them
+(``calibrate.assemble.refit_train``); nothing else changes::
+
+    python -m calibrate.extend rlhfsim/profiles/cpu.json --page-faults
 """
 
 from __future__ import annotations
@@ -272,8 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--page-faults", action="store_true",
                     help="add only the page faults of large tensors (calibrate.pagefaults; CPU) and refit training")
     ap.add_argument("--cost-terms", action="store_true",
-                    help="add only the sampling tails (calibrate.sampling), the GEMM weight passes (calibrate.gemm) and "
-                         "the training rate by width (calibrate.widths), and refit the generation and training operations")
+                    help="add only the sampling tails (calibrate.sampling), the GEMM weight passes (calibrate.gemm), "
+                         "the training rate by width (calibrate.widths) and, on a CPU, the page faults of large tensors "
+                         "(calibrate.pagefaults), and refit the generation and training operations")
     args = ap.parse_args(argv)
     if args.page_faults:
         doc = extend_page_faults(args.profile, args.threads or usable_cores())
