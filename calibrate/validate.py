@@ -402,8 +402,8 @@ def page_faults(setup, cost, steps: list) -> dict:
             a[0] += 1
             a[1] += nbytes
             role, pattern = FAULT_PATTERNS.get(phase, (None, None))
-            if pf and role in setup.shapes:
-                a[2] += page_fault_s(pf, rows * (width - 1), setup.shapes[role].vocab, pattern) / pf["fault_s_per_byte"]
+            if pf and role in setup.shapes:   # the priced bytes: the term at one second per byte
+                a[2] += page_fault_s({**pf, "fault_s_per_byte": 1.0}, rows * (width - 1), setup.shapes[role].vocab, pattern)
     rate = pf["fault_s_per_byte"] if pf else None
     return {ph: {"minibatches_per_step": c / n, "measured_mib": m / n / 2**20, "priced_mib": p / n / 2**20,
                  "measured_s_at_profile_rate": None if rate is None else m / n * rate}

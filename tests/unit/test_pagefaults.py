@@ -117,3 +117,22 @@ def test_refit_train_uses_the_term(tmp_path, measured):
     after = doc["operations"]["train"]
     assert after != before and after["n_points"] == before["n_points"]
     json.dumps(doc)   # still a plain document
+
+
+def test_validation_report_sets_measured_faults_beside_the_price():
+    from types import SimpleNamespace
+
+    from calibrate.validate import page_faults
+
+    m = CATALOG["tiny-qwen2-v8k"]
+    setup = SimpleNamespace(shapes={"actor": m, "reference": m, "critic": CATALOG["tiny-qwen2"]})
+    steps = [SimpleNamespace(faults=[("reference", 3 * 2**20, 8, 513), ("actor_train", 0, 8, 65),
+                                     ("critic_train", 2**20, 8, 513)])] * 2
+    for rate in (2e-10, 0.0):   # a measured rate of zero (a noisy quick calibration) prices nothing, no error
+        cost = SimpleNamespace(page_faults={**PF, "fault_s_per_byte": rate})
+        got = page_faults(setup, cost, steps)
+        assert got["reference"]["minibatches_per_step"] == 1 and got["reference"]["measured_mib"] == pytest.approx(3.0)
+        assert got["reference"]["priced_mib"] == pytest.approx(3.0 * 8 * 512 * 8192 * 4 / 2**20)
+        assert got["actor_train"]["priced_mib"] == 0 and got["critic_train"]["priced_mib"] == 0
+        assert got["reference"]["measured_s_at_profile_rate"] == pytest.approx(3 * 2**20 * rate)
+    assert page_faults(setup, SimpleNamespace(page_faults=None), steps)["reference"]["measured_s_at_profile_rate"] is None
