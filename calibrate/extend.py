@@ -234,8 +234,8 @@ def _profile_decoders(doc: dict) -> list:
 
 
 def _page_faults(doc: dict, device: str, threads: int) -> dict | None:
-    """``calibrate.pagefaults`` on a CPU profile with decoders (counted on the one with the largest
-    vocabulary per hidden unit); None elsewhere."""
+    """``calibrate.pagefaults`` on a CPU profile with decoders (counted on a one-layer model of the first
+    one's family, ``count_shape``); None elsewhere."""
     from calibrate.pagefaults import count_shape, measure_page_faults
 
     decoders = _profile_decoders(doc)

@@ -19,9 +19,9 @@ Measured here (``measure_page_faults``; ``kernels.page_faults`` in the profile):
   size faults (a fresh fill costing a third of ``fault_s_per_byte`` or more); tensors larger than it
   fault (sizes below glibc's largest threshold fault in some runs and not others: not priced);
 - ``tensors``: how many logits-sized tensors each pattern faults in per call, counted by the process's
-  minor page faults (``ru_minflt`` x the page size) over the bytes of its float32 logits, on the calibrated
-  decoder with the largest vocabulary per hidden unit (so that its other tensors stay under the
-  threshold), 8 rows long enough for 96 MiB of logits: ``logprob_forward`` (the reference and
+  minor page faults (``ru_minflt`` x the page size) over the bytes of its float32 logits, on a model of
+  the first calibrated decoder's family with one layer of width 64 and a 16,384-entry vocabulary (so that
+  its other tensors stay far under the threshold), 8 rows of 192 tokens, 96 MiB of logits: ``logprob_forward`` (the reference and
   old-log-prob pass of the executor and of TRL: ``logits[:, :-1].float().log_softmax(-1).gather``, about 3),
   ``logprob_train`` (the same with its backward, about 6.5) and ``labels_train`` (the calibration's
   ``train`` points: Hugging Face's loss on ``labels``), measured, not read from the code, since kernels
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import resource
+from dataclasses import replace
 import statistics
 import time
 
@@ -128,10 +129,18 @@ def pattern_calls(model, ids: torch.Tensor) -> dict:
     return {"logprob_forward": logprob_forward, "logprob_train": logprob_train, "labels_train": labels_train}
 
 
+COUNT_VOCAB = 16384          # the counting model's vocabulary: 96 MiB of logits in 8 x 192 tokens
+
+
 def count_shape(decoders: list[ModelShape]) -> ModelShape:
-    """The decoder the tensors are counted on: the largest vocabulary per hidden unit, so that the
-    logits are the only tensors of the call above the threshold."""
-    return max(decoders, key=lambda m: (m.vocab / m.hidden, m.vocab))
+    """The model the tensors are counted on: the first calibrated decoder's family (its Hugging Face
+    code path, tied or untied embeddings), one layer of width 64 and a vocabulary of ``COUNT_VOCAB``, so
+    that the logits are the only tensors of the call above the threshold and the count takes a fraction
+    of a second whatever the calibrated models are (the count is of the pattern's allocations, which do
+    not depend on the body)."""
+    base = decoders[0]
+    return replace(base, name=f"{base.name}-pagefaults", layers=1, hidden=64, intermediate=128, heads=1,
+                   kv_heads=1, vocab=COUNT_VOCAB)
 
 
 def measure_page_faults(shape: ModelShape, threads: int | None = None, calls: int = 9) -> dict:

@@ -92,7 +92,7 @@ def test_fit_takes_the_calibrations_own_faults_off_lm_training_points():
 
 @pytest.fixture(scope="module")
 def measured():
-    return measure_page_faults(CATALOG["tiny-qwen2-v8k"], threads=1, calls=3)
+    return measure_page_faults(count_shape([CATALOG["tiny-qwen2"]]), threads=1, calls=3)
 
 
 def test_measurement_on_this_cpu(measured):
@@ -104,9 +104,11 @@ def test_measurement_on_this_cpu(measured):
     assert pf["count_shape"]["logits_bytes"] >= 90 * 2**20 and pf["source"] == "measured"
 
 
-def test_count_shape_picks_the_largest_vocabulary_per_hidden_unit():
-    names = ("tiny-qwen2", "small-qwen2", "tiny-qwen2-v8k")
-    assert count_shape([CATALOG[n] for n in names]).name == "tiny-qwen2-v8k"
+def test_count_shape_keeps_the_family_and_makes_the_logits_dominate():
+    base = CATALOG["small-qwen2"]
+    sh = count_shape([base, CATALOG["tiny-qwen2"]])
+    assert (sh.hf_model_type, sh.tied_embeddings) == (base.hf_model_type, base.tied_embeddings)
+    assert sh.layers == 1 and sh.vocab >= 64 * sh.hidden
 
 
 def test_refit_train_uses_the_term(tmp_path, measured):
