@@ -34,7 +34,8 @@ TOLERANCE = 0.15          # |rate now / rate in the profile - 1| beyond which va
 PROBE_VERSION = 1
 
 
-def _median_s(fn, calls: int) -> float:
+def median_call_s(fn, calls: int) -> float:
+    """Median seconds of ``calls`` timed calls of ``fn`` after two untimed ones (host clock: CPU work)."""
     fn()
     fn()
     ts = []
@@ -61,12 +62,12 @@ def state_probe(threads: int | None = None, calls: int = 15) -> dict:
                 rows = mib * 2**20 // (4 * GEMV_COLS)
                 w = torch.randn(rows, GEMV_COLS)
                 x = torch.randn(1, GEMV_COLS)
-                t = _median_s(lambda: torch.nn.functional.linear(x, w), calls)
+                t = median_call_s(lambda: torch.nn.functional.linear(x, w), calls)
                 gemv[str(mib)] = w.numel() * 4 / t / 1e9
                 del w
             m, k, n = GEMM_SHAPE
             a, b = torch.randn(m, k), torch.randn(n, k)
-            t = _median_s(lambda: torch.nn.functional.linear(a, b), calls)
+            t = median_call_s(lambda: torch.nn.functional.linear(a, b), calls)
             gemm = 2 * m * k * n / t / 1e9
     finally:
         torch.set_num_threads(old)

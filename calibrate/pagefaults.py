@@ -41,10 +41,10 @@ import os
 import resource
 from dataclasses import replace
 import statistics
-import time
 
 import torch
 
+from calibrate.devstate import median_call_s
 from rlhfsim.models.catalog import ModelShape
 
 LADDER_MIB = (8, 16, 24, 32, 40, 48, 64, 96, 128)
@@ -53,25 +53,14 @@ COUNT_LOGITS_MIB = 96        # the float32 logits the counting shape aims at
 PATTERNS = ("logprob_forward", "logprob_train", "labels_train")
 
 
-def _median_s(fn, calls: int) -> float:
-    fn()
-    fn()
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def fault_costs(calls: int = 9) -> dict:
     """Per ladder size (MiB): seconds per byte of a fresh allocation's fill beyond a reused one's."""
     out = {}
     for mib in LADDER_MIB:
         n = mib * 2**20 // 4
         pre = torch.empty(n)
-        fresh = _median_s(lambda: torch.empty(n).fill_(1.0), calls)
-        reuse = _median_s(lambda: pre.fill_(1.0), calls)
+        fresh = median_call_s(lambda: torch.empty(n).fill_(1.0), calls)
+        reuse = median_call_s(lambda: pre.fill_(1.0), calls)
         out[mib] = max(fresh - reuse, 0.0) / (n * 4)
         del pre
     return out
