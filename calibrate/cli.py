@@ -222,3 +222,15 @@ def runtimes_command(profile_ref, fmt):
         we = kernels["width_efficiency"]
         click.echo("training rate by width, relative to the fastest: " + ", ".join(
             f"{w}: {r:.2f}" for w, r in zip(we["widths"], we["relative_rate"])))
+    pf = kernels.get("page_faults")
+    if pf:
+        t = pf["tensors"]
+        click.echo(f"page faults of large tensors: {1e9 * pf['fault_s_per_byte']:.3f} ns per byte above "
+                   f"{pf['threshold_bytes'] / 2**20:.0f} MiB; logits-sized tensors per call: log-prob forward "
+                   f"{t['logprob_forward']:.1f}, with backward {t['logprob_train']:.1f}, labels loss {t['labels_train']:.1f}")
+    dev = profile.get("device") or {}
+    probe = dev.get("state_probe_at_start")
+    if probe:
+        click.echo("device state probe at the start (validate compares it): GEMV " + ", ".join(
+            f"{k} MiB {v:.0f} GB/s" for k, v in probe["gemv_gb_s"].items()) + f", GEMM {probe['gemm_gflop_s']:.0f} GFLOP/s "
+            f"({probe['cpu_model']})")

@@ -138,3 +138,15 @@ def test_validation_report_sets_measured_faults_beside_the_price():
         assert got["actor_train"]["priced_mib"] == 0 and got["critic_train"]["priced_mib"] == 0
         assert got["reference"]["measured_s_at_profile_rate"] == pytest.approx(3 * 2**20 * rate)
     assert page_faults(setup, SimpleNamespace(page_faults=None), steps)["reference"]["measured_s_at_profile_rate"] is None
+
+
+def test_runtimes_prints_the_term_and_the_probe():
+    from click.testing import CliRunner
+
+    from calibrate.cli import runtimes_command
+
+    out = CliRunner().invoke(runtimes_command, ["--profile", "cpu"])
+    assert out.exit_code == 0, out.output
+    pf = load_profile("cpu")["kernels"]["page_faults"]
+    assert f"page faults of large tensors: {1e9 * pf['fault_s_per_byte']:.3f} ns per byte" in out.output
+    assert "device state probe at the start" in out.output
