@@ -185,7 +185,7 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
         if passes is not None and gen and p["op"] == "decode":
             p = {**p, "gemm_weight_passes": passes}
         if widths is not None and p["op"] == "train":
-            p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"])}
+            p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}
         if faults and p["op"] == "train" and p.get("head") == "lm":
             f = page_fault_s(faults, p["batch"] * p["seq_len"], p["shape"]["vocab"], "labels_train")
             if f:

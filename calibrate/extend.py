@@ -218,7 +218,8 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     doc["points"] = points
     return _finish(path, doc, 16, started, load_start, threads, [], runtimes, jpath, changed,
                    {"sampling": [list(x) for x in g.sampling], "gemm": [list(x) for x in g.gemm],
-                    "widths": list(g.widths), "width_mlp_ratio": g.width_mlp_ratio, "width_tokens": g.width_tokens},
+                    "widths": list(g.widths), "width_mlp_ratio": g.width_mlp_ratio,
+                    "width_mlp_ratios": list(g.width_mlp_ratios), "width_tokens": g.width_tokens},
                    what="cost_terms")
 
 

@@ -118,6 +118,7 @@ class Grid:
     widths: tuple[int, ...] = ()
     width_mlp_ratio: int = 3
     width_tokens: int = 512
+    width_mlp_ratios: tuple[int, ...] = ()   # further MLP ratios the widths are measured at (issue 16)
     # page faults of large tensors (calibrate.pagefaults): measured on a CPU with decoders
     page_faults: bool = False
 
@@ -165,6 +166,7 @@ QUICK_CPU = Grid(
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
     widths=(64, 128, 192, 256, 384, 512),
+    width_mlp_ratios=(2, 4),
     page_faults=True,
 )
 
@@ -281,6 +283,8 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             want = f"a list of [{', '.join(names)}] (may be empty)"
         elif k == "widths":
             ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 64 for x in v), "a list of widths >= 64 (may be empty)"
+        elif k == "width_mlp_ratios":
+            ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 1 for x in v), "a list of MLP ratios >= 1 (may be empty)"
         elif k in ("width_mlp_ratio", "width_tokens"):
             ok, want = pos_int(v) and v >= 1, "an int >= 1"
         elif k == "page_faults":

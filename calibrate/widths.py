@@ -25,6 +25,7 @@ fixed per-call costs; its rate is the layer's training FLOPs (``rlhfsim.costs.fl
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import torch
 
@@ -43,8 +44,11 @@ def width_shape(width: int, layers: int, ratio: int) -> ModelShape:
                       True, True, "qwen2", 4096, "")
 
 
-def _key(width: int, layers: int, tokens: int, dtype: str) -> str:
-    return point_key("width_train", f"w{width}-l{layers}", dtype, batch=2, seq_len=tokens // 2, prefix_len=layers)
+def _key(width: int, layers: int, tokens: int, dtype: str, ratio: int | None = None) -> str:
+    """A point's journal key; ``ratio`` for the MLP ratios beyond the grid's ``width_mlp_ratio`` (whose
+    keys stay as they were, so journals of earlier calibrations resume)."""
+    name = f"w{width}-l{layers}" + ("" if ratio is None else f"-r{ratio}")
+    return point_key("width_train", name, dtype, batch=2, seq_len=tokens // 2, prefix_len=layers)
 
 
 def measure_widths(s: Session) -> None:
@@ -52,31 +56,34 @@ def measure_widths(s: Session) -> None:
     g = s.grid
     n = max(2, int(g.width_tokens) // 2)
     autocast = (lambda: torch.autocast("cuda", dtype=s.tdtype)) if s.cuda and s.dtype != "float32" else contextlib.nullcontext
-    for width in g.widths:
-        for layers in LAYER_COUNTS:
-            key = _key(width, layers, 2 * n, s.dtype)
-            if not s.pending(key):
-                continue
-            shape = width_shape(width, layers, g.width_mlp_ratio)
-            model = s.hf_model(shape, "value", dtype="float32").train()
-            ids = torch.randint(1, VOCAB, (2, n), generator=torch.Generator().manual_seed(width + layers)).to(s.device)
+    ratios = [(g.width_mlp_ratio, None)] + [(r, r) for r in g.width_mlp_ratios if r != g.width_mlp_ratio]
+    for (ratio, tag), width, layers in ((rt, w, k) for rt in ratios for w in g.widths for k in LAYER_COUNTS):
+        key = _key(width, layers, 2 * n, s.dtype, tag)
+        if not s.pending(key):
+            continue
+        shape = width_shape(width, layers, ratio)
+        if tag is not None:
+            shape = replace(shape, name=f"{shape.name}-r{ratio}")
+        model = s.hf_model(shape, "value", dtype="float32").train()
+        ids = torch.randint(1, VOCAB, (2, n), generator=torch.Generator().manual_seed(width + layers)).to(s.device)
 
-            def step(model=model, ids=ids):
-                model.zero_grad(set_to_none=True)
-                with autocast():    # as calibrate.bench.measure_training trains: bf16 autocast on CUDA
-                    loss = model(input_ids=ids).logits.float().pow(2).mean()
-                loss.backward()
+        def step(model=model, ids=ids):
+            model.zero_grad(set_to_none=True)
+            with autocast():    # as calibrate.bench.measure_training trains: bf16 autocast on CUDA
+                loss = model(input_ids=ids).logits.float().pow(2).mean()
+            loss.backward()
 
-            with torch.inference_mode(False):
-                s.measure(key, {"op": "width_train", "model": shape.name, "shape": shape.to_dict(), "head": "value",
-                                "batch": 2, "seq_len": n, "prefix_len": 0, "tokens": 2 * n, "width": width,
-                                "layers": layers, "timed": "forward + backward of a value-head model"}, step)
-            del model
-            s.free()
+        with torch.inference_mode(False):
+            s.measure(key, {"op": "width_train", "model": shape.name, "shape": shape.to_dict(), "head": "value",
+                            "batch": 2, "seq_len": n, "prefix_len": 0, "tokens": 2 * n, "width": width,
+                            "layers": layers, "timed": "forward + backward of a value-head model"}, step)
+        del model
+        s.free()
 
 
 def plan_size(grid) -> int:
-    return len(grid.widths) * len(LAYER_COUNTS)
+    ratios = {grid.width_mlp_ratio, *grid.width_mlp_ratios}
+    return len(grid.widths) * len(LAYER_COUNTS) * len(ratios)
 
 
 def _layer_flops(width: int, ratio: int, tokens: int) -> float:
@@ -87,25 +94,36 @@ def _layer_flops(width: int, ratio: int, tokens: int) -> float:
 
 def width_summary(points: list[dict], value) -> dict | None:
     """``{"widths", "relative_rate", "points", ...}`` from the ``width_train`` points (``value``: a point's
-    seconds), or None without two widths measured at both layer counts."""
-    t: dict[int, dict[int, tuple[float, dict]]] = {}
+    seconds), or None without two widths measured at both layer counts. Rates are per (MLP ratio, width),
+    relative to the fastest of all; ``widths``/``relative_rate`` are the grid's own ratio's (``mlp_ratio``:
+    the points without a ``-r`` tag), and with two ratios or more ``by_ratio`` has each one's
+    (``rlhfsim.costs.flops.width_rate`` interpolates between them)."""
+    t: dict[tuple[int, int], dict[int, tuple[float, dict]]] = {}
+    primary = None
     for p in points:
         if p["op"] == "width_train" and not p.get("skipped") and value(p) > 0:
-            t.setdefault(p["width"], {})[p["layers"]] = (value(p), p)
-    rates = {}
-    for w, by in sorted(t.items()):
+            ratio = p["shape"]["intermediate"] // p["width"]
+            t.setdefault((ratio, p["width"]), {})[p["layers"]] = (value(p), p)
+            if not p["model"].endswith(f"-r{ratio}"):
+                primary = ratio
+    rates: dict[int, dict[int, tuple[float, float]]] = {}
+    for (ratio, w), by in sorted(t.items()):
         if all(k in by for k in LAYER_COUNTS):
             layer_s = (by[LAYER_COUNTS[1]][0] - by[LAYER_COUNTS[0]][0]) / (LAYER_COUNTS[1] - LAYER_COUNTS[0])
-            p = by[LAYER_COUNTS[0]][1]
-            ratio = p["shape"]["intermediate"] // w
             if layer_s > 0:
-                rates[w] = (_layer_flops(w, ratio, p["tokens"]) / layer_s, layer_s)
-    if len(rates) < 2:
+                rates.setdefault(ratio, {})[w] = (_layer_flops(w, ratio, by[LAYER_COUNTS[0]][1]["tokens"]) / layer_s, layer_s)
+    rates = {r: v for r, v in rates.items() if len(v) >= 2}
+    if not rates:
         return None
-    top = max(r for r, _ in rates.values())
-    widths = sorted(rates)
-    return {"widths": widths, "relative_rate": [rates[w][0] / top for w in widths],
-            "layer_ms": [1e3 * rates[w][1] for w in widths], "gflops": [rates[w][0] / 1e9 for w in widths],
-            "source": "measured",
-            "method": "per-layer forward+backward time (3 layers - 1 layer) / 2; rate = layer FLOPs / time; "
-                      "relative to the fastest width"}
+    primary = primary if primary in rates else max(rates, key=lambda r: len(rates[r]))
+    top = max(x for v in rates.values() for x, _ in v.values())
+    widths = sorted(rates[primary])
+    out = {"widths": widths, "relative_rate": [rates[primary][w][0] / top for w in widths], "mlp_ratio": primary,
+           "layer_ms": [1e3 * rates[primary][w][1] for w in widths],
+           "gflops": [rates[primary][w][0] / 1e9 for w in widths], "source": "measured",
+           "method": "per-layer forward+backward time (3 layers - 1 layer) / 2; rate = layer FLOPs / time; "
+                     "relative to the fastest width and MLP ratio"}
+    if len(rates) >= 2:
+        out["by_ratio"] = {str(r): {"widths": sorted(v), "relative_rate": [v[w][0] / top for w in sorted(v)]}
+                           for r, v in sorted(rates.items())}
+    return out

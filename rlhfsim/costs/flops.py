@@ -114,14 +114,22 @@ class ShapeCoeffs:
         return Work(flops, weights + kv_read + self.logit_bytes * batch, 0.0, self.layers)
 
 
-def width_rate(width_eff: dict | None, hidden: int) -> float:
+def width_rate(width_eff: dict | None, hidden: int, mlp_ratio: float | None = None) -> float:
     """r(h), a model width's relative training rate (``kernels.width_efficiency``, measured by
     ``calibrate.widths``: widths and their rates relative to the fastest), interpolated in log width and
-    held at the ends; 1 without a measurement."""
+    held at the ends; with ``mlp_ratio`` (intermediate / hidden) and rates measured at several MLP ratios
+    (``by_ratio``), each ratio's r(h) interpolated linearly in the ratio and held at the ends; 1 without a
+    measurement."""
     if not width_eff or not width_eff.get("widths"):
         return 1.0
-    ws, rs = width_eff["widths"], width_eff["relative_rate"]
-    return float(np.interp(np.log(hidden), np.log(np.asarray(ws, dtype=np.float64)), rs))
+    by = width_eff.get("by_ratio")
+    if mlp_ratio is None or not by or len(by) < 2:
+        ws, rs = width_eff["widths"], width_eff["relative_rate"]
+        return float(np.interp(np.log(hidden), np.log(np.asarray(ws, dtype=np.float64)), rs))
+    ratios = sorted(by, key=float)
+    at = [float(np.interp(np.log(hidden), np.log(np.asarray(by[r]["widths"], dtype=np.float64)), by[r]["relative_rate"]))
+          for r in ratios]
+    return float(np.interp(mlp_ratio, [float(r) for r in ratios], at))
 
 
 FP32_LOGIT_BYTES = 4   # log-probs are taken in float32 (logits.float()), whatever the model's dtype

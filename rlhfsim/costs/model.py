@@ -509,7 +509,7 @@ class CostModel:
         key = (m, dtype, head)
         got = self._shapes.get(key)
         if got is None:   # the shape's constants and its width's training rate (flops.width_rate), once
-            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), fl.width_rate(self.width_eff, m.hidden))
+            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), fl.width_rate(self.width_eff, m.hidden, m.intermediate / m.hidden))
         shape, rate = got
         w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
         if sp > 1:

@@ -129,6 +129,12 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
                     and all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1 for r in rs)):
                 raise ProfileError(f"{where}.kernels.width_efficiency: expected increasing widths and their relative "
                                    f"rates in (0, 1], got {we!r}"[:300])
+            for r, sub in (we.get("by_ratio") or {}).items():
+                ws, rs = (sub.get("widths"), sub.get("relative_rate")) if isinstance(sub, dict) else (None, None)
+                if not (isinstance(ws, list) and isinstance(rs, list) and len(ws) == len(rs) >= 2 and ws == sorted(set(ws))
+                        and all(_positive(x) and x <= 1 for x in rs)):
+                    raise ProfileError(f"{where}.kernels.width_efficiency.by_ratio.{r}: expected increasing widths and "
+                                       f"their relative rates in (0, 1], got {sub!r}"[:300])
     _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")

@@ -209,11 +209,38 @@ def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_
         validate_profile({**base, "kernels": {"gemm_weight_passes": 0.5}}, "p")
 
 
+def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
+    """Widths measured at further MLP ratios (``width_mlp_ratios``): keys of their own (the grid's own
+    ratio keeps its keys, so older journals resume), one normalization over every (ratio, width), and
+    r(h, ratio) interpolated linearly between the measured ratios and held at the ends."""
+    from calibrate.widths import measure_widths, plan_size as widths_size, width_summary
+    from rlhfsim.costs import flops as fl
+
+    grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64, "width_mlp_ratios": [2, 4]})
+    assert widths_size(grid) == 2 * 2 * 3
+    with Journal.open(tmp_path / "w.journal.jsonl", META, resume=False) as j:
+        s = Session("cpu", "float32", grid, j, Progress(widths_size(grid), enabled=False), tmp_path)
+        measure_widths(s)
+        pts = [r for r in j.records if r.get("kind") == "point"]
+    ratios = sorted({p["shape"]["intermediate"] // p["width"] for p in pts})
+    assert ratios == [2, 3, 4] and len({p["key"] for p in pts}) == 12
+    assert sum(p["model"].endswith(("-r2", "-r4")) for p in pts) == 8    # the grid's own ratio (3) untagged
+    # made-up per-layer times: each ratio's layer FLOPs in the same time per width, so the wider MLP is faster
+    made = [{**p, "tmean_s": 1e-3 + p["layers"] * (2e-3 if p["width"] == 64 else 4e-3)} for p in pts]
+    summ = width_summary(made, point_value)
+    assert summ["mlp_ratio"] == 3 and set(summ["by_ratio"]) == {"2", "3", "4"}
+    r2, r3, r4 = (fl.width_rate(summ, 128, k) for k in (2, 3, 4))
+    assert r2 < r3 < r4 == pytest.approx(1.0)
+    assert fl.width_rate(summ, 128, 2.5) == pytest.approx((r2 + r3) / 2)
+    assert fl.width_rate(summ, 128, 1.0) == r2 and fl.width_rate(summ, 128, 8.0) == r4     # held at the ends
+    assert fl.width_rate(summ, 128) == pytest.approx(summ["relative_rate"][1])            # no ratio: the grid's own
+
+
 def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops(tmp_path):
     from calibrate.widths import measure_widths, plan_size as widths_size, width_summary
     from rlhfsim.costs import flops as fl
 
-    grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64})
+    grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64, "width_mlp_ratios": []})
     with Journal.open(tmp_path / "w.journal.jsonl", META, resume=False) as j:
         s = Session("cpu", "float32", grid, j, Progress(widths_size(grid), enabled=False), tmp_path)
         measure_widths(s)
@@ -263,7 +290,8 @@ def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     assert len(ext_rec) == 1 and "decode" in ext_rec[0]["added"] and "decode:hf_generate" in ext_rec[0]["added"]
     assert {"kernels.gemm_weight_passes", "kernels.width_efficiency", "train"} <= set(ext_rec[0]["added"])
     assert sum(p["op"] == "sample" for p in on_disk["points"]) == 8 and sum(p["op"] == "gemm" for p in on_disk["points"]) == 2
-    assert sum(p["op"] == "width_train" for p in on_disk["points"]) == 4
+    assert sum(p["op"] == "width_train" for p in on_disk["points"]) == 4 * 3   # 2 widths x 2 depths x MLP ratios 3, 2, 4
+    assert set(on_disk["kernels"]["width_efficiency"]["by_ratio"]) == {"2", "3", "4"}
     assert all(p.get("width_rate") is None for p in on_disk["points"])    # the annotations stay out of the file
     assert on_disk["operations"]["decode"]["source"] == "measured"
     # the handover extension of the same issue is kept
