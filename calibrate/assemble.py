@@ -223,10 +223,7 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: d
             if rt != "kv_decoder" and own and op_key(op, rt) in ops:
                 ops[op_key(op, rt)] = fitted(own, gpu, priors[op])
                 changed.append(op_key(op, rt))
-    train = _plain(pts, "train")
-    if kernels is not None and ("width_efficiency" in kernels or "page_faults" in kernels) and train \
-            and ops.get("train", {}).get("source") in ("measured", "underdetermined"):
-        ops["train"] = fitted(train, gpu, priors["train"])
+    if kernels is not None and ("width_efficiency" in kernels or "page_faults" in kernels) and refit_train(doc, gpu, points):
         changed.append("train")
     for rt, info in gen.items():
         if _put_tail(info, rt, tails):
@@ -234,11 +231,11 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: d
     return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "width_efficiency", "page_faults") if k in (kernels or {})]
 
 
-def refit_train(doc: dict, gpu: GpuSpec) -> bool:
-    """A measured profile's ``train`` fitted again from its own points with the cost terms its
-    ``kernels`` hold (the width rate, the page faults: ``with_tails``); nothing else changes. False when
-    it has no measured training points."""
-    pts = with_tails(doc.get("points", []), {}, doc.get("kernels"))
+def refit_train(doc: dict, gpu: GpuSpec, points: list[dict] | None = None) -> bool:
+    """A measured profile's ``train`` fitted again from ``points`` (default: its own) with the cost terms
+    its ``kernels`` hold (the width rate, the page faults: ``with_tails``); nothing else changes. False
+    when there are no training points or the profile's ``train`` was not measured."""
+    pts = with_tails(doc.get("points", []) if points is None else points, {}, doc.get("kernels"))
     train = _plain(pts, "train")
     if not train or doc["operations"].get("train", {}).get("source") not in ("measured", "underdetermined"):
         return False

@@ -123,24 +123,26 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             raise ProfileError(f"{where}.kernels.gemm_weight_passes: expected a finite number >= 1, got {v!r}")
         we = kernels.get("width_efficiency")
         if we is not None:
-            ws, rs = (we.get("widths"), we.get("relative_rate")) if isinstance(we, dict) else (None, None)
-            if not (isinstance(ws, list) and isinstance(rs, list) and len(ws) == len(rs) >= 2
-                    and all(isinstance(w, int) and w > 0 for w in ws) and ws == sorted(set(ws))
-                    and all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1 for r in rs)):
-                raise ProfileError(f"{where}.kernels.width_efficiency: expected increasing widths and their relative "
-                                   f"rates in (0, 1], got {we!r}"[:300])
-            for r, sub in (we.get("by_ratio") or {}).items():
-                ws, rs = (sub.get("widths"), sub.get("relative_rate")) if isinstance(sub, dict) else (None, None)
-                if not (isinstance(ws, list) and isinstance(rs, list) and len(ws) == len(rs) >= 2 and ws == sorted(set(ws))
-                        and all(_positive(x) and x <= 1 for x in rs)):
-                    raise ProfileError(f"{where}.kernels.width_efficiency.by_ratio.{r}: expected increasing widths and "
-                                       f"their relative rates in (0, 1], got {sub!r}"[:300])
+            curves = {"": we, **{f".by_ratio.{r}": sub for r, sub in ((we.get("by_ratio") or {}).items()
+                                                                     if isinstance(we, dict) else ())}}
+            for path, curve in curves.items():
+                if not _width_curve(curve):
+                    raise ProfileError(f"{where}.kernels.width_efficiency{path}: expected increasing widths and their "
+                                       f"relative rates in (0, 1], got {curve!r}"[:300])
     _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")
         if problem:
             raise ProfileError(problem)
     return doc
+
+
+def _width_curve(curve) -> bool:
+    """``{"widths": increasing ints > 0, "relative_rate": as many numbers in (0, 1]}``, at least two."""
+    ws, rs = (curve.get("widths"), curve.get("relative_rate")) if isinstance(curve, dict) else (None, None)
+    return (isinstance(ws, list) and isinstance(rs, list) and len(ws) == len(rs) >= 2
+            and all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in ws) and ws == sorted(set(ws))
+            and all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1 for r in rs))
 
 
 def _positive(v) -> bool:
