@@ -232,5 +232,6 @@ def runtimes_command(profile_ref, fmt):
     probe = dev.get("state_probe_at_start")
     if probe:
         click.echo("device state probe at the start (validate compares it): GEMV " + ", ".join(
-            f"{k} MiB {v:.0f} GB/s" for k, v in probe["gemv_gb_s"].items()) + f", GEMM {probe['gemm_gflop_s']:.0f} GFLOP/s "
-            f"({probe['cpu_model']})")
+            f"{k} MiB {v:.0f} GB/s" for k, v in probe["gemv_gb_s"].items()) + f", GEMM {probe['gemm_gflop_s']:.0f} GFLOP/s"
+            + (f", dispatch {probe['dispatch_kops_s']:.0f} k ops/s" if probe.get("dispatch_kops_s") else "")
+            + f" ({probe['cpu_model']})")

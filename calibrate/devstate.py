@@ -12,7 +12,13 @@ speeds wrong for a run elsewhere, and neither shows in the profile's own held-ou
 ``state_probe`` measures the two rates the cost model's roofline rests on, in the shapes the decode and
 training operations have: a one-row GEMV over float32 weight matrices of 2, 8 and 32 MiB (bytes per
 second: in cache, around the last-level cache of a small VM, beyond it) and a 256-row GEMM (FLOP per
-second). A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
+second); and a third rate the roofline does not see but the small models' operations are made of, the
+host's **dispatch rate**: a chain of small layers (``DISPATCH_LAYERS`` x linear 64x64, layer norm, SiLU on
+16 rows) run forward and backward through autograd, in operator calls per second. The models a CPU
+validates are small enough that most of a call is this per-operator host work (Python, the dispatcher,
+autograd, thread hand-offs), and on a shared host it moves on its own: on this project's VM the
+calibration's own training points re-timed 2 hours after the calibration took 1.10-1.29x as long while
+the GEMV rates had moved by less than 10% (docs/validation.md, "2026-12-01, later"). A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
 ``rlhfsim validate`` takes it again before and after the real steps and compares (``device_check``): a
 different CPU model, or a rate that moved by more than ``TOLERANCE``, is printed as a warning and kept in
 the document, so that a prediction's error can be read against the state it was made in. Nothing here
@@ -30,8 +36,10 @@ import torch
 GEMV_MIB = (2, 8, 32)     # weight-matrix sizes of the memory probe, MiB (float32)
 GEMV_COLS = 1024
 GEMM_SHAPE = (256, 1024, 1024)   # rows x in x out of the compute probe
+DISPATCH_LAYERS = 16      # small layers of the dispatch probe (3 operators each forward)
+DISPATCH_SHAPE = (16, 64)  # rows x width of its activations (a few KiB: nothing for the memory system)
 TOLERANCE = 0.15          # |rate now / rate in the profile - 1| beyond which validate warns
-PROBE_VERSION = 1
+PROBE_VERSION = 2         # 2: the dispatch rate
 
 
 def median_call_s(fn, calls: int) -> float:
@@ -69,16 +77,42 @@ def state_probe(threads: int | None = None, calls: int = 15) -> dict:
             a, b = torch.randn(m, k), torch.randn(n, k)
             t = median_call_s(lambda: torch.nn.functional.linear(a, b), calls)
             gemm = 2 * m * k * n / t / 1e9
+        dispatch = dispatch_rate(calls)
     finally:
         torch.set_num_threads(old)
     return {"version": PROBE_VERSION, "cpu_model": cpu_model(), "cpu_cores": usable_cores(),
-            "threads": int(threads or old), "load_avg_1m": load_avg(), "gemv_gb_s": gemv, "gemm_gflop_s": gemm}
+            "threads": int(threads or old), "load_avg_1m": load_avg(), "gemv_gb_s": gemv, "gemm_gflop_s": gemm,
+            "dispatch_kops_s": dispatch}
+
+
+def dispatch_rate(calls: int = 15) -> float:
+    """Thousands of operator calls per second through a chain of ``DISPATCH_LAYERS`` small layers (linear,
+    layer norm, SiLU on ``DISPATCH_SHAPE`` activations) forward and backward with autograd: the median of
+    ``calls`` timed passes. Counted as 3 operators per layer forward and 3 backward (the real count of
+    kernels is larger; only the ratio between two probes is used)."""
+    rows, width = DISPATCH_SHAPE
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(width, width, generator=gen, requires_grad=True) for _ in range(DISPATCH_LAYERS)]
+    x0 = torch.randn(rows, width, generator=gen)
+
+    def chain():
+        x = x0
+        for w in weights:
+            x = torch.nn.functional.silu(torch.nn.functional.layer_norm(torch.nn.functional.linear(x, w), (width,)))
+        x.sum().backward()
+        for w in weights:
+            w.grad = None
+
+    t = median_call_s(chain, calls)
+    return 6 * DISPATCH_LAYERS / t / 1e3
 
 
 def _rates(probe: dict) -> dict[str, float]:
     out = {f"gemv_{k}MiB": float(v) for k, v in (probe.get("gemv_gb_s") or {}).items()}
     if probe.get("gemm_gflop_s"):
         out["gemm"] = float(probe["gemm_gflop_s"])
+    if probe.get("dispatch_kops_s"):  # probe version 2 on
+        out["dispatch"] = float(probe["dispatch_kops_s"])
     return out
 
 

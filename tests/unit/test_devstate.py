@@ -31,6 +31,19 @@ def test_probe_measures_every_rate():
     assert set(p["gemv_gb_s"]) == {str(m) for m in GEMV_MIB}
     assert all(v > 0 for v in p["gemv_gb_s"].values()) and p["gemm_gflop_s"] > 0
     assert p["threads"] == 1 and p["cpu_model"]
+    assert p["version"] == 2 and p["dispatch_kops_s"] > 0
+
+
+def test_dispatch_rate_moved_alone_is_named_and_old_probes_skip_it():
+    """A host whose per-operator work slowed (the small models' calls) while its memory and compute rates
+    held is named by the dispatch rate; a version-1 probe in the profile (no dispatch rate) is compared on
+    the rates it has."""
+    prof = _profile([{**_probe(), "version": 2, "dispatch_kops_s": 100.0}])
+    c = compare(prof, [{**_probe(), "version": 2, "dispatch_kops_s": 75.0}])
+    assert c["ratios"]["dispatch"] == pytest.approx(0.75)
+    assert len(c["warnings"]) == 1 and "dispatch x0.75" in c["warnings"][0] and "gemv" not in c["warnings"][0]
+    old = compare(_profile([_probe()]), [{**_probe(), "version": 2, "dispatch_kops_s": 75.0}])
+    assert "dispatch" not in old["ratios"] and old["warnings"] == []
 
 
 def test_same_machine_same_state_is_quiet():
