@@ -5,7 +5,8 @@ For each scenario:
      cpu``; one GPU with ``--device cuda``) and draw its rollouts (prompt and response lengths) from the
      simulator's own seeded stream.
   2. Run the real steps with ``calibrate.executor`` on exactly those lengths, the scenarios' steps
-     round-robin (``run_interleaved``; ``--sequential``: one scenario after another).
+     round-robin (``run_interleaved``; ``--sequential``, the default with ``--generate``: one scenario
+     after another).
   3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
      calibration of exactly the scenario's models, cached; when measured, its passes alternate with
      blocks of the real steps; shapes outside the catalog get the lean grid of ``operating_points``),
@@ -529,7 +530,10 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
              recalibrate: bool = False, overrides: list | None = None) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
-    one executor in memory at a time, for models too large to hold every scenario's at once. Without
+    one executor in memory at a time, as a job runs alone (and for models too large to hold every
+    scenario's at once); round-robin makes each step slower than alone (more objects for the garbage
+    collector to walk, other models' weights in the caches; docs/validation.md), which a profile
+    measured in its own process does not contain. ``steps_run`` in the document says which. Without
     ``profile`` (or with ``quick`` among its comma-separated names), the cached quick calibration is
     used; when there is none (or ``recalibrate``), its passes are measured between blocks of the real
     steps (not with ``sequential``). Several profiles predict the same measured steps: the document has
@@ -601,7 +605,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     blocks = [{"profile": name, **error_block([validate_scenario(p, profile_of(name, j), m)
                                                for j, (p, m) in enumerate(zip(prepared, measured))])}
               for name in profiles]
-    doc = {"device": device, **blocks[0], "other_profiles": blocks[1:]}
+    doc = {"device": device, "steps_run": "sequential" if sequential else "round-robin", **blocks[0],
+           "other_profiles": blocks[1:]}
     if probes:
         probes.append(state_probe(threads))
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
@@ -641,6 +646,10 @@ def print_table(doc: dict) -> None:
         if b["median_abs_error_pct"] is not None:
             c.print(f"profile {b['profile']}: median |step-time error| over {len(b['scenarios'])} scenario(s): "
                     f"{b['median_abs_error_pct']:.1f}%, max {b['max_abs_error_pct']:.1f}%")
+    if doc.get("steps_run"):
+        c.print(f"real steps run {doc['steps_run']}" + (" (one executor in memory at a time, as a job runs alone)"
+                                                       if doc["steps_run"] == "sequential" else
+                                                       " (every scenario's executor in memory; slower than a job alone)"))
     g = doc.get("generated")
     if g:
         c.print(f"generated set: seed {g['seed']}, {g['n']} scenario(s) in {g['dir']} ({g['redraws']} re-draw(s)); rerun: {g['rerun']}")
@@ -714,7 +723,11 @@ def _ops_table(title: str, ops: dict):
 @click.option("--threads", type=click.IntRange(min=1),
               help="torch intra-op threads for the real runs and their calibration (default: torch's).")
 @click.option("--sequential", is_flag=True,
-              help="Run one scenario's steps after another (default: round-robin, every scenario's executor in memory at once).")
+              help="Run one scenario's steps after another, one executor in memory at a time, as a job runs alone "
+                   "(the default with --generate).")
+@click.option("--round-robin", "round_robin", is_flag=True,
+              help="Run the scenarios' steps round-robin, every scenario's executor in memory at once (the default "
+                   "with --scenario; it makes the steps slower than a job alone, docs/validation.md 'Round-robin').")
 @click.option("--recalibrate", is_flag=True,
               help="Measure the quick calibration again (between blocks of the real steps) instead of using the cached one.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -726,7 +739,7 @@ def _ops_table(title: str, ops: dict):
                    "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
                    "comma-separated profiles, compared side by side).")
 def validate_command(device, scenarios, generate, seed, ranges_file, profile, steps, threads, sequential,
-                     recalibrate, fmt, sets, out, framework):
+                     round_robin, recalibrate, fmt, sets, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
     from rlhfsim.contracts import VALIDATION_FILE
     from rlhfsim.files import out_path
@@ -734,6 +747,8 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
 
     out_file = out_path(out, VALIDATION_FILE)
     overrides = [parse_set(s) for s in sets]
+    if sequential and round_robin:
+        raise RlhfsimError("--sequential, --round-robin: expected at most one of them, got both")
     generated = None
     if generate is not None:
         if scenarios or framework != "rlhfsim":
@@ -758,6 +773,10 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
         return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
     if recalibrate and QUICK not in profile_list(profile):
         raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it needs --profile quick (or none)")
+    # A generated scenario stands for a user's job, which runs alone: its steps run one scenario after
+    # another unless --round-robin (the shipped scenarios keep round-robin, their own calibration's passes
+    # alternating with blocks of those steps).
+    sequential = sequential or (generated is not None and not round_robin)
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
                    recalibrate=recalibrate, overrides=overrides)
     from rlhfsim.files import write_json_atomic

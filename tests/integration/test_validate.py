@@ -58,6 +58,7 @@ def test_json_contract_through_the_cli():
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     (s,) = d["scenarios"]
+    assert d["steps_run"] == "round-robin"   # the default with --scenario
     assert set(s) >= {"name", "measured_step_time_s", "predicted_step_time_s", "error_pct", "phases"}
     assert s["error_pct"] == pytest.approx(100 * (s["predicted_step_time_s"] - s["measured_step_time_s"]) / s["measured_step_time_s"])
     for ph in ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train", "weight_sync"):

@@ -30,6 +30,7 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     assert (out / name).is_file() and all((out / m).is_file() for m in meta["models"])
     doc = json.loads(r.stdout)
     assert doc["profile"] == "cpu" and doc["generated"]["seed"] == 3 and doc["generated"]["ranges"] == meta["ranges"]
+    assert doc["steps_run"] == "sequential"   # a drawn scenario stands for a job running alone
     (s,) = doc["scenarios"]
     assert s["name"] == Path(name).stem and s["profile"] == "cpu"
     assert doc["median_abs_error_pct"] == doc["max_abs_error_pct"] == pytest.approx(abs(s["error_pct"]))
@@ -47,6 +48,7 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     (["--generate", "2", "--scenario", "x.yaml"], "--generate"),
     (["--generate", "1", "--device", "cuda"], "--device"),
     (["--seed", "4", "--scenario", "x.yaml"], "--seed"),
+    (["--generate", "1", "--sequential", "--round-robin"], "--round-robin"),
     ([], "--scenario"),
 ])
 def test_bad_generate_values_are_one_line_exit_2(args, where, tmp_path):
