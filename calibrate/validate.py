@@ -467,6 +467,40 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
 
 
 QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
+GENERIC = "generic"   # --profile name of the generic quick calibration measured now, before the steps
+
+
+def measure_generic(device: str, threads: int | None, out: Path, progress: bool = True, *, models: list | None = None,
+                    runtimes: list[str] | None = None, grid: dict | None = None,
+                    handover: tuple[int, int, int] = (4, 64, 32)) -> str:
+    """``--profile generic``: the quick generic calibration of this device measured now, before the real
+    steps (``rlhfsim calibrate --device cpu --quick``: the default quick grid on the catalog's models, then
+    the hand-over pattern of each decoder it measured, as the bundled ``cpu`` profile is made). Blind to
+    the scenarios (no operating point of theirs is measured), in the state of the machine the steps run
+    in: on a shared host whose speed moves by 10-30% between hours, a profile measured hours before prices
+    another machine (docs/validation.md). Written to ``out`` (the ``generic-profile.json`` of a
+    ``--generate`` directory, else a time-stamped file in the cache), its journals beside it (an
+    interrupted one resumes when ``out`` is given again; ``python -m calibrate calibrate --from-journal``
+    builds a profile of what it holds). About 6 minutes on 2 cores. Returns the profile's path. ``models``,
+    ``runtimes``, ``grid`` and ``handover`` (batch, prompt, chunk) replace the defaults (tests)."""
+    if device != "cpu":
+        raise RlhfsimError(f"--profile {GENERIC}: expected --device cpu (a GPU's generic calibration is "
+                           f"`rlhfsim calibrate --gpu NAME`), got --device {device}")
+    from calibrate.extend import _profile_decoders, extend_handover
+    from calibrate.run import run_calibration
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    journal = out.with_suffix(".journal.jsonl")
+    if progress:
+        click.echo(f"generic calibration of this device (quick grid, catalog models, then the hand-over pattern): {out}", err=True)
+    doc = run_calibration(device, quick=True, out=out, resume=journal.is_file(), progress=progress, models=models,
+                          runtimes=runtimes, grid=grid, threads=threads, name=GENERIC,
+                          command=f"rlhfsim validate --profile {GENERIC}")
+    decoders = [m.name for m in _profile_decoders(doc)]
+    batch, prompt, chunk = handover
+    extend_handover(out, decoders, threads or doc["device"].get("threads") or 1, batch=batch, prompt=prompt,
+                    chunk=chunk, resume=out.with_name(out.stem + ".handover.journal.jsonl").is_file())
+    return str(out)
 
 
 def calibration_groups(prepared: list) -> list[list]:
@@ -527,7 +561,7 @@ def profile_list(profile: str | None) -> list[str]:
 
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
-             recalibrate: bool = False, overrides: list | None = None) -> dict:
+             recalibrate: bool = False, overrides: list | None = None, generic_out: Path | None = None) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
     one executor in memory at a time, as a job runs alone (and for models too large to hold every
@@ -538,7 +572,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     used; when there is none (or ``recalibrate``), its passes are measured between blocks of the real
     steps (not with ``sequential``). Several profiles predict the same measured steps: the document has
     the first one's results (``scenarios``, ``median_abs_error_pct``) and each further one's under
-    ``other_profiles``, as ``validate --framework trl`` has."""
+    ``other_profiles``, as ``validate --framework trl`` has. ``generic`` among the profiles is measured
+    first (``measure_generic``, to ``generic_out`` or the cache)."""
     profiles = profile_list(profile)
     if device == "cuda":
         import torch
@@ -554,6 +589,12 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
 
     from calibrate.devstate import state_probe
 
+    generic_path = None
+    if GENERIC in profiles:
+        import time
+
+        generic_path = measure_generic(device, threads, generic_out or cache_dir() / "generic" / f"generic-{time.strftime('%Y%m%d-%H%M%S')}.json",
+                                       progress)
     probes = [state_probe(threads)] if device == "cpu" else []
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
@@ -600,13 +641,15 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
                 measured = rr.results
 
     def profile_of(name: str, j: int) -> str:
-        return quick_paths[j] if name == QUICK else name
+        return quick_paths[j] if name == QUICK else generic_path if name == GENERIC else name
 
     blocks = [{"profile": name, **error_block([validate_scenario(p, profile_of(name, j), m)
                                                for j, (p, m) in enumerate(zip(prepared, measured))])}
               for name in profiles]
     doc = {"device": device, "steps_run": "sequential" if sequential else "round-robin", **blocks[0],
            "other_profiles": blocks[1:]}
+    if generic_path is not None:
+        doc["generic_profile"] = generic_path
     if probes:
         probes.append(state_probe(threads))
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
@@ -718,7 +761,8 @@ def _ops_table(title: str, ops: dict):
               help="--generate: a JSON file replacing some RANGES entries (copied into the output directory).")
 @click.option("--profile", help="Calibration profile names or paths, comma-separated, each predicting the same measured steps; "
                                 "'quick' is validate's own quick calibration of the scenarios' models, cached (the default "
-                                "with --scenario; with --generate the default is the blind 'cpu').")
+                                "with --scenario; with --generate the default is the blind 'cpu'); 'generic' is the quick "
+                                "generic calibration of this CPU measured now, before the steps (blind, about 6 minutes).")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
 @click.option("--threads", type=click.IntRange(min=1),
               help="torch intra-op threads for the real runs and their calibration (default: torch's).")
@@ -778,7 +822,8 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
     # alternating with blocks of those steps).
     sequential = sequential or (generated is not None and not round_robin)
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
-                   recalibrate=recalibrate, overrides=overrides)
+                   recalibrate=recalibrate, overrides=overrides,
+                   generic_out=Path(generated["dir"]) / "generic-profile.json" if generated else None)
     from rlhfsim.files import write_json_atomic
 
     if generated:

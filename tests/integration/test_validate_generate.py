@@ -127,3 +127,40 @@ def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_sa
     assert len(set(own)) == 2 and all(Path(p).is_file() for p in own)   # one calibration per scenario
     for blind, cal in zip(doc["scenarios"], quick["scenarios"]):
         assert blind["measured_step_time_s"] == cal["measured_step_time_s"]   # the same measured steps
+
+
+def test_generic_profile_is_measured_before_the_steps_and_predicts_them(tmp_path, monkeypatch):
+    """``--profile generic``: a quick generic calibration of this CPU (here on a tiny grid, one catalog
+    decoder) is measured, extended with the hand-over pattern of its decoders, and then predicts the
+    steps; the document names its path."""
+    import calibrate.validate as V
+    from rlhfsim.costs.profile import load_profile
+    from rlhfsim.models.catalog import CATALOG
+
+    grid = {k: v for k, v in json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "validate"
+                                         / "tiny-generic-grid.json").read_text()).items()}
+    real = V.measure_generic
+
+    def tiny(device, threads, out, progress=True, **kw):
+        return real(device, threads, out, progress, models=[CATALOG["tiny-qwen2"]], runtimes=["eager"], grid=grid,
+                    handover=(2, 8, 4))
+
+    monkeypatch.setattr(V, "measure_generic", tiny)
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "validate"
+    doc = V.validate([fix / "tiny-sync.yaml"], "cpu", "generic,cpu", 2, threads=1, progress=False, sequential=True,
+                     generic_out=tmp_path / "generic-profile.json")
+    path = tmp_path / "generic-profile.json"
+    prof = load_profile(str(path))
+    assert prof["name"] == "generic" and "kv_decoder" in prof["interference"]["handover"]
+    assert {p["model"] for p in prof["points"] if p["op"] in ("prefill", "decode", "train")} == {"tiny-qwen2"}
+    assert doc["profile"] == "generic" and doc["generic_profile"] == str(path)
+    assert doc["other_profiles"][0]["profile"] == "cpu"
+    assert doc["steps_run"] == "sequential" and doc["scenarios"][0]["predicted_step_time_s"] > 0
+    assert [c["profile"] for c in doc["device_check"]["profiles"]][0] == "generic"
+
+
+def test_generic_profile_needs_a_cpu(tmp_path):
+    from calibrate.validate import measure_generic
+
+    with pytest.raises(Exception, match="--profile generic: expected --device cpu"):
+        measure_generic("cuda", 1, tmp_path / "g.json", False)
