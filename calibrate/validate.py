@@ -10,8 +10,9 @@ For each scenario:
   3. Simulate the same scenario on the same lengths with a calibrated profile (``--profile``, or a quick
      calibration of exactly the scenario's models, cached; when measured, its passes alternate with
      blocks of the real steps; shapes outside the catalog get the lean grid of ``operating_points``),
-     which never sees the validation runs. Comma-separated profiles (``quick`` naming that calibration)
-     each predict the same measured steps.
+     which never sees the validation runs. Comma-separated profiles (``quick`` naming that calibration,
+     ``generic`` the quick generic calibration of this CPU measured before the steps,
+     ``measure_generic``) each predict the same measured steps.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
   5. Find where generation's time goes (and, under intra-step streaming, the scorer's: each scorer call
@@ -755,14 +756,15 @@ def _ops_table(title: str, ops: dict):
               help="Scenario YAML (repeatable); or --generate.")
 @click.option("--generate", metavar="N",
               help="Draw N scenarios (1-100) from the documented ranges (rlhfsim.validate_gen.RANGES) and validate "
-                   "them; --profile defaults to the blind bundled cpu profile (docs/validation.md 'Generated scenarios').")
+                   "them, one scenario after another; --profile defaults to 'generic,cpu', two blind profiles "
+                   "(docs/validation.md 'Generated scenarios').")
 @click.option("--seed", metavar="S", help="--generate: the draw's seed (default: drawn at run time and printed).")
 @click.option("--ranges", "ranges_file", type=click.Path(dir_okay=False, path_type=Path),
               help="--generate: a JSON file replacing some RANGES entries (copied into the output directory).")
 @click.option("--profile", help="Calibration profile names or paths, comma-separated, each predicting the same measured steps; "
                                 "'quick' is validate's own quick calibration of the scenarios' models, cached (the default "
-                                "with --scenario; with --generate the default is the blind 'cpu'); 'generic' is the quick "
-                                "generic calibration of this CPU measured now, before the steps (blind, about 6 minutes).")
+                                "with --scenario); 'generic' is the quick generic calibration of this CPU measured now, "
+                                "before the steps (blind, about 6 minutes; with --generate the default is 'generic,cpu').")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
 @click.option("--threads", type=click.IntRange(min=1),
               help="torch intra-op threads for the real runs and their calibration (default: torch's).")

@@ -18,9 +18,10 @@ fractions.
 scalar                   default   meaning
 ======================== ========= ==================================================================
 microbatch_forward_s     0         framework host time per forward piece beyond the fitted forward
-                                   (slicing the batch, log-softmax gather, moving outputs)
-microbatch_train_s       0         the same per training piece (loss, backward bookkeeping, gradient
-                                   accumulation scaling)
+                                   (slicing the batch, log-softmax gather, moving outputs); charged on
+                                   every forward call, micro-batched or not
+microbatch_train_s       0         the same per training piece (log-probs, the PPO loss, backward
+                                   bookkeeping, gradient accumulation scaling), on every training call
 checkpoint_extra_frac    1/3       gradient checkpointing: extra time of a training piece as a
                                    fraction of the piece without it (one more forward of the three
                                    passes forward + backward = 3 forwards)
@@ -41,8 +42,8 @@ retokenize_per_token_s   1e-6      ... plus this per token (prompt + response) o
                                    work: it does not depend on the accelerator
 ======================== ========= ==================================================================
 
-The defaults are assumptions, not measurements (the summary says so): the micro-batch terms default to 0
-because the fitted ``forward``/``train`` operations already charge each call its overhead; 1/3 is the
+The defaults are assumptions, not measurements (the summary says so): the micro-batch terms default to 0,
+a piece costing its fitted ``forward``/``train`` operation (the step before they were measured); 1/3 is the
 FLOP count of one extra forward; 0.8 is a typical pinned-copy share of PCIe; 0.7 is the link efficiency
 the cost model assumes elsewhere (``LINK_EFF``); the KV and advantage terms are order-of-magnitude guesses
 for a host-side allocator call and CPU tensor ops; the retokenize terms are the order of a Rust

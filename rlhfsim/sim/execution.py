@@ -65,12 +65,20 @@ def offload_s(sim, role: str, phase: str, calls: int = 1) -> float:
     return sim.cost.host_copy_s(n_bytes)
 
 
-def step_scalars_used(s) -> tuple[str, ...]:
-    """The profile's step scalars (``rlhfsim.costs.stepcosts``) that price this scenario's step."""
+PIECE_SCALARS = ("microbatch_forward_s", "microbatch_train_s")
+
+
+def step_scalars_used(s, measured: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The profile's step scalars (``rlhfsim.costs.stepcosts``) that price this scenario's step. Every
+    forward and training call pays the per-piece scalars (``PIECE_SCALARS``); they are listed when the
+    profile measured them (``measured``: the scalars with a profile value) or when ``execution.micro_batch``
+    cuts the calls (then a default of 0 is an assumption worth flagging)."""
     ex = s.scenario.execution
     used = []
     if framework_calls(s):
-        used += ["microbatch_forward_s", "microbatch_train_s"]
+        used += list(PIECE_SCALARS)
+    else:
+        used += [k for k in PIECE_SCALARS if k in measured]
     if ex.gradient_checkpointing:
         used.append("checkpoint_extra_frac")
     off = ex.offload

@@ -187,6 +187,14 @@ class SimResult:
     summary: dict
 
 
+
+def _step_costs(sim) -> dict:
+    """The step scalars that priced this scenario's step, with their values and sources."""
+    costs = sim.cost.step_costs()
+    measured = tuple(k for k, v in costs.items() if v["source"] == "profile")
+    used = execution.step_scalars_used(sim.setup, measured)
+    return {k: v for k, v in costs.items() if k in used}
+
 def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
     """The summary of a run over its steady steps (after ``warmup_steps``). Two utilizations per pool, as
     fractions of GPU-time in the steady window: ``gpu_busy`` (work assigned to the GPU; also written as
@@ -228,7 +236,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "step_time_p90_s": float(np.percentile(times, 90)),
         "phases_s": phases,
         "verl_timing": verl_timing(phases, float(times.mean())),
-        "step_costs": {k: v for k, v in sim.cost.step_costs().items() if k in execution.step_scalars_used(s)},
+        "step_costs": _step_costs(sim),
         "weight_sync_parts_s": stages.weight_sync_parts(sim) if sc.execution.weight_sync.kind == "reshard" else None,
         "gpu_utilization": busy,
         "gpu_busy": dict(busy),

@@ -86,8 +86,9 @@ def _rank_longest(tokens: np.ndarray, mb: int, dp: int) -> tuple[list[list[int]]
 def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str | None = None):
     """Process: one forward pass of ``role`` over every row (prompt + response), rows dealt round-robin
     over the pool's replicas, each replica's rows cut into calls (``rlhfsim.sim.microbatch``: pieces of
-    ``generation.max_batch`` rows, padded, unless ``execution.micro_batch`` says otherwise); each replica
-    records its busy interval. ``phase``: the phase recorded (default: the role's; ``old_log_prob``
+    ``generation.max_batch`` rows, padded, unless ``execution.micro_batch`` says otherwise), each call
+    paying the framework's host time per piece (``microbatch_forward_s``); each replica records its busy
+    interval. ``phase``: the phase recorded (default: the role's; ``old_log_prob``
     for the actor's recompute pass). Offloaded parameters cross the host link (``execution.offload_s``)."""
     if not rows:
         return
@@ -98,7 +99,7 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
     pool = s.pool_of(role)
     size, budget, packed = ex.forward_cuts(s, sp)
     model, dtype = s.shapes[role], s.dtypes[role]
-    per_call_s = sim.cost.step_scalar("microbatch_forward_s") if ex.framework_calls(s) else 0.0
+    per_call_s = sim.cost.step_scalar("microbatch_forward_s")   # every call is a framework's piece
     phase = phase or ROLE_PHASE[role]
     with sim.locks[pool.name].request() as req:
         yield req
@@ -173,7 +174,10 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     the slowest rank). Active: the slowest rank's kernel time plus the optimizer's; every rank shares it,
     since a faster rank waits inside the all-reduce kernel and the host overhead is the same per call.
 
-    With ``execution.micro_batch`` a rank's rows run as several calls (``rlhfsim.sim.microbatch``) with
+    Every call pays the framework's host time per piece beyond the fitted ``train`` call
+    (``microbatch_train_s``: log-probs through a log-softmax and a gather, the PPO loss, where the fit's
+    call is Hugging Face's ``labels=`` loss; 0 in profiles that did not measure it). With
+    ``execution.micro_batch`` a rank's rows run as several calls (``rlhfsim.sim.microbatch``) with
     gradient accumulation: t_k = sum over its pieces of (train_s(piece) + microbatch_train_s); with
     ``gradient_checkpointing`` each piece's train_s is x (1 + checkpoint_extra_frac). Offload adds its
     host-link traffic once per phase (``execution.offload_s``); a Ulysses group of sp GPUs is one rank."""
@@ -188,7 +192,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
     phase = "actor_train" if role == "actor" else "critic_train"
     size, budget, packed = ex.train_cuts(s, sp)
-    per_call_s = sim.cost.step_scalar("microbatch_train_s") if ex.framework_calls(s) else 0.0
+    per_call_s = sim.cost.step_scalar("microbatch_train_s")   # every call is a framework's piece
     ckpt = 1.0 + sim.cost.step_scalar("checkpoint_extra_frac") if exe.gradient_checkpointing else None
     with sim.locks[pool.name].request() as req:
         yield req

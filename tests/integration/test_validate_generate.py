@@ -20,7 +20,7 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     out = tmp_path / "gen"
     r = subprocess.run([sys.executable, "-m", "rlhfsim.cli", "validate", "--generate", "1", "--seed", "3",
                         "--ranges", str(TINY), "--out", str(out), "--steps", "2", "--threads", "1",
-                        "--format", "json"], capture_output=True, text=True, timeout=600)
+                        "--profile", "cpu", "--format", "json"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "seed 3" in r.stderr and "--generate 1 --seed 3 --ranges" in r.stderr
     meta = json.loads((out / "generated.json").read_text())
@@ -31,6 +31,7 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     doc = json.loads(r.stdout)
     assert doc["profile"] == "cpu" and doc["generated"]["seed"] == 3 and doc["generated"]["ranges"] == meta["ranges"]
     assert doc["steps_run"] == "sequential"   # a drawn scenario stands for a job running alone
+    assert "generic_profile" not in doc       # --profile cpu: nothing calibrated
     (s,) = doc["scenarios"]
     assert s["name"] == Path(name).stem and s["profile"] == "cpu"
     assert doc["median_abs_error_pct"] == doc["max_abs_error_pct"] == pytest.approx(abs(s["error_pct"]))
@@ -157,6 +158,13 @@ def test_generic_profile_is_measured_before_the_steps_and_predicts_them(tmp_path
     assert doc["other_profiles"][0]["profile"] == "cpu"
     assert doc["steps_run"] == "sequential" and doc["scenarios"][0]["predicted_step_time_s"] > 0
     assert [c["profile"] for c in doc["device_check"]["profiles"]][0] == "generic"
+
+
+def test_generate_defaults_to_a_generic_profile_measured_now_and_the_bundled_one():
+    from calibrate.validate import GENERIC, profile_list
+    from calibrate.validate_generated import BLIND_PROFILE
+
+    assert profile_list(BLIND_PROFILE) == [GENERIC, "cpu"]
 
 
 def test_generic_profile_needs_a_cpu(tmp_path):

@@ -318,3 +318,29 @@ def test_reshard_parts_in_the_summary():
     assert sim.rec.steps[1].phases_s["weight_sync"] == pytest.approx(sum(parts.values()), rel=1e-12)
     plain = _run(_tiny({}))
     assert summarize(plain, plain.rec.steps)["weight_sync_parts_s"] is None
+
+
+def test_measured_piece_scalars_price_every_call_of_the_default_step(tmp_path):
+    """A profile that measured the framework's host time per piece charges it on every forward and
+    training call, with or without ``execution.micro_batch`` (every framework computes log-probs and the
+    PPO loss this way, not with the fitted call's ``labels=`` loss); the summary lists the two scalars as
+    measured. Without them (the fixture profile) the default step is unchanged and lists nothing."""
+    doc = {k: v for k, v in load_profile(str(CPU_PROFILE)).items() if k != "_path"}
+    doc["step"] = {"microbatch_forward_s": 0.002, "microbatch_train_s": 0.01}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(validate_profile(doc)))
+    d = make_dict("cpu", {"steps": 2})
+    base = _run(d)
+    setup = build_setup(load_scenario(d))
+    piece = Simulation(setup, CostModel.load(setup.gpu, str(path)))
+    piece.run(2)
+    sc = setup.scenario
+    rows = sc.workload.prompts_per_step * sc.algorithm.group_size
+    minibatches = sc.algorithm.ppo_epochs * -(-rows // sc.algorithm.minibatch_size)
+    forward_pieces = -(-rows // sc.generation.max_batch)
+    a, b = base.rec.steps[1].phases_s, piece.rec.steps[1].phases_s
+    assert b["actor_train"] - a["actor_train"] == pytest.approx(0.01 * minibatches, rel=1e-9)
+    assert b["reference"] - a["reference"] == pytest.approx(0.002 * forward_pieces, rel=1e-9)
+    assert summarize(piece, piece.rec.steps)["step_costs"] == {
+        "microbatch_forward_s": {"value": 0.002, "source": "profile"},
+        "microbatch_train_s": {"value": 0.01, "source": "profile"}}
