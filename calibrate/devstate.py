@@ -17,8 +17,9 @@ host's **dispatch rate**: a chain of small layers (``DISPATCH_LAYERS`` x linear 
 16 rows) run forward and backward through autograd, in operator calls per second. The models a CPU
 validates are small enough that most of a call is this per-operator host work (Python, the dispatcher,
 autograd, thread hand-offs), and on a shared host it moves on its own: on this project's VM the
-calibration's own training points re-timed 2 hours after the calibration took 1.10-1.29x as long while
-the GEMV rates had moved by less than 10% (docs/validation.md, "2026-12-01, later"). A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
+calibration's own training points re-timed 2 hours after the calibration took 1.10-1.29x as long, and the
+host's dispatch rate went from 104-123 to 67-86 thousand operator calls per second within the next 90
+minutes of continuous work (docs/validation.md, "2026-12-01, later"). A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
 ``rlhfsim validate`` takes it again before and after the real steps and compares (``device_check``): a
 different CPU model, or a rate that moved by more than ``TOLERANCE``, is printed as a warning and kept in
 the document, so that a prediction's error can be read against the state it was made in. Nothing here
