@@ -63,6 +63,11 @@ from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
 
 
+def extension_journal(path: Path, what: str) -> Path:
+    """The journal of extension ``what`` of the profile at ``path``: ``STEM.WHAT.journal.jsonl`` beside it."""
+    return journal_path(Path(path).with_name(f"{Path(path).stem}.{what}.json"))
+
+
 def _begin(path: Path, what: str, threads: int, models: list[str], runtimes: list[str], quick: bool) -> tuple:
     """An extension's start: the profile, its device kind and dtype, the journal beside it
     (``STEM.WHAT.journal.jsonl``) and its meta, the start time and load, and the thread count to restore
@@ -72,7 +77,7 @@ def _begin(path: Path, what: str, threads: int, models: list[str], runtimes: lis
     device = "cuda" if device == "cuda" else "cpu"
     old_threads = torch.get_num_threads()
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    jpath = journal_path(Path(path).with_name(f"{Path(path).stem}.{what}.json"))
+    jpath = extension_journal(path, what)
     meta = {"device_kind": device, "device_name": doc["device"].get("name"), "dtype": dtype, "threads": threads,
             "models": models, "runtimes": runtimes, "quick": quick}
     return doc, device, dtype, jpath, meta, started, load_avg(), old_threads

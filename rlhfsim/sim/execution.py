@@ -74,11 +74,8 @@ def step_scalars_used(s, measured: tuple[str, ...] = ()) -> tuple[str, ...]:
     profile measured them (``measured``: the scalars with a profile value) or when ``execution.micro_batch``
     cuts the calls (then a default of 0 is an assumption worth flagging)."""
     ex = s.scenario.execution
-    used = []
-    if framework_calls(s):
-        used += list(PIECE_SCALARS)
-    else:
-        used += [k for k in PIECE_SCALARS if k in measured]
+    cut = framework_calls(s)
+    used = [k for k in PIECE_SCALARS if cut or k in measured]
     if ex.gradient_checkpointing:
         used.append("checkpoint_extra_frac")
     off = ex.offload

@@ -187,13 +187,13 @@ class SimResult:
     summary: dict
 
 
-
 def _step_costs(sim) -> dict:
     """The step scalars that priced this scenario's step, with their values and sources."""
     costs = sim.cost.step_costs()
     measured = tuple(k for k, v in costs.items() if v["source"] == "profile")
     used = execution.step_scalars_used(sim.setup, measured)
     return {k: v for k, v in costs.items() if k in used}
+
 
 def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
     """The summary of a run over its steady steps (after ``warmup_steps``). Two utilizations per pool, as
