@@ -20,7 +20,9 @@ For each scenario:
      steps (a prefill call, a decode step, a ``generate()`` call; ``StepLog.op``, with its shape) is priced
      with the profile at that shape, exactly as the simulator prices it (``price_op``), and summed per
      operation (``operations``); the generate span not covered by any operation is host work between
-     operations (token bookkeeping, the scorer handoff), which the simulator does not price.
+     operations (token bookkeeping, the scorer handoff), which the simulator does not price. The
+     other phases' calls (each reward, reference and critic forward piece, each training minibatch) are
+     priced the same way (``phase_operations``, ``phase_ops``), each phase's first call apart.
 
 Needs both sides (torch for the executor; pydantic and simpy for the simulator).
 """
@@ -325,6 +327,7 @@ def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict) -> f
 
 
 SCORER_OPS = ("chunk_prefill", "rescore")   # the scorer thread's calls under intra-step streaming (StepLog.op)
+PHASE_OPS = ("forward_call", "train_call")  # the sequential phases' calls: reward, reference, critic, training
 
 
 def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
@@ -371,7 +374,7 @@ def operations(setup, cost, steps: list) -> dict:
     acc: dict[str, list[float]] = {}
     for r in steps:
         for name, secs, shape in r.ops:
-            if name in SCORER_OPS:
+            if name in SCORER_OPS or name in PHASE_OPS:
                 continue
             a = acc.setdefault(name, [0, 0.0, 0.0])
             a[0] += 1
@@ -383,6 +386,57 @@ def operations(setup, cost, steps: list) -> dict:
     span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
     return {"runtime": runtime, "operations": ops,
             "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
+
+
+def price_phase_op(cost, setup, name: str, shape: dict) -> float:
+    """The profile's price of one call of a sequential phase (``PHASE_OPS``), exactly as the simulator
+    prices it (``rlhfsim.sim.stages``): a forward call (reward, reference, critic values) is the padded
+    pass over ``rows`` x ``width`` tokens with all logits, plus the framework's host time per piece; a
+    training call (one minibatch: forward, loss, backward, AdamW) is ``train`` at that shape, the host time
+    per piece and the optimizer step."""
+    role = shape["role"]
+    model, dtype, head = setup.shapes[role], setup.dtypes[role], setup.head(role)
+    tokens, rows = shape["rows"] * shape["width"], shape["rows"]
+    if name == "forward_call":
+        runtime = setup.scenario.models.reward.runtime if role == "reward" and setup.scenario.models.reward else None
+        runtime = runtime or ("eager" if "eager" in cost.runtimes else None)
+        return (cost.forward_parts(model, dtype, tokens, rows, 1, op="prefill", runtime=runtime, head=head,
+                                   all_logits=True)[0] + cost.step_scalar("microbatch_forward_s"))
+    if name == "train_call":
+        return (cost.train_parts(model, dtype, tokens, rows, 1, head)[0] + cost.step_scalar("microbatch_train_s")
+                + cost.optimizer_parts(model, dtype, 1, 1, head, False)[0])
+    raise RlhfsimError(f"price_phase_op: expected one of {PHASE_OPS}, got {name!r}")
+
+
+def phase_operations(setup, cost, steps: list) -> dict:
+    """Per sequential phase (reward, reference, critic_fwd, actor_train, critic_train), every call the
+    executor timed inside the real steps (``PHASE_OPS``) priced at its own shape (``price_phase_op``):
+    calls, measured and predicted seconds per step, the error; and the same split into each phase's
+    first call (the first after another model's work: generation, or the previous phase) and the rest,
+    so a cost of switching models shows as the first call's error beyond the others'."""
+    n = max(len(steps), 1)
+    acc: dict[str, list[float]] = {}
+    for r in steps:
+        for name, secs, shape in r.ops:
+            if name not in PHASE_OPS:
+                continue
+            a = acc.setdefault(shape["phase"], [0, 0.0, 0.0, 0, 0.0, 0.0])
+            price = price_phase_op(cost, setup, name, shape)
+            k = 0 if shape["index"] == 0 else 3
+            a[k] += 1
+            a[k + 1] += secs
+            a[k + 2] += price
+    out = {}
+    for ph in PHASES:
+        if ph not in acc:
+            continue
+        c0, m0, p0, c1, m1, p1 = acc[ph]
+        c, m, p = c0 + c1, m0 + m1, p0 + p1
+        out[ph] = {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
+                   "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c, "error_pct": _err(p, m),
+                   "first_call_error_pct": _err(p0, m0) if c0 else None,
+                   "other_calls_error_pct": _err(p1, m1) if c1 else None}
+    return out
 
 
 FAULT_PATTERNS = {"reference": ("reference", "logprob_forward"), "actor_train": ("actor", "logprob_train")}
@@ -464,7 +518,8 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
             "inside_interval": bool(unc["step_time_s_interval"][0] <= m_time <= unc["step_time_s_interval"][1]),
             "phases": phases, "generation_ops": operations(setup, cost, m_steps),
             "page_faults": page_faults(setup, cost, m_steps),
-            "scoring_ops": scoring_operations(setup, cost, m_steps), "checks": checks}
+            "scoring_ops": scoring_operations(setup, cost, m_steps),
+            "phase_ops": phase_operations(setup, cost, m_steps), "checks": checks}
 
 
 QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
@@ -725,6 +780,10 @@ def _print_block(c, doc: dict) -> None:
             c.print(_ops_table(f"scorer calls inside the step (per step; priced alone: the simulator multiplies a call "
                                f"that starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f})",
                                g["operations"]))
+        g = s.get("phase_ops")
+        if g:
+            c.print(_ops_table("the other phases' calls inside the step (per step; each priced alone at its own shape; "
+                               "error of a phase's first call / of the others)", g, split=True))
         pf = s.get("page_faults")
         if pf:
             t = Table(title="fresh pages faulted in by the minibatches (per step; calibrate.pagefaults)")
@@ -736,17 +795,24 @@ def _print_block(c, doc: dict) -> None:
             c.print(t)
 
 
-def _ops_table(title: str, ops: dict):
-    """One row per in-step operation: calls per step, measured and predicted seconds, error, ms per call."""
+def _ops_table(title: str, ops: dict, split: bool = False):
+    """One row per in-step operation: calls per step, measured and predicted seconds, error, ms per call
+    (``split``: and the error of each phase's first call and of its other calls, ``phase_operations``)."""
     from rich.table import Table
 
+    def pct(x):
+        return "-" if x is None else f"{x:+.1f}%"
+
     t = Table(title=title)
-    for col in ("operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"):
+    cols = ["operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"]
+    for col in cols + (["first call", "other calls"] if split else []):
         t.add_column(col, justify="left" if col == "operation" else "right")
     for name, v in ops.items():
-        e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
-        t.add_row(name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e,
-                  f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}")
+        row = [name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", pct(v["error_pct"]),
+               f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}"]
+        if split:
+            row += [pct(v["first_call_error_pct"]), pct(v["other_calls_error_pct"])]
+        t.add_row(*row)
     return t
 
 

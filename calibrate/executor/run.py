@@ -21,6 +21,10 @@ Minibatches are a seeded shuffle of the B*g trained rollouts per epoch, cut into
 minibatch_size. Old log-probs are the sampling log-probs recorded during generation (no extra actor
 forward). Reward model, reference, critic and actor all run through HF transformers models built by
 ``calibrate.models.build_hf_model``; the reference starts from the actor's weights (same seed).
+
+Every forward call of the reward, reference and critic phases (``forward_call``) and every training
+minibatch (``train_call``) is also recorded with its shape (``StepLog.op``: role, phase, rows, padded
+width, its index in the phase), so validate prices each at its own shape (``calibrate.validate.phase_operations``).
 """
 
 from __future__ import annotations
@@ -256,18 +260,24 @@ class _Executor:
                     start = self.clock.now()
                     ids, attn = T.pack_ids(rows[i:i + cfg.max_batch], self.device)
                     scores = T.score_ids(self.reward_model, ids, attn).tolist()
-                    log.add("reward", "reward", start, self.clock.now(), score_calls=1,
+                    end = self.clock.now()
+                    log.op("forward_call", end - start, role="reward", phase="reward", rows=int(ids.shape[0]),
+                           width=int(ids.shape[1]), index=i // cfg.max_batch)
+                    log.add("reward", "reward", start, end, score_calls=1,
                             scored_tokens=sum(len(s.tokens) for s in chunk),
                             scored_prompt_tokens=sum(len(s.prompt) for s in chunk))
                     for s, r in zip(chunk, scores):
                         s.reward = r
         else:
             with torch.no_grad():
-                for chunk in self._batches(trained, cfg.max_batch):
+                for k, chunk in enumerate(self._batches(trained, cfg.max_batch)):
                     start = self.clock.now()
                     b = T.pack(chunk, self.device)
                     scores = T.reward_scores(self.reward_model, b).tolist()
-                    log.add("reward", "reward", start, self.clock.now(), score_calls=1,
+                    end = self.clock.now()
+                    log.op("forward_call", end - start, role="reward", phase="reward", rows=int(b.ids.shape[0]),
+                           width=int(b.ids.shape[1]), index=k)
+                    log.add("reward", "reward", start, end, score_calls=1,
                             scored_tokens=sum(b.response_lens), scored_prompt_tokens=sum(b.prompt_lens))
                     for s, r in zip(chunk, scores):
                         s.reward = r
@@ -282,11 +292,14 @@ class _Executor:
             return None
         out: list[torch.Tensor] = []
         with torch.no_grad():
-            for chunk in self._batches(trained, self.cfg.max_batch):
+            for k, chunk in enumerate(self._batches(trained, self.cfg.max_batch)):
                 start, f0 = self.clock.now(), minor_faults()
                 b = T.pack(chunk, self.device)
                 out.extend(b.gather(fn(model, b)))
-                log.add(role, phase, start, self.clock.now())
+                end = self.clock.now()
+                log.op("forward_call", end - start, role=role, phase=phase, rows=int(b.ids.shape[0]),
+                       width=int(b.ids.shape[1]), index=k)
+                log.add(role, phase, start, end)
                 log.fault(phase, f0, *b.ids.shape)
         return out
 
@@ -312,7 +325,7 @@ class _Executor:
             perm = torch.randperm(n, generator=self.shuffle).tolist()
             plan.extend(perm[i:i + cfg.minibatch_size] for i in range(0, n, cfg.minibatch_size))
 
-        for idx in plan:
+        for k, idx in enumerate(plan):
             start, f0 = self.clock.now(), minor_faults()
             b = T.pack([trained[i] for i in idx], self.device)
             logp = T.token_logprobs(self.actor, b)
@@ -321,11 +334,14 @@ class _Executor:
             self.actor_opt.zero_grad(set_to_none=True)
             loss.backward()
             self.actor_opt.step()
-            log.add("actor", "actor_train", start, self.clock.now())
+            end = self.clock.now()
+            log.op("train_call", end - start, role="actor", phase="actor_train", rows=int(b.ids.shape[0]),
+                   width=int(b.ids.shape[1]), index=k)
+            log.add("actor", "actor_train", start, end)
             log.fault("actor_train", f0, *b.ids.shape)
         if self.critic is None:
             return
-        for idx in plan:
+        for k, idx in enumerate(plan):
             start, f0 = self.clock.now(), minor_faults()
             b = T.pack([trained[i] for i in idx], self.device)
             v = T.token_values(self.critic, b)
@@ -334,6 +350,9 @@ class _Executor:
             self.critic_opt.zero_grad(set_to_none=True)
             loss.backward()
             self.critic_opt.step()
-            log.add("critic", "critic_train", start, self.clock.now())
+            end = self.clock.now()
+            log.op("train_call", end - start, role="critic", phase="critic_train", rows=int(b.ids.shape[0]),
+                   width=int(b.ids.shape[1]), index=k)
+            log.add("critic", "critic_train", start, end)
             log.fault("critic_train", f0, *b.ids.shape)
 

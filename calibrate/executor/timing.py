@@ -50,7 +50,8 @@ class StepLog:
         self.intervals: list[tuple[str, str, float, float]] = []
         self.counts: Counter = Counter()
         # Operations timed inside the step with the shape the cost model prices them at:
-        # (operation, seconds, shape), e.g. ("decode", 0.004, {"batch": 4, "kv0": 412}); see ``op``.
+        # (operation, seconds, shape), e.g. ("decode", 0.004, {"batch": 4, "kv0": 412}) or ("train_call", 0.02,
+        # {"role": "actor", "phase": "actor_train", "rows": 2, "width": 96, "index": 0}); see ``op``.
         self.ops: list[tuple[str, float, dict]] = []
         # Pages faulted in by each minibatch of the main thread's sequential phases (calibrate.pagefaults):
         # (phase, bytes faulted, rows, padded width); see ``minor_faults``.

@@ -158,3 +158,25 @@ def test_generation_operations_are_timed_in_the_step_and_priced_at_their_shapes(
         # The operations lie inside the generate span; what is left is host work between them.
         assert 0 <= g["outside_ops_s"] < g["generate_span_s"]
         assert g["generate_span_s"] == pytest.approx(s["phases"]["generate"]["measured_s"])
+
+
+def test_phase_calls_are_timed_in_the_step_and_priced_as_the_simulator_prices_them(doc):
+    """Every call of the sequential phases (reward, reference, critic values, training minibatches) is
+    timed inside the step with its shape and priced alone at it (``phase_operations``): the calls lie
+    inside their phase's span, and priced call by call they sum to the simulator's own phase prediction
+    on the same rollouts (the forward passes exactly: the same pieces in the same order)."""
+    sync, oppo = doc["scenarios"]
+    ops = sync["phase_ops"]
+    assert set(ops) == {"reward", "reference", "critic_fwd", "actor_train", "critic_train"}
+    assert ops["actor_train"]["calls_per_step"] == ops["critic_train"]["calls_per_step"] == 2   # 4 rollouts / 2, 1 epoch
+    for ph, v in ops.items():
+        span = sync["phases"][ph]["measured_s"]
+        assert 0.5 * span <= v["measured_s"] <= span * (1 + 1e-9), ph
+        assert v["measured_ms_per_call"] == pytest.approx(1e3 * v["measured_s"] / v["calls_per_step"])
+        assert v["first_call_error_pct"] is not None and v["other_calls_error_pct"] is not None
+    for ph in ("reward", "reference", "critic_fwd"):
+        assert ops[ph]["predicted_s"] == pytest.approx(sync["phases"][ph]["predicted_s"], rel=1e-9), ph
+    for ph in ("actor_train", "critic_train"):   # shuffled minibatches: the pieces may pad differently
+        assert ops[ph]["predicted_s"] == pytest.approx(sync["phases"][ph]["predicted_s"], rel=0.25), ph
+    # intra-step streaming scores in the scorer thread (scoring_ops), not as reward forward calls
+    assert "reward" not in oppo["phase_ops"] and {"reference", "actor_train"} <= set(oppo["phase_ops"])
