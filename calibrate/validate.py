@@ -688,9 +688,14 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
                 finish_calibration(pl.path)
         by_scenario = {id(p): str(pl.path) for group, pl in zip(groups, plans) for p in group}
         quick_paths = [by_scenario[id(p)] for p in prepared]
+    around: list[dict] = []   # --sequential on CPU: the state probe before each scenario's steps
     if measured is None:
         if sequential:
-            measured = [run_steps(cfg, progress=progress) for cfg in cfgs]
+            measured = []
+            for cfg in cfgs:
+                if probes:
+                    around.append(state_probe(threads))
+                measured.append(run_steps(cfg, progress=progress))
         else:
             with RoundRobin(cfgs, progress, names) as rr:
                 rr.run()
@@ -709,6 +714,8 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     if probes:
         probes.append(state_probe(threads))
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
+        if around:
+            scenario_device_ratios(doc, profiles, profile_of, around + probes[-1:])
         for w in doc["device_check"]["warnings"]:
             click.echo(f"warning: {w}", err=True)
     return doc
@@ -722,6 +729,23 @@ def device_checks(refs: list[str], probes: list[dict]) -> dict:
 
     per = [compare(load_profile(ref), probes) for ref in dict.fromkeys(refs)]
     return {"probes": probes, "profiles": per, "warnings": [w for c in per for w in c["warnings"]]}
+
+
+def scenario_device_ratios(doc: dict, profiles: list[str], profile_of, around: list[dict]) -> None:
+    """One scenario after another: each scenario's ``device_ratios``, the device check of its profile
+    against the probes taken just before and just after its own steps (``around``: one probe before each
+    scenario and one after the last), so a scenario measured in a slow minute of a shared machine says so
+    next to its error. The probe takes 0.15 s: a burst, not the minute's average."""
+    from calibrate.devstate import compare
+    from rlhfsim.costs.profile import load_profile
+
+    loaded: dict[str, dict] = {}
+    for block in [doc, *doc["other_profiles"]]:
+        name = block["profile"]
+        for j, s in enumerate(block["scenarios"]):
+            ref = profile_of(name, j)
+            prof = loaded.setdefault(ref, load_profile(ref))
+            s["device_ratios"] = compare(prof, around[j:j + 2])["ratios"]
 
 
 def error_block(rows: list[dict]) -> dict:

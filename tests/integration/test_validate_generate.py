@@ -36,6 +36,8 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     assert s["name"] == Path(name).stem and s["profile"] == "cpu"
     assert doc["median_abs_error_pct"] == doc["max_abs_error_pct"] == pytest.approx(abs(s["error_pct"]))
     assert {"generate", "actor_train", "weight_sync"} <= set(s["phases"]) and "generation_ops" in s
+    # one scenario after another: its own device check, from the probes just before and after its steps
+    assert {"gemm", "gemv_2MiB"} <= set(s["device_ratios"]) and all(v > 0 for v in s["device_ratios"].values())
     assert set(doc["phase_median_abs_error_pct"]) <= set(s["phases"])
     saved = json.loads((out / "validation.json").read_text())
     assert saved["scenarios"][0]["error_pct"] == s["error_pct"] and saved["generated"]["seed"] == 3
@@ -158,6 +160,9 @@ def test_generic_profile_is_measured_before_the_steps_and_predicts_them(tmp_path
     assert doc["other_profiles"][0]["profile"] == "cpu"
     assert doc["steps_run"] == "sequential" and doc["scenarios"][0]["predicted_step_time_s"] > 0
     assert [c["profile"] for c in doc["device_check"]["profiles"]][0] == "generic"
+    # each profile's own per-scenario check; the generic profile has the dispatch probe (version 2)
+    assert "dispatch" in doc["scenarios"][0]["device_ratios"]
+    assert "gemm" in doc["other_profiles"][0]["scenarios"][0]["device_ratios"]
 
 
 def test_generate_defaults_to_a_generic_profile_measured_now_and_the_bundled_one():
