@@ -70,6 +70,14 @@ DEFAULT_RUNTIME = {"static": "hf_generate", "continuous": "vllm"}
 
 GEN_SCALARS = ("call_overhead_s", "handoff_s", "handoff_per_row_s")
 
+# Runtimes whose decode loop runs one step per call in the framework's own code (rlhfsim's static-KV
+# decoder, as ``calibrate.executor`` drives it): under intra-step streaming a row's new tokens go
+# downstream the moment it reaches its own chunk boundary, and its last ones the moment it ends, even in a
+# static batch. Runtimes that generate in whole ``generate()`` calls (hf_generate, hf_static) hand a static
+# batch's tokens over only when a call returns: at the batch's chunk boundaries and at its end
+# (``rlhfsim.sim.engines.static``). Continuous batching hands over per row whatever the runtime.
+ROW_HANDOVER = frozenset({"kv_decoder"})
+
 # Runtimes that generate with the training framework's own model object (TRL calls ``generate()`` on
 # the policy it trains): when generation runs on the actor's own GPUs there are no inference weights to
 # refresh after an update, so the weight sync costs nothing. (Across pools the weights still travel.)

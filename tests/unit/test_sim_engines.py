@@ -228,6 +228,42 @@ def test_static_batch_hands_off_every_chunk_positions(scenario_dict, tracked, em
     assert got[1][-1][0] == pytest.approx(iv.end_s, rel=REL)
 
 
+def test_static_batch_of_a_step_loop_runtime_hands_each_row_over_at_its_own_boundaries_and_end(scenario_dict, tracked, emits):
+    # The same batch as above with kv_decoder (genruntimes.ROW_HANDOVER: a decode loop of one step per
+    # call, no generate() call to return): each row hands its tokens over at its own chunk boundaries
+    # (every 16 generated tokens) and its last ones the moment it ends, and the rows crossing a boundary
+    # at the same step share one pause of H + rows x PER_ROW. All four rows got their first token from
+    # the prefill, so their boundaries fall together: at positions 16 and 32 three rows cross (the 5-token
+    # row has ended), at 48 two (the 37-token row has ended), at 64 one (64 is the 64-token row's end: no
+    # pause for it), at 80 and 96 one.
+    lengths = [(24, 37), (30, 100), (12, 64), (40, 5)]
+    d = _intra(_dict(scenario_dict, "static", prompts=4, max_batch=4, replicas=1, runtime="kv_decoder"), 16)
+    sc = load_scenario(d)
+    kv = {"kv_decoder": {"handoff_s": H, "handoff_per_row_s": PER_ROW}}
+    run = tracked(sc, steps=1, rollouts=lengths, cost=_cost(sc, kv))
+    c = _Costs(run.sim)
+    pauses = [H + k * PER_ROW for k in (3, 3, 2, 1, 1, 1)]
+    base = c.prefill(4 * 40, 4)
+    want = base + c.decode(4, 4 * 41, 99) + sum(pauses)
+    iv = _gen_intervals(run.sim)[0]
+    assert iv.end_s - iv.start_s == pytest.approx(want, rel=REL)
+
+    def at(pos, k):  # position pos of the batch (pos - 1 decode steps), after the first k pauses
+        return base + c.decode(4, 4 * 41, pos - 1) + sum(pauses[:k])
+
+    got = {}
+    for t, rid, gen, final in emits:
+        got.setdefault(rid, []).append((t, gen, final))
+    assert [(g, f) for _, g, f in got[3]] == [(5, True)]            # at its end, not at the first boundary
+    assert [(g, f) for _, g, f in got[0]] == [(16, False), (32, False), (37, True)]
+    assert [(g, f) for _, g, f in got[2]] == [(16, False), (32, False), (48, False), (64, True)]
+    assert [(g, f) for _, g, f in got[1]] == [(16 * k, False) for k in range(1, 7)] + [(100, True)]
+    assert got[3][0][0] == pytest.approx(at(5, 0), rel=REL)
+    assert got[0][2][0] == pytest.approx(at(37, 2), rel=REL)
+    assert got[2][3][0] == pytest.approx(at(64, 3), rel=REL)
+    assert got[1][-1][0] == pytest.approx(iv.end_s, rel=REL)
+
+
 def test_continuous_rows_crossing_together_share_one_pause(scenario_dict, tracked):
     # Four rows admitted together: four prefill calls, then each row's first token; their own chunk
     # boundaries (16 and 32 generated tokens) fall at the same decode steps, so each boundary is one

@@ -21,6 +21,12 @@ position 1). At such a boundary every live row hands its new tokens to the score
 batch). A row that ends inside a chunk is finished at once (it counts towards OPPO's "first B"), but its
 last tokens reach the scorers only when the call returns: at the next boundary, or at the batch's end (no
 pause: the batch is done), or when a stop ends the call.
+
+A runtime whose decode loop runs one step per call in the framework's own code
+(``genruntimes.ROW_HANDOVER``: ``kv_decoder``) has no call to return: each row hands its new tokens over
+at its own chunk boundaries (every ``chunk`` generated tokens, as continuous batching does) and its last
+tokens the moment it ends; rows crossing a boundary at the same step share one pause,
+``cost.handoff_s(runtime, rows)`` with ``rows`` the number of them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import ClassVar
 
 import simpy
 
+from rlhfsim.costs.genruntimes import ROW_HANDOVER
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import DeferredClock
@@ -44,6 +51,8 @@ class StaticEngine(Engine):
     def __init__(self, sim, req):
         super().__init__(sim, req)
         mb = self.max_batch
+        # rows hand over at their own boundaries and ends, not when a generate() call returns
+        self.per_row = self.rt in ROW_HANDOVER and bool(req.stream)
         self.queues: list[deque] = []
         for i in range(self.n_rep):
             share = req.rollouts[i::self.n_rep]
@@ -85,7 +94,8 @@ class StaticEngine(Engine):
 
     def replica(self, idx: int):
         env = self.env
-        clock = Clock(self, idx, {})  # no per-row boundaries: the batch hands over (_hand_over)
+        # per-row boundaries only for a runtime without generate() calls; else the batch hands over (_hand_over)
+        clock = Clock(self, idx, self.req.stream if self.per_row else {})
         st = _Batch()
         start = env.now
         self.decoding(clock, +1)
@@ -102,6 +112,14 @@ class StaticEngine(Engine):
         for _ in self._loop(clock, self.queues[idx], st):  # pragma: no cover - a deferred clock never yields
             raise RuntimeError("a detached replica waited for an event")
         self._close(clock, st)
+
+    def _finish(self, clock: Clock, r: Rollout, waiting: list[Rollout]) -> None:
+        """A row ended: its last tokens go downstream now (``per_row``), or when the call returns."""
+        if self.per_row:
+            self.finish(clock, r)
+        else:
+            waiting.append(r)
+            self.finish(clock, r, emit=False)
 
     def _close(self, clock: Clock, st: "_Batch") -> None:
         """The replica ends (its queue is done, or a stop ended the call): rows still in the batch leave
@@ -143,32 +161,34 @@ class StaticEngine(Engine):
                     if clock.activate(r):
                         live[r.id] = r
                     elif r.generated >= r.response_len:
-                        waiting.append(r)
-                        self.finish(clock, r, emit=False)
+                        self._finish(clock, r, waiting)
                     else:
                         r.paused = True
                 if self.stopped:
                     break
             else:
                 batch = len(st.rows)
-                n = clock.heap[0][0] - clock.T
-                for c in chunks:
-                    n = min(n, (st.P // c + 1) * c - st.P)  # up to the next chunk boundary
+                n = clock.heap[0][0] - clock.T   # per row: the rows' own boundaries are heap events
+                if not self.per_row:
+                    for c in chunks:
+                        n = min(n, (st.P // c + 1) * c - st.P)  # up to the batch's next chunk boundary
                 n = yield from clock.decode(batch, batch * (st.ctx0 + st.P), n)
                 if not n and self.stopped:
                     break
                 st.P += n
                 self.generated += n * len(live)
-                for r, what in clock.events()[0]:
+                done, crossed = clock.events()
+                for r, what in done:
                     del live[r.id]
                     if what == "done":
                         # Rows that finish exactly at a stop (the interrupted segment) count as finished.
-                        waiting.append(r)
-                        self.finish(clock, r, emit=False)
+                        self._finish(clock, r, waiting)
                 if self.stopped:
                     break
+                if self.per_row and crossed and not (yield from self.handoff(clock, crossed)):
+                    break
             P = st.P
-            if P and live and chunks and any(P % c == 0 for c in chunks):
+            if not self.per_row and P and live and chunks and any(P % c == 0 for c in chunks):
                 for r in live.values():
                     clock.sync(r)
                 self._hand_over(P, live.values(), waiting, final=False)
