@@ -337,11 +337,21 @@ def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
     final_only), plus re-tokenizing the call's tokens when the reward model reads another tokenizer."""
     from rlhfsim.sim.streaming import STREAMING
 
+    from rlhfsim.sim.simulation import forward_runtime
+
     rm, dtype = setup.shapes["reward"], setup.dtypes["reward"]
-    runtime = setup.scenario.models.reward.runtime or ("eager" if "eager" in cost.runtimes else None)
+    runtime = forward_runtime(cost, "reward", setup.scenario)
     strategy = STREAMING["incremental" if name == "chunk_prefill" else "reencode"]
     t = strategy.price(cost, rm, dtype, shape["tokens"], 1, shape.get("prefix", 0), 1, "value", runtime)[0]
     return t + (cost.retokenize_s(1, shape["tokens"]) if shape.get("retokenize") else 0.0)
+
+
+def _op_row(calls: int, measured_s: float, predicted_s: float, steps: int) -> dict:
+    """One in-step operation's row over ``steps`` steady steps: calls and seconds per step, ms per call,
+    the error."""
+    return {"calls_per_step": calls / steps, "measured_s": measured_s / steps, "predicted_s": predicted_s / steps,
+            "measured_ms_per_call": 1e3 * measured_s / calls, "predicted_ms_per_call": 1e3 * predicted_s / calls,
+            "error_pct": _err(predicted_s, measured_s)}
 
 
 def scoring_operations(setup, cost, steps: list) -> dict:
@@ -358,9 +368,7 @@ def scoring_operations(setup, cost, steps: list) -> dict:
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_scorer_op(cost, setup, name, shape)
-    return {"operations": {name: {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
-                                  "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c,
-                                  "error_pct": _err(p, m)} for name, (c, m, p) in sorted(acc.items())},
+    return {"operations": {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())},
             "prefill_slowdown": cost.corun_factors(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
                                                    setup.shapes.get("reward"))[1]}
 
@@ -380,9 +388,7 @@ def operations(setup, cost, steps: list) -> dict:
             a[0] += 1
             a[1] += secs
             a[2] += price_op(cost, model, dtype, runtime, name, shape)
-    ops = {name: {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
-                  "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c,
-                  "error_pct": _err(p, m)} for name, (c, m, p) in sorted(acc.items())}
+    ops = {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())}
     span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
     return {"runtime": runtime, "operations": ops,
             "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
@@ -394,12 +400,13 @@ def price_phase_op(cost, setup, name: str, shape: dict) -> float:
     pass over ``rows`` x ``width`` tokens with all logits, plus the framework's host time per piece; a
     training call (one minibatch: forward, loss, backward, AdamW) is ``train`` at that shape, the host time
     per piece and the optimizer step."""
+    from rlhfsim.sim.simulation import forward_runtime
+
     role = shape["role"]
     model, dtype, head = setup.shapes[role], setup.dtypes[role], setup.head(role)
     tokens, rows = shape["rows"] * shape["width"], shape["rows"]
-    if name == "forward_call":
-        runtime = setup.scenario.models.reward.runtime if role == "reward" and setup.scenario.models.reward else None
-        runtime = runtime or ("eager" if "eager" in cost.runtimes else None)
+    if name == "forward_call":   # a reward forward call is timed only with a reward model (not a rule)
+        runtime = forward_runtime(cost, role, setup.scenario)
         return (cost.forward_parts(model, dtype, tokens, rows, 1, op="prefill", runtime=runtime, head=head,
                                    all_logits=True)[0] + cost.step_scalar("microbatch_forward_s"))
     if name == "train_call":
@@ -415,27 +422,23 @@ def phase_operations(setup, cost, steps: list) -> dict:
     first call (the first after another model's work: generation, or the previous phase) and the rest,
     so a cost of switching models shows as the first call's error beyond the others'."""
     n = max(len(steps), 1)
-    acc: dict[str, list[float]] = {}
+    acc: dict[tuple[str, bool], list[float]] = {}   # (phase, first call?) -> calls, measured s, predicted s
     for r in steps:
         for name, secs, shape in r.ops:
-            if name not in PHASE_OPS:
-                continue
-            a = acc.setdefault(shape["phase"], [0, 0.0, 0.0, 0, 0.0, 0.0])
-            price = price_phase_op(cost, setup, name, shape)
-            k = 0 if shape["index"] == 0 else 3
-            a[k] += 1
-            a[k + 1] += secs
-            a[k + 2] += price
+            if name in PHASE_OPS:
+                a = acc.setdefault((shape["phase"], shape["index"] == 0), [0, 0.0, 0.0])
+                a[0] += 1
+                a[1] += secs
+                a[2] += price_phase_op(cost, setup, name, shape)
     out = {}
     for ph in PHASES:
-        if ph not in acc:
+        first, other = acc.get((ph, True)), acc.get((ph, False))
+        if first is None and other is None:
             continue
-        c0, m0, p0, c1, m1, p1 = acc[ph]
-        c, m, p = c0 + c1, m0 + m1, p0 + p1
-        out[ph] = {"calls_per_step": c / n, "measured_s": m / n, "predicted_s": p / n,
-                   "measured_ms_per_call": 1e3 * m / c, "predicted_ms_per_call": 1e3 * p / c, "error_pct": _err(p, m),
-                   "first_call_error_pct": _err(p0, m0) if c0 else None,
-                   "other_calls_error_pct": _err(p1, m1) if c1 else None}
+        both = [sum(x) for x in zip(*(a for a in (first, other) if a is not None))]
+        out[ph] = {**_op_row(*both, n),
+                   "first_call_error_pct": _err(first[2], first[1]) if first else None,
+                   "other_calls_error_pct": _err(other[2], other[1]) if other else None}
     return out
 
 
@@ -715,7 +718,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         probes.append(state_probe(threads))
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
         if around:
-            scenario_device_ratios(doc, profiles, profile_of, around + probes[-1:])
+            scenario_device_ratios(doc, profile_of, around + probes[-1:])
         for w in doc["device_check"]["warnings"]:
             click.echo(f"warning: {w}", err=True)
     return doc
@@ -731,7 +734,7 @@ def device_checks(refs: list[str], probes: list[dict]) -> dict:
     return {"probes": probes, "profiles": per, "warnings": [w for c in per for w in c["warnings"]]}
 
 
-def scenario_device_ratios(doc: dict, profiles: list[str], profile_of, around: list[dict]) -> None:
+def scenario_device_ratios(doc: dict, profile_of, around: list[dict]) -> None:
     """One scenario after another: each scenario's ``device_ratios``, the device check of its profile
     against the probes taken just before and just after its own steps (``around``: one probe before each
     scenario and one after the last), so a scenario measured in a slow minute of a shared machine says so

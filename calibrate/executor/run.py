@@ -23,7 +23,7 @@ forward). Reward model, reference, critic and actor all run through HF transform
 ``calibrate.models.build_hf_model``; the reference starts from the actor's weights (same seed).
 
 Every forward call of the reward, reference and critic phases (``forward_call``) and every training
-minibatch (``train_call``) is also recorded with its shape (``StepLog.op``: role, phase, rows, padded
+minibatch (``train_call``) is also recorded with its shape (``StepLog.piece``: role, phase, rows, padded
 width, its index in the phase), so validate prices each at its own shape (``calibrate.validate.phase_operations``).
 """
 
@@ -260,12 +260,9 @@ class _Executor:
                     start = self.clock.now()
                     ids, attn = T.pack_ids(rows[i:i + cfg.max_batch], self.device)
                     scores = T.score_ids(self.reward_model, ids, attn).tolist()
-                    end = self.clock.now()
-                    log.op("forward_call", end - start, role="reward", phase="reward", rows=int(ids.shape[0]),
-                           width=int(ids.shape[1]), index=i // cfg.max_batch)
-                    log.add("reward", "reward", start, end, score_calls=1,
-                            scored_tokens=sum(len(s.tokens) for s in chunk),
-                            scored_prompt_tokens=sum(len(s.prompt) for s in chunk))
+                    log.piece("forward_call", "reward", "reward", start, self.clock.now(), ids, i // cfg.max_batch,
+                              score_calls=1, scored_tokens=sum(len(s.tokens) for s in chunk),
+                              scored_prompt_tokens=sum(len(s.prompt) for s in chunk))
                     for s, r in zip(chunk, scores):
                         s.reward = r
         else:
@@ -274,11 +271,8 @@ class _Executor:
                     start = self.clock.now()
                     b = T.pack(chunk, self.device)
                     scores = T.reward_scores(self.reward_model, b).tolist()
-                    end = self.clock.now()
-                    log.op("forward_call", end - start, role="reward", phase="reward", rows=int(b.ids.shape[0]),
-                           width=int(b.ids.shape[1]), index=k)
-                    log.add("reward", "reward", start, end, score_calls=1,
-                            scored_tokens=sum(b.response_lens), scored_prompt_tokens=sum(b.prompt_lens))
+                    log.piece("forward_call", "reward", "reward", start, self.clock.now(), b.ids, k, score_calls=1,
+                              scored_tokens=sum(b.response_lens), scored_prompt_tokens=sum(b.prompt_lens))
                     for s, r in zip(chunk, scores):
                         s.reward = r
         missing = [s.rid for s in trained if s.reward is None]
@@ -296,10 +290,7 @@ class _Executor:
                 start, f0 = self.clock.now(), minor_faults()
                 b = T.pack(chunk, self.device)
                 out.extend(b.gather(fn(model, b)))
-                end = self.clock.now()
-                log.op("forward_call", end - start, role=role, phase=phase, rows=int(b.ids.shape[0]),
-                       width=int(b.ids.shape[1]), index=k)
-                log.add(role, phase, start, end)
+                log.piece("forward_call", role, phase, start, self.clock.now(), b.ids, k)
                 log.fault(phase, f0, *b.ids.shape)
         return out
 
@@ -334,10 +325,7 @@ class _Executor:
             self.actor_opt.zero_grad(set_to_none=True)
             loss.backward()
             self.actor_opt.step()
-            end = self.clock.now()
-            log.op("train_call", end - start, role="actor", phase="actor_train", rows=int(b.ids.shape[0]),
-                   width=int(b.ids.shape[1]), index=k)
-            log.add("actor", "actor_train", start, end)
+            log.piece("train_call", "actor", "actor_train", start, self.clock.now(), b.ids, k)
             log.fault("actor_train", f0, *b.ids.shape)
         if self.critic is None:
             return
@@ -350,9 +338,6 @@ class _Executor:
             self.critic_opt.zero_grad(set_to_none=True)
             loss.backward()
             self.critic_opt.step()
-            end = self.clock.now()
-            log.op("train_call", end - start, role="critic", phase="critic_train", rows=int(b.ids.shape[0]),
-                   width=int(b.ids.shape[1]), index=k)
-            log.add("critic", "critic_train", start, end)
+            log.piece("train_call", "critic", "critic_train", start, self.clock.now(), b.ids, k)
             log.fault("critic_train", f0, *b.ids.shape)
 

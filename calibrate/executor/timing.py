@@ -63,6 +63,15 @@ class StepLog:
         with self._lock:
             self.ops.append((name, seconds, shape))
 
+    def piece(self, name: str, role: str, phase: str, start_at: float, end_at: float, ids, index: int,
+              **counts: int) -> None:
+        """One call of a sequential phase over a padded batch ``ids`` [rows, width]: its interval (``add``)
+        and the same call as an operation with its shape (``op``: ``forward_call`` or ``train_call``;
+        ``index``: its place in the phase, 0 for the first)."""
+        self.op(name, end_at - start_at, role=role, phase=phase, rows=int(ids.shape[0]), width=int(ids.shape[1]),
+                index=index)
+        self.add(role, phase, start_at, end_at, **counts)
+
     def add(self, role: str, phase: str, start_at: float, end_at: float, **counts: int) -> None:
         with self._lock:
             self.intervals.append((role, phase, start_at - self.t0_at, end_at - self.t0_at))

@@ -21,6 +21,22 @@ from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
 
 
+def scoring_runtime(sc) -> str | None:
+    """The scoring runtime a scenario names for its reward model (``models.reward.runtime``; None for a
+    rule reward, which has none)."""
+    return None if sc.models.reward.kind == "rule" else sc.models.reward.runtime
+
+
+def forward_runtime(cost, role: str, sc) -> str | None:
+    """Which fitted costs price a role's full forward pass (reward, reference, critic) in scenario ``sc``:
+    its scoring runtime for the reward model when it names one (``scoring_runtime``); otherwise ``eager``
+    when the profile measured it (these passes run in the training framework, an eager forward over a
+    padded batch, not in the generation engine), else the generation prefill's costs (``None``)."""
+    if role == "reward" and scoring_runtime(sc) is not None:
+        return scoring_runtime(sc)
+    return "eager" if "eager" in cost.runtimes else None
+
+
 class Simulation:
     """One simulated training run of ``steps`` steps of a scenario under its schedule."""
 
@@ -43,7 +59,6 @@ class Simulation:
         self.active: dict = defaultdict(int)     # (pool, "decode"|"prefill", gpu) -> running calls
         self.decoding: dict = defaultdict(dict)  # pool -> {replica process inside a decode segment: its GPUs}
         self.scorers: dict[str, stages.ChunkScorer] = {}
-        self.runtime = None if sc.models.reward.kind == "rule" else sc.models.reward.runtime
         # Co-running of intra-step scoring and decode on shared GPUs (CostModel.corun_factors): measured in
         # the hand-over pattern for the generation runtime (window "live": decode is slower while a scorer
         # is live beside it), else the busy-loop slowdowns (window "overlap": while a call runs).
@@ -84,13 +99,8 @@ class Simulation:
             self.interference_changed(pool, gpus)
 
     def forward_runtime(self, role: str) -> str | None:
-        """Which fitted costs price a role's full forward pass (reward, reference, critic): the scenario's
-        scoring runtime for the reward model when it names one; otherwise ``eager`` when the profile
-        measured it (these passes run in the training framework, an eager forward over a padded batch,
-        not in the generation engine), else the generation prefill's costs (``None``)."""
-        if role == "reward" and self.runtime is not None:
-            return self.runtime
-        return "eager" if "eager" in self.cost.runtimes else None
+        """``forward_runtime`` of this scenario and profile."""
+        return forward_runtime(self.cost, role, self.setup.scenario)
 
     def interference_changed(self, pool: str, gpus: range) -> None:
         """A chunk prefill (or, window ``live``, a live scorer) started or ended on these GPUs of ``pool``:
