@@ -118,10 +118,31 @@ def _rates(probe: dict) -> dict[str, float]:
 
 
 def profile_probes(profile: dict) -> list[dict]:
-    """The probes a profile's calibration took (start and end), oldest first; empty for profiles measured
-    before the probe existed or on a GPU."""
+    """The probes a profile's calibration took, oldest first: those of every pass when its passes were
+    measured apart (``device.state_probes``, ``pool_pass_probes``), else its start and end; empty for
+    profiles measured before the probe existed or on a GPU."""
     dev = profile.get("device") or {}
+    if isinstance(dev.get("state_probes"), list):
+        return [p for p in dev["state_probes"] if isinstance(p, dict)]
     return [p for p in (dev.get("state_probe_at_start"), dev.get("state_probe_at_end")) if isinstance(p, dict)]
+
+
+def pool_pass_probes(path, prior: list[dict]) -> None:
+    """After one more pass of a calibration whose passes are measured apart (each run writes the profile
+    at ``path`` anew, with its own start and end probes): keep the probes of the passes before it
+    (``prior``, ``profile_probes`` of the profile before this pass) beside this pass's, as
+    ``device.state_probes``, so the device check sets a profile pooled over its passes against the machine
+    over all of them, not over its last pass."""
+    import json
+    from pathlib import Path
+
+    from rlhfsim.files import write_json_atomic
+
+    if not prior:
+        return
+    doc = json.loads(Path(path).read_text())
+    doc["device"]["state_probes"] = [*prior, *profile_probes(doc)]
+    write_json_atomic(Path(path), doc)
 
 
 def compare(profile: dict, now: list[dict]) -> dict:

@@ -11,8 +11,8 @@ For each scenario:
      calibration of exactly the scenario's models, cached; when measured, its passes alternate with
      blocks of the real steps; shapes outside the catalog get the lean grid of ``operating_points``),
      which never sees the validation runs. Comma-separated profiles (``quick`` naming that calibration,
-     ``generic`` the quick generic calibration of this CPU measured before the steps,
-     ``measure_generic``) each predict the same measured steps.
+     ``generic`` the quick generic calibration of this CPU, ``measure_generic``, its passes alternating
+     with blocks of the real steps too) each predict the same measured steps.
   4. Compare the steady-state mean step time and each phase's mean span (warm-up steps excluded):
      error_pct = 100 x (predicted - measured) / measured.
   5. Find where generation's time goes (and, under intra-step streaming, the scorer's: each scorer call
@@ -126,10 +126,14 @@ def calibrate_passes(device: str, shapes: list, dtype: str, path: Path, grid: di
     """Measure passes 0 .. upto - 1 of the calibration cached at ``path`` into its partial journal (a
     pass already in the journal is not measured again, so an interrupted run resumes); ``finish``
     moves the result into place once the last pass is in."""
+    from calibrate.devstate import pool_pass_probes, profile_probes
     from calibrate.run import run_calibration
 
-    run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=_partial(path),
+    out = _partial(path)
+    prior = profile_probes(json.loads(out.read_text())) if upto > 1 and out.is_file() else []
+    run_calibration(device, gpu_name=None, models=shapes, runtimes=["eager"], quick=True, out=out,
                     resume=True, dtype=dtype, progress=progress, grid={**(grid or {}), "passes": upto}, threads=threads)
+    pool_pass_probes(out, prior)
 
 
 def finish_calibration(path: Path) -> None:
@@ -526,39 +530,67 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
 
 
 QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
-GENERIC = "generic"   # --profile name of the generic quick calibration measured now, before the steps
+GENERIC = "generic"   # --profile name of the generic quick calibration measured now, its passes between blocks of the steps
+
+
+# The generic calibration under validate: the bundled quick grid in GENERIC_PASSES passes whose samples are
+# pooled (calibrate.journal.merge_passes), each with a third of the quick grid's point budget, so that it
+# takes about as long as one pass at the full budget, and so that its passes can alternate with blocks of
+# the real steps (``validate``): both sides then time the machine over the same stretch of the run.
+GENERIC_PASSES = 3
+GENERIC_POINT_BUDGET_S = 0.1
+
+
+def generic_runtimes(prepared: list) -> list[str]:
+    """The scoring runtimes the generic calibration measures for these scenarios: eager (the reference,
+    critic and reward passes the executor runs in the training framework) and any runtime a scenario
+    names for its reward model; none of the others prices anything in the validated steps."""
+    from rlhfsim.sim.simulation import scoring_runtime
+
+    return sorted({"eager"} | {r for sc, _, _, _ in prepared for r in (scoring_runtime(sc),) if r})
 
 
 def measure_generic(device: str, threads: int | None, out: Path, progress: bool = True, *, models: list | None = None,
                     runtimes: list[str] | None = None, grid: dict | None = None,
-                    handover: tuple[int, int, int] = (4, 64, 32)) -> str:
-    """``--profile generic``: the quick generic calibration of this device measured now, before the real
-    steps (``rlhfsim calibrate --device cpu --quick``: the default quick grid on the catalog's models, then
-    the hand-over pattern of each decoder it measured, as the bundled ``cpu`` profile is made). Blind to
-    the scenarios (no operating point of theirs is measured), in the state of the machine the steps run
-    in: on a shared host whose speed moves by 10-30% between hours, a profile measured hours before prices
-    another machine (docs/validation.md). Written to ``out`` (the ``generic-profile.json`` of a
-    ``--generate`` directory, else a time-stamped file in the cache), its journals beside it (an
-    interrupted one resumes when ``out`` is given again; ``python -m calibrate calibrate --from-journal``
-    builds a profile of what it holds). About 6 minutes on 2 cores. Returns the profile's path. ``models``,
-    ``runtimes``, ``grid`` and ``handover`` (batch, prompt, chunk) replace the defaults (tests)."""
+                    handover: tuple[int, int, int] = (4, 64, 32), upto: int | None = None) -> str:
+    """``--profile generic``: the quick generic calibration of this device (``rlhfsim calibrate --device cpu
+    --quick``: the default quick grid on the catalog's models, then the hand-over pattern of each decoder
+    it measured, as the bundled ``cpu`` profile is made), measured in ``GENERIC_PASSES`` passes at
+    ``GENERIC_POINT_BUDGET_S`` per point and pass. Blind to the scenarios (no operating point of theirs is
+    measured), in the state of the machine the steps run in: on a shared host whose speed moves by 10-30%
+    between hours, a profile measured hours before prices another machine (docs/validation.md).
+    ``upto``: measure passes 0 .. upto - 1 (those already in the journal are not measured again), so the
+    passes can alternate with blocks of the real steps; the hand-over pattern is measured with the last
+    pass (default: all of them now). Written to ``out`` (the ``generic-profile.json`` of a ``--generate``
+    directory, else a time-stamped file in the cache), its journals beside it (an interrupted one resumes
+    when ``out`` is given again; ``python -m calibrate calibrate --from-journal`` builds a profile of what it
+    holds). ``models``, ``runtimes`` (scoring runtimes; default all), ``grid`` (over the defaults above) and
+    ``handover`` (batch, prompt, chunk) replace the defaults (tests). Returns the profile's path."""
     if device != "cpu":
         raise RlhfsimError(f"--profile {GENERIC}: expected --device cpu (a GPU's generic calibration is "
                            f"`rlhfsim calibrate --gpu NAME`), got --device {device}")
+    from calibrate.devstate import pool_pass_probes, profile_probes
     from calibrate.extend import _profile_decoders, extend_handover, extension_journal
     from calibrate.journal import journal_path
     from calibrate.run import run_calibration
 
+    g = {"passes": GENERIC_PASSES, "point_budget_s": GENERIC_POINT_BUDGET_S, **(grid or {})}
+    passes = int(g["passes"])
+    upto = passes if upto is None else max(1, min(int(upto), passes))
     out.parent.mkdir(parents=True, exist_ok=True)
     if progress:
-        click.echo(f"generic calibration of this device (quick grid, catalog models, then the hand-over pattern): {out}", err=True)
+        click.echo(f"generic calibration of this device (quick grid, catalog models), pass {upto} of {passes}"
+                   f"{', then the hand-over pattern' if upto == passes else ''}: {out}", err=True)
+    prior = profile_probes(json.loads(out.read_text())) if upto > 1 and out.is_file() else []
     doc = run_calibration(device, quick=True, out=out, resume=journal_path(out).is_file(), progress=progress, models=models,
-                          runtimes=runtimes, grid=grid, threads=threads, name=GENERIC,
+                          runtimes=runtimes, grid={**g, "passes": upto}, threads=threads, name=GENERIC,
                           command=f"rlhfsim validate --profile {GENERIC}")
-    decoders = [m.name for m in _profile_decoders(doc)]
-    batch, prompt, chunk = handover
-    extend_handover(out, decoders, threads or doc["device"].get("threads") or 1, batch=batch, prompt=prompt,
-                    chunk=chunk, resume=extension_journal(out, "handover").is_file())
+    pool_pass_probes(out, prior)
+    if upto == passes:
+        decoders = [m.name for m in _profile_decoders(doc)]
+        batch, prompt, chunk = handover
+        extend_handover(out, decoders, threads or doc["device"].get("threads") or 1, batch=batch, prompt=prompt,
+                        chunk=chunk, resume=extension_journal(out, "handover").is_file())
     return str(out)
 
 
@@ -618,6 +650,12 @@ def profile_list(profile: str | None) -> list[str]:
     return names
 
 
+def step_blocks(n: int, passes: int) -> list[range]:
+    """The ``passes + 1`` blocks of ``n`` scenarios run one after another around ``passes`` calibration
+    passes (block k before pass k, the last after the last pass), as even as whole scenarios allow."""
+    return [range(round(k * n / (passes + 1)), round((k + 1) * n / (passes + 1))) for k in range(passes + 1)]
+
+
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
              recalibrate: bool = False, overrides: list | None = None, generic_out: Path | None = None) -> dict:
@@ -628,11 +666,12 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     median 1.03x, back to back on one set; docs/validation.md "2026-12-01, later"), which a profile
     measured in its own process does not contain. ``steps_run`` in the document says which. Without
     ``profile`` (or with ``quick`` among its comma-separated names), the cached quick calibration is
-    used; when there is none (or ``recalibrate``), its passes are measured between blocks of the real
-    steps (not with ``sequential``). Several profiles predict the same measured steps: the document has
-    the first one's results (``scenarios``, ``median_abs_error_pct``) and each further one's under
-    ``other_profiles``, as ``validate --framework trl`` has. ``generic`` among the profiles is measured
-    first (``measure_generic``, to ``generic_out`` or the cache)."""
+    used; when there is none (or ``recalibrate``), it is measured here. Several profiles predict the same
+    measured steps: the document has the first one's results (``scenarios``, ``median_abs_error_pct``) and
+    each further one's under ``other_profiles``, as ``validate --framework trl`` has. ``generic`` among the
+    profiles is measured here too (``measure_generic``, to ``generic_out`` or the cache). The passes of
+    every calibration measured here alternate with blocks of the real steps (P passes, P + 1 blocks: one
+    before the first pass, one after the last), in either order of running the steps."""
     profiles = profile_list(profile)
     if device == "cuda":
         import torch
@@ -648,17 +687,18 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
 
     from calibrate.devstate import state_probe
 
+    cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     generic_path = None
+    passes: list = []   # per calibration measured in this run, a function measuring its pass k (k < its passes)
     if GENERIC in profiles:
         import time
 
-        generic_path = measure_generic(device, threads, generic_out or cache_dir() / "generic" / f"generic-{time.strftime('%Y%m%d-%H%M%S')}.json",
-                                       progress)
-    probes = [state_probe(threads)] if device == "cpu" else []
-
-    cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
-    measured = None
+        gen_out = generic_out or cache_dir() / "generic" / f"generic-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        generic_path = str(gen_out)
+        rts = generic_runtimes(prepared)
+        passes.append((GENERIC_PASSES, lambda k: measure_generic(device, threads, gen_out, progress, runtimes=rts, upto=k + 1)))
     quick_paths: list[str] = []
+    todo: list[QuickPlan] = []
     if QUICK in profiles:
         groups = calibration_groups(prepared)
         plans = [quick_plan(group, device, threads) for group in groups]
@@ -667,42 +707,49 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
                 discard_calibration(pl.path)
         todo = list({pl.path: pl for pl in plans if not pl.path.is_file()}.values())   # one per cached file
         if todo:
-            passes = max(pl.passes for pl in todo)
             if progress:
                 click.echo(f"quick calibration: {len(todo)} calibration(s) of {sum(len(pl.shapes) for pl in todo)} model shape(s) in all, "
-                           f"{sum(pl.lean for pl in todo)} of them on the lean grid (shapes no profile has seen), {passes} pass(es)"
-                           f"{' alternating with blocks of the real steps' if passes > 1 and not sequential else ''}", err=True)
-
-            def measure_pass(k: int) -> None:
-                for pl in todo:
-                    calibrate_passes(device, pl.shapes, pl.dtype, pl.path, pl.grid, min(k + 1, pl.passes), threads, progress)
-
-            if sequential or passes <= 1:
-                measure_pass(passes - 1)
-            else:
-                # Calibration passes alternate with blocks of the real steps, so that both sides are
-                # measured over the same stretch of time on a machine whose speed drifts.
-                with RoundRobin(cfgs, progress, names) as rr:
-                    for k in range(passes):
-                        measure_pass(k)
-                        rr.run(round((k + 1) * rr.steps / passes))
-                    measured = rr.results
+                           f"{sum(pl.lean for pl in todo)} of them on the lean grid (shapes no profile has seen), "
+                           f"{max(pl.passes for pl in todo)} pass(es)", err=True)
             for pl in todo:
-                finish_calibration(pl.path)
+                passes.append((pl.passes, lambda k, pl=pl: calibrate_passes(device, pl.shapes, pl.dtype, pl.path, pl.grid,
+                                                                            k + 1, threads, progress)))
         by_scenario = {id(p): str(pl.path) for group, pl in zip(groups, plans) for p in group}
         quick_paths = [by_scenario[id(p)] for p in prepared]
-    around: list[dict] = []   # --sequential on CPU: the state probe before each scenario's steps
-    if measured is None:
-        if sequential:
-            measured = []
-            for cfg in cfgs:
+    n_passes = max((n for n, _ in passes), default=0)
+    if n_passes and progress:
+        click.echo(f"{n_passes} calibration pass(es) alternating with {n_passes + 1} block(s) of the real steps", err=True)
+
+    def measure_pass(k: int) -> None:
+        for n, fn in passes:
+            if k < n:
+                fn(k)
+
+    # The calibrations measured here (the generic one, the quick one) alternate with blocks of the real
+    # steps, the first block before the first pass and the last after the last, so that on a machine
+    # whose speed drifts from minute to minute both sides are measured over the same stretch of time
+    # (docs/validation.md, "How a run is made").
+    probes = [state_probe(threads)] if device == "cpu" else []
+    around: list[tuple[dict, dict]] = []   # --sequential on CPU: the state probes just before and after each scenario
+    if sequential:
+        measured = [None] * len(cfgs)
+        for k, block in enumerate(step_blocks(len(cfgs), n_passes)):
+            if k:
+                measure_pass(k - 1)
+            for j in block:
+                before = state_probe(threads) if probes else None
+                measured[j] = run_steps(cfgs[j], progress=progress)
                 if probes:
-                    around.append(state_probe(threads))
-                measured.append(run_steps(cfg, progress=progress))
-        else:
-            with RoundRobin(cfgs, progress, names) as rr:
-                rr.run()
-                measured = rr.results
+                    around.append((before, state_probe(threads)))
+    else:
+        with RoundRobin(cfgs, progress, names) as rr:
+            for k in range(n_passes + 1):
+                if k:
+                    measure_pass(k - 1)
+                rr.run(round((k + 1) * rr.steps / (n_passes + 1)))
+            measured = rr.results
+    for pl in todo:
+        finish_calibration(pl.path)
 
     def profile_of(name: str, j: int) -> str:
         return quick_paths[j] if name == QUICK else generic_path if name == GENERIC else name
@@ -718,7 +765,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         probes.append(state_probe(threads))
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
         if around:
-            scenario_device_ratios(doc, profile_of, around + probes[-1:])
+            scenario_device_ratios(doc, profile_of, around)
         for w in doc["device_check"]["warnings"]:
             click.echo(f"warning: {w}", err=True)
     return doc
@@ -734,11 +781,11 @@ def device_checks(refs: list[str], probes: list[dict]) -> dict:
     return {"probes": probes, "profiles": per, "warnings": [w for c in per for w in c["warnings"]]}
 
 
-def scenario_device_ratios(doc: dict, profile_of, around: list[dict]) -> None:
+def scenario_device_ratios(doc: dict, profile_of, around: list[tuple[dict, dict]]) -> None:
     """One scenario after another: each scenario's ``device_ratios``, the device check of its profile
-    against the probes taken just before and just after its own steps (``around``: one probe before each
-    scenario and one after the last), so a scenario measured in a slow minute of a shared machine says so
-    next to its error. The probe takes 0.15 s: a burst, not the minute's average."""
+    against the probes taken just before and just after its own steps (``around``: one pair per
+    scenario), so a scenario measured in a slow minute of a shared machine says so next to its error.
+    The probe takes 0.15 s: a burst, not the minute's average."""
     from calibrate.devstate import compare
     from rlhfsim.costs.profile import load_profile
 
@@ -748,7 +795,7 @@ def scenario_device_ratios(doc: dict, profile_of, around: list[dict]) -> None:
         for j, s in enumerate(block["scenarios"]):
             ref = profile_of(name, j)
             prof = loaded.setdefault(ref, load_profile(ref))
-            s["device_ratios"] = compare(prof, around[j:j + 2])["ratios"]
+            s["device_ratios"] = compare(prof, list(around[j]))["ratios"]
 
 
 def error_block(rows: list[dict]) -> dict:
@@ -857,7 +904,7 @@ def _ops_table(title: str, ops: dict, split: bool = False):
 @click.option("--profile", help="Calibration profile names or paths, comma-separated, each predicting the same measured steps; "
                                 "'quick' is validate's own quick calibration of the scenarios' models, cached (the default "
                                 "with --scenario); 'generic' is the quick generic calibration of this CPU measured now, "
-                                "before the steps (blind, about 6 minutes; with --generate the default is 'generic,cpu').")
+                                "in three passes alternating with blocks of the steps (blind: no operating point of the scenarios; about 6 minutes; with --generate the default is 'generic,cpu').")
 @click.option("--steps", type=click.IntRange(min=2), help="Steps per scenario (default: the scenario's).")
 @click.option("--threads", type=click.IntRange(min=1),
               help="torch intra-op threads for the real runs and their calibration (default: torch's).")

@@ -134,7 +134,8 @@ def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, mo
                   "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05}
     tiny.update(grid_extra)
     doc = validate([FIX / "tiny-sync.yaml"], "cpu", None, 4, threads=1, progress=False)
-    assert order == [("calibrate", 1), ("steps", 0, 2), ("calibrate", 2), ("steps", 2, 4)]
+    # P = 2 passes between P + 1 blocks of the 4 steps: one block before the first pass, one after the last
+    assert order == [("steps", 0, 1), ("calibrate", 1), ("steps", 1, 3), ("calibrate", 2), ("steps", 3, 4)]
     (path,) = tmp_path.joinpath("validate").glob("profile-*[0-9a-f].json")
     assert not list(tmp_path.joinpath("validate").glob("*.partial*"))
     passes = {r.get("pass", 0) for r in read_journal(journal_path(path)) if r.get("kind") == "point"}
@@ -143,7 +144,7 @@ def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, mo
     # a second run uses the cached calibration: no pass measured, every step in one block
     order.clear()
     validate([FIX / "tiny-sync.yaml"], "cpu", None, 4, threads=1, progress=False)
-    assert order == [("steps", 0, None)]
+    assert order == [("steps", 0, 4)]
 
 
 def test_generation_operations_are_timed_in_the_step_and_priced_at_their_shapes(doc):

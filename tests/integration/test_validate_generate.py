@@ -132,10 +132,10 @@ def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_sa
         assert blind["measured_step_time_s"] == cal["measured_step_time_s"]   # the same measured steps
 
 
-def test_generic_profile_is_measured_before_the_steps_and_predicts_them(tmp_path, monkeypatch):
+def test_generic_profile_is_measured_in_passes_around_the_steps_and_predicts_them(tmp_path, monkeypatch):
     """``--profile generic``: a quick generic calibration of this CPU (here on a tiny grid, one catalog
-    decoder) is measured, extended with the hand-over pattern of its decoders, and then predicts the
-    steps; the document names its path."""
+    decoder) is measured in passes alternating with the steps, extended with the hand-over pattern of its
+    decoders, and predicts the steps; the document names its path."""
     import calibrate.validate as V
     from rlhfsim.costs.profile import load_profile
     from rlhfsim.models.catalog import CATALOG
@@ -145,8 +145,8 @@ def test_generic_profile_is_measured_before_the_steps_and_predicts_them(tmp_path
     real = V.measure_generic
 
     def tiny(device, threads, out, progress=True, **kw):
-        return real(device, threads, out, progress, models=[CATALOG["tiny-qwen2"]], runtimes=["eager"], grid=grid,
-                    handover=(2, 8, 4))
+        return real(device, threads, out, progress, models=[CATALOG["tiny-qwen2"]], grid=grid, handover=(2, 8, 4),
+                    **{**kw, "runtimes": ["eager"]})
 
     monkeypatch.setattr(V, "measure_generic", tiny)
     fix = Path(__file__).resolve().parents[1] / "fixtures" / "validate"
@@ -155,6 +155,10 @@ def test_generic_profile_is_measured_before_the_steps_and_predicts_them(tmp_path
     path = tmp_path / "generic-profile.json"
     prof = load_profile(str(path))
     assert prof["name"] == "generic" and "kv_decoder" in prof["interference"]["handover"]
+    # measured in GENERIC_PASSES passes (the scenario's steps between two of them), samples pooled, and the
+    # device state probes of every pass kept for the device check
+    assert {p.get("passes") for p in prof["points"] if p["op"] == "prefill"} == {V.GENERIC_PASSES}
+    assert len(prof["device"]["state_probes"]) == 2 * V.GENERIC_PASSES
     assert {p["model"] for p in prof["points"] if p["op"] in ("prefill", "decode", "train")} == {"tiny-qwen2"}
     assert doc["profile"] == "generic" and doc["generic_profile"] == str(path)
     assert doc["other_profiles"][0]["profile"] == "cpu"
@@ -177,3 +181,15 @@ def test_generic_profile_needs_a_cpu(tmp_path):
 
     with pytest.raises(Exception, match="--profile generic: expected --device cpu"):
         measure_generic("cuda", 1, tmp_path / "g.json", False)
+
+
+def test_steps_blocks_around_calibration_passes():
+    """One scenario after another: P calibration passes sit between P + 1 blocks of whole scenarios, one
+    block before the first pass and one after the last, every scenario once, in order."""
+    from calibrate.validate import step_blocks
+
+    assert [list(b) for b in step_blocks(10, 3)] == [[0, 1], [2, 3, 4], [5, 6, 7], [8, 9]]
+    assert [list(b) for b in step_blocks(3, 0)] == [[0, 1, 2]]           # nothing measured: one block
+    for n in range(1, 12):
+        for p in range(0, 4):
+            assert [j for b in step_blocks(n, p) for j in b] == list(range(n))

@@ -82,3 +82,26 @@ def test_profile_probes_ignores_absent_ends():
     prof2["device"]["state_probe_at_end"] = None
     assert profile_probes(prof2) == [a]
     assert profile_probes({"name": "x"}) == []
+
+
+def test_pass_probes_are_pooled_across_passes_written_apart(tmp_path):
+    """A calibration whose passes are measured apart writes its profile anew each pass, with that pass's
+    start and end probes: ``pool_pass_probes`` keeps every earlier pass's probes beside them, and the
+    device check compares the median over all of them (here a slow first pass and a fast second one)."""
+    import json
+
+    from calibrate.devstate import pool_pass_probes
+
+    path = tmp_path / "p.json"
+    slow, fast = _probe(scale=0.8), _probe(scale=1.2)
+    path.write_text(json.dumps(_profile([slow, slow])))
+    prior = profile_probes(json.loads(path.read_text()))
+    path.write_text(json.dumps(_profile([fast, fast])))       # the next pass's run overwrites the profile
+    pool_pass_probes(path, prior)
+    pooled = json.loads(path.read_text())
+    assert profile_probes(pooled) == [slow, slow, fast, fast]
+    c = compare(pooled, [_probe()])
+    assert c["ratios"]["gemv_2MiB"] == pytest.approx(1.0) and c["warnings"] == []
+    assert compare(_profile([fast, fast]), [_probe()])["ratios"]["gemv_2MiB"] == pytest.approx(1 / 1.2)
+    pool_pass_probes(path, [])                                 # the first pass: nothing to keep
+    assert profile_probes(json.loads(path.read_text())) == [slow, slow, fast, fast]
