@@ -27,7 +27,7 @@ error is claimed). Otherwise ``status: "ok"``.
 
 Uncertainty (kept in the profile, propagated by ``rlhfsim simulate --uncertainty``):
 ``covariance`` is the linearised covariance of x (order ``COV_PARAMS``), s^2 (J^T J)^+ with J the
-Jacobian of the relative residuals at the solution and s^2 = RSS / (n - n_params); ``param_std`` its
+analytic Jacobian (the max()'s active branch) of the relative residuals at the solution and s^2 = RSS / (n - n_params); ``param_std`` its
 square roots. ``samples`` are ``BOOTSTRAP`` parameter sets [compute_eff, memory_eff, overhead_s,
 overhead_per_layer_s] refitted on case-resampled points (seeded): unlike the linearisation they respect
 the bounds and the max() in the form. Null for underdetermined fits.
@@ -145,6 +145,20 @@ def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = No
         r = (kernel + x[2] + x[3] * lay - t) / t
         return np.concatenate([r, pw * (x[:2] - lp)])
 
+    def jac(z):   # analytic (the active branch of the max): finite differences across the max's kink made
+        # the covariance and the bootstrap differ from one CPU's rounding to another's
+        x = full(z)
+        c, m = fc / np.exp(x[0]), fm / np.exp(x[1])
+        compute = c >= m
+        j = np.zeros((len(t) + 2, n_z))
+        j[:len(t), 0] = np.where(compute, -c, 0.0) / t
+        j[:len(t), 1] = np.where(compute, 0.0, -m) / t
+        j[:len(t), 2] = 1.0 / t
+        if use_layers:
+            j[:len(t), 3] = lay / t
+        j[len(t), 0] = j[len(t) + 1, 1] = pw
+        return j
+
     n_z = 4 if use_layers else 3
     lb = [lo, lo, 0.0, 0.0][:n_z]
     ub = [hi, hi, np.inf, np.inf][:n_z]
@@ -156,7 +170,7 @@ def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = No
     for s in starts:
         z0 = np.clip(np.asarray(s, dtype=np.float64)[:n_z], lb, [h if np.isfinite(h) else 1e9 for h in ub])
         z0[2] = max(z0[2], 0.0)
-        res = least_squares(resid, z0, bounds=(lb, ub), x_scale="jac", method="trf", xtol=1e-10, ftol=1e-12,
+        res = least_squares(resid, z0, jac=jac, bounds=(lb, ub), x_scale="jac", method="trf", xtol=1e-10, ftol=1e-12,
                             gtol=1e-12, max_nfev=400)
         if best is None or res.cost < best.cost:
             best = res
