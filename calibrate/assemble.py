@@ -32,8 +32,9 @@
   and held-out error (``sampling``); each generation prefill/decode point is fitted less its runtime's tail
   (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``).
 * ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.gemm``), passes over the weights
-  of a matrix product of two rows or more against one row, which each decode point's work counts
-  (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``); ``width_efficiency``
+  of a matrix product of two rows or more against one row, and ``gemm_passes_by_footprint`` where the
+  grid measured them by working-set footprint, which each decode point's work counts at its model's
+  weight footprint (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``); ``width_efficiency``
   (``calibrate.widths``), the training rate by model width relative to the fastest, by which each
   training point's body FLOPs are divided (field ``width_rate``).
 """
@@ -51,10 +52,12 @@ from calibrate.gemm import gemm_summary
 from calibrate.widths import width_summary
 from calibrate.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
+from rlhfsim.costs import flops as fl
 from rlhfsim.costs.flops import page_fault_s, width_rate
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
+from rlhfsim.models.catalog import ModelShape
 
 PLAIN_RUNTIMES = (None, "", "kv_decoder")   # the runtime field of points the plain prefill/decode fit
 
@@ -158,6 +161,8 @@ def kernels_summary(points: list[dict]) -> dict | None:
     out: dict = {}
     if gemm is not None:
         out.update(gemm_weight_passes=gemm["gemm_weight_passes"], gemm=gemm)
+        if gemm.get("by_footprint"):
+            out["gemm_passes_by_footprint"] = gemm["by_footprint"]
     if widths is not None:
         out["width_efficiency"] = widths
     return out or None
@@ -172,6 +177,7 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
     page faults of its loss's logits-sized tensors (``calibrate.pagefaults``, pattern ``labels_train``),
     which the fit takes off. Without any, the points as they are."""
     passes = (kernels or {}).get("gemm_weight_passes")
+    by_footprint = (kernels or {}).get("gemm_passes_by_footprint")
     widths = (kernels or {}).get("width_efficiency")
     faults = (kernels or {}).get("page_faults")
     if not tails and passes is None and widths is None and not faults:
@@ -182,8 +188,9 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
         tail = _tail_of(p, tails) if gen else None
         if tail is not None:
             p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
-        if passes is not None and gen and p["op"] == "decode":
-            p = {**p, "gemm_weight_passes": passes}
+        if passes is not None and gen and p["op"] == "decode":   # at the model's footprint where measured by it
+            wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").weight_bytes
+            p = {**p, "gemm_weight_passes": fl.footprint_passes(by_footprint, passes, wbytes)}
         if widths is not None and p["op"] == "train":
             p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}
         if faults and p["op"] == "train" and p.get("head") == "lm":
@@ -228,7 +235,8 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: d
     for rt, info in gen.items():
         if _put_tail(info, rt, tails):
             changed.append(f"generation.{rt}.sample_s")
-    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "width_efficiency", "page_faults") if k in (kernels or {})]
+    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "gemm_passes_by_footprint", "width_efficiency",
+                                               "page_faults") if k in (kernels or {})]
 
 
 def refit_train(doc: dict, gpu: GpuSpec, points: list[dict] | None = None) -> bool:

@@ -218,6 +218,9 @@ def runtimes_command(profile_ref, fmt):
     kernels = profile.get("kernels") or {}
     if kernels.get("gemm_weight_passes") is not None:
         click.echo(f"\nGEMM weight passes (a decode step of 2+ rows against 1 row): {kernels['gemm_weight_passes']:.2f}")
+        by = kernels.get("gemm_passes_by_footprint")
+        if by:
+            click.echo("  by weight footprint: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], by["passes"])))
     if kernels.get("width_efficiency"):
         we = kernels["width_efficiency"]
         click.echo("training rate by width, relative to the fastest: " + ", ".join(

@@ -187,11 +187,11 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
 
 
 def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: list | None = None,
-                      gemm: list | None = None, widths: list | None = None) -> dict:
+                      gemm: list | None = None, widths: list | None = None, gemm_footprints: list | None = None) -> dict:
     """Add the cost terms the roofline cannot carry to a measured profile: the sampling tails
     (``calibrate.sampling``: the ``sample`` points of each generation runtime the profile prices with a
     sampler of its own, ``kv_decoder`` and ``hf_generate``, at the default grid's ``sampling``), the GEMM
-    weight passes (``calibrate.gemm``, the grid's ``gemm``) and the training rate by width
+    weight passes (``calibrate.gemm``, the grid's ``gemm`` and ``gemm_footprints_mib``) and the training rate by width
     (``calibrate.widths``, the grid's ``widths``); then its generation and training operations fitted
     again, from its own points, with them (``calibrate.assemble.refit_cost_terms``). Nothing else the
     profile had is changed."""
@@ -205,7 +205,9 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     gen = doc.get("generation", {})
     runtimes = meta["runtimes"] = [rt for rt in sampled_runtimes(list(gen)) if gen[rt].get("valid")]
     g = with_overrides(default_grid(device, True), {k: v for k, v in (("sampling", sampling), ("gemm", gemm),
-                                                                      ("widths", widths)) if v is not None})
+                                                                      ("widths", widths),
+                                                                      ("gemm_footprints_mib", gemm_footprints))
+                                                               if v is not None})
     torch.set_num_threads(threads)
     try:
         with Journal.open(jpath, meta, resume) as journal, \
@@ -223,6 +225,7 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     doc["points"] = points
     return _finish(path, doc, 16, started, load_start, threads, [], runtimes, jpath, changed,
                    {"sampling": [list(x) for x in g.sampling], "gemm": [list(x) for x in g.gemm],
+                    "gemm_footprints_mib": list(g.gemm_footprints_mib),
                     "widths": list(g.widths), "width_mlp_ratio": g.width_mlp_ratio,
                     "width_mlp_ratios": list(g.width_mlp_ratios), "width_tokens": g.width_tokens},
                    what="cost_terms")

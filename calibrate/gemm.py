@@ -16,6 +16,16 @@ Points (op ``gemm``; grid ``Grid.gemm`` of (rows, out features, in features)): `
 of a [rows, in] input by an [out, in] weight in the calibration dtype. The profile's
 ``kernels.gemm_weight_passes`` is the median over the grid's matrices and rows >= 2 of t(rows) / t(1 row),
 at least 1 (``gemm_summary``); a profile without it counts the weights once at every batch.
+
+By footprint (grid ``Grid.gemm_footprints_mib``; points with ``footprint_mib``): the same products with
+the weight cycled through distinct copies of it that add up to each footprint, one call per copy, as a
+decode step cycles through its layers' weights. One matrix called again and again stays in cache; a
+decode step's weights do only while the model fits there. On the AMD EPYC 2-vCPU VM (32 MiB L3 of which
+a VM sees less) one thread's 1-row product streamed 40-56 GB/s up to 9 MiB of weights and 9-16 GB/s from
+16 MiB on, and the ratio at 2 rows fell from 1.6-2.5 to 1.0-1.6 across that cliff
+(``benchmarks/gemm_footprint.py``; docs/validation.md, "fourth session"). ``kernels.gemm_passes_by_footprint``
+is, per footprint, the median ratio over matrices and rows >= 2 (at least 1); the cost model takes a
+model's passes at its weight footprint (``rlhfsim.costs.flops.footprint_passes``).
 """
 
 from __future__ import annotations
@@ -48,21 +58,74 @@ def measure_gemm(s: Session) -> None:
                       lambda x=x, w=w: F.linear(x, w))
 
 
+    feet = tuple(getattr(s.grid, "gemm_footprints_mib", ()) or ())
+    mats = sorted({(o, i) for _, o, i in s.grid.gemm})
+    with torch.inference_mode():
+        for foot in feet:
+            for out_f, in_f in mats:
+                todo = [r for r, o, i in s.grid.gemm if (o, i) == (out_f, in_f)
+                        and s.pending(_foot_key(r, out_f, in_f, foot, s.dtype))]
+                if not todo:
+                    continue
+                gen = torch.Generator().manual_seed(out_f + in_f)
+                w0 = torch.randn(out_f, in_f, generator=gen).to(s.device, s.tdtype)
+                wb = w0.numel() * w0.element_size()
+                copies = max(1, round(foot * 2**20 / wb))
+                ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+                for rows in todo:
+                    x = torch.randn(rows, in_f, generator=gen).to(s.device, s.tdtype)
+                    s.measure(_foot_key(rows, out_f, in_f, foot, s.dtype),
+                              {"op": "gemm", "model": f"w{out_f}x{in_f}-f{foot:g}MiB", "batch": rows, "out_features": out_f,
+                               "in_features": in_f, "weight_bytes": wb, "footprint_mib": foot, "copies": copies,
+                               "head": "", "seq_len": in_f, "prefix_len": out_f, "tokens": rows,
+                               "timed": f"torch.nn.functional.linear over {copies} distinct copies of the weight"},
+                              lambda x=x, ws=ws: [F.linear(x, w) for w in ws])
+                del ws, w0
+
+
+def _foot_key(rows: int, out_f: int, in_f: int, foot: float, dtype: str) -> str:
+    return point_key("gemm", f"w{out_f}x{in_f}-f{foot:g}MiB", dtype, batch=rows, seq_len=in_f, prefix_len=out_f)
+
+
 def plan_size(grid) -> int:
-    return len(grid.gemm)
+    return len(grid.gemm) * (1 + len(tuple(getattr(grid, "gemm_footprints_mib", ()) or ())))
 
 
 def gemm_summary(points: list[dict], value) -> dict | None:
     """``{"gemm_weight_passes", "ratios", "points", "source"}`` from the ``gemm`` points (``value``: a
     point's measured seconds), or None without a matrix measured at 1 row and at more."""
-    pts = [p for p in points if p["op"] == "gemm" and not p.get("skipped") and value(p) > 0]
+    every = [p for p in points if p["op"] == "gemm" and not p.get("skipped") and value(p) > 0]
+    pts = [p for p in every if p.get("footprint_mib") is None]
     one = {(p["out_features"], p["in_features"]): value(p) for p in pts if p["batch"] == 1}
     ratios = [{"rows": p["batch"], "out": p["out_features"], "in": p["in_features"],
                "ratio": value(p) / one[(p["out_features"], p["in_features"])]}
               for p in pts if p["batch"] > 1 and (p["out_features"], p["in_features"]) in one]
     if not ratios:
         return None
-    return {"gemm_weight_passes": max(1.0, float(np.median([r["ratio"] for r in ratios]))), "ratios": ratios,
-            "points": [{"rows": p["batch"], "out": p["out_features"], "in": p["in_features"], "us": 1e6 * value(p)}
-                       for p in pts],
-            "source": "measured", "method": "median over matrices and rows >= 2 of t(rows) / t(1 row)"}
+    out = {"gemm_weight_passes": max(1.0, float(np.median([r["ratio"] for r in ratios]))), "ratios": ratios,
+           "points": [{"rows": p["batch"], "out": p["out_features"], "in": p["in_features"], "us": 1e6 * value(p)}
+                      for p in pts],
+           "source": "measured", "method": "median over matrices and rows >= 2 of t(rows) / t(1 row)"}
+    by = footprint_summary(every, value)
+    if by is not None:
+        out["by_footprint"] = by
+    return out
+
+
+def footprint_summary(points: list[dict], value) -> dict | None:
+    """``{"footprint_mib", "passes", "ratios", "source", "method"}`` from the footprint points (at least two
+    footprints with a ratio), or None."""
+    pts = [p for p in points if p.get("footprint_mib") is not None]
+    one = {(p["footprint_mib"], p["out_features"], p["in_features"]): value(p) for p in pts if p["batch"] == 1}
+    ratios = [{"footprint_mib": p["footprint_mib"], "rows": p["batch"], "out": p["out_features"], "in": p["in_features"],
+               "copies": p.get("copies"), "ratio": value(p) / one[(p["footprint_mib"], p["out_features"], p["in_features"])],
+               "gb_s_1row": (p.get("copies") or 1) * p["weight_bytes"] / one[(p["footprint_mib"], p["out_features"], p["in_features"])] / 1e9}
+              for p in pts if p["batch"] > 1 and (p["footprint_mib"], p["out_features"], p["in_features"]) in one]
+    feet = sorted({r["footprint_mib"] for r in ratios})
+    if len(feet) < 2:
+        return None
+    return {"footprint_mib": [float(f) for f in feet],
+            "passes": [max(1.0, float(np.median([r["ratio"] for r in ratios if r["footprint_mib"] == f]))) for f in feet],
+            "ratios": ratios, "source": "measured",
+            "method": "per footprint, median over matrices and rows >= 2 of t(rows) / t(1 row), the weight cycled "
+                      "through distinct copies adding up to the footprint; interpolated in log footprint"}

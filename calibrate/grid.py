@@ -40,7 +40,9 @@ one step's logits into tokens, per generation runtime of the grid that has a sam
 Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range.
 
 GEMM weight passes (``calibrate.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
-1 row and more, whose time ratio is the passes over the weights a decode step of two rows or more makes.
+1 row and more, whose time ratio is the passes over the weights a decode step of two rows or more makes;
+on a CPU again with each matrix cycled through copies adding up to ``gemm_footprints_mib`` (the passes
+by the weights' footprint, in cache and beyond it).
 Training rate by width (``calibrate.widths``): ``widths``, each a forward + backward of 1 and 3 layers of
 that width (MLP ratio ``width_mlp_ratio``, ``width_tokens`` tokens), whose per-layer rates relative to the
 fastest divide a training pass's body FLOPs.
@@ -114,6 +116,9 @@ class Grid:
     sampling: tuple[Shape2, ...] = ()
     # GEMM weight passes (calibrate.gemm): (rows, out features, in features) of each linear-layer point
     gemm: tuple[tuple[int, int, int], ...] = ()
+    # ... and again with each matrix cycled through distinct copies adding up to these footprints, MiB
+    # (a decode step's weights stay in cache only while the model fits there; calibrate.gemm)
+    gemm_footprints_mib: tuple[int, ...] = ()
     # training rate by width (calibrate.widths): widths, their MLP ratio and the tokens of each point
     widths: tuple[int, ...] = ()
     width_mlp_ratio: int = 3
@@ -165,6 +170,7 @@ QUICK_CPU = Grid(
     gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
+    gemm_footprints_mib=(4, 8, 16, 32, 64),
     widths=(64, 128, 192, 256, 384, 512),
     width_mlp_ratios=(2, 4),
     page_faults=True,
@@ -283,6 +289,9 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             want = f"a list of [{', '.join(names)}] (may be empty)"
         elif k == "widths":
             ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 64 for x in v), "a list of widths >= 64 (may be empty)"
+        elif k == "gemm_footprints_mib":
+            ok = isinstance(v, tuple) and all(pos_int(x) and x >= 1 for x in v) and list(v) == sorted(set(v))
+            want = "an increasing list of footprints in MiB >= 1 (may be empty)"
         elif k == "width_mlp_ratios":
             ok, want = isinstance(v, tuple) and all(pos_int(x) and x >= 1 for x in v), "a list of MLP ratios >= 1 (may be empty)"
         elif k in ("width_mlp_ratio", "width_tokens"):

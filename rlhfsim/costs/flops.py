@@ -10,7 +10,8 @@ Forward of n tokens whose attention spans c cached + the new tokens (causal):
     F_head   = 2 x h x V x n_logits                            (LM head; n_logits = 0 for scoring heads)
 
 Bytes a forward pass moves: weights once (P x b; a decode step of two rows or more ``gemm_weight_passes``
-times, a device property measured by ``calibrate.gemm``: GEMM kernels pack the weights, GEMV does not), plus K/V cache read (2 x L x d_kv x b per visible cached
+times, a device property measured by ``calibrate.gemm``: GEMM kernels pack the weights, GEMV does not;
+on a CPU, by the weights' footprint: ``footprint_passes``), plus K/V cache read (2 x L x d_kv x b per visible cached
 token) plus activations written/read (approx. 2 x L x h x b x 12 per token, the usual transformer
 activation traffic), plus the logits of an LM head: float32 logits written, then read and written by the
 log-softmax and read by the sampler or the log-prob gather (LOGIT_BYTES = 16 per logit, V logits per
@@ -160,6 +161,19 @@ def gemm_passes(batch, weight_passes: float):
     if isinstance(batch, np.ndarray):
         return np.where(batch > 1, weight_passes, 1.0)
     return weight_passes if batch > 1 else 1.0
+
+
+def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_bytes: float) -> float:
+    """The weight passes of a decode step of two rows or more for a model whose weights take
+    ``weight_bytes``: from ``kernels.gemm_passes_by_footprint`` (``calibrate.gemm``: the passes measured
+    with the weights cycled through distinct copies adding up to each footprint, as a decode step cycles
+    through its layers; a CPU's GEMM packs a matrix that sits in cache at about its GEMV's time, one
+    streamed from memory at a fraction of it) interpolated in log footprint and held at the ends;
+    without that table, the scalar ``weight_passes``."""
+    if not by_footprint:
+        return weight_passes
+    mib = np.log2(np.asarray(by_footprint["footprint_mib"], dtype=np.float64))
+    return float(np.interp(np.log2(max(weight_bytes, 1.0) / 2**20), mib, by_footprint["passes"]))
 
 
 def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cached_tokens: float = 0.0,

@@ -208,7 +208,8 @@ class _Decode:
         # calibrate.sampling; the fitted parameters above exclude it)
         a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops)
         self.tail0, self.tail_row = a, b * m.vocab
-        self.wp = cost.gemm_weight_passes     # weight passes of a step of >= 2 rows (flops.gemm_passes)
+        # weight passes of a step of >= 2 rows (flops.gemm_passes), at this model's weight footprint
+        self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.weight_bytes)
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
@@ -238,6 +239,8 @@ class CostModel:
         kernels = profile.get("kernels") or {}
         # passes over the weights of a decode step of two rows or more (calibrate.gemm; 1: not measured)
         self.gemm_weight_passes = float(kernels.get("gemm_weight_passes") or 1.0)
+        # the same by the weights' footprint (calibrate.gemm; None: the scalar above for every model)
+        self.gemm_passes_by_footprint = kernels.get("gemm_passes_by_footprint")
         # training rate by model width relative to the fastest (calibrate.widths; None: one rate for all)
         self.width_eff = kernels.get("width_efficiency")
         # page faults of logits-sized tensors above the allocator's threshold (calibrate.pagefaults; CPU)

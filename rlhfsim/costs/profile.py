@@ -121,6 +121,10 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
         if not isinstance(kernels, dict) or (v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
                                                                or not 1.0 <= v < float("inf"))):
             raise ProfileError(f"{where}.kernels.gemm_weight_passes: expected a finite number >= 1, got {v!r}")
+        fp = kernels.get("gemm_passes_by_footprint")
+        if fp is not None and not _footprint_table(fp):
+            raise ProfileError(f"{where}.kernels.gemm_passes_by_footprint: expected increasing footprint_mib > 0 and as "
+                               f"many passes, each a finite number >= 1, got {fp!r}"[:300])
         we = kernels.get("width_efficiency")
         if we is not None:
             curves = {"": we, **{f".by_ratio.{r}": sub for r, sub in ((we.get("by_ratio") or {}).items()
@@ -135,6 +139,17 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
         if problem:
             raise ProfileError(problem)
     return doc
+
+
+def _footprint_table(t) -> bool:
+    if not isinstance(t, dict):
+        return False
+    f, p = t.get("footprint_mib"), t.get("passes")
+    if not isinstance(f, list) or not isinstance(p, list) or not f or len(f) != len(p):
+        return False
+    if not all(_positive(x) for x in f) or any(b <= a for a, b in zip(f, f[1:])):
+        return False
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x < float("inf") for x in p)
 
 
 def _width_curve(curve) -> bool:

@@ -181,7 +181,7 @@ def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_
     from calibrate.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
     from rlhfsim.costs import flops as fl
 
-    grid = with_overrides(QUICK_CPU, {**GRID, "gemm": [[1, 256, 64], [2, 256, 64], [4, 256, 64]]})
+    grid = with_overrides(QUICK_CPU, {**GRID, "gemm": [[1, 256, 64], [2, 256, 64], [4, 256, 64]], "gemm_footprints_mib": []})
     with Journal.open(tmp_path / "g.journal.jsonl", META, resume=False) as j:
         s = Session("cpu", "float32", grid, j, Progress(gemm_size(grid), enabled=False), tmp_path)
         measure_gemm(s)
@@ -207,6 +207,50 @@ def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_
     from rlhfsim.costs.profile import ProfileError, validate_profile
     with pytest.raises(ProfileError, match="kernels.gemm_weight_passes: expected a finite number >= 1"):
         validate_profile({**base, "kernels": {"gemm_weight_passes": 0.5}}, "p")
+
+
+def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_models_footprint(tmp_path):
+    """``gemm_footprints_mib``: each matrix again, cycled through distinct copies adding up to each footprint;
+    the table is the per-footprint median ratio, interpolated in log footprint and held at the ends, and a
+    decode step of >= 2 rows counts the weights at its model's footprint (fit points alike)."""
+    from calibrate.assemble import kernels_summary, with_tails
+    from calibrate.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
+    from rlhfsim.costs import flops as fl
+    from rlhfsim.costs.profile import ProfileError, validate_profile
+
+    grid = with_overrides(QUICK_CPU, {**GRID, "gemm": [[1, 256, 64], [2, 256, 64]], "gemm_footprints_mib": [1, 2]})
+    assert gemm_size(grid) == 6
+    with Journal.open(tmp_path / "f.journal.jsonl", META, resume=False) as j:
+        s = Session("cpu", "float32", grid, j, Progress(gemm_size(grid), enabled=False), tmp_path)
+        measure_gemm(s)
+        pts = [r for r in j.records if r.get("kind") == "point"]
+    feet = sorted((p.get("footprint_mib") or 0, p.get("copies") or 1, p["batch"]) for p in pts)
+    assert feet == [(0, 1, 1), (0, 1, 2), (1, 16, 1), (1, 16, 2), (2, 32, 1), (2, 32, 2)]   # 64 KiB matrix
+    by = gemm_summary(pts, point_value)["by_footprint"]
+    assert by["footprint_mib"] == [1.0, 2.0] and all(p >= 1.0 for p in by["passes"]) and len(by["ratios"]) == 2
+    made = [{"op": "gemm", "batch": r, "out_features": 8, "in_features": 8, "weight_bytes": 256, "footprint_mib": f,
+             "copies": 4, "tmean_s": t, "median_s": t} for f, r, t in ((4, 1, 1.0), (4, 2, 2.0), (16, 1, 1.0), (16, 2, 1.2))]
+    table = gemm_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}],
+                         point_value)["by_footprint"]
+    assert table["passes"] == pytest.approx([2.0, 1.2])
+    mib = 2**20
+    assert fl.footprint_passes(table, 3.0, 4 * mib) == pytest.approx(2.0)
+    assert fl.footprint_passes(table, 3.0, 8 * mib) == pytest.approx(1.6)      # halfway in log footprint
+    assert fl.footprint_passes(table, 3.0, 1 * mib) == 2.0 and fl.footprint_passes(table, 3.0, 64 * mib) == 1.2
+    assert fl.footprint_passes(None, 3.0, 64 * mib) == 3.0                    # no table: the scalar
+    m = CATALOG["small-qwen2"]                                                # 18.5 MiB of float32 weights
+    base = _without_tails(load_profile("cpu"))
+    scalar = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
+    by_foot = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": table}})
+    assert by_foot.decode_steps_s(m, "float32", 1, 64, 5) == scalar.decode_steps_s(m, "float32", 1, 64, 5)
+    assert by_foot.decode_steps_s(m, "float32", 4, 1024, 5) < scalar.decode_steps_s(m, "float32", 4, 1024, 5)
+    kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
+    assert kern["gemm_passes_by_footprint"]["passes"] == pytest.approx([2.0, 1.2])
+    point = {"op": "decode", "head": "lm", "dtype": "float32", "batch": 4, "shape": m.to_dict(), "model": m.name}
+    assert with_tails([point], {}, kern)[0]["gemm_weight_passes"] == pytest.approx(1.2)
+    bad = {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": {"footprint_mib": [16, 4], "passes": [1, 2]}}}
+    with pytest.raises(ProfileError, match="kernels.gemm_passes_by_footprint: expected increasing footprint_mib"):
+        validate_profile(bad, "p")
 
 
 def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
@@ -279,7 +323,7 @@ def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     path.write_text(json.dumps(doc))
     monkeypatch.setattr(ext, "usable_cores", lambda: 1)
     out = ext.extend_cost_terms(path, 1, sampling=[[1, 1024], [8, 1024], [1, 8192], [8, 8192]],
-                                gemm=[[1, 512, 128], [2, 512, 128]], widths=[64, 128])
+                                gemm=[[1, 512, 128], [2, 512, 128]], widths=[64, 128], gemm_footprints=[])
     on_disk = json.loads(path.read_text())
     assert on_disk["generation"]["kv_decoder"]["sample_per_logit_s"] > 0
     assert on_disk["generation"]["hf_generate"]["sample_per_logit_s"] > 0
