@@ -66,16 +66,20 @@ def main() -> None:
     import torch
     torch.set_num_threads(a.threads)
     rows = measure(MATRICES, FOOTPRINTS_MIB, ROWS, a.calls)
-    passes = None
+    passes, by_foot = None, None
     if a.profile:
         from rlhfsim.costs.profile import load_profile
-        passes = (load_profile(a.profile).get("kernels") or {}).get("gemm_weight_passes")
+        kernels = load_profile(a.profile).get("kernels") or {}
+        passes, by_foot = kernels.get("gemm_weight_passes"), kernels.get("gemm_passes_by_footprint")
     if a.format == "json":
         print(json.dumps({"threads": a.threads, "torch": torch.__version__, "profile_gemm_weight_passes": passes,
+                          "profile_gemm_passes_by_footprint": by_foot and dict(zip(by_foot["footprint_mib"], by_foot["passes"])),
                           "rows": rows}, indent=1))
         return
     print(f"F.linear, float32, {a.threads} thread(s), torch {torch.__version__}"
-          + (f"; profile {a.profile}: gemm_weight_passes {passes}" if a.profile else ""))
+          + (f"; profile {a.profile}: gemm_weight_passes {passes}" if a.profile else "")
+          + ("; by footprint " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by_foot["footprint_mib"], by_foot["passes"]))
+             if by_foot else ""))
     print(f"{'matrix':>10} {'working set':>12} {'us @1 row':>9} {'GB/s':>6} " + " ".join(f"{f'x{r} rows':>8}" for r in ROWS))
     for x in rows:
         ws = "same matrix" if x["footprint_mib"] is None else f"{x['footprint_mib']} MiB"
