@@ -36,6 +36,7 @@ TINY_GRID = {
     "interference_s": 0.2, "gen_runtimes": ["hf_generate", "kv_decoder"], "gen_prefill": [[1, 16], [2, 32]],
     "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
     "step_iters": 1, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "", 2, 8, 4]],
+    "gemm": [[1, 512, 128], [2, 512, 128]], "gemm_footprints_mib": [1, 2],
 }
 # the module's shared calibration also measures generation beside an encoder scorer (tiny-deberta)
 TINY_GRID_ENCODER_SCORER = {**TINY_GRID, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "tiny-deberta", 2, 8, 4]]}
@@ -80,6 +81,10 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert prof["name"] != "cpu" and prof["quality"]["status"] in ("ok", "poor")
     assert ops["score:eager"]["source_points"] == "padded uniform-length batches of decoder reward models"
     assert set(prof["runtimes"]["eager"]["fits"]) == {"decoder", "encoder"}
+    # the GEMM weight passes, alone and by footprint (512x128 float32: 256 KiB, 4 and 8 copies)
+    by = prof["kernels"]["gemm_passes_by_footprint"]
+    assert prof["kernels"]["gemm_weight_passes"] >= 1.0 and by["footprint_mib"] == [1.0, 2.0]
+    assert sorted(r["copies"] for r in by["ratios"]) == [4, 8] and all(p >= 1.0 for p in by["passes"])
     assert ops["prefill"]["heldout_mape"] is not None
     # generation runtimes: their own fits, which leave the plain prefill/decode fits to our decoder's points
     assert ops["prefill"]["n_points"] == len(TINY_GRID["prefill"]) and ops["decode"]["n_points"] == len(TINY_GRID["decode"])
