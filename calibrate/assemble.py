@@ -377,8 +377,6 @@ def _slowdowns(pts: list[dict]) -> dict | None:
 
 def _params(p: dict) -> int | None:
     """Parameters of a point's own model (its ``shape``), with the head it ran."""
-    from rlhfsim.models.catalog import ModelShape
-
     try:
         return ModelShape(**p["shape"]).params("lm" if p["side"] == "decode" else "value")
     except (KeyError, TypeError):

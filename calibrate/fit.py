@@ -27,8 +27,8 @@ error is claimed). Otherwise ``status: "ok"``.
 
 Uncertainty (kept in the profile, propagated by ``rlhfsim simulate --uncertainty``):
 ``covariance`` is the linearised covariance of x (order ``COV_PARAMS``), s^2 (J^T J)^+ with J the
-analytic Jacobian (the max()'s active branch) of the relative residuals at the solution and s^2 = RSS / (n - n_params); ``param_std`` its
-square roots. ``samples`` are ``BOOTSTRAP`` parameter sets [compute_eff, memory_eff, overhead_s,
+analytic Jacobian (the max()'s active branch) of the relative residuals at the solution and
+s^2 = RSS / (n - n_params); ``param_std`` its square roots. ``samples`` are ``BOOTSTRAP`` parameter sets [compute_eff, memory_eff, overhead_s,
 overhead_per_layer_s] refitted on case-resampled points (seeded): unlike the linearisation they respect
 the bounds and the max() in the form. Null for underdetermined fits.
 

@@ -37,12 +37,27 @@ import torch.nn.functional as F
 from calibrate.session import Session, point_key
 
 
-def _key(rows: int, out_f: int, in_f: int, dtype: str) -> str:
-    return point_key("gemm", f"w{out_f}x{in_f}", dtype, batch=rows, seq_len=in_f, prefix_len=out_f)
+def _name(out_f: int, in_f: int, foot: float | None) -> str:
+    return f"w{out_f}x{in_f}" + ("" if foot is None else f"-f{foot:g}MiB")
+
+
+def _key(rows: int, out_f: int, in_f: int, dtype: str, foot: float | None = None) -> str:
+    return point_key("gemm", _name(out_f, in_f, foot), dtype, batch=rows, seq_len=in_f, prefix_len=out_f)
+
+
+def _fields(rows: int, out_f: int, in_f: int, weight_bytes: int, foot: float | None = None, copies: int = 1) -> dict:
+    f = {"op": "gemm", "model": _name(out_f, in_f, foot), "batch": rows, "out_features": out_f, "in_features": in_f,
+         "weight_bytes": weight_bytes, "head": "", "seq_len": in_f, "prefix_len": out_f, "tokens": rows,
+         "timed": "torch.nn.functional.linear"}
+    if foot is not None:
+        f.update(footprint_mib=foot, copies=copies,
+                 timed=f"torch.nn.functional.linear over {copies} distinct copies of the weight")
+    return f
 
 
 def measure_gemm(s: Session) -> None:
-    """Every ``Grid.gemm`` point (rows x [out, in] weights)."""
+    """Every ``Grid.gemm`` point (rows x [out, in] weights), then each matrix again at every
+    ``Grid.gemm_footprints_mib`` (cycled through distinct copies of it)."""
     with torch.inference_mode():
         for rows, out_f, in_f in s.grid.gemm:
             key = _key(rows, out_f, in_f, s.dtype)
@@ -51,20 +66,11 @@ def measure_gemm(s: Session) -> None:
             gen = torch.Generator().manual_seed(out_f + in_f)
             w = torch.randn(out_f, in_f, generator=gen).to(s.device, s.tdtype)
             x = torch.randn(rows, in_f, generator=gen).to(s.device, s.tdtype)
-            s.measure(key, {"op": "gemm", "model": f"w{out_f}x{in_f}", "batch": rows, "out_features": out_f,
-                            "in_features": in_f, "weight_bytes": w.numel() * w.element_size(), "head": "",
-                            "seq_len": in_f, "prefix_len": out_f, "tokens": rows,
-                            "timed": "torch.nn.functional.linear"},
-                      lambda x=x, w=w: F.linear(x, w))
-
-
-    feet = tuple(getattr(s.grid, "gemm_footprints_mib", ()) or ())
-    mats = sorted({(o, i) for _, o, i in s.grid.gemm})
-    with torch.inference_mode():
-        for foot in feet:
-            for out_f, in_f in mats:
-                todo = [r for r, o, i in s.grid.gemm if (o, i) == (out_f, in_f)
-                        and s.pending(_foot_key(r, out_f, in_f, foot, s.dtype))]
+            s.measure(key, _fields(rows, out_f, in_f, w.numel() * w.element_size()), lambda x=x, w=w: F.linear(x, w))
+        for foot in s.grid.gemm_footprints_mib:
+            for out_f, in_f in sorted({(o, i) for _, o, i in s.grid.gemm}):
+                todo = [r for r, o, i in s.grid.gemm
+                        if (o, i) == (out_f, in_f) and s.pending(_key(r, out_f, in_f, s.dtype, foot))]
                 if not todo:
                     continue
                 gen = torch.Generator().manual_seed(out_f + in_f)
@@ -74,32 +80,30 @@ def measure_gemm(s: Session) -> None:
                 ws = [w0] + [w0.clone() for _ in range(copies - 1)]
                 for rows in todo:
                     x = torch.randn(rows, in_f, generator=gen).to(s.device, s.tdtype)
-                    s.measure(_foot_key(rows, out_f, in_f, foot, s.dtype),
-                              {"op": "gemm", "model": f"w{out_f}x{in_f}-f{foot:g}MiB", "batch": rows, "out_features": out_f,
-                               "in_features": in_f, "weight_bytes": wb, "footprint_mib": foot, "copies": copies,
-                               "head": "", "seq_len": in_f, "prefix_len": out_f, "tokens": rows,
-                               "timed": f"torch.nn.functional.linear over {copies} distinct copies of the weight"},
+                    s.measure(_key(rows, out_f, in_f, s.dtype, foot), _fields(rows, out_f, in_f, wb, foot, copies),
                               lambda x=x, ws=ws: [F.linear(x, w) for w in ws])
                 del ws, w0
 
 
-def _foot_key(rows: int, out_f: int, in_f: int, foot: float, dtype: str) -> str:
-    return point_key("gemm", f"w{out_f}x{in_f}-f{foot:g}MiB", dtype, batch=rows, seq_len=in_f, prefix_len=out_f)
-
-
 def plan_size(grid) -> int:
-    return len(grid.gemm) * (1 + len(tuple(getattr(grid, "gemm_footprints_mib", ()) or ())))
+    return len(grid.gemm) * (1 + len(grid.gemm_footprints_mib))
+
+
+def _ratios(pts: list[dict], value, matrix) -> list[tuple[dict, float, float]]:
+    """(point, t(rows) / t(1 row), t(1 row)) of each point of two rows or more whose ``matrix(point)`` was
+    also measured at one row."""
+    one = {matrix(p): value(p) for p in pts if p["batch"] == 1}
+    return [(p, value(p) / one[matrix(p)], one[matrix(p)]) for p in pts if p["batch"] > 1 and matrix(p) in one]
 
 
 def gemm_summary(points: list[dict], value) -> dict | None:
-    """``{"gemm_weight_passes", "ratios", "points", "source"}`` from the ``gemm`` points (``value``: a
-    point's measured seconds), or None without a matrix measured at 1 row and at more."""
+    """``{"gemm_weight_passes", "ratios", "points", "source"}`` (and ``by_footprint``: ``footprint_summary``)
+    from the ``gemm`` points (``value``: a point's measured seconds), or None without a matrix measured at 1
+    row and at more."""
     every = [p for p in points if p["op"] == "gemm" and not p.get("skipped") and value(p) > 0]
     pts = [p for p in every if p.get("footprint_mib") is None]
-    one = {(p["out_features"], p["in_features"]): value(p) for p in pts if p["batch"] == 1}
-    ratios = [{"rows": p["batch"], "out": p["out_features"], "in": p["in_features"],
-               "ratio": value(p) / one[(p["out_features"], p["in_features"])]}
-              for p in pts if p["batch"] > 1 and (p["out_features"], p["in_features"]) in one]
+    ratios = [{"rows": p["batch"], "out": p["out_features"], "in": p["in_features"], "ratio": r}
+              for p, r, _ in _ratios(pts, value, lambda p: (p["out_features"], p["in_features"]))]
     if not ratios:
         return None
     out = {"gemm_weight_passes": max(1.0, float(np.median([r["ratio"] for r in ratios]))), "ratios": ratios,
@@ -116,11 +120,9 @@ def footprint_summary(points: list[dict], value) -> dict | None:
     """``{"footprint_mib", "passes", "ratios", "source", "method"}`` from the footprint points (at least two
     footprints with a ratio), or None."""
     pts = [p for p in points if p.get("footprint_mib") is not None]
-    one = {(p["footprint_mib"], p["out_features"], p["in_features"]): value(p) for p in pts if p["batch"] == 1}
     ratios = [{"footprint_mib": p["footprint_mib"], "rows": p["batch"], "out": p["out_features"], "in": p["in_features"],
-               "copies": p.get("copies"), "ratio": value(p) / one[(p["footprint_mib"], p["out_features"], p["in_features"])],
-               "gb_s_1row": (p.get("copies") or 1) * p["weight_bytes"] / one[(p["footprint_mib"], p["out_features"], p["in_features"])] / 1e9}
-              for p in pts if p["batch"] > 1 and (p["footprint_mib"], p["out_features"], p["in_features"]) in one]
+               "copies": p.get("copies"), "ratio": r, "gb_s_1row": (p.get("copies") or 1) * p["weight_bytes"] / t1 / 1e9}
+              for p, r, t1 in _ratios(pts, value, lambda p: (p["footprint_mib"], p["out_features"], p["in_features"]))]
     feet = sorted({r["footprint_mib"] for r in ratios})
     if len(feet) < 2:
         return None

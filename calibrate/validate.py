@@ -256,7 +256,8 @@ def _lean_roles(prepared, base) -> dict:
            "strategies": [min(base.strategies)]}
     # The measured cost terms (calibrate.sampling, calibrate.gemm, calibrate.widths), leanly: the sampling
     # tail at the base grid's three spanning points plus each actor's (max_batch, vocab); two matrices at
-    # 1 and 2 rows, alone and cycled through the base grid's footprints; the widths of the trained models between the base grid's narrowest and widest.
+    # 1 and 2 rows, alone and cycled through the base grid's footprints; the widths of the trained models
+    # between the base grid's narrowest and widest.
     sampling = _thin(base.sampling) | {(sc.generation.max_batch, setup.shapes["actor"].vocab) for sc, setup, _, _ in prepared}
     widths = {setup.shapes[r].hidden for _, setup, _, _ in prepared for r in ("actor", "critic") if r in setup.shapes}
     out.update(sampling=sorted(sampling), gemm=[(r, o, i) for o, i in ((1024, 256), (4096, 256)) for r in (1, 2)],
