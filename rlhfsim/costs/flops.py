@@ -11,7 +11,8 @@ Forward of n tokens whose attention spans c cached + the new tokens (causal):
 
 Bytes a forward pass moves: weights once (P x b; a decode step of two rows or more ``gemm_weight_passes``
 times, a device property measured by ``calibrate.gemm``: GEMM kernels pack the weights, GEMV does not;
-on a CPU, by the weights' footprint: ``footprint_passes``), plus K/V cache read (2 x L x d_kv x b per visible cached
+on a CPU, by the weights' footprint: ``footprint_passes``; a decode step streams every weight but an untied
+LM's input embedding, whose rows it only gathers: ``decode_weight_bytes``), plus K/V cache read (2 x L x d_kv x b per visible cached
 token) plus activations written/read (approx. 2 x L x h x b x 12 per token, the usual transformer
 activation traffic), plus the logits of an LM head: float32 logits written, then read and written by the
 log-softmax and read by the sampler or the log-prob gather (LOGIT_BYTES = 16 per logit, V logits per
@@ -60,6 +61,7 @@ class ShapeCoeffs:
     f_attn: float     # 4 L h: attention FLOPs per (query, visible key) pair
     f_head: float     # 2 h V per logit position (LM head), or 2 h per sequence (scalar head)
     weight_bytes: int  # P b
+    decode_weight_bytes: int  # the weights a decode step streams: P b less an untied LM's input embedding
     kv_bytes: int     # 2 L d_kv b: K/V bytes per cached token
     act_bytes: int    # 12 L h b: activation bytes per token
     logit_bytes: int  # 16 V: bytes per logit position
@@ -71,7 +73,11 @@ class ShapeCoeffs:
         return cls(layers=m.layers, encoder=m.arch == "encoder", lm=lm,
                    f_linear=2.0 * (m.layers * m.layer_params), f_attn=4.0 * m.layers * m.hidden,
                    f_head=2.0 * m.hidden * m.vocab if lm else 2.0 * m.hidden,
-                   weight_bytes=m.params(head) * b, kv_bytes=2 * m.layers * m.kv_dim * b,
+                   weight_bytes=m.params(head) * b,
+                   # an untied LM's input embedding is gathered (one row per token), not streamed: a decode
+                   # step of an untied actor took the same time as of the same shape tied (docs/cost-model.md)
+                   decode_weight_bytes=(m.params(head) - (m.embedding_params if lm and not m.tied_embeddings else 0)) * b,
+                   kv_bytes=2 * m.layers * m.kv_dim * b,
                    act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b,
                    logit_bytes=LOGIT_BYTES * m.vocab)
 
@@ -111,7 +117,7 @@ class ShapeCoeffs:
         """``decode_step_work`` (an LM head: build with ``head="lm"``)."""
         flops = self.f_linear * batch + self.f_attn * kv_tokens + self.f_head * batch
         kv_read = self.kv_bytes * kv_tokens * kv_passes
-        weights = self.weight_bytes * gemm_passes(batch, weight_passes)
+        weights = self.decode_weight_bytes * gemm_passes(batch, weight_passes)
         return Work(flops, weights + kv_read + self.logit_bytes * batch, 0.0, self.layers)
 
 

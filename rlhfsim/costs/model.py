@@ -209,14 +209,14 @@ class _Decode:
         a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops)
         self.tail0, self.tail_row = a, b * m.vocab
         # weight passes of a step of >= 2 rows (flops.gemm_passes), at this model's weight footprint
-        self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.weight_bytes)
+        self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.decode_weight_bytes)
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
         # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
         cs = k.f_attn * batch / peak
-        weights = k.weight_bytes if self.wp == 1.0 else k.weight_bytes * fl.gemm_passes(batch, self.wp)
+        weights = k.decode_weight_bytes if self.wp == 1.0 else k.decode_weight_bytes * fl.gemm_passes(batch, self.wp)
         u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw
         us = kv_b * batch / bw
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch

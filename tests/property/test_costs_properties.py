@@ -49,7 +49,7 @@ def test_decode_sum_is_additive_and_matches_steps(model, dev, dtype, tp, batch, 
         # sampling tail of the plain decoder (0 in profiles without one) and the TP communication
         a, b = sample_tail(None, cm.generation, False)
         steps = sum(roofline_s(fl.decode_step_work(m, dtype, batch, kv0 + batch * i, 1.0, fl.footprint_passes(
-                                   cm.gemm_passes_by_footprint, cm.gemm_weight_passes, fl.ShapeCoeffs.of(m, dtype, "lm").weight_bytes)), p,
+                                   cm.gemm_passes_by_footprint, cm.gemm_weight_passes, fl.ShapeCoeffs.of(m, dtype, "lm").decode_weight_bytes)), p,
                                cm.gpu.peak(dtype), cm.gpu.mem_bw, tp)
                     + a + b * batch * m.vocab + cm._tp_comm_s(m, dtype, batch, tp) for i in range(n))
         assert whole == pytest.approx(steps, rel=1e-9)

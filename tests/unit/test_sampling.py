@@ -341,3 +341,27 @@ def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     # the handover extension of the same issue is kept
     assert any(e.get("issue") == 16 and e.get("what") is None for e in on_disk["provenance"]["extensions"])
     assert (tmp_path / "cpu.cost_terms.journal.jsonl").is_file() and out["generation"] == on_disk["generation"]
+
+
+def test_decode_streams_an_untied_lms_weights_but_its_input_embedding():
+    """A decode step gathers one row of the input embedding per sequence: an untied LM streams the same
+    weights as the same shape tied (its LM head), while its parameters (memory, training, forward passes)
+    still count both matrices; the footprint the weight passes are looked up at is the streamed bytes."""
+    import dataclasses
+
+    from rlhfsim.costs import flops as fl
+
+    tied = CATALOG["small-qwen2"]
+    untied = dataclasses.replace(tied, name="small-qwen2-untied", tied_embeddings=False)
+    kt, ku = fl.ShapeCoeffs.of(tied, "float32", "lm"), fl.ShapeCoeffs.of(untied, "float32", "lm")
+    assert ku.weight_bytes - kt.weight_bytes == 4 * tied.vocab * tied.hidden          # two matrices held
+    assert ku.decode_weight_bytes == kt.decode_weight_bytes == kt.weight_bytes         # one streamed
+    for b in (1, 4):
+        assert ku.decode(b, 64 * b, 1.0, 2.0).bytes == kt.decode(b, 64 * b, 1.0, 2.0).bytes
+    assert ku.forward(64, 1).bytes > kt.forward(64, 1).bytes                           # forward passes unchanged
+    assert fl.ShapeCoeffs.of(untied, "float32", "value").decode_weight_bytes == fl.ShapeCoeffs.of(untied, "float32", "value").weight_bytes
+    base = _without_tails(load_profile("cpu"))
+    table = {"footprint_mib": [4.0, 64.0], "passes": [2.0, 1.2]}
+    cm = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": table}})
+    for b in (1, 4):
+        assert cm.decode_steps_s(untied, "float32", b, 64 * b, 5) == pytest.approx(cm.decode_steps_s(tied, "float32", b, 64 * b, 5))
