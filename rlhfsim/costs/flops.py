@@ -117,8 +117,11 @@ class ShapeCoeffs:
         """``decode_step_work`` (an LM head: build with ``head="lm"``)."""
         flops = self.f_linear * batch + self.f_attn * kv_tokens + self.f_head * batch
         kv_read = self.kv_bytes * kv_tokens * kv_passes
-        weights = self.decode_weight_bytes * gemm_passes(batch, weight_passes)
-        return Work(flops, weights + kv_read + self.logit_bytes * batch, 0.0, self.layers)
+        return Work(flops, self.decode_weights(batch, weight_passes) + kv_read + self.logit_bytes * batch, 0.0, self.layers)
+
+    def decode_weights(self, batch, weight_passes: float = 1.0):
+        """Weight bytes a decode step of ``batch`` rows moves: the streamed weights ``gemm_passes`` times."""
+        return self.decode_weight_bytes * gemm_passes(batch, weight_passes)
 
 
 def width_rate(width_eff: dict | None, hidden: int, mlp_ratio: float | None = None) -> float:

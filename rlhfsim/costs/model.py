@@ -216,8 +216,7 @@ class _Decode:
         # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
         cs = k.f_attn * batch / peak
-        weights = k.decode_weight_bytes if self.wp == 1.0 else k.decode_weight_bytes * fl.gemm_passes(batch, self.wp)
-        u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw
+        u0 = (k.decode_weights(batch, self.wp) + k.logit_bytes * batch + kv_b * kv0) / bw
         us = kv_b * batch / bw
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
