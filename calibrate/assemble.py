@@ -55,7 +55,7 @@ from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.flops import page_fault_s, width_rate
 from rlhfsim.costs.model import OpParams
-from rlhfsim.costs.profile import OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
+from rlhfsim.costs.profile import ADDED_TERMS, OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import ModelShape
 
@@ -358,8 +358,12 @@ def interference_summary(points: list[dict], default: dict) -> dict:
         mine = [p for p in pts if p.get("corun_pattern") == "handover" and p["runtime"] == rt]
         med = _slowdowns(mine)
         if med is not None:
-            handover[rt] = {**med, "configs": [{**_corun_config(p), "chunk": p["chunk"], "model_params": _params(p)}
-                                               for p in mine]}
+            configs = [{**_corun_config(p), "chunk": p["chunk"], "model_params": _params(p), "layers": _layers(p)}
+                       for p in mine]
+            handover[rt] = {**med, "configs": configs}
+            added = {side: fit for side in ("decode", "prefill") if (fit := handover_added_fit(configs, side))}
+            if len(added) == 2:
+                handover[rt]["added"] = added
     if handover:
         out["handover"] = handover
     return out
@@ -381,6 +385,57 @@ def _params(p: dict) -> int | None:
         return ModelShape(**p["shape"]).params("lm" if p["side"] == "decode" else "value")
     except (KeyError, TypeError):
         return None
+
+
+def _layers(p: dict) -> int | None:
+    """Layers of a point's own model (its ``shape``)."""
+    try:
+        return int(ModelShape(**p["shape"]).layers)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def handover_added_fit(configs: list[dict], side: str) -> dict | None:
+    """The time the hand-over pattern adds to one ``side`` operation (``decode``: one decode step, the
+    interval over its ``seq_len`` steps; ``prefill``: one scorer call), as ``const_s + per_layer_s x L +
+    per_alone x t_alone`` with L the operation's model's layers and t_alone its time alone: non-negative
+    least squares over the configurations of that side (``_nnls``), with their rms residual. On the
+    2-core VM the added decode time followed the actor's layer count, not its size (2026-12-02: 1.5-2.0 ms
+    per step beside 2-layer actors of 0.6-2.9M parameters, 2.5-3.5 ms beside 4-layer ones of 1.1-4.8M),
+    which a slowdown factor, a multiple of the time alone, cannot say. None without three configurations
+    with layers and two layer counts among them."""
+    rows = [c for c in configs if c["side"] == side and c.get("layers") and c.get("alone_median_s")]
+    if len(rows) < 3 or len({c["layers"] for c in rows}) < 2:
+        return None
+    per = [c["seq_len"] if side == "decode" else 1 for c in rows]
+    alone = np.array([c["alone_median_s"] / n for c, n in zip(rows, per)])
+    added = np.array([c["corun_median_s"] / n for c, n in zip(rows, per)]) - alone
+    x = np.stack([np.ones_like(alone), np.array([c["layers"] for c in rows], dtype=np.float64), alone], 1)
+    coef = _nnls(x, added)
+    resid = added - x @ coef
+    return {**{k: float(v) for k, v in zip(ADDED_TERMS, coef)}, "n_configs": len(rows),
+            "rms_resid_s": float(np.sqrt(np.mean(resid ** 2)))}
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a few columns: the best of the unconstrained fits on every subset
+    of the columns whose coefficients are all >= 0 (the NNLS optimum is one of them: the plain fit on
+    its own support); columns left out are 0."""
+    import itertools
+
+    k = x.shape[1]
+    best, best_r = np.zeros(k), float(np.sum(y ** 2))
+    for n in range(1, k + 1):
+        for cols in itertools.combinations(range(k), n):
+            c = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
+            if np.any(c < 0):
+                continue
+            r = float(np.sum((y - x[:, cols] @ c) ** 2))
+            if r < best_r:
+                best = np.zeros(k)
+                best[list(cols)] = c
+                best_r = r
+    return best
 
 
 def _corun_config(p: dict) -> dict:

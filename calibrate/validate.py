@@ -362,9 +362,10 @@ def _op_row(calls: int, measured_s: float, predicted_s: float, steps: int) -> di
 
 def scoring_operations(setup, cost, steps: list) -> dict:
     """Per scorer operation (``SCORER_OPS``) over the given (steady) steps: calls, measured and predicted
-    (alone) seconds per step, the error, and ``prefill_slowdown``: the factor the simulator applies to a
-    call that starts while decode runs on its device (``CostModel.corun_factors``: the hand-over figure
-    for the scenario's generation runtime and models where the profile has one)."""
+    (alone) seconds per step, the error, and what the simulator does to a call that starts while decode
+    runs on its device: ``prefill_slowdown``, the factor, and ``prefill_added_s``, the seconds added per
+    call (``CostModel.corun_added`` where the profile fitted them, else ``CostModel.corun_factors``: the
+    hand-over figure for the scenario's generation runtime and models where the profile has one, and 0)."""
     n = max(len(steps), 1)
     acc: dict[str, list[float]] = {}
     for r in steps:
@@ -374,9 +375,11 @@ def scoring_operations(setup, cost, steps: list) -> dict:
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_scorer_op(cost, setup, name, shape)
+    rt, actor, reward = setup.scenario.generation.resolved_runtime, setup.shapes["actor"], setup.shapes.get("reward")
+    added = cost.corun_added(rt, actor, reward)
+    slow, add = (added[2], added[3]) if added is not None else (cost.corun_factors(rt, actor, reward)[1], 0.0)
     return {"operations": {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())},
-            "prefill_slowdown": cost.corun_factors(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
-                                                   setup.shapes.get("reward"))[1]}
+            "prefill_slowdown": slow, "prefill_added_s": add}
 
 
 def operations(setup, cost, steps: list) -> dict:
@@ -853,9 +856,10 @@ def _print_block(c, doc: dict) -> None:
             c.print(t)
         g = s.get("scoring_ops")
         if g and g["operations"]:
+            add = g.get("prefill_added_s") or 0.0
             c.print(_ops_table(f"scorer calls inside the step (per step; priced alone: the simulator multiplies a call "
-                               f"that starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f})",
-                               g["operations"]))
+                               f"that starts while decode runs by prefill_slowdown {g['prefill_slowdown']:.2f}"
+                               + (f" and adds {1e3 * add:.2f} ms" if add else "") + ")", g["operations"]))
         g = s.get("phase_ops")
         if g:
             c.print(_ops_table("the other phases' calls inside the step (per step; each priced alone at its own shape; "

@@ -302,6 +302,23 @@ class CostModel:
             return float(h["decode_slowdown"]), float(h["prefill_slowdown"]), "live"
         return (float(np.median([c["slowdown"] for c in dec])), float(np.median([c["slowdown"] for c in pre])), "live")
 
+    def corun_added(self, gen_runtime: str | None, actor: ModelShape | None,
+                    reward: ModelShape | None) -> tuple[float, float, float, float] | None:
+        """(decode multiplier, decode seconds added per step, chunk-call multiplier, seconds added per chunk
+        call) of intra-step scoring beside generation with ``gen_runtime``, window ``live``, from the
+        profile's fit of the time the hand-over pattern adds (``interference.handover.RT.added``,
+        ``calibrate.assemble.handover_added_fit``): an operation of time t alone beside a live scorer
+        takes ``t (1 + per_alone) + const_s + per_layer_s x L``, L the layers of the actor (a decode
+        step) or of the reward model (a chunk call). None where the profile has no such fit for the
+        runtime, or without the models: ``corun_factors`` then."""
+        h = self.handover.get(gen_runtime)
+        added = h.get("added") if isinstance(h, dict) else None
+        if not added or actor is None or reward is None:
+            return None
+        d, p = added["decode"], added["prefill"]
+        return (1.0 + float(d["per_alone"]), float(d["const_s"]) + float(d["per_layer_s"]) * actor.layers,
+                1.0 + float(p["per_alone"]), float(p["const_s"]) + float(p["per_layer_s"]) * reward.layers)
+
     @property
     def runtimes(self) -> list[str]:
         return sorted(op.split(":", 1)[1] for op in self.ops if op.startswith("score:"))

@@ -20,7 +20,9 @@ Layout (``schema_version`` 1)::
       },                                 # OP in prefill, decode, chunk_prefill, train, optimizer, score:RUNTIME,
                                          # prefill:RUNTIME, decode:RUNTIME (generation runtimes)
       "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default",
-                       "handover": {RUNTIME: {"decode_slowdown": f, "prefill_slowdown": f, "configs": [...]}}},
+                       "handover": {RUNTIME: {"decode_slowdown": f, "prefill_slowdown": f, "configs": [...],
+                                              "added": {"decode"|"prefill": {"const_s": f, "per_layer_s": f,
+                                                                             "per_alone": f, ...}}}}},
       "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
       "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
@@ -165,6 +167,9 @@ def _positive(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
 
 
+ADDED_TERMS = ("const_s", "per_layer_s", "per_alone")   # interference.handover.RT.added.SIDE (calibrate.assemble)
+
+
 def _check_interference(inter, where: str) -> None:
     if not isinstance(inter, dict):
         raise ProfileError(f"{where}: expected an object, got {type(inter).__name__}")
@@ -188,6 +193,17 @@ def _check_interference(inter, where: str) -> None:
         configs = sec.get("configs", [])
         if not isinstance(configs, list):
             raise ProfileError(f"{path}.configs: expected a list, got {type(configs).__name__}")
+        added = sec.get("added")
+        if added is not None:
+            if not isinstance(added, dict) or set(added) != {"decode", "prefill"}:
+                raise ProfileError(f"{path}.added: expected an object with decode and prefill, got {added!r}")
+            for side, fit in added.items():
+                ok = isinstance(fit, dict) and all(
+                    isinstance(fit.get(k), (int, float)) and not isinstance(fit.get(k), bool) and 0 <= fit[k] < float("inf")
+                    for k in ADDED_TERMS)
+                if not ok:
+                    raise ProfileError(f"{path}.added.{side}: expected {', '.join(ADDED_TERMS)} as finite numbers >= 0, "
+                                       f"got {fit!r}")
         for i, c in enumerate(configs):
             ok = (isinstance(c, dict) and c.get("side") in ("decode", "prefill") and isinstance(c.get("model"), str)
                   and isinstance(c.get("partner"), str) and _positive(c.get("slowdown"))

@@ -62,9 +62,19 @@ class Simulation:
         # Co-running of intra-step scoring and decode on shared GPUs (CostModel.corun_factors): measured in
         # the hand-over pattern for the generation runtime (window "live": decode is slower while a scorer
         # is live beside it), else the busy-loop slowdowns (window "overlap": while a call runs).
+        # Where the profile fitted the time the hand-over pattern adds (CostModel.corun_added), an operation
+        # beside a live scorer takes t x slow + add (add per decode step, per chunk call); else add is 0.
         shapes = setup.shapes
-        self.decode_slow, self.prefill_slow, window = cost.corun_factors(
-            sc.generation.resolved_runtime, shapes["actor"], shapes.get("reward"))
+        rt = sc.generation.resolved_runtime
+        added = cost.corun_added(rt, shapes["actor"], shapes.get("reward"))
+        if added is not None:
+            self.decode_slow, self.decode_add, self.prefill_slow, self.prefill_add = added
+            window = "live"
+        else:
+            self.decode_slow, self.prefill_slow, window = cost.corun_factors(rt, shapes["actor"], shapes.get("reward"))
+            self.decode_add = self.prefill_add = 0.0
+        self.decode_corun = self.decode_slow != 1.0 or self.decode_add > 0   # does co-running change decode at all
+        self.prefill_corun = self.prefill_slow != 1.0 or self.prefill_add > 0
         self.slows_decode = "live" if window == "live" else "prefill"   # the sim.active kind that slows decode
         self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
 
@@ -78,13 +88,20 @@ class Simulation:
         """How much slower decode on these GPUs of ``pool`` runs now: ``decode_slow`` while a chunk call
         runs on one of them (window ``overlap``) or while a scorer is live on one of them (window ``live``:
         from its step's first hand-over to its drain, ``ChunkScorer``), else 1."""
-        kind = self.slows_decode
-        return self.decode_slow if any(self.active[(pool, kind, g)] > 0 for g in gpus) else 1.0
+        return self.decode_rate(pool, gpus)[0]
 
-    def prefill_factor(self, pool: str, gpus: range) -> float:
-        """How much slower a chunk call on these GPUs of ``pool`` runs when it starts now:
-        ``prefill_slow`` while decode runs on one of them, else 1."""
-        return self.prefill_slow if self.corun(pool, "prefill", gpus) else 1.0
+    def decode_rate(self, pool: str, gpus: range) -> tuple[float, float]:
+        """(factor, seconds added per decode step) of decode on these GPUs of ``pool`` now:
+        (``decode_slow``, ``decode_add``) while co-running (``decode_factor``), else (1, 0)."""
+        kind = self.slows_decode
+        if any(self.active[(pool, kind, g)] > 0 for g in gpus):
+            return self.decode_slow, self.decode_add
+        return 1.0, 0.0
+
+    def prefill_rate(self, pool: str, gpus: range) -> tuple[float, float]:
+        """A chunk call on these GPUs of ``pool`` starting now takes ``t x factor + added`` for its price
+        ``t`` alone: (``prefill_slow``, ``prefill_add``) while decode runs on one of them, else (1, 0)."""
+        return (self.prefill_slow, self.prefill_add) if self.corun(pool, "prefill", gpus) else (1.0, 0.0)
 
     def set_active(self, pool: str, kind: str, gpus: range, delta: int) -> None:
         """Count work of ``kind`` starting (+1) or ending (-1) on these GPUs; when chunk prefills start
@@ -105,8 +122,8 @@ class Simulation:
     def interference_changed(self, pool: str, gpus: range) -> None:
         """A chunk prefill (or, window ``live``, a live scorer) started or ended on these GPUs of ``pool``:
         decode segments sharing any of them re-time themselves at the new speed (``Generation``);
-        nothing to do without a decode slowdown."""
-        if self.decode_slow == 1.0:
+        nothing to do when co-running leaves decode as it is."""
+        if not self.decode_corun:
             return
         decoding = self.decoding[pool]
         if not decoding:

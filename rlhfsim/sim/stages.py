@@ -287,7 +287,7 @@ class ChunkScorer:
     finished. A reward model of another tokenizer adds each call's re-tokenizing as host time.
 
     Calls are priced one by one (each costs what it would alone, times the co-running slowdown when decode
-    runs on the replica's GPUs at the call's start: ``Simulation.prefill_factor``), but each replica runs a *chain* of back-to-back calls
+    runs on the replica's GPUs at the call's start, plus the seconds it adds: ``Simulation.prefill_rate``), but each replica runs a *chain* of back-to-back calls
     in one timeout and one busy interval, planned when it looks at the queue: with one chunk per call
     (the default), every queued call goes to the replica that would take it call by call, the one free
     first (free replicas in the order they became free), appended to its chain; so a burst of chunks
@@ -368,7 +368,7 @@ class ChunkScorer:
         """Decode started or stopped on ``gpus`` of ``pool`` (an engine's replica began or ended): calls
         chained but not started are priced at the old rate and were chained against free times that may
         move, so every chain goes back to its call in progress and the rest returns to the queue."""
-        if pool != self.pool.name or self.sim.prefill_slow == 1.0:
+        if pool != self.pool.name or not self.sim.prefill_corun:
             return
         now = self.env.now
         back = []
@@ -393,13 +393,13 @@ class ChunkScorer:
         env = self.env
         q, mb, now = self.queue, self.mb, env.now
         others = min((o.free_at if o.free_at > now else now for o in self.reps if o is not rep), default=math.inf)
-        slow = self._slow(rep)
+        slow, add = self._slow(rep)
         rep.start(now)
         t = now
         while q and (not rep.calls or (t < others and len(q) >= mb)):
             call = [q.popleft() for _ in range(min(mb, len(q)))]
             parts = self._price(sum(j[1] for j in call), len(call), sum(j[2] for j in call))
-            rep.add(call, parts, parts[0] * slow)
+            rep.add(call, parts, parts[0] * slow + add)
             t = rep.free_at
 
     def _plan(self, looking: "_Chain") -> None:
@@ -425,7 +425,7 @@ class ChunkScorer:
         # the earliest), and each replica's rate is asked once.
         order = [(first_free(o), i) for i, o in enumerate(reps)]
         heapq.heapify(order)
-        slow: dict[int, float] = {}
+        slow: dict[int, tuple[float, float]] = {}
         while q:
             i = order[0][1]
             rep = reps[i]
@@ -436,7 +436,7 @@ class ChunkScorer:
             f = slow.get(i)
             if f is None:
                 f = slow[i] = self._slow(rep)
-            rep.add([job], parts, parts[0] * f)
+            rep.add([job], parts, parts[0] * f[0] + f[1])
             self.planned += 1
             rep.last_seq = self.planned  # calls starting at the same time start in this order
             heapq.heapreplace(order, (first_free(rep), i))
@@ -455,8 +455,9 @@ class ChunkScorer:
             parts = self.prices[key] = (total, active)
         return parts
 
-    def _slow(self, rep: "_Chain") -> float:
-        return self.sim.prefill_factor(self.pool.name, rep.gpus)
+    def _slow(self, rep: "_Chain") -> tuple[float, float]:
+        """(factor, seconds added) of a call starting now on ``rep`` (``Simulation.prefill_rate``)."""
+        return self.sim.prefill_rate(self.pool.name, rep.gpus)
 
     def _serve(self, rep: "_Chain"):
         env, sim = self.env, self.sim

@@ -9,7 +9,10 @@ closed-form sum of its decode steps (``CostModel.decode_coeffs`` / ``decode_sum`
 with f the co-running rate factor (``Simulation.decode_factor``: the decode slowdown while a chunk prefill
 runs on one of the replica's GPUs, or while a scorer is live there when the profile measured the
 generation runtime in the hand-over pattern; else 1), o the per-step overhead and ``credit`` the fraction of the first step already done in an
-earlier segment cut by a rate change.
+earlier segment cut by a rate change. Where the profile fitted the time the hand-over pattern adds per
+decode step (``CostModel.corun_added``: ``a`` seconds a step beside a live scorer), f of the rest of a
+segment of n steps and ``S`` seconds alone is ``slow + a n / S``, so that it takes ``slow S + a n``
+(``Clock.factor``).
 
 Two things cut a segment:
 
@@ -274,8 +277,13 @@ class Clock:
         return self._decoder.coeffs(batch, kv0, self.eng.overhead)
 
     def factor(self) -> float:
-        """How much slower decode runs now (``Simulation.decode_factor``: while chunk scoring shares its GPUs)."""
-        return self.sim.decode_factor(self.eng.pool.name, self.gpus)
+        """How much slower the rest of the segment runs now (``Simulation.decode_rate``: while chunk scoring
+        shares its GPUs): the factor, and where co-running adds ``a`` seconds to every decode step, as much
+        again as makes the rest's ``seg_left`` steps (``_total`` seconds alone) take ``a`` longer each."""
+        f, add = self.sim.decode_rate(self.eng.pool.name, self.gpus)
+        if add and self.seg_left > 0 and self._total > 0:
+            f += add * self.seg_left / self._total
+        return f
 
     def decode(self, batch: int, kv0: float, n: int):
         """Process: run up to ``n`` decode steps of a fixed batch as one timeout (module docstring).
