@@ -32,8 +32,10 @@ Recorded, each with its alone samples (``alone_*``: ``calibrate.measure.alone_fi
 scorer has anything to do, as the step's first chunk does) and side ``prefill`` (the scorer's calls),
 ``slowdown`` = median beside / median alone (medians: a round of a few calls on a shared CPU now and then
 holds a call of seconds, which a trimmed mean of 15 samples keeps). The profile keeps them per generation runtime
-(``interference.handover``, ``calibrate.assemble.interference_summary``) and the simulator applies them
-over the window in which a scorer is live beside generation (``rlhfsim.sim.simulation``), since that is
+(``interference.handover``, ``calibrate.assemble.interference_summary``) with a fit of the time the pattern
+adds to one operation by its model's layers and its time alone (``added``,
+``calibrate.assemble.handover_added_fit``), and the simulator applies that fit (else the slowdowns) over
+the window in which a scorer is live beside generation (``rlhfsim.sim.simulation``), since that is
 the window they were measured over.
 """
 

@@ -123,3 +123,56 @@ def test_a_runtime_not_valid_on_the_actor_is_journaled_skipped(tmp_path, record,
         measure_handover(s, "hf_generate", TINY, TINY, 2, 8, 4)
         for key in handover_keys(s, "hf_generate", TINY, TINY, 2, 8, 4).values():
             assert j.get(key)["skipped"] == why
+
+
+def _cfg(side, layers, alone_s, corun_s, steps=32):
+    return {"side": side, "model": f"m{layers}-{alone_s}", "partner": "p", "layers": layers, "seq_len": steps,
+            "alone_median_s": alone_s * (steps if side == "decode" else 1),
+            "corun_median_s": corun_s * (steps if side == "decode" else 1), "slowdown": corun_s / alone_s}
+
+
+def test_added_fit_recovers_the_time_per_layer_and_per_second_alone():
+    # a decode step beside the scorer takes t (1 + 0.2) + 0.5 ms + 0.6 ms x L: the fit gives those back
+    # from the intervals (seq_len steps each), whatever the models' sizes
+    from calibrate.assemble import handover_added_fit
+
+    law = lambda L, t: t * 1.2 + 5e-4 + 6e-4 * L  # noqa: E731
+    configs = [_cfg("decode", L, t, law(L, t)) for L, t in ((2, 1e-3), (2, 3e-3), (3, 2e-3), (4, 1.2e-3), (4, 4e-3))]
+    fit = handover_added_fit(configs, "decode")
+    assert fit["const_s"] == pytest.approx(5e-4, rel=1e-6) and fit["per_layer_s"] == pytest.approx(6e-4, rel=1e-6)
+    assert fit["per_alone"] == pytest.approx(0.2, rel=1e-6) and fit["n_configs"] == 5 and fit["rms_resid_s"] < 1e-12
+    assert handover_added_fit(configs, "prefill") is None                     # no configurations of that side
+    assert handover_added_fit([c for c in configs if c["layers"] == 2] * 2, "decode") is None   # one layer count
+
+
+def test_added_fit_keeps_every_term_non_negative():
+    # time added that falls with the layers is no per-layer cost: the term is 0 and the rest is fitted alone
+    from calibrate.assemble import handover_added_fit
+
+    configs = [_cfg("prefill", L, 1e-3, 1e-3 + a) for L, a in ((2, 3e-3), (3, 2.5e-3), (4, 2e-3))]
+    fit = handover_added_fit(configs, "prefill")
+    assert fit["per_layer_s"] == 0.0 and min(fit["const_s"], fit["per_alone"]) >= 0.0
+    assert fit["const_s"] + fit["per_alone"] * 1e-3 == pytest.approx(2.5e-3, rel=1e-6)   # the mean added time
+
+
+def test_summary_fits_the_added_time_from_the_points_shapes():
+    # interference_summary gives each hand-over configuration its model's layers (from the point's shape)
+    # and fits ``added`` per runtime when both sides can be fitted; the profile check accepts it
+    from rlhfsim.costs.profile import _check_interference
+
+    models = {L: CATALOG[n] for L, n in ((2, "tiny-qwen2"), (4, "tiny-qwen2-l4"))}
+    pts = []
+    for L, alone, extra in ((2, 1e-3, 2e-3), (4, 1.5e-3, 3.2e-3), (2, 3e-3, 2.1e-3), (4, 4e-3, 3.1e-3)):
+        shape = models[L].to_dict()
+        for side, n in (("decode", 32), ("prefill", 1)):
+            p = _pt("kv_decoder", side, models[L].name, models[L].name, (alone + extra) / alone)
+            p.update(alone_median_s=alone * n, median_s=(alone + extra) * n, seq_len=32, shape=shape)
+            pts.append(p)
+    h = interference_summary(pts, {"decode_slowdown": 1.25, "prefill_slowdown": 1.4})["handover"]["kv_decoder"]
+    assert sorted({c["layers"] for c in h["configs"]}) == [2, 4]
+    d = h["added"]["decode"]
+    assert d["per_layer_s"] == pytest.approx(0.55e-3, rel=0.05) and d["n_configs"] == 4
+    _check_interference({"handover": {"kv_decoder": h}}, "p")
+    for bad in ({"decode": d}, {"decode": d, "prefill": {**d, "per_layer_s": -1.0}}):
+        with pytest.raises(Exception, match=r"p\.handover\.kv_decoder\.added"):
+            _check_interference({"handover": {"kv_decoder": {**h, "added": bad}}}, "p")

@@ -187,10 +187,11 @@ def test_recorder_spans_and_negative_intervals():
 
 
 # --- co-running decode and chunk scoring (colocated OPPO intra-step) --------------------------------
-def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths, handover: bool = False, live: list | None = None):
+def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths, handover: bool = False, live: list | None = None,
+               added: dict | None = None):
     """One intra-step OPPO step; ``handover``: the slowdown measured in the hand-over pattern for the
     scenario's generation runtime (window ``live``) instead of the busy loops'; ``live`` collects
-    (time, +1/-1) of the scorer's live window."""
+    (time, +1/-1) of the scorer's live window; ``added``: the hand-over's added-time fit (``handover``)."""
     import copy
 
     d = _two_rollout_dict(scenario_dict, engine, max_batch=4, prompts=4)
@@ -202,6 +203,8 @@ def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths, hand
         prof["interference"] = {"decode_slowdown": 1.0, "prefill_slowdown": 1.0,
                                 "handover": {sc.generation.resolved_runtime: {"decode_slowdown": decode_slowdown,
                                                                               "prefill_slowdown": 1.0}}}
+        if added is not None:
+            prof["interference"]["handover"][sc.generation.resolved_runtime]["added"] = added
     else:   # the busy loops' slowdown (window "overlap"), whatever the bundled profile measured
         prof["interference"] = {"decode_slowdown": decode_slowdown, "prefill_slowdown": 1.0}
     sim = Simulation(setup, CostModel(setup.gpu, prof), rollouts=lengths)
@@ -264,6 +267,51 @@ def test_handover_slowdown_holds_from_first_handover_to_drain(engine, scenario_d
     overlap, _, _ = _intra_sim(scenario_dict, engine, s, LENGTHS)
     assert g0 < overlap.phases_s["generate"] < g1
     assert slow.generated_tokens == base.generated_tokens
+
+
+def _added(per_layer_s=0.0, per_alone=0.0, prefill_s=0.0):
+    zero = {"const_s": 0.0, "per_layer_s": 0.0, "per_alone": 0.0}
+    return {"decode": {**zero, "per_layer_s": per_layer_s, "per_alone": per_alone}, "prefill": {**zero, "const_s": prefill_s}}
+
+
+@pytest.mark.parametrize("engine", ["static", "continuous"])
+def test_handover_added_time_is_per_decode_step_in_the_live_window(engine, scenario_dict):
+    # With the added-time fit (CostModel.corun_added) a decode step beside a live scorer takes
+    # t (1 + per_alone) + per_layer_s x L: the per-alone part is the slowdown factor over the window
+    # (as above), and the per-layer part adds the same seconds to every step in it, so the generation
+    # grows linearly in it, by a number of steps no larger than the longest response.
+    live: list = []
+    base, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, live=live)
+    opened = live[0][0]
+    m = 0.7
+    mult, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, added=_added(per_alone=m))
+    g0 = base.phases_s["generate"]
+    assert mult.phases_s["generate"] == pytest.approx(opened + (1 + m) * (g0 - opened), rel=1e-9)
+    a = 1e-4
+    one, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, added=_added(per_layer_s=a))
+    two, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, added=_added(per_layer_s=2 * a))
+    layers = build_setup(load_scenario(_two_rollout_dict(scenario_dict, engine, max_batch=4, prompts=4))).shapes["actor"].layers
+    steps = (one.phases_s["generate"] - g0) / (a * layers)
+    assert 1 <= steps <= max(n for _, n in LENGTHS)
+    assert two.phases_s["generate"] - g0 == pytest.approx(2 * (one.phases_s["generate"] - g0), rel=1e-6)
+    assert one.generated_tokens == base.generated_tokens
+
+
+def test_corun_added_prices_by_each_sides_layers():
+    from dataclasses import replace
+
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.models.catalog import CATALOG
+
+    tiny = CATALOG["tiny-qwen2"]
+    cm = CostModel.__new__(CostModel)
+    cm.handover = {"kv_decoder": {"decode_slowdown": 2.0, "prefill_slowdown": 3.0, "added": {
+        "decode": {"const_s": 1e-4, "per_layer_s": 5e-4, "per_alone": 0.25},
+        "prefill": {"const_s": 2e-4, "per_layer_s": 1e-3, "per_alone": 0.5}}}}
+    actor, reward = replace(tiny, name="a", layers=4), replace(tiny, name="r", layers=3)
+    assert cm.corun_added("kv_decoder", actor, reward) == pytest.approx((1.25, 1e-4 + 4 * 5e-4, 1.5, 2e-4 + 3 * 1e-3))
+    assert cm.corun_added("hf_generate", actor, reward) is None      # no fit for that runtime: corun_factors
+    assert cm.corun_added("kv_decoder", actor, None) is None         # rule reward: no scorer model
 
 
 def test_profile_interference_handover_is_checked():
