@@ -400,8 +400,8 @@ def handover_added_fit(configs: list[dict], side: str) -> dict | None:
     interval over its ``seq_len`` steps; ``prefill``: one scorer call), as ``const_s + per_layer_s x L +
     per_alone x t_alone`` with L the operation's model's layers and t_alone its time alone: non-negative
     least squares over the configurations of that side (``_nnls``), with their rms residual. On the
-    2-core VM the added decode time followed the actor's layer count, not its size (2026-12-02: 1.5-2.0 ms
-    per step beside 2-layer actors of 0.6-2.9M parameters, 2.5-3.5 ms beside 4-layer ones of 1.1-4.8M),
+    2-core VM the added decode time followed the actor's layer count, not its size (2026-12-02, ``kv_decoder``:
+    1.5-2.5 ms per step beside 2-layer actors of 0.6-2.9M parameters, 2.5-4.1 ms beside 4-layer ones of 1.1-4.8M),
     which a slowdown factor, a multiple of the time alone, cannot say. None without three configurations
     with layers and two layer counts among them."""
     rows = [c for c in configs if c["side"] == side and c.get("layers") and c.get("alone_median_s")]
