@@ -358,8 +358,7 @@ def interference_summary(points: list[dict], default: dict) -> dict:
         mine = [p for p in pts if p.get("corun_pattern") == "handover" and p["runtime"] == rt]
         med = _slowdowns(mine)
         if med is not None:
-            configs = [{**_corun_config(p), "chunk": p["chunk"], "model_params": _params(p), "layers": _layers(p)}
-                       for p in mine]
+            configs = [{**_corun_config(p), "chunk": p["chunk"], **_size(p)} for p in mine]
             handover[rt] = {**med, "configs": configs}
             added = {side: fit for side in ("decode", "prefill") if (fit := handover_added_fit(configs, side))}
             if len(added) == 2:
@@ -379,20 +378,14 @@ def _slowdowns(pts: list[dict]) -> dict | None:
     return {"decode_slowdown": float(np.median(d)), "prefill_slowdown": float(np.median(pf))}
 
 
-def _params(p: dict) -> int | None:
-    """Parameters of a point's own model (its ``shape``), with the head it ran."""
+def _size(p: dict) -> dict:
+    """``model_params`` (with the head it ran) and ``layers`` of a point's own model (its ``shape``); None
+    both without one."""
     try:
-        return ModelShape(**p["shape"]).params("lm" if p["side"] == "decode" else "value")
+        m = ModelShape(**p["shape"])
     except (KeyError, TypeError):
-        return None
-
-
-def _layers(p: dict) -> int | None:
-    """Layers of a point's own model (its ``shape``)."""
-    try:
-        return int(ModelShape(**p["shape"]).layers)
-    except (KeyError, TypeError, ValueError):
-        return None
+        return {"model_params": None, "layers": None}
+    return {"model_params": m.params("lm" if p["side"] == "decode" else "value"), "layers": m.layers}
 
 
 def handover_added_fit(configs: list[dict], side: str) -> dict | None:

@@ -364,8 +364,8 @@ def scoring_operations(setup, cost, steps: list) -> dict:
     """Per scorer operation (``SCORER_OPS``) over the given (steady) steps: calls, measured and predicted
     (alone) seconds per step, the error, and what the simulator does to a call that starts while decode
     runs on its device: ``prefill_slowdown``, the factor, and ``prefill_added_s``, the seconds added per
-    call (``CostModel.corun_added`` where the profile fitted them, else ``CostModel.corun_factors``: the
-    hand-over figure for the scenario's generation runtime and models where the profile has one, and 0)."""
+    call (``CostModel.corun``: the added-time fit where the profile has one, else the hand-over figure for
+    the scenario's generation runtime and models, and 0)."""
     n = max(len(steps), 1)
     acc: dict[str, list[float]] = {}
     for r in steps:
@@ -375,9 +375,8 @@ def scoring_operations(setup, cost, steps: list) -> dict:
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_scorer_op(cost, setup, name, shape)
-    rt, actor, reward = setup.scenario.generation.resolved_runtime, setup.shapes["actor"], setup.shapes.get("reward")
-    added = cost.corun_added(rt, actor, reward)
-    slow, add = (added[2], added[3]) if added is not None else (cost.corun_factors(rt, actor, reward)[1], 0.0)
+    _, _, slow, add, _ = cost.corun(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
+                                    setup.shapes.get("reward"))
     return {"operations": {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())},
             "prefill_slowdown": slow, "prefill_added_s": add}
 

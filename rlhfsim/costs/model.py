@@ -319,6 +319,18 @@ class CostModel:
         return (1.0 + float(d["per_alone"]), float(d["const_s"]) + float(d["per_layer_s"]) * actor.layers,
                 1.0 + float(p["per_alone"]), float(p["const_s"]) + float(p["per_layer_s"]) * reward.layers)
 
+    def corun(self, gen_runtime: str | None, actor: ModelShape | None,
+              reward: ModelShape | None) -> tuple[float, float, float, float, str]:
+        """(decode factor, decode seconds added per step, chunk-call factor, seconds added per chunk call,
+        window) of intra-step scoring beside generation: ``corun_added`` where the profile fitted the
+        added time, else ``corun_factors`` with nothing added. The one choice the simulator
+        (``Simulation``) and the validation's report (``calibrate.validate.scoring_operations``) share."""
+        added = self.corun_added(gen_runtime, actor, reward)
+        if added is not None:
+            return (*added, "live")
+        dec, pre, window = self.corun_factors(gen_runtime, actor, reward)
+        return dec, 0.0, pre, 0.0, window
+
     @property
     def runtimes(self) -> list[str]:
         return sorted(op.split(":", 1)[1] for op in self.ops if op.startswith("score:"))

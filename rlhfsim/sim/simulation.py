@@ -65,14 +65,8 @@ class Simulation:
         # Where the profile fitted the time the hand-over pattern adds (CostModel.corun_added), an operation
         # beside a live scorer takes t x slow + add (add per decode step, per chunk call); else add is 0.
         shapes = setup.shapes
-        rt = sc.generation.resolved_runtime
-        added = cost.corun_added(rt, shapes["actor"], shapes.get("reward"))
-        if added is not None:
-            self.decode_slow, self.decode_add, self.prefill_slow, self.prefill_add = added
-            window = "live"
-        else:
-            self.decode_slow, self.prefill_slow, window = cost.corun_factors(rt, shapes["actor"], shapes.get("reward"))
-            self.decode_add = self.prefill_add = 0.0
+        self.decode_slow, self.decode_add, self.prefill_slow, self.prefill_add, window = cost.corun(
+            sc.generation.resolved_runtime, shapes["actor"], shapes.get("reward"))
         self.decode_corun = self.decode_slow != 1.0 or self.decode_add > 0   # does co-running change decode at all
         self.prefill_corun = self.prefill_slow != 1.0 or self.prefill_add > 0
         self.slows_decode = "live" if window == "live" else "prefill"   # the sim.active kind that slows decode
