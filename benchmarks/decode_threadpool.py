@@ -1,0 +1,119 @@
+"""The executor's decode step at 1, 2, 4 and 8 rows under the OpenMP thread pool's wait policies: what a
+step of two rows or more pays when torch's worker threads have gone to sleep between parallel regions.
+Not a speed benchmark: it measures why a decode step's price at two rows or more moves with the state of
+the thread pool on a CPU, which a calibration point and a real step need not share (docs/validation.md,
+"2026-12-02, fourth session").
+
+    python benchmarks/decode_threadpool.py                    # tiny-qwen2 and small-qwen2, 3 rounds
+    python benchmarks/decode_threadpool.py --models tiny-qwen2 --rounds 5 --json
+
+Conditions, each in a fresh process (the policy is read when torch loads its OpenMP runtime), alternating
+round after round so that a shared machine's drift falls on all of them alike:
+
+* ``t2-default``: torch's threads (2 on the 2-vCPU VM), the runtime's own policy (spin a while, then sleep);
+* ``t2-passive``: ``OMP_WAIT_POLICY=PASSIVE``: the workers sleep as soon as a parallel region ends, so every
+  region of the next step wakes them;
+* ``t2-active``: ``OMP_WAIT_POLICY=ACTIVE``: the workers spin between regions;
+* ``t1``: one thread (``torch.set_num_threads(1)``): no parallel region at all.
+
+Each cell is the median over ``--iters`` timed iterations of ``Generator._decode`` (after 10 untimed) of the
+calibration's decode loop (``calibrate.bench.measure_generation``: a ``StaticKVDecoder`` at 64 cached tokens
+per row, rewound before every call), float32; the table gives, per condition, the median over the rounds
+and the rounds' range.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+from _common import alternating_main
+
+CONDITIONS = ("t2-default", "t2-passive", "t2-active", "t1")
+ROWS = (1, 2, 4, 8)
+CONTEXT = 64
+
+
+def _args() -> tuple[list[str], int]:
+    models, iters = ["tiny-qwen2", "small-qwen2"], 150
+    argv = sys.argv[1:]
+    for i, a in enumerate(argv):
+        if a == "--models" and i + 1 < len(argv):
+            models = [m for m in argv[i + 1].split(",") if m]
+        elif a == "--iters" and i + 1 < len(argv):
+            iters = max(20, int(argv[i + 1]))
+    return models, iters
+
+
+def child(cond: str) -> None:
+    if cond == "t2-passive":
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    elif cond == "t2-active":
+        os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
+    import torch
+
+    from calibrate.decoder import StaticKVDecoder
+    from calibrate.executor.generation import Generator, Sequence
+    from calibrate.executor.timing import Clock, StepLog
+    from rlhfsim.models.catalog import CATALOG
+
+    if cond == "t1":
+        torch.set_num_threads(1)
+    models, iters = _args()
+    out = {"threads": torch.get_num_threads(), "ms": {}}
+    with torch.inference_mode():
+        for name in models:
+            shape = CATALOG[name]
+            dec = StaticKVDecoder(shape, dtype=torch.float32, device=torch.device("cpu"), max_slots=max(ROWS),
+                                  max_len=CONTEXT + 2, head="lm", seed=0)
+            for b in ROWS:
+                slots = torch.arange(b)
+                dec.reset(slots)
+                dec.extend(slots, torch.randint(0, shape.vocab, (b, CONTEXT), generator=torch.Generator().manual_seed(b)))
+                gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
+                rows = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(b)]
+                log, ts = StepLog(0.0), []
+                for i in range(iters + 10):
+                    dec.positions[slots] = CONTEXT
+                    for r in rows:
+                        del r.tokens[1:], r.logprobs[:]
+                    log.intervals.clear()
+                    t0 = time.perf_counter()
+                    gen._decode(rows, [], log)
+                    if i >= 10:
+                        ts.append(time.perf_counter() - t0)
+                out["ms"][f"{name}/{b}"] = 1e3 * statistics.median(ts)
+            del dec
+    print(json.dumps(out))
+
+
+def main() -> None:
+    got = alternating_main(__file__, __doc__, CONDITIONS, 3, child,
+                           lambda c, r: f"{c} {min(r['ms'].values()):.2f}-{max(r['ms'].values()):.2f} ms")
+    if got is None:
+        return
+    args, res = got
+    models, _ = _args()
+    summary = {c: {k: {"median_ms": statistics.median(r["ms"][k] for r in runs),
+                       "min_ms": min(r["ms"][k] for r in runs), "max_ms": max(r["ms"][k] for r in runs)}
+                   for k in runs[0]["ms"]} for c, runs in res.items()}
+    if args.json:
+        import torch
+        print(json.dumps({"torch": torch.__version__, "rounds": args.rounds, "context": CONTEXT, "models": models,
+                          "conditions": summary, "runs": res}, indent=1))
+        return
+    print(f"decode step (ms), {CONTEXT} cached tokens per row, median of {args.rounds} rounds [range]")
+    print(f"{'model':>14} {'rows':>4} " + " ".join(f"{c:>20}" for c in CONDITIONS))
+    for name in models:
+        for b in ROWS:
+            k = f"{name}/{b}"
+            print(f"{name:>14} {b:>4} " + " ".join(
+                f"{summary[c][k]['median_ms']:>7.2f} [{summary[c][k]['min_ms']:.2f}-{summary[c][k]['max_ms']:.2f}]".rjust(20)
+                for c in CONDITIONS))
+
+
+if __name__ == "__main__":
+    main()
