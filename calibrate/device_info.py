@@ -1,5 +1,6 @@
-"""What was measured on: device name and memory, driver and CUDA versions, torch version, CPU model and
-the thread count the measurements used; and the check that ``--gpu NAME`` names the local GPU."""
+"""What was measured on: device name and memory, driver and CUDA versions, torch version, CPU model,
+the thread count the measurements used and the environment variables that set how the CPU thread pools
+wait between parallel regions; and the check that ``--gpu NAME`` names the local GPU."""
 
 from __future__ import annotations
 
@@ -53,11 +54,24 @@ def _driver_version() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
+# Environment variables that change how torch's CPU thread pools behave: their size, and whether a worker
+# spins or sleeps between parallel regions. On the 2-vCPU VM a two-row decode step of a 0.6M-parameter model
+# took 0.95 ms with the default policy and 3.86 ms with OMP_WAIT_POLICY=PASSIVE (benchmarks/decode_threadpool.py;
+# docs/validation.md, "2026-12-02, fourth session"), so a profile records the ones that were set.
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "KMP_AFFINITY",
+              "MKL_NUM_THREADS", "OMP_PROC_BIND")
+
+
+def thread_env() -> dict[str, str]:
+    """The ``THREAD_ENV`` variables set in this process's environment (empty: the runtimes' defaults)."""
+    return {k: os.environ[k] for k in THREAD_ENV if k in os.environ}
+
+
 def describe(device: str, threads: int) -> dict:
     """The profile's ``device`` block."""
     dev = torch.device(device)
     info = {"kind": dev.type, "torch": torch.__version__, "cpu_model": cpu_model(), "threads": threads,
-            "cpu_cores": usable_cores(), "load_avg_1m_at_start": load_avg()}
+            "cpu_cores": usable_cores(), "thread_env": thread_env(), "load_avg_1m_at_start": load_avg()}
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         info.update(name=props.name, memory_bytes=int(props.total_memory), driver=_driver_version(),

@@ -145,6 +145,10 @@ def pool_pass_probes(path, prior: list[dict]) -> None:
     write_json_atomic(Path(path), doc)
 
 
+def _env_text(env: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "the defaults"
+
+
 def compare(profile: dict, now: list[dict]) -> dict:
     """The ``device_check`` of one profile against the probes taken now: the CPU models, and per rate the
     ratio of now's median to the profile's median (above 1: this machine is faster now than when the
@@ -162,6 +166,16 @@ def compare(profile: dict, now: list[dict]) -> dict:
     if out["same_cpu_model"] is False:
         out["warnings"].append(f"profile {name!r} was measured on {prof_model!r}, this machine is {local_model!r}: "
                                "its predictions price another processor (calibrate this one: rlhfsim calibrate --device cpu --quick)")
+    then_env = dev.get("thread_env")
+    if isinstance(then_env, dict):   # recorded since 2026-12-02 (calibrate.device_info.THREAD_ENV)
+        from calibrate.device_info import thread_env
+
+        now_env = thread_env()
+        if now_env != then_env:
+            out["warnings"].append(f"profile {name!r} was measured with thread-pool settings {_env_text(then_env)}, "
+                                   f"this run has {_env_text(now_env)}: a decode step of two rows or more can take "
+                                   "several times as long when the pool's workers sleep between parallel regions "
+                                   "(benchmarks/decode_threadpool.py; calibrate again with the same settings)")
     theirs = [_rates(p) for p in profile_probes(profile)]
     mine = [_rates(p) for p in now]
     if not theirs:

@@ -105,3 +105,26 @@ def test_pass_probes_are_pooled_across_passes_written_apart(tmp_path):
     assert compare(_profile([fast, fast]), [_probe()])["ratios"]["gemv_2MiB"] == pytest.approx(1 / 1.2)
     pool_pass_probes(path, [])                                 # the first pass: nothing to keep
     assert profile_probes(json.loads(path.read_text())) == [slow, slow, fast, fast]
+
+
+def test_thread_pool_settings_that_differ_from_the_profiles_are_named(monkeypatch):
+    """A profile records the thread-pool environment it was measured under (``device.thread_env``); the check
+    names a run whose settings differ (either way: set now and not then, or changed), and stays quiet when they
+    match or when the profile predates the record."""
+    from calibrate.device_info import THREAD_ENV, describe
+
+    for k in THREAD_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert describe("cpu", 1)["thread_env"] == {}
+    now = [_probe()]
+    prof = _profile([_probe()])
+    prof["device"]["thread_env"] = {}
+    assert compare(prof, now)["warnings"] == []
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert describe("cpu", 1)["thread_env"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    w = compare(prof, now)["warnings"]
+    assert len(w) == 1 and "OMP_WAIT_POLICY=PASSIVE" in w[0] and "the defaults" in w[0]
+    prof["device"]["thread_env"] = {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert compare(prof, now)["warnings"] == []
+    del prof["device"]["thread_env"]       # a profile from before the record: nothing to compare
+    assert compare(prof, now)["warnings"] == []
