@@ -38,13 +38,24 @@ CONTEXT = 64
 
 
 def _args() -> tuple[list[str], int]:
-    models, iters = ["tiny-qwen2", "small-qwen2"], 150
-    argv = sys.argv[1:]
-    for i, a in enumerate(argv):
-        if a == "--models" and i + 1 < len(argv):
-            models = [m for m in argv[i + 1].split(",") if m]
-        elif a == "--iters" and i + 1 < len(argv):
-            iters = max(20, int(argv[i + 1]))
+    """``--models`` and ``--iters``: taken off the command line in the parent (which passes them on to its
+    children in the environment, since the children are launched with ``--child COND`` alone)."""
+    models = [m for m in os.environ.get("DECODE_THREADPOOL_MODELS", "tiny-qwen2,small-qwen2").split(",") if m]
+    iters = int(os.environ.get("DECODE_THREADPOOL_ITERS", "150"))
+    argv, rest = sys.argv[1:], [sys.argv[0]]
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--models", "--iters") and i + 1 < len(argv):
+            if argv[i] == "--models":
+                models = [m for m in argv[i + 1].split(",") if m]
+            else:
+                iters = max(20, int(argv[i + 1]))
+            i += 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    sys.argv[:] = rest
+    os.environ["DECODE_THREADPOOL_MODELS"], os.environ["DECODE_THREADPOOL_ITERS"] = ",".join(models), str(iters)
     return models, iters
 
 
@@ -91,12 +102,12 @@ def child(cond: str) -> None:
 
 
 def main() -> None:
+    models, _ = _args()
     got = alternating_main(__file__, __doc__, CONDITIONS, 3, child,
                            lambda c, r: f"{c} {min(r['ms'].values()):.2f}-{max(r['ms'].values()):.2f} ms")
     if got is None:
         return
     args, res = got
-    models, _ = _args()
     summary = {c: {k: {"median_ms": statistics.median(r["ms"][k] for r in runs),
                        "min_ms": min(r["ms"][k] for r in runs), "max_ms": max(r["ms"][k] for r in runs)}
                    for k in runs[0]["ms"]} for c, runs in res.items()}
