@@ -16,19 +16,19 @@ round after round so that a shared machine's drift falls on all of them alike:
 * ``t2-active``: ``OMP_WAIT_POLICY=ACTIVE``: the workers spin between regions;
 * ``t1``: one thread (``torch.set_num_threads(1)``): no parallel region at all.
 
-Each cell is the median over ``--iters`` timed iterations of ``Generator._decode`` (after 10 untimed) of the
-calibration's decode loop (``calibrate.bench.measure_generation``: a ``StaticKVDecoder`` at 64 cached tokens
-per row, rewound before every call), float32; the table gives, per condition, the median over the rounds
-and the rounds' range.
+Each cell is the median over ``--iters`` timed calls (``calibrate.measure.time_calls``, after 10 untimed) of
+``Generator._decode``, the calibration's decode loop (``calibrate.bench.measure_generation``: a
+``StaticKVDecoder`` at 64 cached tokens per row, rewound before every call), float32; the table gives, per
+condition, the median over the rounds and the rounds' range.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import sys
-import time
 
 from _common import alternating_main
 
@@ -38,25 +38,15 @@ CONTEXT = 64
 
 
 def _args() -> tuple[list[str], int]:
-    """``--models`` and ``--iters``: taken off the command line in the parent (which passes them on to its
-    children in the environment, since the children are launched with ``--child COND`` alone)."""
-    models = [m for m in os.environ.get("DECODE_THREADPOOL_MODELS", "tiny-qwen2,small-qwen2").split(",") if m]
-    iters = int(os.environ.get("DECODE_THREADPOOL_ITERS", "150"))
-    argv, rest = sys.argv[1:], [sys.argv[0]]
-    i = 0
-    while i < len(argv):
-        if argv[i] in ("--models", "--iters") and i + 1 < len(argv):
-            if argv[i] == "--models":
-                models = [m for m in argv[i + 1].split(",") if m]
-            else:
-                iters = max(20, int(argv[i + 1]))
-            i += 2
-            continue
-        rest.append(argv[i])
-        i += 1
-    sys.argv[:] = rest
-    os.environ["DECODE_THREADPOOL_MODELS"], os.environ["DECODE_THREADPOOL_ITERS"] = ",".join(models), str(iters)
-    return models, iters
+    """``--models`` and ``--iters``, taken off the command line (the shared parser knows ``--rounds`` and
+    ``--json``) and passed on in the environment: the children are launched with ``--child COND`` alone."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--models", default=os.environ.get("DECODE_THREADPOOL_MODELS", "tiny-qwen2,small-qwen2"))
+    ap.add_argument("--iters", type=int, default=int(os.environ.get("DECODE_THREADPOOL_ITERS", "150")))
+    a, rest = ap.parse_known_args()
+    sys.argv[1:] = rest
+    os.environ["DECODE_THREADPOOL_MODELS"], os.environ["DECODE_THREADPOOL_ITERS"] = a.models, str(a.iters)
+    return [m for m in a.models.split(",") if m], max(20, a.iters)
 
 
 def child(cond: str) -> None:
@@ -69,6 +59,7 @@ def child(cond: str) -> None:
     from calibrate.decoder import StaticKVDecoder
     from calibrate.executor.generation import Generator, Sequence
     from calibrate.executor.timing import Clock, StepLog
+    from calibrate.measure import time_calls
     from rlhfsim.models.catalog import CATALOG
 
     if cond == "t1":
@@ -86,17 +77,17 @@ def child(cond: str) -> None:
                 dec.extend(slots, torch.randint(0, shape.vocab, (b, CONTEXT), generator=torch.Generator().manual_seed(b)))
                 gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
                 rows = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(b)]
-                log, ts = StepLog(0.0), []
-                for i in range(iters + 10):
+                log = StepLog(0.0)
+
+                def rewind(slots=slots, rows=rows, log=log):   # as calibrate.bench.measure_generation's
                     dec.positions[slots] = CONTEXT
                     for r in rows:
                         del r.tokens[1:], r.logprobs[:]
                     log.intervals.clear()
-                    t0 = time.perf_counter()
-                    gen._decode(rows, [], log)
-                    if i >= 10:
-                        ts.append(time.perf_counter() - t0)
-                out["ms"][f"{name}/{b}"] = 1e3 * statistics.median(ts)
+
+                m = time_calls(lambda gen=gen, rows=rows, log=log: gen._decode(rows, [], log), device="cpu",
+                               warmup=10, iters=iters, setup=rewind)
+                out["ms"][f"{name}/{b}"] = 1e3 * m.median_s
             del dec
     print(json.dumps(out))
 
