@@ -2,7 +2,7 @@
 step of two rows or more pays when torch's worker threads have gone to sleep between parallel regions.
 Not a speed benchmark: it measures why a decode step's price at two rows or more moves with the state of
 the thread pool on a CPU, which a calibration point and a real step need not share (docs/validation.md,
-"2026-12-02, fourth session").
+"2026-12-02, fourth session"), and what a second thread's OpenMP team does to it ("2026-12-03").
 
     python benchmarks/decode_threadpool.py                    # tiny-qwen2 and small-qwen2, 3 rounds
     python benchmarks/decode_threadpool.py --models tiny-qwen2 --rounds 5 --json
@@ -14,7 +14,17 @@ round after round so that a shared machine's drift falls on all of them alike:
 * ``t2-passive``: ``OMP_WAIT_POLICY=PASSIVE``: the workers sleep as soon as a parallel region ends, so every
   region of the next step wakes them;
 * ``t2-active``: ``OMP_WAIT_POLICY=ACTIVE``: the workers spin between regions;
-* ``t1``: one thread (``torch.set_num_threads(1)``): no parallel region at all.
+* ``t1``: one thread (``torch.set_num_threads(1)``): no parallel region at all;
+* ``t2-peer``: the default policy, with a second Python thread alive that ran one matrix product with torch's
+  threads (so it owns an OpenMP team of its own, as the executor's intra-step scorer thread does) and now
+  blocks on a queue: it uses no CPU, but its team's worker counts in libgomp's ``gomp_managed_threads``;
+  once that count exceeds the CPUs, every wait spins ``gomp_throttled_spin_count_var`` times (100 under the
+  default policy) instead of ``gomp_spin_count_var`` (300,000) before it sleeps (libgomp ``env.c``,
+  ``wait.h`` ``do_spin``), so the main thread's workers sleep between regions as under ``PASSIVE``;
+* ``t2-peer-noteam``: the control: a peer thread alive and blocked in the same way that ran only an operation
+  too small for a parallel region (``torch.ones(4) + 1``), so it owns no team. (Not ``torch.set_num_threads(1)``
+  in the peer: that sets the thread count of every thread that has not yet run a parallel region, and MKL's
+  for all.) In both peer conditions the main thread runs one matrix product before the peer starts.
 
 Each cell is the median over ``--iters`` timed calls (``calibrate.measure.time_calls``, after 10 untimed) of
 ``Generator._decode``, the calibration's decode loop (``calibrate.bench.measure_generation``: a
@@ -32,7 +42,7 @@ import sys
 
 from _common import alternating_main
 
-CONDITIONS = ("t2-default", "t2-passive", "t2-active", "t1")
+CONDITIONS = ("t2-default", "t2-passive", "t2-active", "t1", "t2-peer", "t2-peer-noteam")
 ROWS = (1, 2, 4, 8)
 CONTEXT = 64
 
@@ -64,6 +74,25 @@ def child(cond: str) -> None:
 
     if cond == "t1":
         torch.set_num_threads(1)
+    peer = None
+    if cond in ("t2-peer", "t2-peer-noteam"):
+        import queue
+        import threading
+
+        torch.randn(64, 256) @ torch.randn(256, 256)        # the main thread's own team first
+        ready, stop = threading.Event(), queue.Queue()
+
+        def peer_body():
+            if cond == "t2-peer":
+                torch.randn(64, 256) @ torch.randn(256, 256)    # a parallel region on this thread's own team
+            else:
+                torch.ones(4) + 1                               # torch, but no parallel region
+            ready.set()
+            stop.get()                                        # alive and blocked, as an idle scorer thread
+
+        peer = threading.Thread(target=peer_body, daemon=True)
+        peer.start()
+        ready.wait()
     models, iters = _args()
     out = {"threads": torch.get_num_threads(), "ms": {}}
     with torch.inference_mode():
@@ -89,6 +118,10 @@ def child(cond: str) -> None:
                                warmup=10, iters=iters, setup=rewind)
                 out["ms"][f"{name}/{b}"] = 1e3 * m.median_s
             del dec
+    out["os_threads"] = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+    if peer is not None:
+        stop.put(None)
+        peer.join()
     print(json.dumps(out))
 
 
@@ -115,6 +148,7 @@ def main() -> None:
             print(f"{name:>14} {b:>4} " + " ".join(
                 f"{summary[c][k]['median_ms']:>7.2f} [{summary[c][k]['min_ms']:.2f}-{summary[c][k]['max_ms']:.2f}]".rjust(20)
                 for c in CONDITIONS))
+    print("OS threads in the child at the end: " + ", ".join(f"{c} {res[c][0].get('os_threads')}" for c in CONDITIONS))
 
 
 if __name__ == "__main__":

@@ -106,7 +106,9 @@ class Scorer:
         while it waits, and on a CPU that idle team slows the main thread's training that follows by 9-31%
         (median 15%; ``benchmarks/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that has
         ended leaves no such cost (median 1.4%): a CPU artifact that a scorer on its own GPU, which this
-        thread stands in for, does not have."""
+        thread stands in for, does not have. (The idle team uses no CPU: it puts libgomp's count of workers
+        past the CPUs, and libgomp then lets every worker spin only 100 times before it sleeps, so each of the
+        main thread's parallel regions wakes a sleeping worker; ``benchmarks/decode_threadpool.py``.)"""
         self.q.join()
         self.close()
         if self.error is not None:
