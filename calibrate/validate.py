@@ -428,9 +428,12 @@ def phase_operations(setup, cost, steps: list) -> dict:
     executor timed inside the real steps (``PHASE_OPS``) priced at its own shape (``price_phase_op``):
     calls, measured and predicted seconds per step, the error; and the same split into each phase's
     first call (the first after another model's work: generation, or the previous phase) and the rest,
-    so a cost of switching models shows as the first call's error beyond the others'."""
+    so a cost of switching models shows as the first call's error beyond the others'; and the calls' mean
+    padded shape (``rows_per_call``, ``tokens_per_call``: rows x width), so a miss can be set against its
+    shape afterwards."""
     n = max(len(steps), 1)
     acc: dict[tuple[str, bool], list[float]] = {}   # (phase, first call?) -> calls, measured s, predicted s
+    sizes: dict[str, list[float]] = {}              # phase -> calls, rows, rows x width
     for r in steps:
         for name, secs, shape in r.ops:
             if name in PHASE_OPS:
@@ -438,6 +441,10 @@ def phase_operations(setup, cost, steps: list) -> dict:
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_phase_op(cost, setup, name, shape)
+                z = sizes.setdefault(shape["phase"], [0, 0, 0])
+                z[0] += 1
+                z[1] += shape["rows"]
+                z[2] += shape["rows"] * shape["width"]
     out = {}
     for ph in PHASES:
         first, other = acc.get((ph, True)), acc.get((ph, False))
@@ -446,7 +453,8 @@ def phase_operations(setup, cost, steps: list) -> dict:
         both = [sum(x) for x in zip(*(a for a in (first, other) if a is not None))]
         out[ph] = {**_op_row(*both, n),
                    "first_call_error_pct": _err(first[2], first[1]) if first else None,
-                   "other_calls_error_pct": _err(other[2], other[1]) if other else None}
+                   "other_calls_error_pct": _err(other[2], other[1]) if other else None,
+                   "rows_per_call": sizes[ph][1] / sizes[ph][0], "tokens_per_call": sizes[ph][2] / sizes[ph][0]}
     return out
 
 

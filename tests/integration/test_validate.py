@@ -175,6 +175,7 @@ def test_phase_calls_are_timed_in_the_step_and_priced_as_the_simulator_prices_th
         assert 0.5 * span <= v["measured_s"] <= span * (1 + 1e-9), ph
         assert v["measured_ms_per_call"] == pytest.approx(1e3 * v["measured_s"] / v["calls_per_step"])
         assert v["first_call_error_pct"] is not None and v["other_calls_error_pct"] is not None
+        assert 1 <= v["rows_per_call"] <= 4 and v["rows_per_call"] < v["tokens_per_call"], ph   # 4 rollouts a step
     for ph in ("reward", "reference", "critic_fwd"):
         assert ops[ph]["predicted_s"] == pytest.approx(sync["phases"][ph]["predicted_s"], rel=1e-9), ph
     for ph in ("actor_train", "critic_train"):   # shuffled minibatches: the pieces may pad differently
