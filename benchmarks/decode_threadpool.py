@@ -79,12 +79,15 @@ def child(cond: str) -> None:
         import queue
         import threading
 
-        torch.randn(64, 256) @ torch.randn(256, 256)        # the main thread's own team first
+        def region():    # a matrix product: one parallel region on the calling thread's own team
+            torch.randn(64, 256) @ torch.randn(256, 256)
+
+        region()         # the main thread's own team first
         ready, stop = threading.Event(), queue.Queue()
 
         def peer_body():
             if cond == "t2-peer":
-                torch.randn(64, 256) @ torch.randn(256, 256)    # a parallel region on this thread's own team
+                region()
             else:
                 torch.ones(4) + 1                               # torch, but no parallel region
             ready.set()

@@ -432,29 +432,27 @@ def phase_operations(setup, cost, steps: list) -> dict:
     padded shape (``rows_per_call``, ``tokens_per_call``: rows x width), so a miss can be set against its
     shape afterwards."""
     n = max(len(steps), 1)
-    acc: dict[tuple[str, bool], list[float]] = {}   # (phase, first call?) -> calls, measured s, predicted s
-    sizes: dict[str, list[float]] = {}              # phase -> calls, rows, rows x width
+    # (phase, first call?) -> calls, measured s, predicted s, rows, rows x width
+    acc: dict[tuple[str, bool], list[float]] = {}
     for r in steps:
         for name, secs, shape in r.ops:
             if name in PHASE_OPS:
-                a = acc.setdefault((shape["phase"], shape["index"] == 0), [0, 0.0, 0.0])
+                a = acc.setdefault((shape["phase"], shape["index"] == 0), [0, 0.0, 0.0, 0, 0])
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_phase_op(cost, setup, name, shape)
-                z = sizes.setdefault(shape["phase"], [0, 0, 0])
-                z[0] += 1
-                z[1] += shape["rows"]
-                z[2] += shape["rows"] * shape["width"]
+                a[3] += shape["rows"]
+                a[4] += shape["rows"] * shape["width"]
     out = {}
     for ph in PHASES:
         first, other = acc.get((ph, True)), acc.get((ph, False))
         if first is None and other is None:
             continue
         both = [sum(x) for x in zip(*(a for a in (first, other) if a is not None))]
-        out[ph] = {**_op_row(*both, n),
+        out[ph] = {**_op_row(*both[:3], n),
                    "first_call_error_pct": _err(first[2], first[1]) if first else None,
                    "other_calls_error_pct": _err(other[2], other[1]) if other else None,
-                   "rows_per_call": sizes[ph][1] / sizes[ph][0], "tokens_per_call": sizes[ph][2] / sizes[ph][0]}
+                   "rows_per_call": both[3] / both[0], "tokens_per_call": both[4] / both[0]}
     return out
 
 
