@@ -25,6 +25,9 @@ round after round so that a shared machine's drift falls on all of them alike:
   too small for a parallel region (``torch.ones(4) + 1``), so it owns no team. (Not ``torch.set_num_threads(1)``
   in the peer: that sets the thread count of every thread that has not yet run a parallel region, and MKL's
   for all.) In both peer conditions the main thread runs one matrix product before the peer starts.
+* ``t2-peer-1t``: the executor's scorer thread since 2026-12-03: the peer sets itself (alone) to one OpenMP
+  thread (``calibrate.threadpool.one_thread_here``) and then runs the same matrix product, on one thread, so it
+  owns no team either.
 
 Each cell is the median over ``--iters`` timed calls (``calibrate.measure.time_calls``, after 10 untimed) of
 ``Generator._decode``, the calibration's decode loop (``calibrate.bench.measure_generation``: a
@@ -42,7 +45,7 @@ import sys
 
 from _common import alternating_main
 
-CONDITIONS = ("t2-default", "t2-passive", "t2-active", "t1", "t2-peer", "t2-peer-noteam")
+CONDITIONS = ("t2-default", "t2-passive", "t2-active", "t1", "t2-peer", "t2-peer-noteam", "t2-peer-1t")
 ROWS = (1, 2, 4, 8)
 CONTEXT = 64
 
@@ -75,7 +78,7 @@ def child(cond: str) -> None:
     if cond == "t1":
         torch.set_num_threads(1)
     peer = None
-    if cond in ("t2-peer", "t2-peer-noteam"):
+    if cond in ("t2-peer", "t2-peer-noteam", "t2-peer-1t"):
         import queue
         import threading
 
@@ -88,6 +91,11 @@ def child(cond: str) -> None:
         def peer_body():
             if cond == "t2-peer":
                 region()
+            elif cond == "t2-peer-1t":
+                from calibrate.threadpool import one_thread_here
+
+                one_thread_here()
+                region()                                      # on one thread: no team
             else:
                 torch.ones(4) + 1                               # torch, but no parallel region
             ready.set()

@@ -359,7 +359,9 @@ def interference_summary(points: list[dict], default: dict) -> dict:
         med = _slowdowns(mine)
         if med is not None:
             configs = [{**_corun_config(p), "chunk": p["chunk"], **_size(p)} for p in mine]
-            handover[rt] = {**med, "configs": configs}
+            threads = {p.get("scorer_threads") for p in mine}
+            handover[rt] = {**med, "configs": configs,
+                            "scorer_threads": threads.pop() if len(threads) == 1 else None}   # calibrate.threadpool
             added = {side: fit for side in ("decode", "prefill") if (fit := handover_added_fit(configs, side))}
             if len(added) == 2:
                 handover[rt]["added"] = added

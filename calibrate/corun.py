@@ -8,8 +8,11 @@ row's new chunk to a scorer thread at the chunk boundary; the scorer wakes for o
 and sleeps in between, from the step's first hand-over until the end of its generation (the executor's
 ``Scorer``: one thread per step's scoring). On a shared CPU both sides slow by more than the busy
 loops say (``benchmarks/corun_pattern.py``, 2026-11-30: a ``generate()`` call 1.45x, a chunk call
-2.81x in this pattern against 1.65x for the busy loops): the scorer's OpenMP team wakes and spins
-around each call, and the two share the host's Python interpreter.
+2.81x in this pattern against 1.65x for the busy loops, with a scorer thread that owned an OpenMP team
+of its own: that team, idle or not, put libgomp's workers past the CPUs, so every worker slept between
+parallel regions). Since 2026-12-03 the scorer thread runs one OpenMP thread on a CPU
+(``calibrate.threadpool``), as the executor's does: it owns no team and costs the actor nothing while it
+waits; the two still share the cores while it computes, and the host's Python interpreter.
 
 A point ``(runtime, batch b, prompt p, chunk c)``, actor and reward shapes from ``Grid.handover_models``
 (default: the first decoder as both):
@@ -52,6 +55,7 @@ from calibrate.genbench import runtime_key
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, left_pad
 from calibrate.measure import Clock, Measurement, alone_fields, summarize
 from calibrate.session import Session, point_key
+from calibrate.threadpool import one_thread_here, scorer_threads
 from rlhfsim.models.catalog import ModelShape
 
 HANDOVER_ROUNDS = 3
@@ -59,11 +63,18 @@ CALLS = 6          # actor intervals per round (the first of a handover round is
 SIDES = ("decode", "prefill")
 
 
+def _omp_tag(s: Session) -> str:
+    """``:omp1`` in a point's strategy when its scorer thread ran one OpenMP thread (a CPU since 2026-12-03),
+    so a journal or cached calibration from before, whose scorer thread owned a team, is measured again."""
+    return ":omp1" if scorer_threads(torch.device(s.device).type == "cuda") == 1 else ""
+
+
 def handover_keys(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> dict[str, str]:
+    tag = _omp_tag(s)
     return {"decode": point_key("interference", actor.name, s.dtype, batch=b, seq_len=c, prefix_len=p, head="lm",
-                                runtime=rt, strategy=f"handover:{reward.name}"),
+                                runtime=rt, strategy=f"handover:{reward.name}{tag}"),
             "prefill": point_key("interference", reward.name, s.dtype, batch=1, seq_len=c, prefix_len=p,
-                                 head="value", runtime=rt, strategy=f"handover:{actor.name}:b{b}")}
+                                 head="value", runtime=rt, strategy=f"handover:{actor.name}:b{b}{tag}")}
 
 
 class _Actor:
@@ -168,6 +179,8 @@ def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, dev
     calls: list[float] = []
 
     def serve():
+        if scorer_threads(clock.cuda) == 1:
+            one_thread_here()    # as the executor's Scorer thread runs on a CPU
         stream = torch.cuda.Stream(torch.device(device)) if clock.cuda else None
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         with ctx, torch.inference_mode():
@@ -213,13 +226,14 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
     keys = handover_keys(s, rt, actor, reward, b, p, c)
     if s.all_done(list(keys.values())):
         return
-    base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover"}
+    base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover",
+            "scorer_threads": scorer_threads(s.cuda)}
     fields = {"decode": {**base, "model": actor.name, "shape": actor.to_dict(), "head": "lm", "batch": b,
                          "seq_len": c, "prefix_len": p, "tokens": b * c, "side": "decode", "partner": reward.name,
-                         "strategy": f"handover:{reward.name}"},
+                         "strategy": f"handover:{reward.name}{_omp_tag(s)}"},
               "prefill": {**base, "model": reward.name, "shape": reward.to_dict(), "head": "value", "batch": 1,
                           "seq_len": c, "prefix_len": p, "tokens": c, "side": "prefill", "partner": actor.name,
-                          "strategy": f"handover:{actor.name}:b{b}", "partner_batch": b}}
+                          "strategy": f"handover:{actor.name}:b{b}{_omp_tag(s)}", "partner_batch": b}}
     if rt != "kv_decoder":
         known = s.journal.get(runtime_key(rt, actor.name))
         if known is None:

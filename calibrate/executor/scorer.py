@@ -36,6 +36,7 @@ import torch
 
 from calibrate.decoder import StaticKVDecoder
 from calibrate.executor.timing import Clock, StepLog
+from calibrate.threadpool import one_thread_here, scorer_threads
 
 
 def rule_reward(prompt: list[int], tokens: list[int], cost_s: float) -> float:
@@ -74,6 +75,7 @@ class Scorer:
         self.score_item = {"rule": self._score_rule, "incremental": self._score_incremental,
                            "reencode": self._score_whole, "final_only": self._score_whole}[self.strategy]
         self.stream = torch.cuda.Stream(device=clock.device) if clock.cuda else None
+        self.omp_threads = scorer_threads(clock.cuda)   # 1 on a CPU: the thread owns no OpenMP team (``_run``)
         self.thread: threading.Thread | None = None
 
     def _put(self, item) -> None:
@@ -102,13 +104,15 @@ class Scorer:
         """Block until every queued item is scored, then end the step's scorer thread (the next step's first
         item starts a new one); re-raise a scorer failure here.
 
-        The thread lives for one step's scoring only. A thread that ran torch ops keeps its own OpenMP team
-        while it waits, and on a CPU that idle team slows the main thread's training that follows by 9-31%
-        (median 15%; ``benchmarks/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that has
-        ended leaves no such cost (median 1.4%): a CPU artifact that a scorer on its own GPU, which this
-        thread stands in for, does not have. (The idle team uses no CPU: it puts libgomp's count of workers
-        past the CPUs, and libgomp then lets every worker spin only 100 times before it sleeps, so each of the
-        main thread's parallel regions wakes a sleeping worker; ``benchmarks/decode_threadpool.py``.)"""
+        The thread lives for one step's scoring only. Until 2026-12-03 a scorer thread that ran torch ops kept its own
+        OpenMP team while it waited, and on a CPU that idle team slowed the main thread's training that followed by
+        9-31% (median 15%; ``benchmarks/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that had
+        ended left no such cost (median 1.4%): a CPU artifact that a scorer on its own GPU, which this thread stands
+        in for, does not have. (The idle team used no CPU: it put libgomp's count of workers past the CPUs, and
+        libgomp then lets every worker spin only 100 times before it sleeps, so each of the main thread's parallel
+        regions woke a sleeping worker; ``benchmarks/decode_threadpool.py``.) On a CPU the thread now runs one
+        OpenMP thread and owns no team (``_run``, ``calibrate.threadpool``); it still ends here, so nothing of a
+        step's scoring outlives its reward phase."""
         self.q.join()
         self.close()
         if self.error is not None:
@@ -123,6 +127,8 @@ class Scorer:
 
     # ----------------------------------------------------------------------------- thread side
     def _run(self) -> None:
+        if self.omp_threads == 1:
+            one_thread_here()    # no OpenMP team of its own: idle, it costs the actor's pool nothing
         ctx = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
         with ctx:
             while True:

@@ -71,7 +71,7 @@ def test_each_pairing_has_its_own_points():
 
     from calibrate.corun import handover_keys
 
-    s = SimpleNamespace(dtype="float32")
+    s = SimpleNamespace(dtype="float32", device="cpu")
     a = handover_keys(s, "hf_generate", SMALL, SMALL, 4, 48, 32)
     b = handover_keys(s, "hf_generate", SMALL, DEB, 4, 48, 32)
     c = handover_keys(s, "kv_decoder", SMALL, SMALL, 4, 48, 32)
