@@ -239,9 +239,9 @@ def within(shapes, max_positions: int) -> tuple[Shape2, ...]:
 
 DEFAULT_MODELS = {
     ("cpu", True): ("tiny-qwen2", "small-qwen2", "tiny-qwen2-l4", "small-qwen2-l2", "small-qwen2-l3-mha",
-                    "tiny-qwen2-v8k", "tiny-deberta"),
+                    "tiny-qwen2-v8k", "tiny-deberta", "small-deberta"),
     ("cpu", False): ("tiny-qwen2", "small-qwen2", "tiny-qwen2-l4", "small-qwen2-l2", "small-qwen2-l3-mha",
-                     "tiny-qwen2-v8k", "tiny-deberta", "qwen2.5-0.5b"),
+                     "tiny-qwen2-v8k", "tiny-deberta", "small-deberta", "qwen2.5-0.5b"),
     ("cuda", True): ("qwen2.5-0.5b", "qwen2.5-1.5b", "deberta-v3-large"),
     ("cuda", False): ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "deberta-v3-large"),
 }
