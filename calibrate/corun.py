@@ -66,7 +66,7 @@ SIDES = ("decode", "prefill")
 def _omp_tag(s: Session) -> str:
     """``:omp1`` in a point's strategy when its scorer thread ran one OpenMP thread (a CPU since 2026-12-03),
     so a journal or cached calibration from before, whose scorer thread owned a team, is measured again."""
-    return ":omp1" if scorer_threads(torch.device(s.device).type == "cuda") == 1 else ""
+    return ":omp1" if scorer_threads(torch.device(s.device).type == "cuda") == 1 else ""   # s.device: tests pass a namespace
 
 
 def handover_keys(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> dict[str, str]:
@@ -226,14 +226,15 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
     keys = handover_keys(s, rt, actor, reward, b, p, c)
     if s.all_done(list(keys.values())):
         return
+    tag = _omp_tag(s)
     base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover",
-            "scorer_threads": scorer_threads(s.cuda)}
+            "scorer_threads": 1 if tag else None}
     fields = {"decode": {**base, "model": actor.name, "shape": actor.to_dict(), "head": "lm", "batch": b,
                          "seq_len": c, "prefix_len": p, "tokens": b * c, "side": "decode", "partner": reward.name,
-                         "strategy": f"handover:{reward.name}{_omp_tag(s)}"},
+                         "strategy": f"handover:{reward.name}{tag}"},
               "prefill": {**base, "model": reward.name, "shape": reward.to_dict(), "head": "value", "batch": 1,
                           "seq_len": c, "prefix_len": p, "tokens": c, "side": "prefill", "partner": actor.name,
-                          "strategy": f"handover:{actor.name}:b{b}{_omp_tag(s)}", "partner_batch": b}}
+                          "strategy": f"handover:{actor.name}:b{b}{tag}", "partner_batch": b}}
     if rt != "kv_decoder":
         known = s.journal.get(runtime_key(rt, actor.name))
         if known is None:

@@ -60,9 +60,9 @@ def _libs() -> tuple[object | None, object | None, str]:
             except OSError:
                 pass
             break
-    what = (("OpenMP" if omp is not None and hasattr(omp, "omp_set_num_threads") else "no OpenMP")
-            + (" + MKL" if mkl is not None else ""))
-    return (omp if omp is not None and hasattr(omp, "omp_set_num_threads") else None), mkl, what
+    if omp is not None and not hasattr(omp, "omp_set_num_threads"):
+        omp = None
+    return omp, mkl, ("OpenMP" if omp is not None else "no OpenMP") + (" + MKL" if mkl is not None else "")
 
 
 def scorer_threads(cuda: bool) -> int | None:
