@@ -506,6 +506,36 @@ def reencode_summary(points: list[dict], ops: dict, gpu: GpuSpec, prior: OpParam
     return out
 
 
+def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
+    """A measured profile's encoder operations fitted again from its own points under the current work model
+    (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention, 2026-12-03): each runtime's fit to encoder
+    reward models' padded batches (``runtimes.RUNTIME.fits.encoder``, and ``score:RUNTIME`` where that fit is
+    the encoders'), ``encode:RUNTIME`` and ``reencode:RUNTIME``. Nothing is measured; returns the keys changed
+    (``calibrate.extend --refit-encoders``)."""
+    prior = OpParams.from_dict(load_profile("default")["operations"]["prefill"])
+    points = [{k: v for k, v in p.items() if k != "kind"} for p in doc.get("points", [])]
+    ops, runtimes, changed = doc["operations"], doc.get("runtimes") or {}, []
+    for rt, info in sorted(runtimes.items()):
+        if "encoder" not in (info.get("fits") or {}):
+            continue
+        pts = [p for p in _measured(points, op="score", runtime=rt, strategy="padded")
+               if not p.get("varlen") and p["shape"]["arch"] == "encoder"]
+        if not pts:
+            continue
+        info["fits"]["encoder"] = fit_operation(pts, gpu, prior)
+        changed.append(f"runtimes.{rt}.fits.encoder")
+        key = f"score:{rt}"
+        if info.get("op") == key and "encoder" in (ops.get(key, {}).get("source_points") or ""):
+            ops[key] = {**info["fits"]["encoder"], "source": _source(info["fits"]["encoder"]),
+                        "source_points": ops[key]["source_points"]}
+            changed.append(key)
+    changed += encoder_score_ops(runtimes, ops)
+    if any(p["op"] == "reencode" for p in points):
+        doc["reencode"] = reencode_summary(points, ops, gpu, prior)
+        changed += [r["op"] for r in doc["reencode"].values() if r.get("op")]
+    return changed
+
+
 def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command: str, quick: bool,
                   points: list[dict], records: list[dict], grid: dict, page_faults: dict | None = None) -> dict:
     """The Profile dict of a calibration (validated with ``rlhfsim.costs.profile.validate_profile``);

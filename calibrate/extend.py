@@ -28,6 +28,12 @@ training operations fitted again with them (``calibrate.assemble.refit_cost_term
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json --cost-terms
 
+``--refit-encoders``: nothing measured; the encoder operations (``encode:RUNTIME``, ``reencode:RUNTIME``, the
+runtimes' encoder fits) fitted again from the profile's own points under the current work model
+(``calibrate.assemble.refit_encoder_ops``; DeBERTa-v2's disentangled attention, ``rlhfsim.costs.flops``)::
+
+    python -m calibrate.extend rlhfsim/profiles/cpu.json --refit-encoders
+
 ``--page-faults``: only the page faults of large tensors, and ``train`` fitted again with them
 (``calibrate.assemble.refit_train``); nothing else changes::
 
@@ -271,6 +277,20 @@ def extend_page_faults(path: Path, threads: int) -> dict:
     return _finish(path, doc, 16, started, load_start, threads, [], [], jpath, changed, {}, what="page_faults")
 
 
+def extend_refit_encoders(path: Path) -> dict:
+    """The profile's encoder operations fitted again from its own points under the current work model
+    (``calibrate.assemble.refit_encoder_ops``); nothing is measured and nothing else changes."""
+    from calibrate.assemble import refit_encoder_ops
+
+    doc = json.loads(Path(path).read_text())
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    changed = refit_encoder_ops(doc, get_gpu(doc["gpu"], "profile.gpu"))
+    if not changed:
+        raise RlhfsimError(f"--refit-encoders: {path}: expected encoder scoring points to fit, found none")
+    return _finish(path, doc, 7, started, load_avg(), torch.get_num_threads(), [], [], Path("none"), changed, {},
+                   what="refit_encoders")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m calibrate.extend", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -289,7 +309,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="add only the sampling tails (calibrate.sampling), the GEMM weight passes (calibrate.gemm), "
                          "the training rate by width (calibrate.widths) and, on a CPU, the page faults of large tensors "
                          "(calibrate.pagefaults), and refit the generation and training operations")
+    ap.add_argument("--refit-encoders", action="store_true",
+                    help="measure nothing: fit the encoder operations (encode:RT, reencode:RT, the runtimes' encoder "
+                         "fits) again from the profile's own points under the current work model")
     args = ap.parse_args(argv)
+    if args.refit_encoders:
+        doc = extend_refit_encoders(args.profile)
+        print(json.dumps({k: {f: round(v[f], 4) for f in ("compute_eff", "memory_eff", "overhead_s", "heldout_mape")
+                              if isinstance(v.get(f), float)}
+                          for k, v in doc["operations"].items() if k.startswith(("encode:", "reencode:"))}, indent=1))
+        return
     if args.page_faults:
         doc = extend_page_faults(args.profile, args.threads or usable_cores())
         pf = doc["kernels"]["page_faults"]
@@ -320,5 +349,19 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({k: doc["step"][k] for k in ("retokenize_s", "retokenize_per_token_s")}))
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``main`` with a one-line error and exit status 2 for bad input (a profile without the points an
+    extension needs, an unreadable profile), instead of a traceback."""
+    try:
+        main(argv)
+    except RlhfsimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

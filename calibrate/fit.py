@@ -73,8 +73,9 @@ def point_work(p: dict) -> fl.Work:
         return fl.train_work(m, dtype, p["tokens"], b, p["head"], float(p.get("width_rate") or 1.0))
     if op == "optimizer":
         return fl.optimizer_work(m, 1, p["head"])
-    if op in ("score", "reencode"):   # reencode: one sequence of seq_len tokens from scratch (calibrate.reencode)
-        return fl.forward_work(m, dtype, p["tokens"], b, 0.0, 0.0, "value")
+    if op in ("score", "reencode"):   # reencode: one sequence of seq_len tokens from scratch (calibrate.reencode);
+        # a DeBERTa-v2 point's score-matrix traffic counts under its own runtime (flops.materializes_scores)
+        return fl.forward_work(m, dtype, p["tokens"], b, 0.0, 0.0, "value", p.get("runtime"))
     raise ValueError(f"no work model for op {op!r}")
 
 

@@ -19,6 +19,26 @@ log-softmax and read by the sampler or the log-prob gather (LOGIT_BYTES = 16 per
 position that needs them: each sequence's last token in a generation step, every token in a log-prob
 pass and in training).
 
+DeBERTa-v2's disentangled attention (``hf_model_type`` deberta-v2, eager: transformers has no fused path
+for it) adds, per layer, from its module's code (``DisentangledSelfAttention``, relative embeddings of
+2 x DEBERTA_SPAN positions, shared attention keys, c2p and p2c as ``calibrate.models`` builds it):
+
+    F_rel    = 2 x (2 x 2S x h) x n  +  2 x (2 x 2S x h x h)      (c2p, p2c products; the relative
+                                                                  embeddings' query/key projections per call)
+    B_scores = (SCORE_PASSES x b + 2 x 8) x H x pairs             (score matrices materialized per head,
+                                                                  int64 gather indices read per head)
+             + INDEX_BYTES_PER_PAIR x pairs                      (the clamped position indices and the mask,
+                                                                  per layer)
+             + 2 x 2S x b x H x n + 2 x 2S x h x b x n_seqs      (c2p/p2c products written; position
+                                                                  keys/queries repeated per sequence)
+
+B_scores is counted under PyTorch eager only (``materializes_scores``): a runtime that compiles the pass
+(torch.compile, AOTInductor, ONNX Runtime) fuses the elementwise chain into few kernels.
+
+with S = DEBERTA_SPAN and pairs = sum_i n_i^2 (every token sees every token). An encoder's forward time
+is dominated by these at a few hundred tokens: tiny-deberta (hidden 128) and small-deberta (256), both
+with 4 heads, took the same time at 512 tokens (docs/validation.md, "2026-12-03, third session").
+
 Training (forward + backward) is 3x the forward FLOPs (backward = 2x forward). The optimizer (AdamW,
 fp32 master weights and moments) moves 16 bytes read + 16 bytes written per parameter shard.
 """
@@ -33,6 +53,17 @@ import numpy as np
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 ACT_BYTES_PER_TOKEN_LAYER_FACTOR = 12  # elements of h moved per token per layer (norms, residuals, MLP I/O)
+# DeBERTa-v2's disentangled attention (see the module docstring), counted from transformers'
+# DisentangledSelfAttention as calibrate.models configures it (position_buckets 256, share_att_key, c2p+p2c):
+DEBERTA_TYPES = ("deberta-v2",)
+DEBERTA_SPAN = 256        # position_buckets: relative embeddings of 2 x 256 positions
+# passes over one head's (query, key) score matrix per layer, each a read or a write of N^2 elements:
+# QK^T written 1; c2p gather read + write 2, "/ scale" 2, "0 + c2p" 2; p2c gather 2, "/ scale" (transposed) 2,
+# "score +=" 3; "scores + rel_att" 3; masked_fill 2; softmax 2; the AV product reads 1
+SCORE_PASSES = 22
+# int64 position indices per (query, key) pair and layer: c2p "+ span", clamp (2 passes each); p2c "- r_pos",
+# "+ span", clamp (2 each): 10 passes of 8 bytes; the mask's bool() and ~ about 11 bytes more
+INDEX_BYTES_PER_PAIR = 91
 LOGIT_BYTES = 16                       # bytes moved per LM-head logit (fp32 write, log-softmax r/w, read)
 
 
@@ -65,9 +96,17 @@ class ShapeCoeffs:
     kv_bytes: int     # 2 L d_kv b: K/V bytes per cached token
     act_bytes: int    # 12 L h b: activation bytes per token
     logit_bytes: int  # 16 V: bytes per logit position
+    # DeBERTa-v2's disentangled attention (0 for any other model): see the module docstring
+    f_rel_token: float = 0.0        # 2 L (2 x 2S x h): c2p and p2c products per token
+    f_rel_call: float = 0.0         # 2 L (2 x 2S x h^2): the relative embeddings' projections per call
+    rel_pair_bytes: float = 0.0     # L (H (SCORE_PASSES b + 16) + INDEX_BYTES_PER_PAIR) per (query, key) pair
+    rel_token_bytes: float = 0.0    # 2 L 2S b H per token (c2p/p2c products written)
+    rel_seq_bytes: float = 0.0      # 2 L 2S h b per sequence (position keys/queries repeated)
 
     @classmethod
-    def of(cls, m: ModelShape, dtype: str, head: str = "value") -> "ShapeCoeffs":
+    def of(cls, m: ModelShape, dtype: str, head: str = "value", scoring_runtime: str | None = None) -> "ShapeCoeffs":
+        """``scoring_runtime``: the runtime a DeBERTa-v2 pass runs under: its score matrices' traffic is counted
+        for PyTorch eager (``materializes_scores``) and not for a runtime that compiles the pass."""
         b = DTYPE_BYTES[dtype]
         lm = head == "lm"
         return cls(layers=m.layers, encoder=m.arch == "encoder", lm=lm,
@@ -79,7 +118,9 @@ class ShapeCoeffs:
                    decode_weight_bytes=(m.params(head) - (m.embedding_params if lm and not m.tied_embeddings else 0)) * b,
                    kv_bytes=2 * m.layers * m.kv_dim * b,
                    act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b,
-                   logit_bytes=LOGIT_BYTES * m.vocab)
+                   logit_bytes=LOGIT_BYTES * m.vocab,
+                   **(_deberta_rel(m, b, materializes_scores(scoring_runtime))
+                      if m.arch == "encoder" and m.hf_model_type in DEBERTA_TYPES else {}))
 
     def forward(self, n_tokens, n_seqs, cached_tokens=0.0, logits_tokens=0.0, attn_pairs=None) -> Work:
         """``forward_work`` (token counts may be numpy arrays: the same arithmetic, elementwise).
@@ -102,6 +143,11 @@ class ShapeCoeffs:
             logit_bytes = 0.0
         kv_read = self.kv_bytes * cached_tokens
         act = self.act_bytes * n_tokens
+        if self.f_rel_token:    # DeBERTa-v2: every token sees every token of its sequence
+            pairs = attn_pairs if attn_pairs is not None else n_seqs * per_seq * per_seq
+            return Work(self.f_linear * n_tokens + f_attn + f_head + self.f_rel_token * n_tokens + self.f_rel_call,
+                        self.weight_bytes + kv_read + act + logit_bytes + self.rel_pair_bytes * pairs
+                        + self.rel_token_bytes * n_tokens + self.rel_seq_bytes * n_seqs, 0.0, self.layers)
         return Work(self.f_linear * n_tokens + f_attn + f_head, self.weight_bytes + kv_read + act + logit_bytes,
                     0.0, self.layers)
 
@@ -140,6 +186,24 @@ def width_rate(width_eff: dict | None, hidden: int, mlp_ratio: float | None = No
     at = [float(np.interp(np.log(hidden), np.log(np.asarray(by[r]["widths"], dtype=np.float64)), by[r]["relative_rate"]))
           for r in ratios]
     return float(np.interp(mlp_ratio, [float(r) for r in ratios], at))
+
+
+def materializes_scores(scoring_runtime: str | None) -> bool:
+    """Whether a DeBERTa-v2 pass under this scoring runtime writes and reads its score matrices pass by pass:
+    PyTorch eager (``eager``, or None: a framework's own forward) does; a runtime that compiles the pass
+    (torch.compile, AOTInductor, ONNX Runtime) fuses the elementwise chain, whose traffic is not counted."""
+    return scoring_runtime in (None, "eager")
+
+
+def _deberta_rel(m: ModelShape, b: int, materialized: bool = True) -> dict:
+    """``ShapeCoeffs``' disentangled-attention constants of a DeBERTa-v2 model (see the module docstring):
+    the c2p/p2c FLOPs always, the score matrices' traffic when ``materialized``."""
+    span2, L, h, H = 2 * DEBERTA_SPAN, m.layers, m.hidden, m.heads
+    out = {"f_rel_token": 2.0 * L * 2.0 * span2 * h}
+    if materialized:
+        out.update(f_rel_call=2.0 * L * 2.0 * span2 * h * h, rel_pair_bytes=float(L * (H * (SCORE_PASSES * b + 16) + INDEX_BYTES_PER_PAIR)),
+                   rel_token_bytes=float(2 * L * span2 * b * H), rel_seq_bytes=float(2 * L * span2 * h * b))
+    return out
 
 
 FP32_LOGIT_BYTES = 4   # log-probs are taken in float32 (logits.float()), whatever the model's dtype
@@ -186,10 +250,11 @@ def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_byt
 
 
 def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cached_tokens: float = 0.0,
-                 logits_tokens: float = 0.0, head: str = "value") -> Work:
+                 logits_tokens: float = 0.0, head: str = "value", scoring_runtime: str | None = None) -> Work:
     """Forward over ``n_tokens`` new tokens spread evenly over ``n_seqs`` sequences, each attending to
-    ``cached_tokens / n_seqs`` cached tokens as well (0 for a one-shot prefill)."""
-    return ShapeCoeffs.of(m, dtype, head).forward(n_tokens, n_seqs, cached_tokens, logits_tokens)
+    ``cached_tokens / n_seqs`` cached tokens as well (0 for a one-shot prefill); ``scoring_runtime``: see
+    ``ShapeCoeffs.of``."""
+    return ShapeCoeffs.of(m, dtype, head, scoring_runtime).forward(n_tokens, n_seqs, cached_tokens, logits_tokens)
 
 
 def decode_step_work(m: ModelShape, dtype: str, batch: float, kv_tokens: float, kv_passes: float = 1.0,

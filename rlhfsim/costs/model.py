@@ -162,9 +162,9 @@ class _Forward:
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams,
-                 tail: tuple[float, float] = (0.0, 0.0)):
+                 tail: tuple[float, float] = (0.0, 0.0), scoring_runtime: str | None = None):
         self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
-        self.shape = fl.ShapeCoeffs.of(m, dtype, head)
+        self.shape = fl.ShapeCoeffs.of(m, dtype, head, scoring_runtime)
         self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
         # a generation prefill samples each row's first token: the runtime's measured sampling tail
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
@@ -457,7 +457,9 @@ class CostModel:
             tail = (0.0, 0.0)
             if gen_runtime is not None and runtime is None and op == "prefill" and head == "lm":
                 tail = sample_tail(gen_runtime, self.generation, op_key("prefill", gen_runtime) in self.ops)
-            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail)
+            # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
+            scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring)
         return k
 
     def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,

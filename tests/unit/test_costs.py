@@ -79,9 +79,33 @@ def test_cached_prefix_adds_attention_and_kv_reads():
 
 def test_encoder_attention_is_bidirectional():
     enc = CATALOG["deberta-v3-large"]
-    w = fl.forward_work(enc, "float32", 1024, 2)
+    w = fl.forward_work(enc, "float32", 1024, 2, scoring_runtime="onnxruntime")   # compiled: no eager-only terms
     body = 2.0 * enc.layers * enc.layer_params * 1024
-    assert w.flops == pytest.approx(body + 4.0 * enc.layers * enc.hidden * 2 * 512 * 512 + 2 * enc.hidden * 2)
+    rel = 2.0 * enc.layers * 2.0 * (2 * fl.DEBERTA_SPAN) * enc.hidden * 1024      # c2p and p2c products
+    assert w.flops == pytest.approx(body + 4.0 * enc.layers * enc.hidden * 2 * 512 * 512 + 2 * enc.hidden * 2 + rel)
+
+
+def test_deberta_disentangled_attention_is_counted_from_its_module():
+    """DeBERTa-v2 (flops module docstring): the c2p/p2c products per token under every runtime; under PyTorch
+    eager also the relative embeddings' projections per call and the score matrices' traffic, which grows with
+    heads x (query, key) pairs, not with the width; another encoder family and a decoder get none of it."""
+    enc = CATALOG["deberta-v3-large"]
+    L, h, H, S2 = enc.layers, enc.hidden, enc.heads, 2 * fl.DEBERTA_SPAN
+    eager = fl.forward_work(enc, "float32", 1024, 2)
+    fused = fl.forward_work(enc, "float32", 1024, 2, scoring_runtime="aoti_cpp")
+    assert fl.forward_work(enc, "float32", 1024, 2, scoring_runtime="eager") == eager
+    assert eager.flops - fused.flops == pytest.approx(2.0 * L * 2.0 * S2 * h * h)             # projections, per call
+    pairs = 2 * 512 * 512
+    extra = L * (H * (fl.SCORE_PASSES * 4 + 16) + fl.INDEX_BYTES_PER_PAIR) * pairs + 2 * L * S2 * 4 * H * 1024 + 2 * L * S2 * h * 4 * 2
+    assert eager.bytes - fused.bytes == pytest.approx(extra)
+    # the same heads at half the width: the same score traffic per pair
+    from dataclasses import replace
+    narrow = replace(enc, name="narrow", hidden=h // 2, intermediate=enc.intermediate // 2)
+    k_wide, k_narrow = fl.ShapeCoeffs.of(enc, "float32"), fl.ShapeCoeffs.of(narrow, "float32")
+    assert k_wide.rel_pair_bytes == k_narrow.rel_pair_bytes > 0
+    electra = replace(enc, name="electra-like", hf_model_type="electra")
+    assert fl.forward_work(electra, "float32", 1024, 2).flops == pytest.approx(fused.flops - 2.0 * L * 2.0 * S2 * h * 1024)
+    assert fl.ShapeCoeffs.of(CATALOG["tiny-qwen2"], "float32").f_rel_token == 0.0
 
 
 def test_decode_arrays_match_single_steps():

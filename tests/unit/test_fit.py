@@ -243,3 +243,46 @@ def test_ok_fit_keeps_covariance_and_bootstrap_samples_around_the_estimate():
     assert np.all(samples[:, :2] > 0) and np.all(samples[:, :2] <= 1.5) and np.all(samples[:, 2:] >= 0)
     lo, hi = np.percentile(samples[:, 0], [2.5, 97.5])
     assert lo <= got["compute_eff"] <= hi
+
+
+def test_a_deberta_points_work_counts_its_score_traffic_under_eager_only():
+    m = CATALOG["tiny-deberta"]
+    base = {"op": "reencode", "model": m.name, "shape": m.to_dict(), "dtype": "float32", "batch": 1, "seq_len": 256,
+            "tokens": 256}
+    eager, aoti = point_work({**base, "runtime": "eager"}), point_work({**base, "runtime": "aoti_cpp"})
+    assert eager.bytes > 2 * aoti.bytes and eager.flops > aoti.flops
+    from rlhfsim.costs import flops as fl
+    assert eager == fl.forward_work(m, "float32", 256, 1, scoring_runtime="eager")
+
+
+def test_refit_encoders_fits_a_profiles_encoder_operations_from_its_own_points(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import copy
+
+    from calibrate import extend as ext
+    from calibrate.assemble import _measured
+    from rlhfsim.costs.profile import load_profile
+
+    doc = copy.deepcopy(load_profile("cpu"))
+    doc["operations"]["encode:eager"] = {**doc["operations"]["encode:eager"], "compute_eff": 0.01}   # a stale fit
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(doc))
+    assert ext.cli([str(path), "--refit-encoders"]) == 0
+    out = json.loads(path.read_text())
+    pts = [p for p in _measured(out["points"], op="score", runtime="eager", strategy="padded")
+           if not p.get("varlen") and p["shape"]["arch"] == "encoder"]
+    want = fit_operation(pts, get_gpu("cpu"), OpParams.from_dict(load_profile("default")["operations"]["prefill"]))
+    assert out["operations"]["encode:eager"]["compute_eff"] == pytest.approx(want["compute_eff"]) != 0.01
+    assert out["runtimes"]["eager"]["fits"]["encoder"]["compute_eff"] == pytest.approx(want["compute_eff"])
+    for op in ("prefill", "decode", "train", "score:eager"):            # the decoders' fits are not touched
+        assert out["operations"][op] == doc["operations"][op]
+    ext_rec = out["provenance"]["extensions"][-1]
+    assert ext_rec["what"] == "refit_encoders" and "encode:eager" in ext_rec["added"] and "reencode:eager" in ext_rec["added"]
+    # a profile without encoder points: a one-line error, exit status 2, the file untouched
+    h200 = tmp_path / "h200.json"
+    h200.write_text(json.dumps(load_profile("h200-measured")))
+    before = h200.read_text()
+    capsys.readouterr()
+    assert ext.cli([str(h200), "--refit-encoders"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --refit-encoders:") and "\n" not in err and h200.read_text() == before
