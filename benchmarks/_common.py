@@ -67,3 +67,33 @@ def alternating_main(script: str, doc: str, conditions: tuple[str, ...], default
         child(args.child)
         return None
     return args, alternate_children(script, conditions, args.rounds, describe)
+
+
+ENCODER_SHAPES = ((1, 128), (2, 128), (4, 108), (8, 146), (8, 256))   # (rows, padded tokens) of a reward call
+
+
+def encoder_cells(models, warmup: int = 3, calls: int = 15):
+    """Each encoder model (``ModelShape``, HF model with random weights, float32, CPU) at each of
+    ``ENCODER_SHAPES``: yields (model, rows, tokens, median seconds of ``calls`` calls after ``warmup``)."""
+    import statistics
+    import time
+
+    import torch
+
+    from calibrate.models import build_hf_model
+
+    with torch.inference_mode():
+        for m in models:
+            net = build_hf_model(m, "value", torch.float32, "cpu")
+            for rows, n in ENCODER_SHAPES:
+                ids = torch.randint(1, m.vocab, (rows, n))
+                mask = torch.ones_like(ids)
+                for _ in range(warmup):
+                    net(input_ids=ids, attention_mask=mask)
+                ts = []
+                for _ in range(calls):
+                    t = time.perf_counter()
+                    net(input_ids=ids, attention_mask=mask)
+                    ts.append(time.perf_counter() - t)
+                yield m, rows, n, statistics.median(ts)
+            del net

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-SHAPES = ((1, 128), (2, 128), (4, 108), (8, 146), (8, 256))
+from _common import encoder_cells
+
 
 
 def main() -> None:
@@ -30,7 +30,6 @@ def main() -> None:
 
     import torch
 
-    from calibrate.models import build_hf_model
     from rlhfsim.costs.model import CostModel
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.models.catalog import CATALOG, shape_from_hf_config
@@ -42,28 +41,14 @@ def main() -> None:
     given = [shape_from_hf_config(p) for p in args.configs]
     models = [CATALOG["tiny-deberta"], CATALOG["small-deberta"], *given]
     ratios: list[list[float]] = [[] for _ in costs]
-    with torch.inference_mode():
-        for m in models:
-            net = build_hf_model(m, "value", torch.float32, "cpu")
-            for rows, width in SHAPES:
-                ids = torch.randint(1, m.vocab, (rows, width))
-                mask = torch.ones_like(ids)
-                for _ in range(3):
-                    net(input_ids=ids, attention_mask=mask)
-                ts = []
-                for _ in range(15):
-                    t = time.perf_counter()
-                    net(input_ids=ids, attention_mask=mask)
-                    ts.append(time.perf_counter() - t)
-                meas = statistics.median(ts)
-                price = [float(c.forward_parts(m, "float32", rows * width, rows, runtime="eager", head="value")[0])
-                         for c in costs]
-                if m in given or not given:
-                    for r, p in zip(ratios, price):
-                        r.append(p / meas)
-                print(f"{m.name:<28} L{m.layers} h{m.hidden} V{m.vocab} {rows}x{width}: measured {1e3 * meas:7.2f} ms, "
-                      "price / measured " + " ".join(f"{p / meas:.2f}" for p in price), flush=True)
-            del net
+    for m, rows, width, meas in encoder_cells(models):
+        price = [float(c.forward_parts(m, "float32", rows * width, rows, runtime="eager", head="value")[0])
+                 for c in costs]
+        if m in given or not given:
+            for r, p in zip(ratios, price):
+                r.append(p / meas)
+        print(f"{m.name:<28} L{m.layers} h{m.hidden} V{m.vocab} {rows}x{width}: measured {1e3 * meas:7.2f} ms, "
+              "price / measured " + " ".join(f"{p / meas:.2f}" for p in price), flush=True)
     for name, r in zip(names, ratios):
         print(f"{name}: price / measured median {statistics.median(r):.2f} [{min(r):.2f}-{max(r):.2f}], "
               f"median |error| {100 * statistics.median(abs(x - 1) for x in r):.0f}% over {len(r)} cells")
