@@ -287,7 +287,7 @@ def extend_refit_encoders(path: Path) -> dict:
     changed = refit_encoder_ops(doc, get_gpu(doc["gpu"], "profile.gpu"))
     if not changed:
         raise RlhfsimError(f"--refit-encoders: {path}: expected encoder scoring points to fit, found none")
-    return _finish(path, doc, 7, started, load_avg(), torch.get_num_threads(), [], [], Path("none"), changed, {},
+    return _finish(path, doc, 16, started, load_avg(), torch.get_num_threads(), [], [], Path("none"), changed, {},
                    what="refit_encoders")
 
 
