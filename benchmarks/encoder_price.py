@@ -20,7 +20,6 @@ import statistics
 from _common import encoder_cells
 
 
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profiles", required=True, help="comma-separated profile paths or names")

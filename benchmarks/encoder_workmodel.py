@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import rlhfsim.costs.flops as fl
-    from calibrate.assemble import _measured
+    from calibrate.assemble import padded_score_points
     from calibrate.fit import fit_operation
     from rlhfsim.costs.model import OpParams, roofline_kernel_s, with_overheads_s
     from rlhfsim.costs.profile import load_profile
@@ -42,8 +42,7 @@ def main() -> None:
     prior = OpParams.from_dict(load_profile("default")["operations"]["prefill"])
     with open(args.journal) as f:
         recs = [json.loads(line) for line in f if line.strip()]
-    pts = [p for p in _measured([r for r in recs if r.get("kind") == "point"], op="score", runtime="eager", strategy="padded")
-           if not p.get("varlen") and p["shape"]["arch"] == "encoder"]
+    pts = padded_score_points([r for r in recs if r.get("kind") == "point"], "eager", "encoder")
     if not pts:
         raise SystemExit(f"error: {args.journal}: expected eager padded encoder scoring points, found none")
     new_rel = fl._deberta_rel

@@ -506,6 +506,13 @@ def reencode_summary(points: list[dict], ops: dict, gpu: GpuSpec, prior: OpParam
     return out
 
 
+def padded_score_points(points: list[dict], rt: str, arch: str | None = None) -> list[dict]:
+    """A runtime's measured padded uniform-length scoring points (the ones its ``score``/``encode`` fits are made
+    of), of one architecture (``decoder``, ``encoder``) or all."""
+    return [p for p in _measured(points, op="score", runtime=rt, strategy="padded")
+            if not p.get("varlen") and (arch is None or p["shape"]["arch"] == arch)]
+
+
 def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
     """A measured profile's encoder operations fitted again from its own points under the current work model
     (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention, 2026-12-03): each runtime's fit to encoder
@@ -518,14 +525,13 @@ def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
     for rt, info in sorted(runtimes.items()):
         if "encoder" not in (info.get("fits") or {}):
             continue
-        pts = [p for p in _measured(points, op="score", runtime=rt, strategy="padded")
-               if not p.get("varlen") and p["shape"]["arch"] == "encoder"]
+        pts = padded_score_points(points, rt, "encoder")
         if not pts:
             continue
         info["fits"]["encoder"] = fit_operation(pts, gpu, prior)
         changed.append(f"runtimes.{rt}.fits.encoder")
         key = f"score:{rt}"
-        if info.get("op") == key and "encoder" in (ops.get(key, {}).get("source_points") or ""):
+        if info.get("op") == key and "decoder" not in info["fits"]:   # score:RT is the encoders' fit (build_profile)
             ops[key] = {**info["fits"]["encoder"], "source": _source(info["fits"]["encoder"]),
                         "source_points": ops[key]["source_points"]}
             changed.append(key)
@@ -559,8 +565,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     records = [r for r in records if r.get("family") != "generation"]
     runtimes = runtime_summary(points, records)
     for rt, info in sorted(runtimes.items()):
-        pts = [p for p in _measured(points, op="score", runtime=rt, strategy="padded") if not p.get("varlen")]
-        fams = {arch: [p for p in pts if p["shape"]["arch"] == arch] for arch in ("decoder", "encoder")}
+        fams = {arch: padded_score_points(points, rt, arch) for arch in ("decoder", "encoder")}
         info["fits"] = {arch: fit_operation(v, gpu, priors["prefill"]) for arch, v in fams.items() if v}
         info["op"] = None
         if info["valid"] and info["fits"]:

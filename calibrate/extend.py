@@ -133,12 +133,12 @@ def extend(path: Path, models: list[str], runtimes: list[str], actor: str, threa
 
 
 def _finish(path: Path, doc: dict, issue: int, started: str, load_start, threads: int, models: list[str],
-            runtimes: list[str], jpath: Path, added: list[str], grid: dict, what: str | None = None) -> dict:
+            runtimes: list[str], jpath: Path | None, added: list[str], grid: dict, what: str | None = None) -> dict:
     """Record the extension in ``provenance.extensions`` (one per issue and ``what``: a rerun replaces it),
     check the profile and write it atomically."""
     ext = {"issue": issue, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
            "added": added, "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
-           "models": models, "runtimes": runtimes, "journal": jpath.name, "grid": grid}
+           "models": models, "runtimes": runtimes, "journal": jpath.name if jpath else None, "grid": grid}
     if what is not None:
         ext["what"] = what
     prov = dict(doc["provenance"])
@@ -287,7 +287,7 @@ def extend_refit_encoders(path: Path) -> dict:
     changed = refit_encoder_ops(doc, get_gpu(doc["gpu"], "profile.gpu"))
     if not changed:
         raise RlhfsimError(f"--refit-encoders: {path}: expected encoder scoring points to fit, found none")
-    return _finish(path, doc, 16, started, load_avg(), torch.get_num_threads(), [], [], Path("none"), changed, {},
+    return _finish(path, doc, 16, started, load_avg(), torch.get_num_threads(), [], [], None, changed, {},
                    what="refit_encoders")
 
 
@@ -354,10 +354,7 @@ def cli(argv: list[str] | None = None) -> int:
     extension needs, an unreadable profile), instead of a traceback."""
     try:
         main(argv)
-    except RlhfsimError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (OSError, json.JSONDecodeError) as e:
+    except (RlhfsimError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

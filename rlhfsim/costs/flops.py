@@ -129,10 +129,13 @@ class ShapeCoeffs:
         instead of the even spread of ``n_tokens`` over ``n_seqs`` (no cached tokens)."""
         n_seqs = max(n_seqs, 1.0)
         per_seq = n_tokens / n_seqs
+        pairs = None
         if attn_pairs is not None:
-            f_attn = self.f_attn * attn_pairs
-        elif self.encoder:
-            f_attn = self.f_attn * n_seqs * per_seq * per_seq
+            pairs = attn_pairs
+            f_attn = self.f_attn * pairs
+        elif self.encoder:     # every token sees every token of its sequence
+            pairs = n_seqs * per_seq * per_seq
+            f_attn = self.f_attn * pairs
         else:
             f_attn = self.f_attn * n_seqs * per_seq * (cached_tokens / n_seqs + (per_seq + 1) / 2)
         if self.lm:
@@ -143,13 +146,12 @@ class ShapeCoeffs:
             logit_bytes = 0.0
         kv_read = self.kv_bytes * cached_tokens
         act = self.act_bytes * n_tokens
-        if self.f_rel_token:    # DeBERTa-v2: every token sees every token of its sequence
-            pairs = attn_pairs if attn_pairs is not None else n_seqs * per_seq * per_seq
-            return Work(self.f_linear * n_tokens + f_attn + f_head + self.f_rel_token * n_tokens + self.f_rel_call,
-                        self.weight_bytes + kv_read + act + logit_bytes + self.rel_pair_bytes * pairs
-                        + self.rel_token_bytes * n_tokens + self.rel_seq_bytes * n_seqs, 0.0, self.layers)
-        return Work(self.f_linear * n_tokens + f_attn + f_head, self.weight_bytes + kv_read + act + logit_bytes,
-                    0.0, self.layers)
+        flops = self.f_linear * n_tokens + f_attn + f_head
+        nbytes = self.weight_bytes + kv_read + act + logit_bytes
+        if self.f_rel_token:    # DeBERTa-v2 (an encoder: ``pairs`` set above)
+            flops = flops + self.f_rel_token * n_tokens + self.f_rel_call
+            nbytes = nbytes + self.rel_pair_bytes * pairs + self.rel_token_bytes * n_tokens + self.rel_seq_bytes * n_seqs
+        return Work(flops, nbytes, 0.0, self.layers)
 
     def train(self, n_tokens, n_seqs, attn_pairs=None, body_rate: float = 1.0) -> Work:
         """``train_work``: 3x the forward (logits of every token with an LM head). ``body_rate``: the
