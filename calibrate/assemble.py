@@ -365,8 +365,38 @@ def interference_summary(points: list[dict], default: dict) -> dict:
             added = {side: fit for side in ("decode", "prefill") if (fit := handover_added_fit(configs, side))}
             if len(added) == 2:
                 handover[rt]["added"] = added
+            overlap = handover_overlap(mine)
+            if overlap is not None:
+                handover[rt]["overlap"] = overlap
     if handover:
         out["handover"] = handover
+    return out
+
+
+def handover_overlap(points: list[dict]) -> dict | None:
+    """The actor's speed beside an idle and beside a computing scorer (``calibrate.corun.overlap_fit``) over
+    a runtime's hand-over decode points that have it: the medians of ``idle_x`` and ``busy_x``, each
+    configuration's fit, and ``lost``: the share of a scorer call's time the actor loses,
+    ``1 - idle_x / busy_x``, as a line in the log of the actor's parameters (least squares over the
+    configurations, with two actor sizes or more). On the 2-core VM that share followed the actor, not the
+    scorer: 0.75-0.89 for tiny-qwen2 beside scorers of 0.6-4.8M parameters, 0.61-0.62 for small-qwen2-l2
+    beside tiny-qwen2 and itself, 0.56 for small-qwen2 (docs/validation.md, "2026-12-03, fourth session"):
+    the smaller the actor, the more of its step is the host's, which a call on the other core holds up.
+    None where no point has a fit (a GPU, a ``generate()`` call whose intervals the scorer's calls never
+    covered by half, a journal from before 2026-12-03)."""
+    fits = [{"model": p["model"], "partner": p["partner"], **_size(p), **p["overlap"]}
+            for p in points if p["side"] == "decode" and isinstance(p.get("overlap"), dict)]
+    if not fits:
+        return None
+    out = {"idle_x": float(np.median([f["idle_x"] for f in fits])),
+           "busy_x": float(np.median([f["busy_x"] for f in fits])), "n_configs": len(fits), "configs": fits}
+    sized = [f for f in fits if f.get("model_params")]
+    if len({f["model_params"] for f in sized}) >= 2:
+        x = np.log([f["model_params"] for f in sized])
+        lost = np.array([1.0 - f["idle_x"] / f["busy_x"] for f in sized])
+        slope, intercept = np.polyfit(x, lost, 1)
+        out["lost"] = {"intercept": float(intercept), "per_log_params": float(slope),
+                       "rms_resid": float(np.sqrt(np.mean((lost - (intercept + slope * x)) ** 2)))}
     return out
 
 

@@ -47,6 +47,9 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
+
+import numpy as np
 
 import torch
 
@@ -107,17 +110,26 @@ class _Actor:
         else:
             self.seq, self.mask, self.state = self.ids0, self.mask0, None
 
-    def interval(self, hand) -> None:
-        """c tokens per row; ``hand(row)`` at each row's chunk boundary."""
+    def interval(self, hand, ops: list | None = None) -> None:
+        """c tokens per row; ``hand(row)`` at each row's chunk boundary. ``ops``: each of the actor's
+        operations gets its (start, end) on the host clock appended (``kv_decoder``: every decode step,
+        ``sample_next`` included; a runtime with a ``generate()``: the call)."""
+        now = time.perf_counter
         if self.model is None:
             for j in range(self.c):
+                t0 = now()
                 toks, _ = sample_next(self.dec.extend(self.slots, self.last), self.rng)
                 self.last = torch.tensor(toks, device=self.s.device).view(-1, 1)
+                if ops is not None:
+                    ops.append((t0, now()))
                 for i in self.due.get(j, ()):
                     hand(i)
             return
+        t0 = now()
         gen = self.rt.generate(self.seq, self.mask, self.c, state=self.state, keep_state=True)
         gen.sequences[:, -self.c:].tolist()    # the new tokens, handed to the host
+        if ops is not None:
+            ops.append((t0, now()))
         self.seq, self.mask, self.state = gen.sequences, gen.mask, gen.state
         for i in range(self.b):
             hand(i)
@@ -161,22 +173,30 @@ class _Scorer:
             self.dec.extend(slot, self.prompt)
 
 
-def _round_alone(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict) -> None:
+def _round_alone(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, ops: list | None = None) -> None:
+    """``ops``: the (start, end) of the actor's operations after the first interval (``_Actor.interval``)."""
     actor.begin()
     for k in range(CALLS):
-        t = clock.call(lambda: actor.interval(lambda i: None))[0]
+        mine: list = []
+        t = clock.call(lambda: actor.interval(lambda i: None, mine))[0]
         if k:
             out["decode"].append(t)
+            if ops is not None:
+                ops.extend(mine)
     for k in range(CALLS * actor.b):
         row = k % actor.b
         scorer.prepare(row)
         out["prefill"].append(clock.call(lambda: scorer.call(row))[0])
 
 
-def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, device: str) -> None:
+def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, device: str,
+                    stamps: dict | None = None) -> None:
+    """``stamps``: ``ops``, the (start, end) of the actor's operations after the first interval, and ``calls``,
+    of every scorer call, on the host clock (``overlap_fit``)."""
     q: queue.Queue = queue.Queue()
     errors: list[BaseException] = []
     calls: list[float] = []
+    spans: list[tuple[float, float]] = []
 
     def serve():
         if scorer_threads(clock.cuda) == 1:
@@ -191,7 +211,9 @@ def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, dev
                         return
                     if not errors:
                         scorer.prepare(row)
+                        t0 = time.perf_counter()
                         calls.append(clock.call(lambda: scorer.call(row))[0])
+                        spans.append((t0, time.perf_counter()))
                 except BaseException as e:  # re-raised in the caller's thread
                     errors.append(e)
                 finally:
@@ -208,9 +230,12 @@ def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, dev
 
     actor.begin()
     for k in range(CALLS):
-        t = clock.call(lambda: actor.interval(hand))[0]
+        mine: list = []
+        t = clock.call(lambda: actor.interval(hand, mine))[0]
         if k:
             out["decode"].append(t)
+            if stamps is not None:
+                stamps["ops"].extend(mine)
     if thread is not None:
         q.join()
         q.put(None)
@@ -218,6 +243,57 @@ def _round_handover(actor: _Actor, scorer: _Scorer, clock: Clock, out: dict, dev
     if errors:
         raise errors[0]
     out["prefill"].extend(calls)
+    if stamps is not None:
+        stamps["calls"].extend(spans)
+
+
+OVERLAP_MIN_OPS = 12     # actor operations a fit of ``overlap_fit`` needs
+OVERLAP_SPAN = (0.1, 0.5)   # ... at least one of them overlapped at most this much by scorer calls, one at least this much
+
+
+def _overlapped(t0: float, t1: float, calls: list[tuple[float, float]]) -> float:
+    """Seconds of [t0, t1] during which a scorer call ran (the scorer runs one call at a time)."""
+    return sum(max(0.0, min(t1, c1) - max(t0, c0)) for c0, c1 in calls)
+
+
+def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, float]],
+                calls: list[tuple[float, float]]) -> dict | None:
+    """The actor's speed beside an idle and beside a computing scorer, from one point's hand-over rounds.
+
+    Each actor operation of the hand-over rounds (``_Actor.interval``: a decode step, or a ``generate()`` call)
+    took ``T`` seconds, ``B`` of which a scorer call ran; alone the same operations took ``A`` seconds on
+    average (trimmed mean). If the actor runs at ``1 / idle_x`` of its alone speed while the scorer waits and
+    at ``1 / busy_x`` while it computes, ``(T - B) / idle_x + B / busy_x = A``, that is
+    ``(T - B) / A = idle_x - (idle_x / busy_x) B / A``: a least-squares line through the operations'
+    (B / A, (T - B) / A), in seconds, so that the operations' total time weighs as a step's does. On the
+    2-core VM a tiny actor beside a scorer of its own size took about 1.0x alone while the scorer waited
+    and 2.2-2.4x while it computed, and beside a 4-layer hidden-320 scorer 3.6x (docs/validation.md,
+    "2026-12-03, fourth session"): the scorer's busy fraction, not its mere presence, is what costs the actor.
+
+    Returns ``{idle_x, busy_x, duty, n_ops, alone_op_s}`` (both factors at least 1, ``busy_x`` at least
+    ``idle_x``; ``duty`` the share of the operations' time a call ran), or None with fewer than
+    ``OVERLAP_MIN_OPS`` operations, without one operation at most ``OVERLAP_SPAN[0]`` and one at least
+    ``OVERLAP_SPAN[1]`` overlapped (a line through a narrow span says nothing of its ends), or where the line
+    says the actor stood still beside a call or ran faster."""
+    from calibrate.measure import trimmed_mean
+
+    if len(ops) < OVERLAP_MIN_OPS or not alone_ops:
+        return None
+    a = trimmed_mean([t1 - t0 for t0, t1 in alone_ops])
+    if not a > 0:
+        return None
+    dur = np.array([t1 - t0 for t0, t1 in ops])
+    over = np.array([_overlapped(t0, t1, calls) for t0, t1 in ops])
+    f = over / np.maximum(dur, 1e-12)
+    if f.min() > OVERLAP_SPAN[0] or f.max() < OVERLAP_SPAN[1]:
+        return None
+    slope, intercept = np.polyfit(over / a, (dur - over) / a, 1)   # intercept idle_x, slope -idle_x / busy_x
+    if not (intercept > 0 and slope < 0):
+        return None       # no progress beside a call, or faster beside it: not this model
+    idle = max(1.0, float(intercept))
+    busy = max(idle, float(-intercept / slope))
+    return {"idle_x": idle, "busy_x": busy, "duty": float(np.sum(over) / np.sum(dur)), "n_ops": int(len(ops)),
+            "alone_op_s": float(a)}
 
 
 def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> None:
@@ -261,22 +337,28 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
                 _round_handover(a, sc, clock, warm, s.device)
                 alone = {"decode": [], "prefill": []}
                 beside = {"decode": [], "prefill": []}
+                alone_ops: list = []
+                stamps: dict = {"ops": [], "calls": []}
                 for _ in range(HANDOVER_ROUNDS):
-                    _round_alone(a, sc, clock, alone)
-                    _round_handover(a, sc, clock, beside, s.device)
-                return alone, beside, warm
+                    _round_alone(a, sc, clock, alone, alone_ops)
+                    _round_handover(a, sc, clock, beside, s.device, stamps)
+                # host timestamps say when each side computes on a CPU; on a GPU both sides' work is queued
+                ov = None if clock.cuda else overlap_fit(alone_ops, stamps["ops"], stamps["calls"])
+                return alone, beside, warm, ov
         finally:
             a.close()
 
-    alone, beside, warm = s.guarded(run)
+    alone, beside, warm, ov = s.guarded(run)
+
     for side in SIDES:
         if not s.pending(keys[side]):
             continue
         first = warm[side][0] if warm[side] else 0.0
         a = Measurement(alone[side], first)
         timing = summarize(beside[side], first)
+        extra = {"overlap": ov} if side == "decode" and ov is not None else {}
         s.record(keys[side], {**fields[side], **alone_fields(a), "slowdown": timing["median_s"] / a.median_s,
-                              "rounds": HANDOVER_ROUNDS}, timing=timing)
+                              "rounds": HANDOVER_ROUNDS, **extra}, timing=timing)
     s.free()
 
 

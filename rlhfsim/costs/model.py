@@ -35,6 +35,10 @@ from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
 LINK_LATENCY_S = 10e-6  # per all-reduce call
+# The most of a scorer call's time an actor can lose beside it (CostModel.corun_overlap): the measured
+# actors lost 0.56-0.95 of it (calibrate.assemble.handover_overlap); a line taken past the smallest of them
+# could reach 1, an actor that never moves while a call runs.
+OVERLAP_LOST_MAX = 0.95
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,34 @@ class CostModel:
         d, p = added["decode"], added["prefill"]
         return (1.0 + float(d["per_alone"]), float(d["const_s"]) + float(d["per_layer_s"]) * actor.layers,
                 1.0 + float(p["per_alone"]), float(p["const_s"]) + float(p["per_layer_s"]) * reward.layers)
+
+    def corun_overlap(self, gen_runtime: str | None, actor: ModelShape | None,
+                      reward: ModelShape | None) -> tuple[float, float] | None:
+        """(idle_x, busy_x): how much slower the actor decodes beside a live scorer that waits and beside one
+        that computes a call, measured in the hand-over pattern for ``gen_runtime`` with each decode step's
+        overlap with the scorer's calls (``interference.handover.RT.overlap``, ``calibrate.corun.overlap_fit``).
+        ``busy_x`` is ``idle_x / (1 - lost)`` with ``lost``, the share of a call's time the actor loses, at
+        the actor's size on the profile's line (``lost``, ``calibrate.assemble.handover_overlap``; held
+        within [0, OVERLAP_LOST_MAX]), else the configurations' median. A runtime measured in the hand-over
+        pattern without a fit of its own (a ``generate()`` call) takes ``kv_decoder``'s. None where the
+        profile has neither for the runtime, or without a reward model; decode then follows ``corun``."""
+        h = self.handover.get(gen_runtime)
+        if not isinstance(h, dict) or reward is None:
+            return None
+        ov = h.get("overlap")
+        if not ov and gen_runtime != "kv_decoder":
+            # A generate() call is one interval, which the scorer's calls never cover by half: no fit of its
+            # own (calibrate.corun.overlap_fit). The same actor's decode steps beside the same scorer thread
+            # lose about the same share of a call (docs/validation.md, "2026-12-03, fourth session").
+            ov = (self.handover.get("kv_decoder") or {}).get("overlap")
+        if not ov:
+            return None
+        idle = float(ov["idle_x"])
+        line = ov.get("lost")
+        if line and actor is not None:
+            lost = float(line["intercept"]) + float(line["per_log_params"]) * math.log(actor.params())
+            return idle, idle / (1.0 - min(max(lost, 0.0), OVERLAP_LOST_MAX))
+        return idle, float(ov["busy_x"])
 
     def corun(self, gen_runtime: str | None, actor: ModelShape | None,
               reward: ModelShape | None) -> tuple[float, float, float, float, str]:

@@ -22,7 +22,9 @@ Layout (``schema_version`` 1)::
       "interference": {"decode_slowdown": f, "prefill_slowdown": f, "source": "measured"|"default",
                        "handover": {RUNTIME: {"decode_slowdown": f, "prefill_slowdown": f, "configs": [...],
                                               "added": {"decode"|"prefill": {"const_s": f, "per_layer_s": f,
-                                                                             "per_alone": f, ...}}}}},
+                                                                             "per_alone": f, ...}},
+                                              "overlap": {"idle_x": f, "busy_x": f, "lost": {"intercept": f,
+                                                          "per_log_params": f}, ...}}}},   # optional
       "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
       "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
@@ -168,6 +170,7 @@ def _positive(v) -> bool:
 
 
 ADDED_TERMS = ("const_s", "per_layer_s", "per_alone")   # interference.handover.RT.added.SIDE (calibrate.assemble)
+OVERLAP_TERMS = ("idle_x", "busy_x")   # interference.handover.RT.overlap (calibrate.corun.overlap_fit)
 
 
 def _check_interference(inter, where: str) -> None:
@@ -204,6 +207,19 @@ def _check_interference(inter, where: str) -> None:
                 if not ok:
                     raise ProfileError(f"{path}.added.{side}: expected {', '.join(ADDED_TERMS)} as finite numbers >= 0, "
                                        f"got {fit!r}")
+        overlap = sec.get("overlap")
+        if overlap is not None:
+            ok = (isinstance(overlap, dict) and all(_positive(overlap.get(k)) and overlap[k] >= 1 for k in OVERLAP_TERMS)
+                  and overlap["busy_x"] >= overlap["idle_x"])
+            if not ok:
+                raise ProfileError(f"{path}.overlap: expected idle_x and busy_x as finite numbers >= 1 with busy_x >= "
+                                   f"idle_x, got {overlap!r}")
+            line = overlap.get("lost")
+            if line is not None and not (isinstance(line, dict) and all(
+                    isinstance(line.get(k), (int, float)) and not isinstance(line.get(k), bool)
+                    and abs(line[k]) < float("inf") for k in ("intercept", "per_log_params"))):
+                raise ProfileError(f"{path}.overlap.lost: expected intercept and per_log_params as finite numbers, "
+                                   f"got {line!r}")
         for i, c in enumerate(configs):
             ok = (isinstance(c, dict) and c.get("side") in ("decode", "prefill") and isinstance(c.get("model"), str)
                   and isinstance(c.get("partner"), str) and _positive(c.get("slowdown"))

@@ -67,7 +67,18 @@ class Simulation:
         shapes = setup.shapes
         self.decode_slow, self.decode_add, self.prefill_slow, self.prefill_add, window = cost.corun(
             sc.generation.resolved_runtime, shapes["actor"], shapes.get("reward"))
-        self.decode_corun = self.decode_slow != 1.0 or self.decode_add > 0   # does co-running change decode at all
+        # Where the profile measured the actor's speed beside a waiting and beside a computing scorer
+        # (CostModel.corun_overlap), decode runs at idle_x while the scorer is live and waits, and at busy_x
+        # while one of its calls runs on the same GPUs (a CPU's cores): the factor follows the scorer's busy
+        # time, as measured, instead of one factor over the whole live window.
+        self.decode_busy: float | None = None
+        overlap = cost.corun_overlap(sc.generation.resolved_runtime, shapes["actor"], shapes.get("reward"))
+        if overlap is not None:
+            self.decode_slow, self.decode_add = overlap[0], 0.0
+            self.decode_busy = overlap[1]
+            window = "live"
+        # does co-running change decode at all
+        self.decode_corun = self.decode_slow != 1.0 or self.decode_add > 0 or self.decode_busy not in (None, 1.0)
         self.prefill_corun = self.prefill_slow != 1.0 or self.prefill_add > 0
         self.slows_decode = "live" if window == "live" else "prefill"   # the sim.active kind that slows decode
         self.schedule = SCHEDULES[sc.schedule.kind](self, sc.schedule)
@@ -86,7 +97,11 @@ class Simulation:
 
     def decode_rate(self, pool: str, gpus: range) -> tuple[float, float]:
         """(factor, seconds added per decode step) of decode on these GPUs of ``pool`` now:
-        (``decode_slow``, ``decode_add``) while co-running (``decode_factor``), else (1, 0)."""
+        (``decode_busy``, 0) while a chunk call runs on one of them where the profile measured it
+        (``CostModel.corun_overlap``), else (``decode_slow``, ``decode_add``) while co-running
+        (``decode_factor``), else (1, 0)."""
+        if self.decode_busy is not None and any(self.active[(pool, "prefill", g)] > 0 for g in gpus):
+            return self.decode_busy, 0.0
         kind = self.slows_decode
         if any(self.active[(pool, kind, g)] > 0 for g in gpus):
             return self.decode_slow, self.decode_add
@@ -106,7 +121,7 @@ class Simulation:
             before = self.active[k]
             self.active[k] = before + delta
             changed |= (before == 0) != (before + delta == 0)
-        if changed and kind == self.slows_decode:
+        if changed and (kind == self.slows_decode or (kind == "prefill" and self.decode_busy is not None)):
             self.interference_changed(pool, gpus)
 
     def forward_runtime(self, role: str) -> str | None:

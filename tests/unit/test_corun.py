@@ -176,3 +176,55 @@ def test_summary_fits_the_added_time_from_the_points_shapes():
     for bad in ({"decode": d}, {"decode": d, "prefill": {**d, "per_layer_s": -1.0}}):
         with pytest.raises(Exception, match=r"p\.handover\.kv_decoder\.added"):
             _check_interference({"handover": {"kv_decoder": {**h, "added": bad}}}, "p")
+
+
+def test_overlap_fit_recovers_the_actors_speed_beside_a_waiting_and_a_computing_scorer():
+    # Synthetic stamps: alone every step takes 1 ms; in the hand-over rounds a step runs at 1/1.1 of that
+    # speed while the scorer waits and 1/2.5 while one of its calls runs. The fit must give both back.
+    import numpy as np
+
+    from calibrate.corun import overlap_fit
+
+    rng = np.random.default_rng(0)
+    alone = [(i * 1e-3, (i + 1) * 1e-3) for i in range(40)]
+    idle, busy = 1.1, 2.5
+    ops, calls, t = [], [], 0.0
+    for k in range(60):
+        f = rng.uniform(0, 1) if k % 3 else 0.0                 # the share of the step's work under a call
+        dur = 1e-3 * (idle * (1 - f) + busy * f)                 # work 1 ms: time = idle (1-f) + busy f
+        if f > 0:
+            calls.append((t, t + 1e-3 * busy * f))               # a call covers the step's first part
+        ops.append((t, t + dur))
+        t += dur
+    fit = overlap_fit(alone, ops, calls)
+    assert fit["idle_x"] == pytest.approx(idle, rel=1e-6) and fit["busy_x"] == pytest.approx(busy, rel=1e-6)
+    assert 0 < fit["duty"] < 1 and fit["n_ops"] == 60 and fit["alone_op_s"] == pytest.approx(1e-3)
+    # a span of overlap too narrow to say anything of the ends, or too few steps: no fit
+    assert overlap_fit(alone, [o for o, c in zip(ops, range(60)) if c % 3 == 0], calls) is None   # f = 0 only
+    assert overlap_fit(alone, ops[:5], calls) is None
+    # never faster than alone: the factors are at least 1, busy at least idle
+    fast = overlap_fit(alone, [(a, a + 0.5 * (b - a)) for a, b in ops], calls)
+    assert fast is None or (fast["idle_x"] >= 1.0 and fast["busy_x"] >= fast["idle_x"])
+
+
+def test_summary_keeps_the_overlap_fits_medians():
+    ov = [{"idle_x": 1.0, "busy_x": 2.0, "duty": 0.2, "n_ops": 150, "alone_op_s": 1e-3},
+          {"idle_x": 1.2, "busy_x": 3.0, "duty": 0.3, "n_ops": 150, "alone_op_s": 2e-3},
+          {"idle_x": 1.1, "busy_x": 2.2, "duty": 0.1, "n_ops": 150, "alone_op_s": 3e-3}]
+    from rlhfsim.models.catalog import CATALOG as C
+
+    shapes = [C["tiny-qwen2"], C["small-qwen2-l2"], C["small-qwen2"]]
+    pts = [{**_pt("kv_decoder", "decode", m, m, 1.2), "overlap": o, "shape": sh.to_dict()} for m, o, sh in zip("abc", ov, shapes)]
+    pts += [_pt("kv_decoder", "prefill", m, m, 2.0) for m in "abc"] + [_pt("hf_generate", "decode", "a", "a", 1.3),
+                                                                      _pt("hf_generate", "prefill", "a", "a", 2.0)]
+    h = interference_summary(pts, {"decode_slowdown": 1.25, "prefill_slowdown": 1.4})["handover"]
+    assert (h["kv_decoder"]["overlap"]["idle_x"], h["kv_decoder"]["overlap"]["busy_x"]) == (1.1, 2.2)
+    assert h["kv_decoder"]["overlap"]["n_configs"] == 3 and h["kv_decoder"]["overlap"]["configs"][1]["model"] == "b"
+    assert "overlap" not in h["hf_generate"]                      # no point with a fit: the runtime has none
+    # the share of a call's time the actor loses, 1 - idle_x / busy_x, as a line in the log of its size
+    import numpy as np
+
+    x = np.log([sh.params("lm") for sh in shapes])
+    want = np.polyfit(x, [1 - o["idle_x"] / o["busy_x"] for o in ov], 1)
+    line = h["kv_decoder"]["overlap"]["lost"]
+    assert (line["per_log_params"], line["intercept"]) == pytest.approx(tuple(want))

@@ -188,10 +188,11 @@ def test_recorder_spans_and_negative_intervals():
 
 # --- co-running decode and chunk scoring (colocated OPPO intra-step) --------------------------------
 def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths, handover: bool = False, live: list | None = None,
-               added: dict | None = None):
+               added: dict | None = None, overlap: tuple[float, float] | None = None):
     """One intra-step OPPO step; ``handover``: the slowdown measured in the hand-over pattern for the
     scenario's generation runtime (window ``live``) instead of the busy loops'; ``live`` collects
-    (time, +1/-1) of the scorer's live window; ``added``: the hand-over's added-time fit (``handover``)."""
+    (time, +1/-1) of the scorer's live window; ``added``: the hand-over's added-time fit (``handover``);
+    ``overlap``: its (idle_x, busy_x) fit (``handover``, ``CostModel.corun_overlap``)."""
     import copy
 
     d = _two_rollout_dict(scenario_dict, engine, max_batch=4, prompts=4)
@@ -205,6 +206,9 @@ def _intra_sim(scenario_dict, engine: str, decode_slowdown: float, lengths, hand
                                                                               "prefill_slowdown": 1.0}}}
         if added is not None:
             prof["interference"]["handover"][sc.generation.resolved_runtime]["added"] = added
+        if overlap is not None:
+            prof["interference"]["handover"][sc.generation.resolved_runtime]["overlap"] = {
+                "idle_x": overlap[0], "busy_x": overlap[1]}
     else:   # the busy loops' slowdown (window "overlap"), whatever the bundled profile measured
         prof["interference"] = {"decode_slowdown": decode_slowdown, "prefill_slowdown": 1.0}
     sim = Simulation(setup, CostModel(setup.gpu, prof), rollouts=lengths)
@@ -267,6 +271,64 @@ def test_handover_slowdown_holds_from_first_handover_to_drain(engine, scenario_d
     overlap, _, _ = _intra_sim(scenario_dict, engine, s, LENGTHS)
     assert g0 < overlap.phases_s["generate"] < g1
     assert slow.generated_tokens == base.generated_tokens
+
+
+@pytest.mark.parametrize("engine", ["static", "continuous"])
+def test_overlap_fit_slows_decode_by_the_scorers_busy_time(engine, scenario_dict):
+    # With the hand-over's overlap fit (CostModel.corun_overlap) decode runs at busy_x while a chunk call
+    # runs and at idle_x while the scorer is live and waits: idle_x = busy_x = s is the live-window slowdown
+    # s exactly; idle_x = 1 is the busy loops' window (slow only while calls run); an idle factor above 1
+    # adds to that, and the added-time fit is not used beside it.
+    s = 1.7
+    base, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True)
+    live, _, _ = _intra_sim(scenario_dict, engine, s, LENGTHS, handover=True)
+    both, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, overlap=(s, s),
+                            added=_added(per_layer_s=1e-3))
+    assert both.phases_s["generate"] == pytest.approx(live.phases_s["generate"], rel=1e-9)
+    busy, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, overlap=(1.0, s))
+    loops, _, _ = _intra_sim(scenario_dict, engine, s, LENGTHS)
+    g0, g = base.phases_s["generate"], busy.phases_s["generate"]
+    assert g0 < g < live.phases_s["generate"]
+    assert g == pytest.approx(loops.phases_s["generate"], rel=1e-6)
+    idle, _, _ = _intra_sim(scenario_dict, engine, 1.0, LENGTHS, handover=True, overlap=(1.2, s))
+    assert g < idle.phases_s["generate"] < live.phases_s["generate"]
+    assert busy.generated_tokens == idle.generated_tokens == base.generated_tokens
+
+
+def test_corun_overlap_reads_the_profile():
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.costs.profile import ProfileError, _check_interference
+    from rlhfsim.models.catalog import CATALOG
+
+    import math
+
+    tiny, small = CATALOG["tiny-qwen2"], CATALOG["small-qwen2"]
+    cm = CostModel.__new__(CostModel)
+    cm.handover = {"kv_decoder": {"decode_slowdown": 2.0, "prefill_slowdown": 3.0, "overlap": {"idle_x": 1.1, "busy_x": 2.4}}}
+    assert cm.corun_overlap("kv_decoder", tiny, tiny) == (1.1, 2.4)
+    assert cm.corun_overlap("hf_generate", tiny, tiny) is None             # not measured in the pattern
+    cm.handover["hf_generate"] = {"decode_slowdown": 1.2, "prefill_slowdown": 2.0}
+    assert cm.corun_overlap("hf_generate", tiny, tiny) == (1.1, 2.4)      # measured, no fit of its own: kv_decoder's
+    cm.handover["hf_generate"]["overlap"] = {"idle_x": 1.3, "busy_x": 1.9}
+    assert cm.corun_overlap("hf_generate", tiny, tiny) == (1.3, 1.9)
+    del cm.handover["hf_generate"]
+    assert cm.corun_overlap("kv_decoder", tiny, None) is None               # rule reward: no scorer
+    # with the line of the share of a call's time lost by the actor's size: busy_x = idle_x / (1 - lost)
+    cm.handover["kv_decoder"]["overlap"]["lost"] = {"intercept": 2.0, "per_log_params": -0.1}
+    lost = 2.0 - 0.1 * math.log(small.params())
+    assert cm.corun_overlap("kv_decoder", small, tiny) == pytest.approx((1.1, 1.1 / (1 - lost)))
+    assert cm.corun_overlap("kv_decoder", tiny, tiny)[1] > cm.corun_overlap("kv_decoder", small, tiny)[1]
+    cm.handover["kv_decoder"]["overlap"]["lost"] = {"intercept": 5.0, "per_log_params": 0.0}   # held at the cap
+    from rlhfsim.costs.model import OVERLAP_LOST_MAX
+    assert cm.corun_overlap("kv_decoder", small, tiny)[1] == pytest.approx(1.1 / (1 - OVERLAP_LOST_MAX))
+    ok = {"decode_slowdown": 1.4, "prefill_slowdown": 2.0}
+    _check_interference({"handover": {"kv_decoder": {**ok, "overlap": {"idle_x": 1.0, "busy_x": 2.0}}}}, "p")
+    for bad in ({"idle_x": 1.2, "busy_x": 1.1}, {"idle_x": 0.9, "busy_x": 2.0}, {"busy_x": 2.0}, [1.0, 2.0]):
+        with pytest.raises(ProfileError, match=r"p\.handover\.kv_decoder\.overlap: expected idle_x and busy_x"):
+            _check_interference({"handover": {"kv_decoder": {**ok, "overlap": bad}}}, "p")
+    with pytest.raises(ProfileError, match=r"p\.handover\.kv_decoder\.overlap\.lost: expected intercept and per_log_params"):
+        _check_interference({"handover": {"kv_decoder": {**ok, "overlap": {"idle_x": 1.0, "busy_x": 2.0,
+                                                                           "lost": {"intercept": "x"}}}}}, "p")
 
 
 def _added(per_layer_s=0.0, per_alone=0.0, prefill_s=0.0):
