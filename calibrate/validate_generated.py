@@ -13,6 +13,7 @@ never saw the shapes and the error left once they are calibrated are reported si
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import tempfile
 from pathlib import Path
@@ -67,7 +68,42 @@ def read_ranges(path: Path | None) -> dict | None:
     if bad:
         raise RlhfsimError(f"--ranges: expected a mapping of RANGES entries ({', '.join(RANGES)}) each with one of "
                            f"{', '.join(keys)}, got {', '.join(map(str, bad))}")
+    for name, entry in doc.items():
+        _check_range_entry(name, entry, RANGES[name])
     return doc
+
+
+def _check_range_entry(name: str, entry: dict, default: dict) -> None:
+    """One ``--ranges`` entry against RANGES' own: the same kind of field (``choices``, ``range``,
+    ``log_range`` or ``value``) with values of the same types, a non-empty list of choices, bounds in order."""
+    def num(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    for field in ("choices", "range", "log_range", "value"):
+        if field not in default:
+            continue
+        v, want = entry.get(field), default[field]
+        where = f"--ranges {name}.{field}"
+        if field == "choices" and not isinstance(want, list):
+            raise RlhfsimError(f"{where}: expected no override ({want}: drawn from the rest), got {v!r}")
+        if field == "choices":
+            w = entry.get("weights")
+            if w is not None and not (isinstance(w, list) and isinstance(v, list) and len(w) == len(v)
+                                      and all(num(x) and x > 0 for x in w)):
+                raise RlhfsimError(f"--ranges {name}.weights: expected one number > 0 per choice, got {w!r}")
+            types = {type(x) for x in want}
+            ok = isinstance(v, list) and v and all(type(x) in types for x in v)
+            expect = f"a non-empty list of {'/'.join(sorted(t.__name__ for t in types))} like {want}"
+        elif field == "value":
+            ok, expect = num(v) and v > 0, f"a number > 0 like {want}"
+        else:
+            ints = all(isinstance(x, int) for x in want)
+            ok = (isinstance(v, list) and len(v) == 2 and all(num(x) and (not ints or isinstance(x, int)) for x in v)
+                  and v[0] <= v[1] and (field == "range" or v[0] > 0))
+            expect = f"[low, high] with low <= high{' > 0' if field == 'log_range' else ''}, " \
+                     f"{'integers ' if ints else ''}like {want}"
+        if not ok:
+            raise RlhfsimError(f"{where}: expected {expect}, got {v!r}")
 
 
 def out_dir_for(out: Path | None, seed: int, n: int) -> Path:

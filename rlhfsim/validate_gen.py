@@ -115,6 +115,10 @@ class _Rng:
         return float(math.exp(self.g.uniform(math.log(a), math.log(b))))
 
 
+class _Redraw(Exception):
+    """A candidate the ranges cannot complete (its message: the re-draw's reason)."""
+
+
 def _decoder(d: _Rng, vocab: int) -> dict:
     hidden = d.choice("hidden")
     heads = hidden // d.choice("head_dim")
@@ -181,8 +185,10 @@ def _candidate(d: _Rng, seed: int, index: int) -> tuple[dict, dict[str, dict]]:
     rollouts = b * group
     engine = d.choice("engine")
     runtime = d.choice("runtime") if engine == "static" else "kv_decoder"
-    sched_kind = d.choice("schedule", [s for s in d.r["schedule"]["choices"]
-                                       if kind == "decoder" or s in ("sync", "oppo-inter")])
+    scheds = [s for s in d.r["schedule"]["choices"] if kind == "decoder" or s in ("sync", "oppo-inter")]
+    if not scheds:   # --ranges left no schedule this reward can run with (intra-step needs a decoder reward)
+        raise _Redraw(f"no schedule in ranges.schedule for a {kind} reward")
+    sched_kind = d.choice("schedule", scheds)
     schedule: dict = {"kind": "sync"}
     if sched_kind != "sync":
         intra, inter = sched_kind in ("oppo-intra", "oppo"), sched_kind in ("oppo-inter", "oppo")
@@ -244,7 +250,11 @@ def draw(n: int, seed: int, out_dir: Path, ranges: dict | None = None, max_attem
     bound = float(rng_spec["max_run_s"]["value"])
     for i in range(n):
         for attempt in range(max_attempts):
-            doc, configs = _candidate(_Rng(rng_spec, seed, i, attempt), seed, i)
+            try:
+                doc, configs = _candidate(_Rng(rng_spec, seed, i, attempt), seed, i)
+            except _Redraw as e:
+                out.redraws[str(e)] = out.redraws.get(str(e), 0) + 1
+                continue
             _write_configs(out_dir, configs)
             try:
                 sc = load_scenario(doc, base_dir=out_dir)

@@ -330,19 +330,13 @@ class CostModel:
         overlap with the scorer's calls (``interference.handover.RT.overlap``, ``calibrate.corun.overlap_fit``).
         ``busy_x`` is ``idle_x / (1 - lost)`` with ``lost``, the share of a call's time the actor loses, at
         the actor's size on the profile's line (``lost``, ``calibrate.assemble.handover_overlap``; held
-        within [0, OVERLAP_LOST_MAX]), else the configurations' median. A runtime measured in the hand-over
-        pattern without a fit of its own (a ``generate()`` call) takes ``kv_decoder``'s. None where the
-        profile has neither for the runtime, or without a reward model; decode then follows ``corun``."""
+        within [0, OVERLAP_LOST_MAX]), else the configurations' median. None where the profile has no such
+        fit for the runtime (a ``generate()`` call is one interval, which the scorer's calls never cover by
+        half: ``calibrate.corun.overlap_fit`` gives none), or without a reward model; decode then follows
+        ``corun``."""
         h = self.handover.get(gen_runtime)
-        if not isinstance(h, dict) or reward is None:
-            return None
-        ov = h.get("overlap")
-        if not ov and gen_runtime != "kv_decoder":
-            # A generate() call is one interval, which the scorer's calls never cover by half: no fit of its
-            # own (calibrate.corun.overlap_fit). The same actor's decode steps beside the same scorer thread
-            # lose about the same share of a call (docs/validation.md, "2026-12-03, fourth session").
-            ov = (self.handover.get("kv_decoder") or {}).get("overlap")
-        if not ov:
+        ov = h.get("overlap") if isinstance(h, dict) else None
+        if not ov or reward is None:
             return None
         idle = float(ov["idle_x"])
         line = ov.get("lost")

@@ -125,3 +125,33 @@ def test_a_narrower_range_override_is_respected_and_infeasible_ranges_fail_in_on
     with pytest.raises(RlhfsimError, match="no feasible draw"):
         draw(1, 4, tmp_path / "b", {"max_run_s": {"value": 1e-6}}, max_attempts=5)
     assert math.isfinite(sum(d.estimated_run_s))
+
+
+def test_ranges_that_leave_a_reward_no_schedule_redraw_it(tmp_path):
+    # Intra-step streams to a decoder reward only: ranges of intra-step schedules alone re-draw the
+    # encoder and rule rewards (counted by reason) instead of failing in the draw.
+    d = draw(4, 7, tmp_path, {"schedule": {"choices": ["oppo-intra", "oppo"]},
+                              "reward": {"choices": ["decoder", "encoder", "rule"], "weights": [0.2, 0.4, 0.4]}})
+    assert all(doc["schedule"]["intra"]["enabled"] for doc in d.scenarios)
+    assert all(doc["models"]["reward"].get("kind") != "rule" for doc in d.scenarios)
+    assert any(r.startswith("no schedule in ranges.schedule") for r in d.redraws)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"schedule": {"choices": []}}, r"--ranges schedule\.choices: expected a non-empty list of str"),
+    ({"hidden": {"choices": ["wide"]}}, r"--ranges hidden\.choices: expected a non-empty list of int"),
+    ({"layers": {"range": [4, 2]}}, r"--ranges layers\.range: expected \[low, high\] with low <= high"),
+    ({"layers": {"range": [1.5, 2]}}, r"--ranges layers\.range: expected .*integers"),
+    ({"response_tail": {"log_range": [0, 2]}}, r"--ranges response_tail\.log_range: expected .* > 0"),
+    ({"max_run_s": {"value": "long"}}, r"--ranges max_run_s\.value: expected a number > 0"),
+    ({"reward": {"choices": ["decoder", "rule"], "weights": [1]}}, r"--ranges reward\.weights: expected one number"),
+    ({"kv_heads": {"choices": [1]}}, r"--ranges kv_heads\.choices: expected no override"),
+])
+def test_bad_ranges_entries_name_the_field(tmp_path, entry, message):
+    from calibrate.validate_generated import read_ranges
+    from rlhfsim.errors import RlhfsimError
+
+    f = tmp_path / "ranges.json"
+    f.write_text(json.dumps(entry))
+    with pytest.raises(RlhfsimError, match=message):
+        read_ranges(f)

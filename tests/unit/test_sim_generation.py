@@ -308,7 +308,7 @@ def test_corun_overlap_reads_the_profile():
     assert cm.corun_overlap("kv_decoder", tiny, tiny) == (1.1, 2.4)
     assert cm.corun_overlap("hf_generate", tiny, tiny) is None             # not measured in the pattern
     cm.handover["hf_generate"] = {"decode_slowdown": 1.2, "prefill_slowdown": 2.0}
-    assert cm.corun_overlap("hf_generate", tiny, tiny) == (1.1, 2.4)      # measured, no fit of its own: kv_decoder's
+    assert cm.corun_overlap("hf_generate", tiny, tiny) is None             # measured, no fit of its own: none
     cm.handover["hf_generate"]["overlap"] = {"idle_x": 1.3, "busy_x": 1.9}
     assert cm.corun_overlap("hf_generate", tiny, tiny) == (1.3, 1.9)
     del cm.handover["hf_generate"]
