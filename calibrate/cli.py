@@ -231,6 +231,14 @@ def runtimes_command(profile_ref, fmt):
         click.echo(f"page faults of large tensors: {1e9 * pf['fault_s_per_byte']:.3f} ns per byte above "
                    f"{pf['threshold_bytes'] / 2**20:.0f} MiB; logits-sized tensors per call: log-prob forward "
                    f"{t['logprob_forward']:.1f}, with backward {t['logprob_train']:.1f}, labels loss {t['labels_train']:.1f}")
+    for rt, h in sorted(((profile.get("interference") or {}).get("handover") or {}).items()):
+        ov = h.get("overlap") if isinstance(h, dict) else None
+        if ov:
+            line = ov.get("lost")
+            by = (f"; share of a call's time the actor loses: {line['intercept']:.3f} {line['per_log_params']:+.4f} x "
+                  f"ln(actor parameters)") if line else ""
+            click.echo(f"co-running, {rt} beside an intra-step scorer (calibrate.corun.overlap_fit, {ov['n_configs']} "
+                       f"actors): x{ov['idle_x']:.2f} while it waits, x{ov['busy_x']:.2f} while a call runs (medians){by}")
     dev = profile.get("device") or {}
     probe = dev.get("state_probe_at_start")
     if probe:

@@ -105,6 +105,12 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
         assert set(sides) == {"decode", "prefill"} and sides["decode"]["model"] == "tiny-qwen2"
         assert sides["prefill"]["model"] == ("tiny-deberta" if rt == "hf_generate" else "tiny-qwen2")
         assert sides["decode"]["slowdown"] == pytest.approx(sides["decode"]["corun_median_s"] / sides["decode"]["alone_median_s"])
+    # the actor's speed beside a waiting and a computing scorer, from the rounds' stamps (calibrate.corun.overlap_fit):
+    # kept where the scorer's calls covered the span it needs; one actor size, so no line by size
+    for h in ho.values():
+        ov = h.get("overlap")
+        assert ov is None or (1.0 <= ov["idle_x"] <= ov["busy_x"] and ov["n_configs"] == 1 and "lost" not in ov
+                              and ov["configs"][0]["model"] == "tiny-qwen2" and 0 < ov["configs"][0]["duty"] < 1)
     assert cm.corun_factors("hf_generate") == (ho["hf_generate"]["decode_slowdown"], ho["hf_generate"]["prefill_slowdown"], "live")
     assert cm.corun_factors("vllm")[2] == "overlap"
     rt = prof["runtimes"]["onnxruntime"]
@@ -131,6 +137,8 @@ def test_runtimes_report_table_and_json(tiny):
     table = runner.invoke(runtimes_command, ["--profile", str(out)])
     assert table.exit_code == 0, table.output
     assert "onnxruntime" in table.stdout and "batching strategies" in table.stdout and "packed" in table.stdout
+    ho = json.loads(out.read_text())["interference"]["handover"]
+    assert ("co-running, kv_decoder beside an intra-step scorer" in table.stdout) == bool(ho["kv_decoder"].get("overlap"))
     res = runner.invoke(runtimes_command, ["--profile", str(out), "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
