@@ -266,15 +266,16 @@ def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, flo
     at ``1 / busy_x`` while it computes, ``(T - B) / idle_x + B / busy_x = A``, that is
     ``(T - B) / A = idle_x - (idle_x / busy_x) B / A``: a least-squares line through the operations'
     (B / A, (T - B) / A), in seconds, so that the operations' total time weighs as a step's does. On the
-    2-core VM a tiny actor beside a scorer of its own size took about 1.0x alone while the scorer waited
-    and 2.2-2.4x while it computed, and beside a 4-layer hidden-320 scorer 3.6x (docs/validation.md,
-    "2026-12-03, fourth session"): the scorer's busy fraction, not its mere presence, is what costs the actor.
+    2-core VM the actor took 1.00-1.11x its alone time while the scorer waited and lost 0.56-0.89 of each
+    call's time while it computed, more the smaller the actor (tiny-qwen2 0.75-0.89 beside scorers of
+    0.6-4.8M parameters, small-qwen2 0.56; docs/validation.md, "2026-12-03, fourth session"): the scorer's
+    busy time, not its mere presence, is what costs the actor.
 
     Returns ``{idle_x, busy_x, duty, n_ops, alone_op_s}`` (both factors at least 1, ``busy_x`` at least
     ``idle_x``; ``duty`` the share of the operations' time a call ran), or None with fewer than
     ``OVERLAP_MIN_OPS`` operations, without one operation at most ``OVERLAP_SPAN[0]`` and one at least
     ``OVERLAP_SPAN[1]`` overlapped (a line through a narrow span says nothing of its ends), or where the line
-    says the actor stood still beside a call or ran faster."""
+    does not fall with the overlap (the actor made no progress at all beside a call, or noise)."""
     from calibrate.measure import trimmed_mean
 
     if len(ops) < OVERLAP_MIN_OPS or not alone_ops:
@@ -289,7 +290,7 @@ def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, flo
         return None
     slope, intercept = np.polyfit(over / a, (dur - over) / a, 1)   # intercept idle_x, slope -idle_x / busy_x
     if not (intercept > 0 and slope < 0):
-        return None       # no progress beside a call, or faster beside it: not this model
+        return None       # no progress beside a call (or noise): not this model
     idle = max(1.0, float(intercept))
     busy = max(idle, float(-intercept / slope))
     return {"idle_x": idle, "busy_x": busy, "duty": float(np.sum(over) / np.sum(dur)), "n_ops": int(len(ops)),
