@@ -45,26 +45,10 @@ class _Session:
 
 
 def measure(actor_ref: str, scorer_ref: str, batch: int, prompt: int, chunk: int, rounds: int) -> dict:
-    import torch
+    from calibrate.corun import handover_rounds
 
-    from calibrate.corun import CALLS, _Actor, _round_alone, _round_handover, _Scorer, overlap_fit
-    from calibrate.measure import Clock
-
-    s, clock = _Session(), Clock("cpu")
-    max_len = prompt + chunk * (CALLS + 2) + 2
-    actor = _Actor(s, "kv_decoder", _shape(actor_ref), batch, prompt, chunk, max_len)
-    scorer = _Scorer(s, _shape(scorer_ref), batch, prompt, chunk, max_len)
-    with torch.inference_mode():
-        warm = {"decode": [], "prefill": []}
-        _round_alone(actor, scorer, clock, warm)
-        _round_handover(actor, scorer, clock, warm, "cpu")
-        alone, beside = {"decode": [], "prefill": []}, {"decode": [], "prefill": []}
-        alone_ops: list = []
-        stamps: dict = {"ops": [], "calls": []}
-        for _ in range(rounds):
-            _round_alone(actor, scorer, clock, alone, alone_ops)
-            _round_handover(actor, scorer, clock, beside, "cpu", stamps)
-    fit = overlap_fit(alone_ops, stamps["ops"], stamps["calls"])
+    alone, beside, _, fit = handover_rounds(_Session(), "kv_decoder", _shape(actor_ref), _shape(scorer_ref),
+                                            batch, prompt, chunk, rounds)
     call_alone, call_beside = statistics.median(alone["prefill"]), statistics.median(beside["prefill"])
     return {"actor": actor_ref, "scorer": scorer_ref, "batch": batch, "chunk": chunk, "fit": fit,
             "lost": None if fit is None else 1.0 - fit["idle_x"] / fit["busy_x"],

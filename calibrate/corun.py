@@ -297,6 +297,35 @@ def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, flo
             "alone_op_s": float(a)}
 
 
+def handover_rounds(s, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int,
+                    rounds: int = HANDOVER_ROUNDS) -> tuple[dict, dict, dict, dict | None]:
+    """One point pair's rounds (module docstring): a warm-up round of each condition, then ``rounds`` alone
+    and hand-over rounds alternating. Returns the (alone, beside, warm-up) samples per side and, on a CPU,
+    ``overlap_fit`` of the rounds' stamps (on a GPU both sides' work is queued: the host's clock does not
+    say when either computes). ``s``: what a calibration session gives (``device``, ``decoder``,
+    ``hf_model``)."""
+    max_len = p + c * (CALLS + 2) + 2
+    clock = Clock(s.device)
+    a = _Actor(s, rt, actor, b, p, c, max_len)
+    sc = _Scorer(s, reward, b, p, c, max_len)
+    try:
+        with torch.inference_mode():
+            warm = {"decode": [], "prefill": []}
+            _round_alone(a, sc, clock, warm)      # first calls, allocations, compilation
+            _round_handover(a, sc, clock, warm, s.device)
+            alone = {"decode": [], "prefill": []}
+            beside = {"decode": [], "prefill": []}
+            alone_ops: list = []
+            stamps: dict = {"ops": [], "calls": []}
+            for _ in range(rounds):
+                _round_alone(a, sc, clock, alone, alone_ops)
+                _round_handover(a, sc, clock, beside, s.device, stamps)
+            ov = None if clock.cuda else overlap_fit(alone_ops, stamps["ops"], stamps["calls"])
+            return alone, beside, warm, ov
+    finally:
+        a.close()
+
+
 def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> None:
     """One hand-over point pair (module docstring); skipped with the reason when the runtime is not
     valid for ``actor`` in this calibration (its check journaled invalid, or not run)."""
@@ -325,31 +354,7 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
                 if s.pending(keys[side]):
                     s.record(keys[side], fields[side], skipped=why)
             return
-    max_len = p + c * (CALLS + 2) + 2
-    clock = Clock(s.device)
-
-    def run():
-        a = _Actor(s, rt, actor, b, p, c, max_len)
-        sc = _Scorer(s, reward, b, p, c, max_len)
-        try:
-            with torch.inference_mode():
-                warm = {"decode": [], "prefill": []}
-                _round_alone(a, sc, clock, warm)      # first calls, allocations, compilation
-                _round_handover(a, sc, clock, warm, s.device)
-                alone = {"decode": [], "prefill": []}
-                beside = {"decode": [], "prefill": []}
-                alone_ops: list = []
-                stamps: dict = {"ops": [], "calls": []}
-                for _ in range(HANDOVER_ROUNDS):
-                    _round_alone(a, sc, clock, alone, alone_ops)
-                    _round_handover(a, sc, clock, beside, s.device, stamps)
-                # host timestamps say when each side computes on a CPU; on a GPU both sides' work is queued
-                ov = None if clock.cuda else overlap_fit(alone_ops, stamps["ops"], stamps["calls"])
-                return alone, beside, warm, ov
-        finally:
-            a.close()
-
-    alone, beside, warm, ov = s.guarded(run)
+    alone, beside, warm, ov = s.guarded(lambda: handover_rounds(s, rt, actor, reward, b, p, c))
 
     for side in SIDES:
         if not s.pending(keys[side]):
