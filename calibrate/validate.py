@@ -499,8 +499,11 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None, ove
     return sc, setup, cfg, cfg.rollouts
 
 
-def validate_scenario(prepared, profile: str, measured: list) -> dict:
-    """Measured (the executor's StepResults of this scenario) against the simulation of the same rollouts."""
+def validate_scenario(prepared, profile: str, visits: list[list]) -> dict:
+    """Measured (the executor's StepResults of this scenario, one list per visit: each visit ran the
+    scenario's steps from the start on a fresh executor) against the simulation of the same rollouts. The
+    measured side pools every visit's steps after the warm-up; ``measured_step_time_s_visits`` and
+    ``error_pct_visits`` give each visit's own mean and error against the same prediction."""
     from rlhfsim.costs.model import CostModel
     from rlhfsim.sim.run import simulate_uncertain
 
@@ -510,10 +513,12 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
     cost = CostModel.load(setup.gpu, profile)
     predicted, unc = simulate_uncertain(sc, cost=cost, rollouts=rollouts)
     warm = sc.warmup_steps
-    m_steps = measured[warm:]
+    measured = visits[0]
+    m_steps = [r for v in visits for r in v[warm:]]
     p_steps = predicted.steps[warm:]
     m_time = statistics.fmean(r.step_time_s for r in m_steps)
     p_time = statistics.fmean(r.step_time_s for r in p_steps)
+    v_times = [statistics.fmean(r.step_time_s for r in v[warm:]) for v in visits]
     m_ph = _mean_phases([{k: b - a for k, (a, b) in r.phases.items()} for r in m_steps])
     p_ph = _mean_phases([r.phases_s for r in p_steps])
     phases = {ph: {"measured_s": m_ph.get(ph, 0.0), "predicted_s": p_ph.get(ph, 0.0),
@@ -526,10 +531,14 @@ def validate_scenario(prepared, profile: str, measured: list) -> dict:
         "measured_chunks_scored": sum(r.chunks_scored for r in measured),
         "measured_deferred": [r.deferred_out for r in measured],
         "predicted_deferred": [r.deferred for r in predicted.steps],
+        "visits_trained_the_same_ids": all([r.rollout_ids for r in v] == [r.rollout_ids for r in measured]
+                                           for v in visits[1:]),
     }
     return {"name": sc.name, "steps": sc.steps, "warmup_steps": warm,
             "profile": cost.name if not str(profile).endswith(".json") else str(profile),
             "measured_step_time_s": m_time, "predicted_step_time_s": p_time, "error_pct": _err(p_time, m_time),
+            "visits": len(visits), "measured_step_time_s_visits": v_times,
+            "error_pct_visits": [_err(p_time, t) for t in v_times],
             "predicted_step_time_s_interval": unc["step_time_s_interval"], "interval_level": unc["level"],
             "interval_source": unc["source"],
             "inside_interval": bool(unc["step_time_s_interval"][0] <= m_time <= unc["step_time_s_interval"][1]),
@@ -666,9 +675,20 @@ def step_blocks(n: int, passes: int) -> list[range]:
     return [range(round(k * n / (passes + 1)), round((k + 1) * n / (passes + 1))) for k in range(passes + 1)]
 
 
+def visit_blocks(n: int, visits: int, passes: int) -> list[list[tuple[int, int]]]:
+    """One scenario after another, each run ``visits`` times: the ``(scenario, visit)`` runs in visit-major
+    order (every scenario's first visit, then every second one, ...) split into the ``passes + 1`` blocks
+    around the calibration passes as evenly as whole runs allow (``step_blocks``). With one visit per
+    block, every block runs every scenario once, so each scenario's measured steps sample the machine over
+    the same stretch of time as the calibration's pooled passes."""
+    order = [(j, v) for v in range(visits) for j in range(n)]
+    return [[order[i] for i in b] for b in step_blocks(len(order), passes)]
+
+
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
-             recalibrate: bool = False, overrides: list | None = None, generic_out: Path | None = None) -> dict:
+             recalibrate: bool = False, overrides: list | None = None, generic_out: Path | None = None,
+             visits: int | None = None) -> dict:
     """Measured against predicted for each scenario (see the module docstring). The scenarios' real
     steps run round-robin (``RoundRobin``) unless ``sequential``: one scenario after another keeps
     one executor in memory at a time, as a job runs alone (and for models too large to hold every
@@ -681,7 +701,11 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     each further one's under ``other_profiles``, as ``validate --framework trl`` has. ``generic`` among the
     profiles is measured here too (``measure_generic``, to ``generic_out`` or the cache). The passes of
     every calibration measured here alternate with blocks of the real steps (P passes, P + 1 blocks: one
-    before the first pass, one after the last), in either order of running the steps."""
+    before the first pass, one after the last), in either order of running the steps. One scenario after
+    another, each scenario runs ``visits`` times (default: once per block, P + 1; each visit a fresh
+    executor running the scenario's steps from the start, ``visit_blocks``), and its measured steps are
+    those of every visit: a scenario's steps all taken in one 10-second window measure that window's
+    machine (docs/validation.md, "2026-12-03, fifth session")."""
     profiles = profile_list(profile)
     if device == "cuda":
         import torch
@@ -727,6 +751,11 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         by_scenario = {id(p): str(pl.path) for group, pl in zip(groups, plans) for p in group}
         quick_paths = [by_scenario[id(p)] for p in prepared]
     n_passes = max((n for n, _ in passes), default=0)
+    if visits is None:
+        visits = n_passes + 1 if sequential else 1
+    elif visits > 1 and not sequential:
+        raise RlhfsimError(f"--visits: expected 1 with round-robin steps (every executor stays in memory and its steps "
+                           f"are already spread over the run), got {visits}; add --sequential")
     if n_passes and progress:
         click.echo(f"{n_passes} calibration pass(es) alternating with {n_passes + 1} block(s) of the real steps", err=True)
 
@@ -740,24 +769,27 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     # whose speed drifts from minute to minute both sides are measured over the same stretch of time
     # (docs/validation.md, "How a run is made").
     probes = [state_probe(threads)] if device == "cpu" else []
-    around: list[tuple[dict, dict]] = []   # --sequential on CPU: the state probes just before and after each scenario
+    around: list[list[dict]] = []   # --sequential on CPU: per scenario, the state probes just before and after each visit
     if sequential:
-        measured = [None] * len(cfgs)
-        for k, block in enumerate(step_blocks(len(cfgs), n_passes)):
+        measured: list[list] = [[None] * visits for _ in cfgs]   # per scenario, per visit: its StepResults
+        around = [[] for _ in cfgs]   # per scenario, the probes just before and after each of its visits
+        if progress and visits > 1:
+            click.echo(f"each scenario runs {visits} times (visits), its steps from the start each time", err=True)
+        for k, block in enumerate(visit_blocks(len(cfgs), visits, n_passes)):
             if k:
                 measure_pass(k - 1)
-            for j in block:
+            for j, v in block:
                 before = state_probe(threads) if probes else None
-                measured[j] = run_steps(cfgs[j], progress=progress)
+                measured[j][v] = run_steps(cfgs[j], progress=progress)
                 if probes:
-                    around.append((before, state_probe(threads)))
+                    around[j] += [before, state_probe(threads)]
     else:
         with RoundRobin(cfgs, progress, names) as rr:
             for k in range(n_passes + 1):
                 if k:
                     measure_pass(k - 1)
                 rr.run(round((k + 1) * rr.steps / (n_passes + 1)))
-            measured = rr.results
+            measured = [[r] for r in rr.results]
     for pl in todo:
         finish_calibration(pl.path)
 
@@ -791,10 +823,10 @@ def device_checks(refs: list[str], probes: list[dict]) -> dict:
     return {"probes": probes, "profiles": per, "warnings": [w for c in per for w in c["warnings"]]}
 
 
-def scenario_device_ratios(doc: dict, profile_of, around: list[tuple[dict, dict]]) -> None:
+def scenario_device_ratios(doc: dict, profile_of, around: list[list[dict]]) -> None:
     """One scenario after another: each scenario's ``device_ratios``, the device check of its profile
-    against the probes taken just before and just after its own steps (``around``: one pair per
-    scenario), so a scenario measured in a slow minute of a shared machine says so next to its error.
+    against the probes taken just before and just after its own steps (``around``: per scenario, a pair
+    per visit, their medians), so a scenario measured in a slow minute of a shared machine says so next to its error.
     The probe takes 0.15 s: a burst, not the minute's average."""
     from calibrate.devstate import compare
     from rlhfsim.costs.profile import load_profile
@@ -805,7 +837,7 @@ def scenario_device_ratios(doc: dict, profile_of, around: list[tuple[dict, dict]
         for j, s in enumerate(block["scenarios"]):
             ref = profile_of(name, j)
             prof = loaded.setdefault(ref, load_profile(ref))
-            s["device_ratios"] = compare(prof, list(around[j]))["ratios"]
+            s["device_ratios"] = compare(prof, list(around[j]))["ratios"]   # medians over its visits' probes
 
 
 def error_block(rows: list[dict]) -> dict:
@@ -842,10 +874,15 @@ def _print_block(c, doc: dict) -> None:
     from rich.table import Table
 
     for s in doc["scenarios"]:
-        t = Table(title=f"{s['name']}  ({s['steps']} steps, first {s['warmup_steps']} excluded)  profile {s['profile']}")
+        nv = s.get("visits", 1)
+        t = Table(title=f"{s['name']}  ({s['steps']} steps, first {s['warmup_steps']} excluded"
+                        + (f"; {nv} visits" if nv > 1 else "") + f")  profile {s['profile']}")
         for col in ("", "measured s", "predicted s", "error"):
             t.add_column(col, justify="right" if col else "left")
         t.add_row("[bold]step[/bold]", f"{s['measured_step_time_s']:.3f}", f"{s['predicted_step_time_s']:.3f}", f"{s['error_pct']:+.1f}%")
+        if nv > 1:
+            t.add_row("step, each visit", " ".join(f"{x:.3f}" for x in s["measured_step_time_s_visits"]), "",
+                      " ".join(f"{x:+.1f}%" for x in s["error_pct_visits"]))
         lo, hi = s["predicted_step_time_s_interval"]
         t.add_row(f"{100 * s['interval_level']:.0f}% interval ({s['interval_source']})", "", f"{lo:.3f}-{hi:.3f}",
                   "inside" if s["inside_interval"] else "[red]outside[/red]")
@@ -922,6 +959,10 @@ def _ops_table(title: str, ops: dict, split: bool = False):
 @click.option("--sequential", is_flag=True,
               help="Run one scenario's steps after another, one executor in memory at a time, as a job runs alone "
                    "(the default with --generate).")
+@click.option("--visits", metavar="N",
+              help="One scenario after another: run each scenario this many times, each visit its steps from the "
+                   "start, spread over the blocks between the calibration passes, and pool the visits' steps "
+                   "(default: one visit per block, 4 with --profile generic; 1 with nothing calibrated here).")
 @click.option("--round-robin", "round_robin", is_flag=True,
               help="Run the scenarios' steps round-robin, every scenario's executor in memory at once (the default "
                    "with --scenario; steps a few percent slower than a job alone, docs/validation.md 'Generated scenarios').")
@@ -936,7 +977,7 @@ def _ops_table(title: str, ops: dict, split: bool = False):
                    "trainers, calibrate/validate_trl.py; --profile defaults to the bundled cpu profile and takes "
                    "comma-separated profiles, compared side by side).")
 def validate_command(device, scenarios, generate, seed, ranges_file, profile, steps, threads, sequential,
-                     round_robin, recalibrate, fmt, sets, out, framework):
+                     visits, round_robin, recalibrate, fmt, sets, out, framework):
     """Run real small RLHF steps on this device and compare them with the simulator's prediction."""
     from rlhfsim.contracts import VALIDATION_FILE
     from rlhfsim.files import out_path
@@ -946,6 +987,19 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
     overrides = [parse_set(s) for s in sets]
     if sequential and round_robin:
         raise RlhfsimError("--sequential, --round-robin: expected at most one of them, got both")
+    if visits is not None:
+        try:
+            n_visits = int(visits)
+        except ValueError:
+            n_visits = 0
+        if not 1 <= n_visits <= 100:
+            raise RlhfsimError(f"--visits: expected a number of runs per scenario from 1 to 100, got {visits!r}")
+        visits = n_visits
+    if visits is not None and framework != "rlhfsim":
+        raise RlhfsimError(f"--visits: expected it with --framework rlhfsim only (TRL's trainer runs its steps once), got --framework {framework}")
+    if visits is not None and visits > 1 and not (sequential or (generate is not None and not round_robin)):
+        raise RlhfsimError(f"--visits: expected 1 with round-robin steps (every executor stays in memory and its steps "
+                           f"are already spread over the run), got {visits}; add --sequential")
     generated = None
     if generate is not None:
         if scenarios or framework != "rlhfsim":
@@ -975,7 +1029,7 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
     # alternating with blocks of those steps).
     sequential = sequential or (generated is not None and not round_robin)
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
-                   recalibrate=recalibrate, overrides=overrides,
+                   recalibrate=recalibrate, overrides=overrides, visits=visits,
                    generic_out=Path(generated["dir"]) / "generic-profile.json" if generated else None)
     from rlhfsim.files import write_json_atomic
 

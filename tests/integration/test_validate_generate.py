@@ -31,6 +31,7 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     doc = json.loads(r.stdout)
     assert doc["profile"] == "cpu" and doc["generated"]["seed"] == 3 and doc["generated"]["ranges"] == meta["ranges"]
     assert doc["steps_run"] == "sequential"   # a drawn scenario stands for a job running alone
+    assert doc["scenarios"][0]["visits"] == 1  # nothing calibrated here: one block, one visit
     assert "generic_profile" not in doc       # --profile cpu: nothing calibrated
     (s,) = doc["scenarios"]
     assert s["name"] == Path(name).stem and s["profile"] == "cpu"
@@ -52,6 +53,10 @@ def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(t
     (["--generate", "1", "--device", "cuda"], "--device"),
     (["--seed", "4", "--scenario", "x.yaml"], "--seed"),
     (["--generate", "1", "--sequential", "--round-robin"], "--round-robin"),
+    (["--generate", "1", "--round-robin", "--visits", "2"], "--visits"),
+    (["--generate", "1", "--visits", "0"], "--visits"),
+    (["--generate", "1", "--visits", "two"], "--visits"),
+    (["--scenario", "x.yaml", "--framework", "trl", "--visits", "2"], "--visits"),
     ([], "--scenario"),
 ])
 def test_bad_generate_values_are_one_line_exit_2(args, where, tmp_path):
@@ -167,6 +172,13 @@ def test_generic_profile_is_measured_in_passes_around_the_steps_and_predicts_the
     # each profile's own per-scenario check; the generic profile has the dispatch probe (version 2)
     assert "dispatch" in doc["scenarios"][0]["device_ratios"]
     assert "gemm" in doc["other_profiles"][0]["scenarios"][0]["device_ratios"]
+    # one visit per block (the scenario ran before, between and after the passes), every visit's steps pooled
+    s = doc["scenarios"][0]
+    assert s["visits"] == V.GENERIC_PASSES + 1 == len(s["measured_step_time_s_visits"]) == len(s["error_pct_visits"])
+    assert s["measured_step_time_s"] == pytest.approx(sum(s["measured_step_time_s_visits"]) / s["visits"])
+    assert s["checks"]["visits_trained_the_same_ids"] is True
+    for t, e in zip(s["measured_step_time_s_visits"], s["error_pct_visits"]):
+        assert e == pytest.approx(100 * (s["predicted_step_time_s"] - t) / t)
 
 
 def test_generate_defaults_to_a_generic_profile_measured_now_and_the_bundled_one():
@@ -189,6 +201,18 @@ def test_steps_blocks_around_calibration_passes():
     from calibrate.validate import step_blocks
 
     assert [list(b) for b in step_blocks(10, 3)] == [[0, 1], [2, 3, 4], [5, 6, 7], [8, 9]]
+    # with visits: every (scenario, visit) once, visit-major; one visit per block puts every scenario in every block
+    from calibrate.validate import visit_blocks
+
+    assert visit_blocks(3, 4, 3) == [[(0, v), (1, v), (2, v)] for v in range(4)]
+    assert visit_blocks(10, 1, 3) == [[(j, 0) for j in b] for b in step_blocks(10, 3)]
+    assert visit_blocks(3, 2, 0) == [[(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]]
+    for n in range(1, 6):
+        for v in range(1, 5):
+            for p in range(0, 4):
+                runs = [r for b in visit_blocks(n, v, p) for r in b]
+                assert sorted(runs) == sorted((j, k) for j in range(n) for k in range(v))
+                assert all(runs.index((j, k)) < runs.index((j, k + 1)) for j in range(n) for k in range(v - 1))
     assert [list(b) for b in step_blocks(3, 0)] == [[0, 1, 2]]           # nothing measured: one block
     for n in range(1, 12):
         for p in range(0, 4):
