@@ -523,16 +523,16 @@ def validate_scenario(prepared, profile: str, visits: list[list]) -> dict:
     p_ph = _mean_phases([r.phases_s for r in p_steps])
     phases = {ph: {"measured_s": m_ph.get(ph, 0.0), "predicted_s": p_ph.get(ph, 0.0),
                    "error_pct": _err(p_ph.get(ph, 0.0), m_ph.get(ph, 0.0))} for ph in PHASES if ph in m_ph or ph in p_ph}
+    checks_ids = [r.rollout_ids for r in measured]
     checks = {
         "measured_generated_tokens": sum(r.generated_tokens for r in measured),
         "predicted_generated_tokens": sum(r.generated_tokens for r in predicted.steps),
-        "measured_trained_ids": [r.rollout_ids for r in measured],
+        "measured_trained_ids": checks_ids,
         "predicted_trained_ids": [r.trained_ids for r in predicted.steps],
         "measured_chunks_scored": sum(r.chunks_scored for r in measured),
         "measured_deferred": [r.deferred_out for r in measured],
         "predicted_deferred": [r.deferred for r in predicted.steps],
-        "visits_trained_the_same_ids": all([r.rollout_ids for r in v] == [r.rollout_ids for r in measured]
-                                           for v in visits[1:]),
+        "visits_trained_the_same_ids": all([r.rollout_ids for r in v] == checks_ids for v in visits[1:]),
     }
     return {"name": sc.name, "steps": sc.steps, "warmup_steps": warm,
             "profile": cost.name if not str(profile).endswith(".json") else str(profile),
@@ -685,6 +685,13 @@ def visit_blocks(n: int, visits: int, passes: int) -> list[list[tuple[int, int]]
     return [[order[i] for i in b] for b in step_blocks(len(order), passes)]
 
 
+def check_visits(visits: int | None, sequential: bool) -> None:
+    """More than one visit needs one scenario after another (``--visits``, ``validate``)."""
+    if visits is not None and visits > 1 and not sequential:
+        raise RlhfsimError(f"--visits: expected 1 with round-robin steps (every executor stays in memory and its steps "
+                           f"are already spread over the run), got {visits}; add --sequential")
+
+
 def validate(scenarios: list[Path], device: str, profile: str | None, steps: int | None,
              threads: int | None = None, progress: bool = True, sequential: bool = False,
              recalibrate: bool = False, overrides: list | None = None, generic_out: Path | None = None,
@@ -751,11 +758,9 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         by_scenario = {id(p): str(pl.path) for group, pl in zip(groups, plans) for p in group}
         quick_paths = [by_scenario[id(p)] for p in prepared]
     n_passes = max((n for n, _ in passes), default=0)
+    check_visits(visits, sequential)
     if visits is None:
         visits = n_passes + 1 if sequential else 1
-    elif visits > 1 and not sequential:
-        raise RlhfsimError(f"--visits: expected 1 with round-robin steps (every executor stays in memory and its steps "
-                           f"are already spread over the run), got {visits}; add --sequential")
     if n_passes and progress:
         click.echo(f"{n_passes} calibration pass(es) alternating with {n_passes + 1} block(s) of the real steps", err=True)
 
@@ -997,9 +1002,11 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
         visits = n_visits
     if visits is not None and framework != "rlhfsim":
         raise RlhfsimError(f"--visits: expected it with --framework rlhfsim only (TRL's trainer runs its steps once), got --framework {framework}")
-    if visits is not None and visits > 1 and not (sequential or (generate is not None and not round_robin)):
-        raise RlhfsimError(f"--visits: expected 1 with round-robin steps (every executor stays in memory and its steps "
-                           f"are already spread over the run), got {visits}; add --sequential")
+    # A generated scenario stands for a user's job, which runs alone: its steps run one scenario after
+    # another unless --round-robin (the shipped scenarios keep round-robin, their own calibration's passes
+    # alternating with blocks of those steps).
+    sequential = sequential or (generate is not None and not round_robin)
+    check_visits(visits, sequential)
     generated = None
     if generate is not None:
         if scenarios or framework != "rlhfsim":
@@ -1024,10 +1031,6 @@ def validate_command(device, scenarios, generate, seed, ranges_file, profile, st
         return validate_trl_command(list(scenarios), device, profile, steps, threads, recalibrate, fmt, out)
     if recalibrate and QUICK not in profile_list(profile):
         raise click.UsageError("--recalibrate: the calibration is the quick one validate measures; it needs --profile quick (or none)")
-    # A generated scenario stands for a user's job, which runs alone: its steps run one scenario after
-    # another unless --round-robin (the shipped scenarios keep round-robin, their own calibration's passes
-    # alternating with blocks of those steps).
-    sequential = sequential or (generated is not None and not round_robin)
     doc = validate(list(scenarios), device, profile, steps, threads, progress=fmt == "table", sequential=sequential,
                    recalibrate=recalibrate, overrides=overrides, visits=visits,
                    generic_out=Path(generated["dir"]) / "generic-profile.json" if generated else None)
