@@ -24,8 +24,11 @@
   in-call overhead, clipped at 0), ``handoff_s`` + ``handoff_per_row_s`` x batch (non-negative least
   squares over the handoff points of every model, weighted by the inverse variance of each point's
   mean; ``handoff_per_row_s`` is 0 when one batch size was measured), ``ms_per_step`` (every measured
-  decode point: model, batch, mean context, ms). ``kv_decoder``: zero call overhead and handoff by
-  construction (source "derived"); an unavailable runtime has source "skipped".
+  decode point: model, batch, mean context, ms); ``pad_step_s`` + ``pad_step_per_row_s`` x batch, what
+  left padding adds to one decode step, fitted the same way to the ``pad`` points (``pad_points``), and
+  ``pad_prefill_s``, what it adds to the batch's prefill call (median over those points, clipped at 0).
+  ``kv_decoder``: zero call overhead, handoff and padding cost by construction (source "derived"); an
+  unavailable runtime has source "skipped".
   A runtime that was skipped (not available) or is invalid has null scalars and no operations.
 * Sampling tails (``calibrate.sampling``): ``sample_s`` + ``sample_per_logit_s`` x rows x vocab fitted per
   runtime to its ``sample`` points (``sampling_summary``) and kept in ``generation[RT]`` with their points
@@ -264,6 +267,7 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
         pre = _plain(points, "prefill") if own else _measured(points, op="prefill", runtime=rt)
         dec = _plain(points, "decode") if own else _measured(points, op="decode", runtime=rt)
         hand = [] if own else _measured(points, op="handoff", runtime=rt)
+        pads = [] if own else _measured(points, op="pad", runtime=rt)
         checked = [m for m in models.values() if m["available"]]
         valid = all(m["valid"] for m in models.values()) and (bool(checked) or (own and bool(dec)))
         matches = [m["tokens_match_eager"] for m in models.values() if m["tokens_match_eager"] is not None]
@@ -271,9 +275,10 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
         info = {"valid": valid, "available": all(m["available"] for m in models.values()) if models else own,
                 "reason": reason or ("" if valid else "not measured"), "semantics": GEN_RUNTIMES[rt],
                 "call_overhead_s": None, "handoff_s": None, "handoff_per_row_s": None,
+                "pad_step_s": None, "pad_step_per_row_s": None, "pad_prefill_s": None,
                 "tokens_match_eager": all(matches) if matches else None,
                 "source": "derived" if own else ("measured" if checked else "skipped"),
-                "n_points": len(pre) + len(dec) + len(hand), "ops": [], "models": models,
+                "n_points": len(pre) + len(dec) + len(hand) + len(pads), "ops": [], "models": models,
                 "ms_per_step": [{"model": p["model"], "batch": p["batch"], "context": p["prefix_len"],
                                  "ms": 1e3 * point_value(p)} for p in dec] if valid else []}
         out[rt] = info
@@ -282,7 +287,9 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
             continue
         if own:
             # tokens reach the host every step (sample_next): no call boundary, nothing beyond the steps
-            info.update(call_overhead_s=0.0, handoff_s=0.0, handoff_per_row_s=0.0)
+            # and its decode steps always apply a mask (StaticKVDecoder.extend): padding adds nothing
+            info.update(call_overhead_s=0.0, handoff_s=0.0, handoff_per_row_s=0.0, pad_step_s=0.0, pad_step_per_row_s=0.0,
+                        pad_prefill_s=0.0)
             for op in ("prefill", "decode"):
                 if ops[op].get("source") == "measured":
                     info["ops"].append(_plain_copy(ops, op))
@@ -301,6 +308,12 @@ def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: 
             info["handoff_s"], info["handoff_per_row_s"] = fit
             info["handoff_points"] = [{"model": p["model"], "batch": p["batch"], "chunk": p["chunk"],
                                        "new_tokens": p["new_tokens"], "boundary_s": point_value(p)} for p in hand]
+        fit = _handoff_fit(pads)   # the same form: a + c x batch over differences of two calls
+        if fit is not None:
+            info["pad_step_s"], info["pad_step_per_row_s"] = fit
+            info["pad_prefill_s"] = max(float(np.median([p["prefill_pad_s"] for p in pads])), 0.0)
+            info["pad_points"] = [{"model": p["model"], "batch": p["batch"], "prompt": p["prompt_len"],
+                                   "step_s": point_value(p), "prefill_pad_s": p.get("prefill_pad_s")} for p in pads]
     return out
 
 

@@ -23,6 +23,14 @@ journaled with its reason and its points are not measured):
   tokens copied once), in pairs; each sample is (t_chunked - t_one) / (N/k - 1), the cost of one chunk
   boundary. Raw: ``one_samples_s``, ``chunked_samples_s``. ``assemble`` fits
   handoff_s + handoff_per_row_s x batch to these points.
+* ``pad`` (batch, prompt width n; runtimes that take an attention mask, ``GenRuntime.LEFT_PADDED``): the
+  ``decode`` pair (calls of 1 and 1 + K new tokens) on uniform prompts of n tokens and on left-padded
+  prompts of the same width (real lengths from n down to n/2, ``pad_lengths``), in one round; each sample
+  is ((t_long - t_short) padded - (t_long - t_short) uniform) / K, what a left-padded batch adds to
+  each decode step (HF builds and applies the padding mask at every step, where a batch without padding
+  runs unmasked causal attention). Raw: ``short_samples_s``, ``long_samples_s``,
+  ``padded_short_samples_s``, ``padded_long_samples_s``; ``prefill_pad_s``: what padding adds to the
+  one-token call (reported, not priced). ``assemble`` fits pad_step_s + pad_step_per_row_s x batch.
 
 Timing: host clock, the device synchronized before each reading. A point: one first round timed on its
 own (compilation lands there), ``warmup`` rounds, then rounds until ``min_iters`` are taken and their
@@ -41,7 +49,7 @@ from typing import Callable
 import torch
 
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, GenRuntime, GumbelNoise, check_prompts, check_runtime, eager_greedy
-from calibrate.genruntimes.base import CHECK_TOKENS
+from calibrate.genruntimes.base import CHECK_TOKENS, left_pad
 from calibrate.genruntimes.hf_generate import ForwardProbe
 from calibrate.measure import summarize, trimmed_mean
 from calibrate.session import Session, point_key
@@ -70,6 +78,9 @@ class GenPoint:
         if self.op == "decode":
             return point_key("decode", model, dtype, batch=self.batch, seq_len=1, prefix_len=self.context,
                              head="lm", runtime=runtime)
+        if self.op == "pad":
+            return point_key("pad", model, dtype, batch=self.batch, seq_len=1, prefix_len=self.prompt,
+                             head="lm", runtime=runtime, strategy=f"n{self.new_tokens}")
         return point_key("handoff", model, dtype, batch=self.batch, seq_len=self.chunk, prefix_len=self.prompt,
                          head="lm", runtime=runtime, strategy=f"n{self.new_tokens}")
 
@@ -82,17 +93,33 @@ class GenPoint:
             k = self.new_tokens - 1
             return {**f, "seq_len": 1, "prefix_len": self.prompt + (k - 1) / 2, "tokens": self.batch,
                     "context": self.context, "prompt_len": self.prompt, "steps": k}
+        if self.op == "pad":
+            k = self.new_tokens - 1
+            return {**f, "strategy": f"n{self.new_tokens}", "seq_len": 1, "prefix_len": self.prompt + (k - 1) / 2,
+                    "tokens": self.batch, "prompt_len": self.prompt, "steps": k,
+                    "padded_lengths": pad_lengths(self.batch, self.prompt)}
         return {**f, "strategy": f"n{self.new_tokens}", "seq_len": self.chunk, "prefix_len": self.prompt,
                 "tokens": self.batch * self.new_tokens, "new_tokens": self.new_tokens, "chunk": self.chunk,
                 "boundaries": self.new_tokens // self.chunk - 1}
 
 
-def runtime_points(grid, compiled: bool) -> list[GenPoint]:
-    """Every point a runtime measures on one model (compiled runtimes: only ``gen_compiled_batch``)."""
+def pad_lengths(batch: int, width: int) -> list[int]:
+    """The real prompt lengths of a ``pad`` point's left-padded batch: from ``width`` (row 0, which sets
+    the width) evenly down to half of it (the last row), as prompts of one dataset vary."""
+    if batch < 2:
+        return [width]
+    return [width - (i * (width // 2)) // (batch - 1) for i in range(batch)]
+
+
+def runtime_points(grid, compiled: bool, left_padded: bool = False) -> list[GenPoint]:
+    """Every point a runtime measures on one model (compiled runtimes: only ``gen_compiled_batch``;
+    ``pad`` points only for a runtime that takes an attention mask, ``GenRuntime.LEFT_PADDED``)."""
     k = grid.gen_decode_steps
     pts = [GenPoint("prefill", b, n, 1) for b, n in grid.gen_prefill]
     pts += [GenPoint("decode", b, max(1, c - (k - 1) // 2), 1 + k, context=c) for b, c in grid.gen_decode]
     pts += [GenPoint("handoff", b, p, n, chunk=c) for b, p, n, c in grid.handoff]
+    if left_padded:
+        pts += [GenPoint("pad", b, n, 1 + k) for b, n in grid.gen_pad]
     if compiled and grid.gen_compiled_batch is not None:
         pts = [p for p in pts if p.batch == grid.gen_compiled_batch]
     return pts
@@ -106,7 +133,8 @@ def plan(grid, decoders: list[ModelShape]) -> list[tuple[str, ModelShape, list[G
             compiled = GEN_RUNTIMES_IMPL[name].COMPILED
             if compiled and grid.gen_compiled_models is not None and i >= grid.gen_compiled_models:
                 continue
-            out.append((name, shape, [] if name in NO_POINTS else runtime_points(grid, compiled)))
+            impl = GEN_RUNTIMES_IMPL[name]
+            out.append((name, shape, [] if name in NO_POINTS else runtime_points(grid, compiled, impl.LEFT_PADDED)))
     return out
 
 
@@ -197,6 +225,27 @@ def _handoff_round(rt: GenRuntime, ids, mask, n: int, k: int, device: str):
     return one
 
 
+def _pad_round(rt: GenRuntime, uniform: tuple, padded: tuple, steps: int, device: str):
+    """Calls of 1 and 1 + ``steps`` new tokens on uniform prompts, then the same on left-padded prompts of
+    the same width: (short, long, short padded, long padded)."""
+    def one():
+        out = []
+        for ids, mask in (uniform, padded):
+            t0 = _now(device)
+            rt.generate(ids, mask, 1).sequences[:, -1:].tolist()
+            t1 = _now(device)
+            rt.generate(ids, mask, 1 + steps).sequences[:, ids.shape[1]:].tolist()
+            out += [t1 - t0, _now(device) - t1]
+        return tuple(out)
+    return one
+
+
+def _left_padded(shape: ModelShape, batch: int, width: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(1, shape.vocab, (n,), generator=g).tolist() for n in pad_lengths(batch, width)]
+    return left_pad(rows, device)
+
+
 def measure_point(s: Session, rt: GenRuntime, shape: ModelShape, pt: GenPoint, probe: ForwardProbe | None) -> None:
     key, fields = pt.key(rt.NAME, shape.name, s.dtype), pt.fields(rt.NAME, shape)
     if not s.pending(key):
@@ -205,10 +254,15 @@ def measure_point(s: Session, rt: GenRuntime, shape: ModelShape, pt: GenPoint, p
         s.record(key, fields, skipped=f"handoff needs N a multiple of k with N/k >= 2, "
                                       f"got N={pt.new_tokens}, k={pt.chunk}")
         return
+    if pt.op == "pad" and pt.batch < 2:
+        s.record(key, fields, skipped=f"pad needs a batch of 2 rows or more (one row has nothing to pad), got {pt.batch}")
+        return
     ids, mask = _prompts(shape, pt.batch, pt.prompt, s.device, 7 * pt.batch + pt.prompt)
     one = {"prefill": lambda: _prefill_round(rt, probe, ids, mask, s.device),
            "decode": lambda: _decode_round(rt, ids, mask, pt.new_tokens - 1, s.device),
-           "handoff": lambda: _handoff_round(rt, ids, mask, pt.new_tokens, pt.chunk, s.device)}[pt.op]()
+           "handoff": lambda: _handoff_round(rt, ids, mask, pt.new_tokens, pt.chunk, s.device),
+           "pad": lambda: _pad_round(rt, (ids, mask), _left_padded(shape, pt.batch, pt.prompt, s.device, 19 * pt.batch + pt.prompt),
+                                     pt.new_tokens - 1, s.device)}[pt.op]()
     cost = (lambda r: r[0]) if pt.op == "prefill" else sum    # the in-call time lies inside the call
     try:
         taken, first = s.guarded(lambda: rounds(s, one, cost))
@@ -230,6 +284,14 @@ def measure_point(s: Session, rt: GenRuntime, shape: ModelShape, pt: GenPoint, p
         else:
             fields.update(call_samples_s=a, call_overhead_s=None, timed="the whole generate() call")
             timing = summarize(a, first[0])
+    elif pt.op == "pad":
+        k = pt.new_tokens - 1
+        c = [r[2] for r in taken]
+        d = [r[3] for r in taken]
+        fields.update(short_samples_s=a, long_samples_s=b, padded_short_samples_s=c, padded_long_samples_s=d,
+                      prefill_pad_s=trimmed_mean(c) - trimmed_mean(a))
+        timing = summarize([((w - z) - (y - x)) / k for x, y, z, w in zip(a, b, c, d)],
+                           ((first[3] - first[2]) - (first[1] - first[0])) / k)
     elif pt.op == "decode":
         k = pt.new_tokens - 1
         fields.update(short_samples_s=a, long_samples_s=b)

@@ -21,8 +21,10 @@ Generation runtimes (``calibrate.genbench``; names in ``rlhfsim.costs.genruntime
 ``gen_runtimes`` are measured on every decoder model: ``gen_prefill`` (batch, prompt tokens) one
 ``generate()`` call of one new token; ``gen_decode`` (batch, mean cached tokens per row over the timed
 steps) the difference of calls of 1 and 1 + ``gen_decode_steps`` new tokens; ``handoff`` (batch, prompt
-tokens, new tokens N, chunk k) N tokens in N/k calls against one call; ``gen_point_budget_s`` bounds
-each of these points (their samples are differences of two calls, so they need more of them).
+tokens, new tokens N, chunk k) N tokens in N/k calls against one call; ``gen_pad`` (batch, prompt width,
+runtimes that take an attention mask) decode steps on left-padded prompts against uniform ones;
+``gen_point_budget_s`` bounds each of these points (their samples are differences of two calls, so they
+need more of them).
 Runtimes that compile per shape (``hf_static``: 15-45 s of compilation on two CPU cores) measure only the
 points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_compiled_models`` decoder
 models (None: all).
@@ -101,6 +103,9 @@ class Grid:
     gen_decode: tuple[Shape2, ...] = ((4, 64),)     # (batch, mean cached tokens per row)
     gen_decode_steps: int = 15                      # K: a decode step = (t(1 + K tokens) - t(1 token)) / K
     handoff: tuple[tuple[int, int, int, int], ...] = ((4, 32, 32, 8),)  # (batch, prompt, N new tokens, chunk k)
+    # left padding (runtimes taking an attention mask: hf_generate, hf_static): (batch, prompt width) of
+    # decode steps on left-padded prompts against the same steps on uniform ones (calibrate.genbench)
+    gen_pad: tuple[Shape2, ...] = ((4, 64), (16, 64), (4, 256))
     gen_compiled_batch: int | None = None           # compiled runtimes: only points of this batch (None: all)
     gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
     gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)

@@ -297,6 +297,8 @@ def generation_json(profile: dict) -> tuple[dict | None, dict]:
                    "ms_per_step": ms, "tokens_per_s": ref[1] / ms * 1e3 if ms else None,
                    "call_overhead_s": info.get("call_overhead_s"), "handoff_s": info.get("handoff_s"),
                    "handoff_per_row_s": info.get("handoff_per_row_s"),
+                   "pad_step_s": info.get("pad_step_s"), "pad_step_per_row_s": info.get("pad_step_per_row_s"),
+                   "pad_prefill_s": info.get("pad_prefill_s"),
                    "tokens_match_eager": info.get("tokens_match_eager"), "source": info.get("source"),
                    "sample_s": info.get("sample_s"), "sample_per_logit_s": info.get("sample_per_logit_s"),
                    "ops": info.get("ops", [])}

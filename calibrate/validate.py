@@ -323,12 +323,14 @@ def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict) -> f
         return cost.decode_steps_s(model, dtype, shape["batch"], shape["kv0"], 1, runtime=runtime)
     if name == "generate_call":
         b, w, k = shape["rows"], shape["width"], shape["steps"]
+        # a left-padded batch (rows of different contexts) pays the padding mask at every decode step
+        pad = cost.pad_step_s(runtime, b) if shape.get("padded") else 0.0
         if shape["first"]:   # one call: its host overhead, the padded prefill (first token), k - 1 steps
-            return (cost.call_overhead_s(runtime)
+            return (cost.call_overhead_s(runtime) + (cost.pad_prefill_s(runtime) if shape.get("padded") else 0.0)
                     + cost.forward_s(model, dtype, b * w, b, 1, op="prefill", head="lm", gen_runtime=runtime)
-                    + cost.decode_steps_s(model, dtype, b, b * (w + 1), k - 1, runtime=runtime))
+                    + cost.decode_steps_s(model, dtype, b, b * (w + 1), k - 1, runtime=runtime) + (k - 1) * pad)
         # a continuation under streaming: the chunk handoff, then k steps on the cached prefix
-        return cost.handoff_s(runtime, b) + cost.decode_steps_s(model, dtype, b, b * w, k, runtime=runtime)
+        return cost.handoff_s(runtime, b) + cost.decode_steps_s(model, dtype, b, b * w, k, runtime=runtime) + k * pad
     raise RlhfsimError(f"price_op: expected prefill, decode or generate_call, got {name!r}")
 
 

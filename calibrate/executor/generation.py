@@ -349,6 +349,7 @@ class HfGeneration:
         by_end = sorted(rem)
         total = by_end[need - 1] if need <= len(rows) else by_end[-1]   # the step at which this batch ends
         seq, mask = left_pad([s.prompt + s.tokens for s in rows], self.device)
+        padded = len({len(s.prompt) + len(s.tokens) for s in rows}) > 1   # the mask has zeros at every step
         prompt_tokens = int(mask.sum())
         state, done = None, 0
         while done < total:
@@ -360,7 +361,8 @@ class HfGeneration:
             log.add("actor", "generate", start, end, prefill_calls=int(first),
                     prefill_tokens=prompt_tokens if first else 0, decode_steps=steps - 1 if first else steps,
                     decoded_tokens=len(rows) * steps)
-            log.op("generate_call", end - start, rows=len(rows), width=int(seq.shape[1]), steps=steps, first=first)
+            log.op("generate_call", end - start, rows=len(rows), width=int(seq.shape[1]), steps=steps, first=first,
+                   padded=padded)
             ended = []
             for i, s in enumerate(rows):
                 n = max(0, min(steps, rem[i] - done))

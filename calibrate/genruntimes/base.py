@@ -74,6 +74,7 @@ class GenRuntime(ABC):
     HOST_CLOCK: ClassVar[bool] = False
     PROBES_FORWARD: ClassVar[bool] = True    # its forward can be timed inside generate (HF runtimes)
     TAKES_PROCESSORS: ClassVar[bool] = True  # applies ``processors`` (the check's noise) to its logits
+    LEFT_PADDED: ClassVar[bool] = False      # takes left-padded prompts with an attention mask (HF generate)
 
     @property
     def semantics(self) -> str:

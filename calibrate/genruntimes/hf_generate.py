@@ -141,6 +141,7 @@ class HfGenerate(GenRuntime):
     """``model.generate(...)`` with TRL's arguments and the default DynamicCache."""
 
     NAME: ClassVar[str] = "hf_generate"
+    LEFT_PADDED: ClassVar[bool] = True
 
     def __init__(self):
         self.model = None

@@ -34,10 +34,15 @@ Profile keys (schema_version 1, all optional, so older profiles still load):
                                  # hand k new tokens per row downstream: a generate() call ending and the
                                  # next one starting on the cached prefix, the tokens copied to the host)
        "handoff_per_row_s": f,   # ... plus this much per row in the batch
+       "pad_step_s": f,          # what left padding adds to one decode step of a static batch whose rows'
+                                 # contexts differ (HF applies the padding mask at every step; a batch
+                                 # without padding runs unmasked causal attention)
+       "pad_step_per_row_s": f,  # ... plus this much per row in the batch
+       "pad_prefill_s": f,       # what left padding adds to the prefill of such a batch (once per call)
        "tokens_match_eager": bool|null,                      # greedy tokens == eager's (correctness first)
        "source": "measured"|"derived", "n_points": int, ...}
 
-Missing ``generation[RT]``: zero call overhead and zero handoff (stated in the summary).
+Missing ``generation[RT]`` (or a key of it): zero call overhead, handoff and padding cost (stated in the summary).
 
 The sampling tail (``calibrate.sampling``), optional keys of ``generation[RT]``: ``sample_s`` and
 ``sample_per_logit_s``, the measured cost of turning one step's logits into tokens (softmax, the draw,
@@ -68,7 +73,7 @@ GEN_RUNTIMES: dict[str, str] = {
 # HF generate (static batches); verl and OpenRLHF with vLLM (continuous batching).
 DEFAULT_RUNTIME = {"static": "hf_generate", "continuous": "vllm"}
 
-GEN_SCALARS = ("call_overhead_s", "handoff_s", "handoff_per_row_s")
+GEN_SCALARS = ("call_overhead_s", "handoff_s", "handoff_per_row_s", "pad_step_s", "pad_step_per_row_s", "pad_prefill_s")
 
 # Runtimes whose decode loop runs one step per call in the framework's own code (rlhfsim's static-KV
 # decoder, as ``calibrate.executor`` drives it): under intra-step streaming a row's new tokens go

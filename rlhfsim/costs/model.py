@@ -374,8 +374,9 @@ class CostModel:
         return self.ops[op]
 
     def gen_scalar(self, runtime: str | None, key: str) -> float:
-        """A generation runtime's ``call_overhead_s``, ``handoff_s`` or ``handoff_per_row_s``; 0 when the
-        profile has no generation entry for it."""
+        """A generation runtime's scalar (``GEN_SCALARS``: ``call_overhead_s``, ``handoff_s``,
+        ``handoff_per_row_s``, ``pad_step_s``, ``pad_step_per_row_s``, ``pad_prefill_s``); 0 when the profile has no
+        generation entry for it or no value for the key."""
         assert key in GEN_SCALARS, key
         info = self.generation.get(runtime) if runtime is not None else None
         return float(info.get(key) or 0.0) if isinstance(info, dict) else 0.0
@@ -385,6 +386,19 @@ class CostModel:
         if rows <= 0:
             return 0.0
         return self.gen_scalar(runtime, "handoff_s") + rows * self.gen_scalar(runtime, "handoff_per_row_s")
+
+    def pad_step_s(self, runtime: str | None, rows: int) -> float:
+        """What left padding adds to one decode step of a static batch of ``rows`` rows whose contexts
+        differ (HF ``generate`` applies the padding mask at every step; measured, ``calibrate.genbench``
+        ``pad`` points); 0 for a runtime whose profile has no such term (``kv_decoder``: its steps always
+        apply a mask, which its calibrated steps include)."""
+        if rows <= 1:
+            return 0.0
+        return self.gen_scalar(runtime, "pad_step_s") + rows * self.gen_scalar(runtime, "pad_step_per_row_s")
+
+    def pad_prefill_s(self, runtime: str | None) -> float:
+        """What left padding adds to the prefill call of a static batch whose rows' contexts differ."""
+        return self.gen_scalar(runtime, "pad_prefill_s")
 
     def call_overhead_s(self, runtime: str | None) -> float:
         """The fixed host cost of one ``generate()`` call of a static-batch runtime."""

@@ -21,7 +21,9 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
             f"  [yellow](profile {s['profile']!r} has no costs of its own for it: priced with its plain "
             "prefill/decode, no call overhead or handoff)[/yellow]" if g["fallback"] else
             f"  call overhead {g['call_overhead_s'] * 1e3:.1f} ms, chunk handoff {g['handoff_s'] * 1e3:.1f} ms "
-            f"+ {g['handoff_per_row_s'] * 1e3:.2f} ms/row"))
+            f"+ {g['handoff_per_row_s'] * 1e3:.2f} ms/row"
+            + (f", left padding {g['pad_step_s'] * 1e3:.2f} ms + {g['pad_step_per_row_s'] * 1e3:.3f} ms/row per decode step"
+               if g.get("pad_step_s") or g.get("pad_step_per_row_s") else "")))
     t = Table(title="step time (s)")
     for col in ("mean", "p50", "p90", "tokens/s"):
         t.add_column(col, justify="right")

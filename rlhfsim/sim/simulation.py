@@ -290,7 +290,10 @@ def generation_runtime(sim: Simulation) -> dict:
     own = sim.cost.has_gen_runtime(rt)
     return {"runtime": rt, "fallback": not own and rt != "kv_decoder",
             "call_overhead_s": sim.cost.call_overhead_s(rt), "handoff_s": sim.cost.gen_scalar(rt, "handoff_s"),
-            "handoff_per_row_s": sim.cost.gen_scalar(rt, "handoff_per_row_s")}
+            "handoff_per_row_s": sim.cost.gen_scalar(rt, "handoff_per_row_s"),
+            "pad_step_s": sim.cost.gen_scalar(rt, "pad_step_s"),
+            "pad_step_per_row_s": sim.cost.gen_scalar(rt, "pad_step_per_row_s"),
+            "pad_prefill_s": sim.cost.gen_scalar(rt, "pad_prefill_s")}
 
 
 def pool_utilization(sim: Simulation, t0: float, t1: float) -> tuple[dict[str, float], dict[str, float]]:

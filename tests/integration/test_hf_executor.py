@@ -68,6 +68,9 @@ def test_sync_generates_exact_lengths_in_one_call_per_batch():
         assert r.prefill_calls == 1 and r.decode_steps == longest - 1 and r.decoded_tokens == B * longest
         assert r.prefill_tokens == sum(ROLLOUTS[i][0] for i in r.rollout_ids)
         assert sum(1 for i in r.intervals if i[1] == "generate") == 1    # one generate() call
+        calls = [shape for name, _, shape in r.ops if name == "generate_call"]
+        prompts = {ROLLOUTS[i][0] for i in r.rollout_ids}
+        assert len(calls) == 1 and calls[0]["padded"] == (len(prompts) > 1)   # left-padded when they differ
         a, b = r.phases["weight_sync"]                                    # nothing to copy: ~0 s
         assert b - a < 0.01
         assert len(r.rewards) == B and all(math.isfinite(x) for x in r.rewards)

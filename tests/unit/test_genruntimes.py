@@ -17,7 +17,7 @@ from click.testing import CliRunner  # noqa: E402
 from calibrate.assemble import _handoff_fit, build_profile  # noqa: E402
 from calibrate.cli import runtimes_command  # noqa: E402
 from calibrate.fit import point_work  # noqa: E402
-from calibrate.genbench import measure_gen_runtimes, plan, plan_size, runtime_key  # noqa: E402
+from calibrate.genbench import measure_gen_runtimes, pad_lengths, plan, plan_size, runtime_key  # noqa: E402
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, GumbelNoise, check_prompts, check_runtime, eager_greedy  # noqa: E402
 from calibrate.genruntimes.hf_generate import HfGenerate, RowStop  # noqa: E402
 from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
@@ -36,6 +36,7 @@ TINY = CATALOG["tiny-qwen2"]
 META = {"device_kind": "cpu", "device_name": "test", "dtype": "float32", "threads": 1}
 GRID = {"gen_runtimes": ["hf_generate", "kv_decoder", "vllm"], "gen_prefill": [[1, 16], [2, 32]],
         "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[1, 8, 8, 4], [2, 8, 8, 4]],
+        "gen_pad": [[1, 16], [4, 16]],
         "warmup": 0, "min_iters": 2, "max_iters": 3, "point_budget_s": 0.0, "gen_point_budget_s": 0.0,
         "quiet_wait_s": 0.0}
 CONTRACT_KEYS = {"valid", "available", "reason", "semantics", *GEN_SCALARS, "tokens_match_eager", "source",
@@ -133,7 +134,7 @@ def journaled(tmp_path_factory):
     with Journal.open(path, META, resume=False) as j:
         s = Session("cpu", "float32", grid, j, Progress(plan_size(grid, [TINY]), enabled=False), path.parent)
         measure_gen_runtimes(s, [TINY])
-        assert s.progress.done == s.progress.total == plan_size(grid, [TINY]) == 2 * 6
+        assert s.progress.done == s.progress.total == plan_size(grid, [TINY]) == 8 + 6   # hf_generate's 8, vllm's 6 skipped
         records = list(j.records)
     return path, grid, records
 
@@ -141,10 +142,21 @@ def journaled(tmp_path_factory):
 def test_genbench_journals_points_and_records(journaled):
     _, grid, records = journaled
     pts = {r["key"]: r for r in records if r.get("kind") == "point"}
-    assert len(pts) == 6 and all(p["runtime"] == "hf_generate" and "skipped" not in p for p in pts.values())
+    assert len(pts) == 8 and all(p["runtime"] == "hf_generate" for p in pts.values())
     ops = sorted(p["op"] for p in pts.values())
-    assert ops == ["decode", "decode", "handoff", "handoff", "prefill", "prefill"]
+    assert ops == ["decode", "decode", "handoff", "handoff", "pad", "pad", "prefill", "prefill"]
+    one_row = [p for p in pts.values() if p["op"] == "pad" and p["batch"] == 1]
+    assert len(one_row) == 1 and "one row has nothing to pad" in one_row[0]["skipped"]
     for p in pts.values():
+        if "skipped" in p:
+            continue
+        if p["op"] == "pad":         # per-step difference, padded against uniform, from two pairs of calls
+            k = p["steps"]
+            assert k == 3 and p["padded_lengths"] == [16, 14, 11, 8] and p["prompt_len"] == 16
+            assert p["samples_s"] == pytest.approx([((d - c) - (b - a)) / k for a, b, c, d in zip(
+                p["short_samples_s"], p["long_samples_s"], p["padded_short_samples_s"], p["padded_long_samples_s"])])
+            assert p["prefill_pad_s"] is not None
+            continue
         assert p["samples_s"] and p["tmean_s"] is not None
         if p["op"] == "prefill":     # in-call forward times, the whole calls kept beside them
             assert len(p["call_samples_s"]) == len(p["samples_s"]) and p["call_tmean_s"] > p["tmean_s"] > 0
@@ -186,7 +198,17 @@ def test_plan_limits_compiled_runtimes_to_their_batch_and_models():
     assert ("hf_static", "small-qwen2") not in jobs                      # gen_compiled_models = 1
     assert {p.batch for p in jobs[("hf_static", "tiny-qwen2")]} == {grid.gen_compiled_batch}
     assert jobs[("kv_decoder", "tiny-qwen2")] == []                       # its points are the plain ones
-    assert len(jobs[("hf_generate", "small-qwen2")]) == len(grid.gen_prefill) + len(grid.gen_decode) + len(grid.handoff)
+    assert len(jobs[("hf_generate", "small-qwen2")]) == (len(grid.gen_prefill) + len(grid.gen_decode) + len(grid.handoff)
+                                                         + len(grid.gen_pad))
+    assert sum(p.op == "pad" for p in jobs[("hf_static", "tiny-qwen2")]) == sum(b == grid.gen_compiled_batch for b, _ in grid.gen_pad)
+
+
+def test_pad_lengths_span_the_width_down_to_half():
+    assert pad_lengths(1, 64) == [64]
+    for b, n in ((2, 64), (4, 64), (16, 64), (4, 256), (3, 7)):
+        lens = pad_lengths(b, n)
+        assert len(lens) == b and lens[0] == n and lens[-1] == n - n // 2
+        assert all(x >= y for x, y in zip(lens, lens[1:])) and len(set(lens)) > 1
     with pytest.raises(RlhfsimError, match="grid.gen_runtimes: expected a list of generation runtimes"):
         with_overrides(QUICK_CPU, {"gen_runtimes": ["trt_llm"]})
 
@@ -213,10 +235,14 @@ def test_assemble_writes_runtime_operations_and_the_generation_section(journaled
     hf = gen["hf_generate"]
     assert CONTRACT_KEYS <= set(hf)
     assert hf["valid"] and hf["available"] and hf["tokens_match_eager"] and hf["source"] == "measured"
-    assert hf["semantics"] == "static" and hf["n_points"] == 6
+    assert hf["semantics"] == "static" and hf["n_points"] == 7     # the one-row pad point was skipped
+    assert hf["pad_step_s"] >= 0 and hf["pad_step_per_row_s"] == 0.0      # one batch size measured
+    assert hf["pad_prefill_s"] == max(hf["pad_points"][0]["prefill_pad_s"], 0.0)
+    assert [(p["batch"], p["prompt"]) for p in hf["pad_points"]] == [(4, 16)]
     assert hf["call_overhead_s"] >= 0 and hf["handoff_s"] >= 0 and hf["handoff_per_row_s"] >= 0
     assert sorted((r["batch"], r["context"]) for r in hf["ms_per_step"]) == [(1, 16.0), (2, 32.0)]
     assert gen["kv_decoder"]["handoff_s"] == gen["kv_decoder"]["call_overhead_s"] == 0.0
+    assert gen["kv_decoder"]["pad_step_s"] == gen["kv_decoder"]["pad_step_per_row_s"] == gen["kv_decoder"]["pad_prefill_s"] == 0.0
     if not torch.cuda.is_available():
         v = gen["vllm"]
         assert CONTRACT_KEYS <= set(v) and not v["valid"] and not v["available"] and v["source"] == "skipped"

@@ -150,6 +150,48 @@ def test_static_call_overhead_is_paid_once_per_batch_and_is_not_active(scenario_
     assert ib.active_s == pytest.approx(ia.active_s, rel=REL)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_left_padded_static_batch_pays_the_padding_term_at_every_decode_step(stream, scenario_dict, tracked):
+    # Two batches of 2 rows: the first of equal prompts (no padding), the second of unequal ones
+    # (left-padded): only the second's decode steps pay pad_step_s + pad_step_per_row_s x 2. Detached
+    # (no stream) on the deferred clock, streamed (intra, chunk 8) on the event clock.
+    d = _dict(scenario_dict, "static", prompts=4, max_batch=2, base="cpu")
+    if stream:
+        d = _intra(d, 8)
+    sc = load_scenario(d)
+    lengths = [(32, 20), (32, 20), (20, 30), (32, 30)]
+    pad = {"pad_step_s": 0.004, "pad_step_per_row_s": 0.001, "pad_prefill_s": 0.05}
+    a = tracked(sc, steps=1, rollouts=lengths, cost=_cost(sc))
+    b = tracked(sc, steps=1, rollouts=lengths, cost=_cost(sc, {"hf_generate": pad}))
+    ia, ib = _gen_intervals(a.sim)[0], _gen_intervals(b.sim)[0]
+    # the padded batch: its prefill (+ pad_prefill_s) gives the first token, then 29 decode steps
+    # (streamed, the chunk scorer co-running beside them slows those steps, the padding term with them)
+    added = 0.05 + 29 * (0.004 + 2 * 0.001)
+    if stream:
+        assert ib.end_s - ib.start_s >= ia.end_s - ia.start_s + added * (1 - 1e-9)
+    else:
+        assert ib.end_s - ib.start_s == pytest.approx(ia.end_s - ia.start_s + added, rel=1e-6)
+    if not stream:   # (streamed, the scorer's chunks land at other times, and its co-running with them)
+        assert ib.active_s == pytest.approx(ia.active_s, rel=REL)   # host time, not kernels
+    # equal prompts everywhere: nothing changes
+    same = [(32, 20)] * 4
+    c = tracked(sc, steps=1, rollouts=same, cost=_cost(sc))
+    e = tracked(sc, steps=1, rollouts=same, cost=_cost(sc, {"hf_generate": pad}))
+    ic, ie = _gen_intervals(c.sim)[0], _gen_intervals(e.sim)[0]
+    assert ie.end_s - ie.start_s == pytest.approx(ic.end_s - ic.start_s, rel=REL)
+
+
+def test_pad_step_cost_model():
+    from rlhfsim.hardware.catalog import get_gpu
+    prof = copy.deepcopy(CostModel.load(get_gpu("cpu")).profile)
+    prof["generation"] = {"hf_generate": {"pad_step_s": 0.004, "pad_step_per_row_s": 0.001, "pad_prefill_s": 0.05}}
+    cm = CostModel(get_gpu("cpu"), prof)
+    assert cm.pad_step_s("hf_generate", 4) == pytest.approx(0.008) and cm.pad_prefill_s("hf_generate") == 0.05
+    assert cm.pad_prefill_s("kv_decoder") == 0.0
+    assert cm.pad_step_s("hf_generate", 1) == 0.0          # one row has nothing to pad
+    assert cm.pad_step_s("kv_decoder", 4) == 0.0 and cm.pad_step_s(None, 4) == 0.0
+
+
 @pytest.mark.parametrize("engine", ["static", "continuous"])
 def test_active_time_is_prefill_and_decode_kernels(engine, scenario_dict, tracked):
     lengths = [(20, 10), (32, 50)]

@@ -172,6 +172,7 @@ class Clock:
         self.gpu0 = idx * eng.tp
         self.gpus = range(self.gpu0, self.gpu0 + eng.tp)
         self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt)  # ``decode_coeffs``'s constants
+        self.step_extra_s = 0.0   # added to every decode step of the current batch (a padded static batch)
 
     # -- rows ----------------------------------------------------------------------------------------
     def sync(self, r: Rollout) -> None:
@@ -274,7 +275,8 @@ class Clock:
     # -- decode segments -----------------------------------------------------------------------------
     def coeffs(self, batch: int, kv0: float) -> tuple:
         """``decode_coeffs`` of a segment of ``batch`` rows holding ``kv0`` cached tokens at its start."""
-        return self._decoder.coeffs(batch, kv0, self.eng.overhead)
+        c = self._decoder.coeffs(batch, kv0, self.eng.overhead)
+        return (*c[:4], c[4] + self.step_extra_s) if self.step_extra_s else c
 
     def factor(self) -> float:
         """How much slower the rest of the segment runs now (``Simulation.decode_rate``: while chunk scoring

@@ -26,6 +26,14 @@ from rlhfsim.sim.rollouts import Rollout
 SEGMENT = -1.0  # a booked item that is a decode segment (its duration is computed in ``resolve``)
 
 
+def _with_extra(coeffs: tuple, extra: np.ndarray) -> tuple:
+    """``decode_coeffs`` with each booking's ``step_extra_s`` added to its per-step overhead, as
+    ``Clock.coeffs`` adds it (the same arithmetic, so the same bits)."""
+    if not extra.any():
+        return coeffs
+    return (*coeffs[:4], coeffs[4] + extra)
+
+
 class DeferredClock(Clock):
     """``Clock`` whose ``busy`` and ``decode`` book time instead of waiting for it (module docstring).
     ``finished`` and ``left``: the rows that ended / left the batch unfinished, in the order the replica
@@ -41,6 +49,7 @@ class DeferredClock(Clock):
         self.book_batch: list[int] = []
         self.book_kv0: list[int] = []
         self.book_n: list[int] = []
+        self.book_extra: list[float] = []   # per decode booking: the clock's step_extra_s then
         self.finished: list[Rollout] = []
         self.finished_at: list[int] = []
         self.left: list[Rollout] = []
@@ -61,6 +70,7 @@ class DeferredClock(Clock):
         self.book_batch.append(batch)
         self.book_kv0.append(kv0)
         self.book_n.append(n)
+        self.book_extra.append(self.step_extra_s)
         self.T += n
         return n
         yield  # pragma: no cover - makes this a generator, as Clock.decode is
@@ -77,7 +87,8 @@ class DeferredClock(Clock):
             batch = np.concatenate([np.array(c.book_batch) for c in booked])
             kv0 = np.concatenate([np.array(c.book_kv0) for c in booked])
             steps = np.concatenate([np.array(c.book_n) for c in booked])
-            coeffs = e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt)
+            coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt),
+                                 np.concatenate([np.array(c.book_extra) for c in booked]))
             total, kernel = decode_parts_many(coeffs, steps)
             o = 0
             for c in booked:
@@ -97,8 +108,9 @@ class DeferredClock(Clock):
         if self.book_n:
             if parts is None:
                 e = self.eng
-                coeffs = e.cost.decode_coeffs(e.model, e.dtype, np.array(self.book_batch), np.array(self.book_kv0),
-                                              e.tp, e.overhead, runtime=e.rt)
+                coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, np.array(self.book_batch),
+                                                          np.array(self.book_kv0), e.tp, e.overhead, runtime=e.rt),
+                                     np.array(self.book_extra))
                 parts = decode_parts_many(coeffs, np.array(self.book_n))
             total, kernel = parts
             seg = dur == SEGMENT

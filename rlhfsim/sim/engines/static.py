@@ -10,7 +10,10 @@ A batch of b rows with longest context ctx0 = max(prompt + generated) costs
 
     call_overhead_s(runtime)                       once, when its generate() call starts
     + prefill(b x ctx0 tokens, b sequences)        padded; skipped when every row's KV is resident
+      (+ pad_prefill_s(runtime) when the rows' contexts differ)
     + sum of decode steps of b rows from b x (ctx0 + P) cached tokens
+      (each + pad_step_s(runtime, b) when the rows' contexts differ: HF left-pads them and applies the
+      padding mask at every step; measured, 0 for kv_decoder and for profiles without the term)
 
 where P counts the batch's positions so far (1 after a prefill that gave fresh rows their first token).
 
@@ -61,13 +64,16 @@ class StaticEngine(Engine):
     def leftover(self) -> list[Rollout]:
         return [r for q in self.queues for batch in q for r in batch]
 
-    def _call(self, clock: Clock, rows: list[Rollout], ctx0: int):
+    def _call(self, clock: Clock, rows: list[Rollout], ctx0: int, padded: bool = False):
         """Process: the batch's generate() call starts: its overhead, then one prefill padded to ``ctx0``
-        tokens per row for the rows whose KV is not resident. Returns the fresh rows."""
+        tokens per row for the rows whose KV is not resident (``padded``: their contexts differ, and the
+        padding adds ``pad_prefill_s``). Returns the fresh rows."""
         need = [r for r in rows if not r.kv_resident]
         total = active = 0.0
         if need:
             total, active = self.prefill_parts(ctx0 * len(need), len(need))
+            if padded:
+                total += self.cost.pad_prefill_s(self.rt)
         total += self.cost.call_overhead_s(self.rt)
         if total > 0:
             yield from clock.busy(total, active)
@@ -147,9 +153,13 @@ class StaticEngine(Engine):
                 rows = st.rows = list(queue.popleft())
                 for r in rows:
                     r.paused, r.step_budget_used = False, 0
-                st.ctx0 = max(r.prompt_len + r.generated for r in rows)
+                ctx = {r.prompt_len + r.generated for r in rows}
+                st.ctx0 = max(ctx)
+                # rows of different contexts are left-padded to ctx0: the prefill and each decode step
+                # pay for the padding mask
+                clock.step_extra_s = self.cost.pad_step_s(self.rt, len(rows)) if len(ctx) > 1 else 0.0
                 try:
-                    fresh = yield from self._call(clock, rows, st.ctx0)
+                    fresh = yield from self._call(clock, rows, st.ctx0, len(ctx) > 1)
                 except simpy.Interrupt:
                     break
                 # The prefill gives fresh rows their first token: the padded batch is then one
