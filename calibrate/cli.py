@@ -208,7 +208,7 @@ def runtimes_command(profile_ref, fmt):
         click.echo("\nchunked scoring (chunk on a cached prefix vs one-shot prefill):")
         click.echo(chunk_table(profile))
     click.echo("\ngeneration runtimes (one decode step at batch x mean cached tokens; call overhead per generate() "
-               "call; handoff per chunk boundary at that batch):")
+               "call; handoff per chunk boundary and what left padding adds to a decode step, at that batch):")
     click.echo(generation_table(profile))
     tails = sampling_table(profile)
     if tails is not None:

@@ -30,7 +30,8 @@ journaled with its reason and its points are not measured):
   each decode step (HF builds and applies the padding mask at every step, where a batch without padding
   runs unmasked causal attention). Raw: ``short_samples_s``, ``long_samples_s``,
   ``padded_short_samples_s``, ``padded_long_samples_s``; ``prefill_pad_s``: what padding adds to the
-  one-token call (reported, not priced). ``assemble`` fits pad_step_s + pad_step_per_row_s x batch.
+  one-token call (the prefill). ``assemble`` fits pad_step_s + pad_step_per_row_s x batch to the samples
+  and takes the median ``prefill_pad_s`` as pad_prefill_s.
 
 Timing: host clock, the device synchronized before each reading. A point: one first round timed on its
 own (compilation lands there), ``warmup`` rounds, then rounds until ``min_iters`` are taken and their

@@ -8,8 +8,8 @@ valid runtimes, ties broken by more tokens; runtimes not measured there report n
 
 Generation runtimes (``profile["generation"]``, ``calibrate.genbench``): ``generation_table`` has one row
 per runtime and measured decode shape (model, batch, mean context: ms per decode step, tokens/s =
-batch / step time, the call overhead, the chunk handoff at that batch, validity and reason); a runtime
-without measured steps gets one row with its reason. ``generation_json`` reports each runtime at a
+batch / step time, the call overhead, the chunk handoff and what left padding adds to a decode step at
+that batch, validity and reason); a runtime without measured steps gets one row with its reason. ``generation_json`` reports each runtime at a
 reference decode shape chosen like the scoring one: the (model, batch, context) measured by the most
 valid runtimes, ties broken by more cached tokens.
 """
@@ -230,6 +230,12 @@ def _handoff_at(info: dict, batch: int) -> float | None:
     return info["handoff_s"] + (info.get("handoff_per_row_s") or 0.0) * batch
 
 
+def _pad_at(info: dict, batch: int) -> float | None:
+    if info.get("pad_step_s") is None:
+        return None
+    return info["pad_step_s"] + (info.get("pad_step_per_row_s") or 0.0) * batch
+
+
 def generation_rows(profile: dict) -> list[dict]:
     rows = []
     for rt, info in profile.get("generation", {}).items():
@@ -241,6 +247,7 @@ def generation_rows(profile: dict) -> list[dict]:
                          "tokens_per_s": b / r["ms"] * 1e3 if r and r["ms"] > 0 else None,
                          "call_overhead_s": info.get("call_overhead_s"),
                          "handoff_s": _handoff_at(info, b) if b is not None else info.get("handoff_s"),
+                         "pad_step_s": _pad_at(info, b) if b is not None else info.get("pad_step_s"),
                          "valid": bool(info["valid"]), "reason": info.get("reason", "")})
     return rows
 
@@ -251,9 +258,10 @@ def generation_table(profile: dict) -> str:
     rows = [[r["runtime"], r["model"] or "-", "-" if r["batch"] is None else str(r["batch"]),
              "-" if r["context"] is None else f"{r['context']:g}", _ms(r["ms_per_step"], 1.0),
              "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.0f}", _ms(r["call_overhead_s"]),
-             _ms(r["handoff_s"]), "yes" if r["valid"] else "NO", r["reason"] or ""] for r in generation_rows(profile)]
+             _ms(r["handoff_s"]), _ms(r["pad_step_s"]), "yes" if r["valid"] else "NO", r["reason"] or ""]
+            for r in generation_rows(profile)]
     return _fmt_table(["runtime", "model", "batch", "context", "ms/step", "tokens/s", "call overhead ms",
-                       "handoff ms", "valid", "reason"], rows)
+                       "handoff ms", "padded step +ms", "valid", "reason"], rows)
 
 
 def sampling_table(profile: dict) -> str | None:
