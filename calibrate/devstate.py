@@ -86,15 +86,18 @@ def state_probe(threads: int | None = None, calls: int = 15) -> dict:
             "dispatch_kops_s": dispatch}
 
 
-def dispatch_rate(calls: int = 15) -> float:
+def dispatch_rate(calls: int = 15, device: str = "cpu") -> float:
     """Thousands of operator calls per second through a chain of ``DISPATCH_LAYERS`` small layers (linear,
     layer norm, SiLU on ``DISPATCH_SHAPE`` activations) forward and backward with autograd: the median of
     ``calls`` timed passes. Counted as 3 operators per layer forward and 3 backward (the real count of
-    kernels is larger; only the ratio between two probes is used)."""
+    kernels is larger; only the ratio between two probes is used). On ``cuda`` the same chain on the device,
+    synchronised at the end of each pass: its kernels are tiny, so this is the host's rate of dispatching
+    and launching them, what a small model's decode step on a GPU is bound by (``host_probe``)."""
     rows, width = DISPATCH_SHAPE
     gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(width, width, generator=gen, requires_grad=True) for _ in range(DISPATCH_LAYERS)]
-    x0 = torch.randn(rows, width, generator=gen)
+    weights = [torch.randn(width, width, generator=gen).to(device).requires_grad_() for _ in range(DISPATCH_LAYERS)]
+    x0 = torch.randn(rows, width, generator=gen).to(device)
+    cuda = torch.device(device).type == "cuda"
 
     def chain():
         x = x0
@@ -103,9 +106,25 @@ def dispatch_rate(calls: int = 15) -> float:
         x.sum().backward()
         for w in weights:
             w.grad = None
+        if cuda:
+            torch.cuda.synchronize(device)
 
     t = median_call_s(chain, calls)
     return 6 * DISPATCH_LAYERS / t / 1e3
+
+
+def host_probe(device: str, calls: int = 15) -> dict:
+    """The host's speed beside a GPU: the dispatch chain on the CPU and on ``device`` (``dispatch_rate``),
+    thousands of operator calls per second. On the H200 a small model's step was host-bound (utilization
+    4-15% at full clock) and the same decode call moved between 20 and 105 ms from one stretch of seconds to
+    the next (docs/validation.md "GPU"); a GPU validation records this before and after its steps, and the
+    GPU session's ``env.json`` at calibration, so a later comparison can tell a slower host from a model
+    miss. Nothing here changes a prediction."""
+    from calibrate.device_info import cpu_model, load_avg, usable_cores
+
+    return {"version": PROBE_VERSION, "device": device, "cpu_model": cpu_model(), "cpu_cores": usable_cores(),
+            "load_avg_1m": load_avg(), "dispatch_kops_s": dispatch_rate(calls),
+            "device_dispatch_kops_s": dispatch_rate(calls, device)}
 
 
 def _rates(probe: dict) -> dict[str, float]:

@@ -112,6 +112,9 @@ def _env() -> dict:
         out["device"] = {"name": p.name, "memory_bytes": p.total_memory, "sms": p.multi_processor_count,
                          "capability": f"{p.major}.{p.minor}"}
         out["ceilings"] = _ceilings()
+        from calibrate.devstate import host_probe
+
+        out["host_probe"] = host_probe("cuda")   # the host's dispatch rate, CPU and CUDA (calibrate.devstate)
     out["cpu_count"] = os.cpu_count()
     return out
 

@@ -36,14 +36,16 @@ OWN_FILES = 3   # env.json, session.json, session.log
 
 
 def summary(doc: dict) -> dict:
-    """Per profile: measured and predicted seconds per step, the error and the phases' errors."""
+    """Per scenario and profile: measured and predicted seconds per step, the error, the phases' errors and
+    (on CUDA) the allocator counters each phase moved per step."""
     out = {}
     for block in [doc, *doc.get("other_profiles", [])]:
         for sc in block.get("scenarios", []):
             out.setdefault(sc["name"], {})[block["profile"]] = {
                 "measured_s": sc["measured_step_time_s"], "predicted_s": sc["predicted_step_time_s"],
                 "error_pct": sc["error_pct"],
-                "phases_error_pct": {k: v.get("error_pct") for k, v in sc.get("phases", {}).items()}}
+                "phases_error_pct": {k: v.get("error_pct") for k, v in sc.get("phases", {}).items()},
+                **({"allocator": sc["allocator"]} if "allocator" in sc else {})}
     return out
 
 

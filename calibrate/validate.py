@@ -458,6 +458,20 @@ def phase_operations(setup, cost, steps: list) -> dict:
     return out
 
 
+def allocator(steps: list) -> dict:
+    """The CUDA caching allocator's counters each phase moved, per measured step (the executor's
+    ``StepLog.allocs``, ``calibrate.executor.timing.ALLOC_KEYS``); empty off CUDA. Nothing prices them:
+    they say whether a phase mapped and returned device memory while it ran (docs/validation.md "GPU")."""
+    n = max(len(steps), 1)
+    acc: dict[str, dict[str, float]] = {}
+    for r in steps:
+        for phase, counts in getattr(r, "allocs", {}).items():
+            a = acc.setdefault(phase, {})
+            for k, v in counts.items():
+                a[k] = a.get(k, 0) + v / n
+    return {ph: acc[ph] for ph in sorted(acc)}
+
+
 FAULT_PATTERNS = {"reference": ("reference", "logprob_forward"), "actor_train": ("actor", "logprob_train")}
 
 
@@ -547,7 +561,8 @@ def validate_scenario(prepared, profile: str, visits: list[list]) -> dict:
             "phases": phases, "generation_ops": operations(setup, cost, m_steps),
             "page_faults": page_faults(setup, cost, m_steps),
             "scoring_ops": scoring_operations(setup, cost, m_steps),
-            "phase_ops": phase_operations(setup, cost, m_steps), "checks": checks}
+            "phase_ops": phase_operations(setup, cost, m_steps), "checks": checks,
+            **({"allocator": allocs} if (allocs := allocator(m_steps)) else {})}
 
 
 QUICK = "quick"   # --profile name of validate's own quick calibration of the scenarios' models
@@ -728,7 +743,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     prepared = [prepare(p, device, steps, threads, overrides) for p in scenarios]
     from calibrate.executor import RoundRobin, run_steps
 
-    from calibrate.devstate import state_probe
+    from calibrate.devstate import host_probe, state_probe
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     generic_path = None
@@ -776,6 +791,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     # whose speed drifts from minute to minute both sides are measured over the same stretch of time
     # (docs/validation.md, "How a run is made").
     probes = [state_probe(threads)] if device == "cpu" else []
+    hosts = [] if device == "cpu" else [host_probe(device)]   # a GPU's host: before and after the steps
     around: list[list[dict]] = []   # --sequential on CPU: per scenario, the state probes just before and after each visit
     if sequential:
         measured: list[list] = [[None] * visits for _ in cfgs]   # per scenario, per visit: its StepResults
@@ -810,6 +826,13 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
            "other_profiles": blocks[1:]}
     if generic_path is not None:
         doc["generic_profile"] = generic_path
+    if hosts:
+        hosts.append(host_probe(device))
+        doc["host_probes"] = hosts
+        if progress:
+            click.echo("host dispatch rate before / after the steps (thousand operator calls/s): CPU "
+                       + " / ".join(f"{h['dispatch_kops_s']:.0f}" for h in hosts) + f", {device} "
+                       + " / ".join(f"{h['device_dispatch_kops_s']:.0f}" for h in hosts), err=True)
     if probes:
         probes.append(state_probe(threads))
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)

@@ -97,6 +97,7 @@ class StepResult:
     rewards: list[float] = field(default_factory=list)      # reward of each trained rollout (rollout_ids order)
     ops: list[tuple[str, float, dict]] = field(default_factory=list)  # StepLog.ops: timed operations with shapes
     faults: list[tuple[str, int, int, int]] = field(default_factory=list)  # StepLog.faults: (phase, bytes, rows, width)
+    allocs: dict[str, dict[str, int]] = field(default_factory=dict)  # StepLog.allocs: CUDA allocator counters per phase
 
 
 def _fail(name: str, expected: str, got) -> None:

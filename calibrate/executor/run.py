@@ -39,7 +39,7 @@ from calibrate.executor import training as T
 from calibrate.executor.config import ExecConfig, StepResult, validate
 from calibrate.executor.generation import EXEC_RUNTIMES, Sequence
 from calibrate.executor.scorer import Scorer, rule_reward
-from calibrate.executor.timing import Clock, StepLog, minor_faults
+from calibrate.executor.timing import Clock, StepLog, device_allocs, minor_faults
 from calibrate.models import build_hf_model, torch_dtype
 from calibrate.retokenize import Retokenizer
 
@@ -205,6 +205,7 @@ class _Executor:
         log = StepLog(t0)
         if self.scorer is not None:
             self.scorer.log = log
+        a0 = device_allocs(self.device)
         finished = self.gen.generate(pool, target, log)
         trained = finished[:target]
         taken = {id(s) for s in trained}
@@ -214,13 +215,18 @@ class _Executor:
         # The batch in prompt order, as frameworks gather it (and as the simulator does): which
         # micro-batch a rollout lands in must not depend on the order rollouts happened to finish in.
         batch = sorted(trained, key=lambda s: s.rid)
+        log.alloc("generate", a0, a0 := device_allocs(self.device))
         rewards = self._reward(batch, log)
+        log.alloc("reward", a0, a0 := device_allocs(self.device))
         ref_lp = self._inference(self.reference, batch, log, "reference", "reference", T.token_logprobs)
+        log.alloc("reference", a0, a0 := device_allocs(self.device))
         values = self._inference(self.critic, batch, log, "critic", "critic_fwd", T.token_values)
+        log.alloc("critic_fwd", a0, device_allocs(self.device))
         self._train(batch, rewards, ref_lp, values, log)
-        start = self.clock.now()
+        start, a0 = self.clock.now(), device_allocs(self.device)
         self.gen.sync_weights(self.actor)
         log.add("actor", "weight_sync", start, self.clock.now())
+        log.alloc("weight_sync", a0, device_allocs(self.device))
 
         phases = log.phases()
         c = log.counts
@@ -232,7 +238,8 @@ class _Executor:
             decoded_tokens=c["decoded_tokens"], decode_steps=c["decode_steps"], prefill_calls=c["prefill_calls"],
             prefill_tokens=c["prefill_tokens"], scored_prompt_tokens=c["scored_prompt_tokens"],
             score_calls=c["score_calls"], deferred_tokens=sum(len(s.tokens) for s in self.carried), deferred_ids=[s.rid for s in self.carried],
-            rewards=[float(x) for x in rewards.tolist()], ops=list(log.ops), faults=list(log.faults))
+            rewards=[float(x) for x in rewards.tolist()], ops=list(log.ops), faults=list(log.faults),
+            allocs={ph: dict(c) for ph, c in log.allocs.items()})
 
     # ----------------------------------------------------------------------------------- phases
     def _batches(self, seqs: list[Sequence], size: int):
@@ -316,6 +323,7 @@ class _Executor:
             perm = torch.randperm(n, generator=self.shuffle).tolist()
             plan.extend(perm[i:i + cfg.minibatch_size] for i in range(0, n, cfg.minibatch_size))
 
+        a0 = device_allocs(self.device)
         for k, idx in enumerate(plan):
             start, f0 = self.clock.now(), minor_faults()
             b = T.pack([trained[i] for i in idx], self.device)
@@ -327,6 +335,7 @@ class _Executor:
             self.actor_opt.step()
             log.piece("train_call", "actor", "actor_train", start, self.clock.now(), b.ids, k)
             log.fault("actor_train", f0, *b.ids.shape)
+        log.alloc("actor_train", a0, a0 := device_allocs(self.device))
         if self.critic is None:
             return
         for k, idx in enumerate(plan):
@@ -340,4 +349,5 @@ class _Executor:
             self.critic_opt.step()
             log.piece("train_call", "critic", "critic_train", start, self.clock.now(), b.ids, k)
             log.fault("critic_train", f0, *b.ids.shape)
+        log.alloc("critic_train", a0, device_allocs(self.device))
 

@@ -21,11 +21,27 @@ import torch
 
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# The CUDA caching allocator's counters a step's phases are read by (``torch.cuda.memory_stats``): device
+# memory mapped (cudaMalloc) and returned (cudaFree), allocations retried after freeing the cache, and
+# synchronisations of every stream the allocator forced. On the H200 the actor's minibatches took 2.3-25x
+# the same call alone in the steps, where every minibatch has its own width and the LM head's logits need
+# blocks of gigabytes (docs/validation.md "GPU"): these say whether the allocator was mapping memory then.
+ALLOC_KEYS = {"device_allocs": "num_device_alloc", "device_frees": "num_device_free",
+              "alloc_retries": "num_alloc_retries", "sync_all_streams": "num_sync_all_streams"}
 
 
 def minor_faults() -> int:
     """Minor page faults of this process so far (``getrusage``): a page of fresh memory touched."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def device_allocs(device: torch.device) -> dict[str, int] | None:
+    """The caching allocator's counters on ``device`` so far (``ALLOC_KEYS``); None off CUDA (a CPU has no
+    caching allocator: its fresh memory shows as page faults, ``minor_faults``)."""
+    if device.type != "cuda":
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return {k: int(stats.get(v, 0)) for k, v in ALLOC_KEYS.items()}
 
 
 class Clock:
@@ -56,6 +72,9 @@ class StepLog:
         # Pages faulted in by each minibatch of the main thread's sequential phases (calibrate.pagefaults):
         # (phase, bytes faulted, rows, padded width); see ``minor_faults``.
         self.faults: list[tuple[str, int, int, int]] = []
+        # Per phase, the caching allocator's counters it moved (``device_allocs``; CUDA only, device-wide: under
+        # OPPO's intra-step overlap ``generate`` includes the scorer thread's).
+        self.allocs: dict[str, Counter] = {}
         self._lock = threading.Lock()
 
     def op(self, name: str, seconds: float, **shape) -> None:
@@ -83,6 +102,14 @@ class StepLog:
         thread runs beside (reference, critic, training minibatches)."""
         with self._lock:
             self.faults.append((phase, (minor_faults() - faults_before) * PAGE_BYTES, rows, width))
+
+    def alloc(self, phase: str, before: dict[str, int] | None, after: dict[str, int] | None) -> None:
+        """What the allocator counters moved between two ``device_allocs`` readings, added to ``phase``
+        (nothing off CUDA, where both are None)."""
+        if before is None or after is None:
+            return
+        with self._lock:
+            self.allocs.setdefault(phase, Counter()).update({k: after[k] - before[k] for k in after})
 
     def count(self, **counts: int) -> None:
         with self._lock:

@@ -71,3 +71,34 @@ def test_bundled_h200_profile_is_its_journal_assembled_without_a_gpu(tmp_path):
     gen = fresh["generation"]
     assert gen["hf_generate"]["valid"] and not gen["vllm"]["valid"] and "not importable" in gen["vllm"]["reason"]
     assert bundled["step"]["source"] == "measured" and bundled["step"]["device"] == "cuda"
+
+
+def test_gpu_validate_rehearsed_on_cpu_writes_each_scenario_as_it_ends(tmp_path):
+    """``calibrate.gpu_validate`` on CPU with tiny-model overrides: the env stage, one validate stage per
+    scenario in the order given, each scenario's JSON and a summary per profile in session.json."""
+    from calibrate.gpu_validate import main
+
+    tiny = [a for role in ("actor", "critic", "reference", "reward") for a in ("--set", f"models.{role}.model=tiny-qwen2")]
+    rc = main(["--out", str(tmp_path), "--device", "cpu", "--scenarios", "oppo-inter,sync-static", "--profile", "cpu",
+               "--budget-s", "240", "--set", "cluster.gpu=cpu", "--set", "workload.max_response_tokens=24",
+               "--set", "workload.prompts_per_step=4", "--set", "algorithm.minibatch_size=2", *tiny])
+    assert rc == 0
+    doc = json.loads((tmp_path / "session.json").read_text())
+    assert [st["stage"] for st in doc["stages"]] == ["env", "validate oppo-inter", "validate sync-static"]
+    assert all(st["rc"] == 0 for st in doc["stages"])
+    assert set(doc["results"]) == {"val-h200-oppo-inter", "val-h200-sync-static"}
+    for by in doc["results"].values():
+        r = by["cpu"]
+        assert r["measured_s"] > 0 and r["predicted_s"] > 0 and "allocator" not in r   # no caching allocator on CPU
+    assert (tmp_path / "val-oppo-inter.json").is_file() and (tmp_path / "val-sync-static.json").is_file()
+
+
+def test_gpu_validate_refuses_more_scenarios_than_files_come_back(tmp_path, capsys):
+    from calibrate.gpu_validate import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(tmp_path), "--scenarios", "a,b,c,d,e,f"])
+    assert e.value.code != 0 and "--scenarios: expected at most 5" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "--scenarios", "no-such-scenario"])
+    assert "expected a scenario file" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.devstate import GEMV_MIB, TOLERANCE, compare, profile_probes, state_probe  # noqa: E402
+from calibrate.devstate import GEMV_MIB, PROBE_VERSION, TOLERANCE, compare, profile_probes, state_probe  # noqa: E402
 
 
 def _probe(model: str = "CPU X", scale: float = 1.0, gemm: float = 100.0) -> dict:
@@ -128,3 +128,11 @@ def test_thread_pool_settings_that_differ_from_the_profiles_are_named(monkeypatc
     assert compare(prof, now)["warnings"] == []
     del prof["device"]["thread_env"]       # a profile from before the record: nothing to compare
     assert compare(prof, now)["warnings"] == []
+
+
+def test_host_probe_measures_the_dispatch_chain_on_the_host_and_on_the_device():
+    from calibrate.devstate import host_probe
+
+    p = host_probe("cpu", calls=3)   # on CUDA the second chain runs on the GPU, synchronised per pass
+    assert p["device"] == "cpu" and p["version"] == PROBE_VERSION
+    assert p["dispatch_kops_s"] > 0 and p["device_dispatch_kops_s"] > 0 and p["cpu_cores"] >= 1
