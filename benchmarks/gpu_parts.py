@@ -29,7 +29,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,26 +37,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibrate.decoder import StaticKVDecoder, sample_next  # noqa: E402
 from calibrate.executor import training as T  # noqa: E402
+from calibrate.executor.timing import Clock  # noqa: E402
 from calibrate.genruntimes.base import left_pad  # noqa: E402
 from calibrate.genruntimes.hf_generate import HfGenerate, LogprobRecorder, RowStop  # noqa: E402
 from calibrate.models import build_hf_model  # noqa: E402
 from rlhfsim.models.catalog import load_model  # noqa: E402
 
 
-def now(dev) -> float:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    return time.perf_counter()
-
-
 def rounds(fns: dict, n: int, dev) -> dict:
     """Each of ``fns`` once per round, ``n`` rounds after one warm-up round: per name, the median seconds."""
     out = {k: [] for k in fns}
+    clock = Clock(dev)   # the executor's clock: the stream synchronised before each reading
     for r in range(n + 1):
         for k, fn in fns.items():
-            t0 = now(dev)
+            t0 = clock.now()
             fn()
-            t = now(dev) - t0
+            t = clock.now() - t0
             if r:
                 out[k].append(t)
     return {k: {"median_s": statistics.median(v), "samples_s": v} for k, v in out.items()}
