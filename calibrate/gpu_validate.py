@@ -14,6 +14,16 @@ lies under one directory, at most 8 files, so:
    SIGKILL 20 s later) and costs only itself. A stage starts only with ``--min-stage-s`` left; it may run
    to ``--stage-cap-s`` or the budget, whichever comes first.
 
+With ``--calibrate MODELS``, a ``calibrate`` stage comes first: a quick calibration of those models on this
+lease (``LEASE_GRID``: the operations the sync scenarios price, their generation runtimes, training with
+both heads; chunked scoring, scoring runtimes, strategies, hand-over and the GEMM and width sweeps left
+out), cut at ``--calibrate-s`` and then assembled from whatever its journal holds, into ``lease.json``,
+which goes first in every validate stage's ``--profile``: a profile measured minutes before the steps on
+the same host, where the bundled one came from another lease. With ``--variant NAME:VAR=VALUE`` the first
+scenario runs once more, right after itself, with that environment variable set (``val-<scenario>-NAME.json``): an A/B of one
+mechanism on the same lease (e.g. ``expandable:PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, the
+caching allocator mapping growing segments instead of new blocks).
+
 ``session.json`` records every stage's command, exit code, seconds and whether its deadline cut it, and a
 summary of each finished scenario (measured and predicted seconds per step, error per profile);
 ``session.log`` has every stage's output. ``--device cpu`` rehearses the same session here (with ``--set``
@@ -28,9 +38,18 @@ import json
 import sys
 from pathlib import Path
 
-from calibrate.gpu_session import Session
+from calibrate.gpu_session import PLANS, Session
 
 SCENARIOS = ("sync-static", "oppo-intra", "sync-continuous", "oppo-inter", "oppo-full")
+# --calibrate: the calibration plan of calibrate.gpu_session ("quick-session") narrowed to what the sync
+# scenarios price (prefill, decode, scoring, both training heads, the generation runtimes' points with
+# left padding, the sampling tail at the scenarios' vocabulary, interference), so one small model fits in
+# minutes
+# (the grid's lists that may not be empty keep one small point each: one strategy, one chunked point, one
+# hand-off)
+LEASE_GRID = {"strategies": [[8, 256]], "chunk_batches": [8], "chunk_prefixes": [0], "chunk_sizes": [128],
+              "handoff": [[8, 128, 32, 4]], "handover": [], "gemm": [], "widths": [],
+              "sampling": [[16, 151936], [64, 151936]], "gen_runtimes": ["hf_generate", "kv_decoder"]}
 MAX_FILES = 8   # what the device tool brings back from one directory
 OWN_FILES = 3   # env.json, session.json, session.log
 
@@ -63,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="validate's --set, for every scenario (repeatable).")
     ap.add_argument("--stage-cap-s", type=float, default=200.0, help="The most one scenario's stage may run.")
     ap.add_argument("--min-stage-s", type=float, default=45.0, help="A scenario starts only with this much left.")
+    ap.add_argument("--calibrate", default="", metavar="MODELS",
+                    help="First calibrate these catalog models on this device (lease.json, first in --profile).")
+    ap.add_argument("--calibrate-s", type=float, default=200.0, help="The most the calibrate stage may run.")
+    ap.add_argument("--gpu", default="h200", help="--calibrate: the catalog GPU the device is.")
+    ap.add_argument("--grid-extra", default="{}", help="--calibrate: JSON grid fields over LEASE_GRID (rehearsals).")
+    ap.add_argument("--variant", default="", metavar="NAME:VAR=VALUE",
+                    help="Run the first scenario again with this environment variable set (val-<scenario>-NAME.json).")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,31 +97,65 @@ def main(argv: list[str] | None = None) -> int:
     if len(names) > MAX_FILES - OWN_FILES:
         ap.error(f"--scenarios: expected at most {MAX_FILES - OWN_FILES} (the device tool returns {MAX_FILES} files), "
                  f"got {len(names)}")
+    extra_files = (2 if args.calibrate else 0) + (1 if args.variant else 0)   # lease.json + its journal; the variant
+    if len(names) + extra_files > MAX_FILES - OWN_FILES:
+        ap.error(f"--scenarios: expected at most {MAX_FILES - OWN_FILES - extra_files} with --calibrate/--variant "
+                 f"(the device tool returns {MAX_FILES} files), got {len(names)}")
     paths = [Path(n) if n.endswith((".yaml", ".yml")) else root / args.dir / f"{n}.yaml" for n in names]
     for n, p in zip(names, paths):
         if not p.is_file():
             ap.error(f"--scenarios: {n!r}: expected a scenario file, found none at {p}")
+    variant = None
+    if args.variant:
+        vname, _, assign = args.variant.partition(":")
+        var, eq, value = assign.partition("=")
+        if not (vname and vname.replace("-", "").isalnum() and var and eq):
+            ap.error(f"--variant: expected NAME:VAR=VALUE (NAME in letters, digits and '-'), got {args.variant!r}")
+        variant = (vname, var, value)
+    try:
+        extra_grid = json.loads(args.grid_extra)
+        if not isinstance(extra_grid, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        ap.error(f"--grid-extra: expected a JSON object, got {args.grid_extra!r} ({e})")
 
     s = Session(out, args.budget_s)
     py = sys.executable
     s.run("env", [py, "-m", "calibrate.gpu_session", "--out", str(out), "--env-only"], min(60.0, s.left()))
+    profile = args.profile
+    if args.calibrate:
+        lease = out / "lease.json"
+        target = ["--gpu", args.gpu] if args.device == "cuda" else ["--device", "cpu", "--name", "lease"]
+        grid = json.dumps({**PLANS["quick-session"], **LEASE_GRID, "actor_models": None, "critic_models": None,
+                           **extra_grid})
+        cal = [py, "-m", "calibrate", "calibrate", *target, "--quick", "--models", args.calibrate, "--runtimes",
+               "eager", "--out", str(lease), "--grid", grid]
+        s.run("calibrate", cal, min(args.calibrate_s, s.left() - 60))
+        if not lease.is_file():    # cut before it wrote the profile: whatever the journal holds
+            s.run("assemble", cal + ["--no-progress", "--from-journal"], min(60.0, s.left()))
+        if lease.is_file():
+            profile = f"{lease},{profile}" if profile else str(lease)
     sets = [a for o in args.overrides for a in ("--set", o)]
     results = {}
-    for p in paths:
-        dest = out / f"val-{p.stem}.json"
+    runs = [(p, p.stem, None) for p in paths]
+    if variant:
+        runs.insert(1, (paths[0], f"{paths[0].stem}-{variant[0]}", {variant[1]: variant[2]}))   # right after its base
+    for p, stem, env in runs:
+        dest = out / f"val-{stem}.json"
         left = s.left() - 5
         limit = min(left, args.stage_cap_s) if left >= args.min_stage_s else 0.0
-        rec = s.run(f"validate {p.stem}", [py, "-m", "rlhfsim.cli", "validate", "--device", args.device, "--sequential",
-                                           "--steps", str(args.steps), "--profile", args.profile, "--format", "json",
-                                           "--out", str(dest), "--scenario", str(p), *sets], limit)
+        rec = s.run(f"validate {stem}", [py, "-m", "rlhfsim.cli", "validate", "--device", args.device, "--sequential",
+                                         "--steps", str(args.steps), "--profile", profile, "--format", "json",
+                                         "--out", str(dest), "--scenario", str(p), *sets], limit, env=env)
         if rec["rc"] == 0 and dest.is_file():
-            this = summary(json.loads(dest.read_text()))
+            this = {(k if env is None else f"{k}-{variant[0]}"): v for k, v in summary(json.loads(dest.read_text())).items()}
             results.update(this)
             for by in this.values():
                 s.say("   " + "; ".join(f"{prof}: measured {r['measured_s']:.3f} s, predicted {r['predicted_s']:.3f} s "
                                              f"({r['error_pct']:+.1f}%)" for prof, r in by.items()))
     doc = json.loads((out / "session.json").read_text())
-    doc.update(device=args.device, profile=args.profile, steps=args.steps, overrides=args.overrides, results=results)
+    doc.update(device=args.device, profile=profile, steps=args.steps, overrides=args.overrides, results=results,
+               **({"variant": {"name": variant[0], "env": {variant[1]: variant[2]}}} if variant else {}))
     (out / "session.json").write_text(json.dumps(doc, indent=1))
     s.say("== files: " + ", ".join(sorted(q.name for q in out.iterdir())))
     return 0 if results else 1

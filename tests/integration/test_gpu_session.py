@@ -102,3 +102,46 @@ def test_gpu_validate_refuses_more_scenarios_than_files_come_back(tmp_path, caps
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--scenarios", "no-such-scenario"])
     assert "expected a scenario file" in capsys.readouterr().err
+
+
+def test_gpu_validate_calibrates_on_the_lease_and_runs_the_variant(tmp_path):
+    """``--calibrate``: a quick calibration of the given model first (``lease.json``, first in every
+    validate stage's ``--profile``); ``--variant``: the first scenario again with the environment variable
+    set, its own file and results key."""
+    from calibrate.gpu_validate import main
+
+    tiny = [a for role in ("actor", "critic", "reference", "reward") for a in ("--set", f"models.{role}.model=tiny-qwen2")]
+    small = {"sampling": [[4, 4096]], "prefill": [[1, 64], [4, 64]], "decode": [[1, 64], [4, 64]],
+             "score": [[1, 64], [4, 64]], "train": [[1, 64], [2, 64]], "gen_prefill": [[2, 32]],
+             "gen_decode": [[2, 32]], "gen_pad": [[2, 32]], "interference": [[2, 64, 2, 64]],
+             "strategies": [[4, 64]], "handoff": [[2, 32, 8, 4]], "chunk_batches": [2], "chunk_sizes": [16]}
+    rc = main(["--out", str(tmp_path), "--device", "cpu", "--scenarios", "sync-static", "--profile", "cpu",
+               "--budget-s", "300", "--calibrate", "tiny-qwen2", "--calibrate-s", "150", "--grid-extra", json.dumps(small),
+               "--variant", "onethread:OMP_NUM_THREADS=1", "--set", "cluster.gpu=cpu",
+               "--set", "workload.max_response_tokens=16", "--set", "workload.prompts_per_step=4",
+               "--set", "algorithm.minibatch_size=2", *tiny])
+    assert rc == 0
+    doc = json.loads((tmp_path / "session.json").read_text())
+    assert [st["stage"] for st in doc["stages"]] == ["env", "calibrate", "validate sync-static",
+                                                     "validate sync-static-onethread"]
+    assert all(st["rc"] == 0 for st in doc["stages"])
+    lease = str(tmp_path / "lease.json")
+    assert doc["profile"] == f"{lease},cpu" and doc["variant"] == {"name": "onethread", "env": {"OMP_NUM_THREADS": "1"}}
+    assert set(doc["results"]) == {"val-h200-sync-static", "val-h200-sync-static-onethread"}
+    for by in doc["results"].values():
+        assert set(by) == {lease, "cpu"} and by[lease]["predicted_s"] > 0
+    lease_doc = json.loads((tmp_path / "lease.json").read_text())
+    assert {"train", "decode", "decode:hf_generate", "prefill:hf_generate", "score:eager"} <= set(lease_doc["operations"])
+    assert len(list(tmp_path.iterdir())) <= 8
+
+
+def test_gpu_validate_refuses_a_bad_variant_or_grid(tmp_path, capsys):
+    from calibrate.gpu_validate import main
+
+    for bad, field in ((["--scenarios", "sync-static", "--variant", "x=1"], "--variant: expected NAME:VAR=VALUE"),
+                       (["--scenarios", "sync-static", "--grid-extra", "[1]"], "--grid-extra: expected a JSON object"),
+                       (["--calibrate", "tiny-qwen2", "--variant", "a:B=1", "--scenarios", "sync-static,oppo-intra,oppo-inter"],
+                        "--scenarios: expected at most 2 with --calibrate/--variant")):
+        with pytest.raises(SystemExit) as e:
+            main(["--out", str(tmp_path), *bad])
+        assert e.value.code != 0 and field in capsys.readouterr().err
