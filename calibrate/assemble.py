@@ -193,7 +193,7 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
             p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
         if passes is not None and gen and p["op"] == "decode":   # at the model's footprint where measured by it
             wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes
-            p = {**p, "gemm_weight_passes": fl.footprint_passes(by_footprint, passes, wbytes)}
+            p = {**p, "gemm_weight_passes": fl.passes_at(fl.footprint_passes(by_footprint, passes, wbytes), p["batch"])}
         if widths is not None and p["op"] == "train":
             p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}
         if faults and p["op"] == "train" and p.get("head") == "lm":

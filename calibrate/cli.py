@@ -221,6 +221,8 @@ def runtimes_command(profile_ref, fmt):
         by = kernels.get("gemm_passes_by_footprint")
         if by:
             click.echo("  by weight footprint: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], by["passes"])))
+            for n, per in zip((by.get("by_rows") or {}).get("rows", []), (by.get("by_rows") or {}).get("passes", [])):
+                click.echo(f"  at {n} rows: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], per)))
     if kernels.get("width_efficiency"):
         we = kernels["width_efficiency"]
         click.echo("training rate by width, relative to the fastest: " + ", ".join(

@@ -24,8 +24,12 @@ decode step's weights do only while the model fits there. On the AMD EPYC 2-vCPU
 a VM sees less) one thread's 1-row product streamed 40-56 GB/s up to 9 MiB of weights and 9-16 GB/s from
 16 MiB on, and the ratio at 2 rows fell from 1.6-2.5 to 1.0-1.6 across that cliff
 (``benchmarks/gemm_footprint.py``; docs/validation.md, "fourth session"). ``kernels.gemm_passes_by_footprint``
-is, per footprint, the median ratio over matrices and rows >= 2 (at least 1); the cost model takes a
-model's passes at its weight footprint (``rlhfsim.costs.flops.footprint_passes``).
+is, per footprint, the median ratio over matrices and rows >= 2 (at least 1), and (``by_rows``) the median
+ratio per row count: the cost model takes a model's passes at its weight footprint
+(``rlhfsim.costs.flops.footprint_passes``) and, where the row counts are there, at its step's rows,
+interpolated linearly from one pass at one row (``gemm_passes``). One number for every row count priced a
+two-row decode step at the passes of 2 and 4 rows alike, while a GEMM's time keeps growing with its rows
+(docs/validation.md, "2026-12-04, ninth session").
 """
 
 from __future__ import annotations
@@ -126,8 +130,18 @@ def footprint_summary(points: list[dict], value) -> dict | None:
     feet = sorted({r["footprint_mib"] for r in ratios})
     if len(feet) < 2:
         return None
-    return {"footprint_mib": [float(f) for f in feet],
-            "passes": [max(1.0, float(np.median([r["ratio"] for r in ratios if r["footprint_mib"] == f]))) for f in feet],
-            "ratios": ratios, "source": "measured",
-            "method": "per footprint, median over matrices and rows >= 2 of t(rows) / t(1 row), the weight cycled "
-                      "through distinct copies adding up to the footprint; interpolated in log footprint"}
+    out = {"footprint_mib": [float(f) for f in feet],
+           "passes": [max(1.0, float(np.median([r["ratio"] for r in ratios if r["footprint_mib"] == f]))) for f in feet],
+           "ratios": ratios, "source": "measured",
+           "method": "per footprint, median over matrices and rows >= 2 of t(rows) / t(1 row), the weight cycled "
+                     "through distinct copies adding up to the footprint; interpolated in log footprint"}
+    rows = sorted({r["rows"] for r in ratios})
+    if len(rows) >= 2 and all(any(r["rows"] == n and r["footprint_mib"] == f for r in ratios) for n in rows for f in feet):
+        out["by_rows"] = {
+            "rows": rows,
+            "passes": [[max(1.0, float(np.median([r["ratio"] for r in ratios if r["rows"] == n and r["footprint_mib"] == f])))
+                        for f in feet] for n in rows],
+            "method": "per row count and footprint, median over matrices of t(rows) / t(1 row); the cost model "
+                      "interpolates linearly in rows from 1 pass at one row and holds the last row count's passes "
+                      "beyond it (rlhfsim.costs.flops.gemm_passes)"}
+    return out

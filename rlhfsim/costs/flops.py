@@ -161,13 +161,13 @@ class ShapeCoeffs:
         flops = fwd.flops if body_rate == 1.0 else fwd.flops + self.f_linear * n_tokens * (1.0 / body_rate - 1.0)
         return Work(3.0 * flops, 3.0 * fwd.bytes, 0.0, self.layers)
 
-    def decode(self, batch, kv_tokens, kv_passes: float = 1.0, weight_passes: float = 1.0) -> Work:
+    def decode(self, batch, kv_tokens, kv_passes: float = 1.0, weight_passes=1.0) -> Work:
         """``decode_step_work`` (an LM head: build with ``head="lm"``)."""
         flops = self.f_linear * batch + self.f_attn * kv_tokens + self.f_head * batch
         kv_read = self.kv_bytes * kv_tokens * kv_passes
         return Work(flops, self.decode_weights(batch, weight_passes) + kv_read + self.logit_bytes * batch, 0.0, self.layers)
 
-    def decode_weights(self, batch, weight_passes: float = 1.0):
+    def decode_weights(self, batch, weight_passes=1.0):
         """Weight bytes a decode step of ``batch`` rows moves: the streamed weights ``gemm_passes`` times."""
         return self.decode_weight_bytes * gemm_passes(batch, weight_passes)
 
@@ -227,10 +227,19 @@ def page_fault_s(page_faults: dict | None, logits_tokens, vocab: int, pattern: s
     return k * nbytes if nbytes > page_faults["threshold_bytes"] else 0.0
 
 
-def gemm_passes(batch, weight_passes: float):
+def gemm_passes(batch, weight_passes):
     """Passes over the weights of a decode step of ``batch`` rows: 1 for one row (a matrix-vector
-    product), ``weight_passes`` for two or more (a matrix-matrix product whose kernel packs the weights
-    first; measured per device, ``calibrate.gemm``). ``batch`` may be a numpy array."""
+    product); for two or more (a matrix-matrix product whose kernel packs the weights first; measured per
+    device, ``calibrate.gemm``) either ``weight_passes`` at every row count (a number) or, with a table
+    ``(rows, passes)`` from ``footprint_passes`` (rows 1, 2, 4 ... with passes 1, p2, p4 ...), the passes
+    interpolated linearly in rows and held beyond the last row measured: on a CPU a GEMM's time grows
+    with its rows from two on (1.7-2.0x one row at 2 rows, 2.1-3.0x at 4, in cache), so one number for
+    every row count prices a two-row step at the four-row step's passes (docs/validation.md item 5).
+    ``batch`` may be a numpy array."""
+    if isinstance(weight_passes, tuple):
+        rows, passes = weight_passes
+        v = np.interp(batch, rows, passes)
+        return v if isinstance(batch, np.ndarray) else float(v)
     if weight_passes == 1.0:
         return 1.0
     if isinstance(batch, np.ndarray):
@@ -238,17 +247,29 @@ def gemm_passes(batch, weight_passes: float):
     return weight_passes if batch > 1 else 1.0
 
 
-def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_bytes: float) -> float:
+def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_bytes: float):
     """The weight passes of a decode step of two rows or more for a model whose weights take
     ``weight_bytes``: from ``kernels.gemm_passes_by_footprint`` (``calibrate.gemm``: the passes measured
     with the weights cycled through distinct copies adding up to each footprint, as a decode step cycles
     through its layers; a CPU's GEMM packs a matrix that sits in cache at about its GEMV's time, one
     streamed from memory at a fraction of it) interpolated in log footprint and held at the ends;
-    without that table, the scalar ``weight_passes``."""
+    without that table, the scalar ``weight_passes``. Where the table has the passes by row count too
+    (``by_rows``: ``rows`` and, per row count, the passes per footprint), the table ``(rows, passes)`` of
+    ``gemm_passes`` at this footprint: rows ``(1, *by_rows.rows)``, passes ``(1, p(rows) ...)``."""
     if not by_footprint:
         return weight_passes
     mib = np.log2(np.asarray(by_footprint["footprint_mib"], dtype=np.float64))
-    return float(np.interp(np.log2(max(weight_bytes, 1.0) / 2**20), mib, by_footprint["passes"]))
+    at = np.log2(max(weight_bytes, 1.0) / 2**20)
+    by_rows = by_footprint.get("by_rows")
+    if by_rows:
+        passes = [max(1.0, float(np.interp(at, mib, per_foot))) for per_foot in by_rows["passes"]]
+        return (1.0, *(float(r) for r in by_rows["rows"])), (1.0, *passes)
+    return float(np.interp(at, mib, by_footprint["passes"]))
+
+
+def passes_at(weight_passes, batch: float) -> float:
+    """The passes of ``gemm_passes`` at one row count, as one number (a decode point's field in the fit)."""
+    return float(gemm_passes(float(batch), weight_passes)) if isinstance(weight_passes, tuple) else float(weight_passes)
 
 
 def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cached_tokens: float = 0.0,

@@ -128,7 +128,8 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
         fp = kernels.get("gemm_passes_by_footprint")
         if fp is not None and not _footprint_table(fp):
             raise ProfileError(f"{where}.kernels.gemm_passes_by_footprint: expected increasing footprint_mib > 0 and as "
-                               f"many passes, each a finite number >= 1, got {fp!r}"[:300])
+                               f"many passes, each a finite number >= 1 (and by_rows: increasing rows >= 2, per row "
+                               f"count as many passes), got {fp!r}"[:300])
         we = kernels.get("width_efficiency")
         if we is not None:
             curves = {"": we, **{f".by_ratio.{r}": sub for r, sub in ((we.get("by_ratio") or {}).items()
@@ -153,7 +154,20 @@ def _footprint_table(t) -> bool:
         return False
     if not all(_positive(x) for x in f) or any(b <= a for a, b in zip(f, f[1:])):
         return False
-    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x < float("inf") for x in p)
+
+    def passes(xs) -> bool:
+        return isinstance(xs, list) and len(xs) == len(f) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x < float("inf") for x in xs)
+
+    if not passes(p):
+        return False
+    by_rows = t.get("by_rows")
+    if by_rows is None:
+        return True
+    rows, per = (by_rows.get("rows"), by_rows.get("passes")) if isinstance(by_rows, dict) else (None, None)
+    return (isinstance(rows, list) and isinstance(per, list) and len(rows) == len(per) >= 1
+            and all(isinstance(r, int) and not isinstance(r, bool) and r >= 2 for r in rows) and rows == sorted(set(rows))
+            and all(passes(xs) for xs in per))
 
 
 def _width_curve(curve) -> bool:

@@ -253,6 +253,52 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
         validate_profile(bad, "p")
 
 
+def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
+    """``by_rows``: the footprint table's passes per row count (median over matrices); a decode step's passes
+    interpolate linearly in rows from 1 at one row to the measured row counts and hold beyond the last, at
+    the model's footprint; a fit point gets the passes at its own rows; a bad table is refused."""
+    import numpy as np
+
+    from calibrate.assemble import kernels_summary, with_tails
+    from calibrate.gemm import gemm_summary
+    from rlhfsim.costs import flops as fl
+    from rlhfsim.costs.profile import ProfileError, validate_profile
+
+    made = [{"op": "gemm", "batch": r, "out_features": o, "in_features": 8, "weight_bytes": 256, "footprint_mib": f,
+             "copies": 4, "tmean_s": t, "median_s": t}
+            for f, o, r, t in ((4, 8, 1, 1.0), (4, 8, 2, 1.8), (4, 8, 4, 2.8), (4, 16, 1, 1.0), (4, 16, 2, 2.0), (4, 16, 4, 3.0),
+                               (16, 8, 1, 1.0), (16, 8, 2, 1.2), (16, 8, 4, 1.4), (16, 16, 1, 1.0), (16, 16, 2, 1.2), (16, 16, 4, 1.4))]
+    by = gemm_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}], point_value)["by_footprint"]
+    assert by["by_rows"]["rows"] == [2, 4]
+    assert np.allclose(by["by_rows"]["passes"], [[1.9, 1.2], [2.9, 1.4]])     # medians over the two matrices
+    assert by["passes"] == pytest.approx([2.4, 1.3])                          # the old one-number table is kept
+    mib = 2**20
+    rows, passes = fl.footprint_passes(by, 3.0, 4 * mib)
+    assert rows == (1.0, 2.0, 4.0) and passes == pytest.approx((1.0, 1.9, 2.9))
+    assert fl.footprint_passes(by, 3.0, 8 * mib)[1] == pytest.approx((1.0, 1.55, 2.15))   # halfway in log footprint
+    table = fl.footprint_passes(by, 3.0, 4 * mib)
+    assert fl.gemm_passes(1, table) == 1.0 and fl.gemm_passes(2, table) == pytest.approx(1.9)
+    assert fl.gemm_passes(3, table) == pytest.approx(2.4) and fl.gemm_passes(16, table) == pytest.approx(2.9)
+    assert list(fl.gemm_passes(np.array([1.0, 1.5, 4.0, 8.0]), table)) == pytest.approx([1.0, 1.45, 2.9, 2.9])
+    assert fl.passes_at(table, 2) == pytest.approx(1.9) and fl.passes_at(2.5, 2) == 2.5
+    m = CATALOG["tiny-qwen2"]                                                 # 2.4 MiB of float32 weights: held at 4 MiB
+    base = _without_tails(load_profile("cpu"))
+    kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
+    rowwise = CostModel(CPU, {**base, "kernels": kern})
+    flat = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": {
+        k: v for k, v in kern["gemm_passes_by_footprint"].items() if k != "by_rows"}}})
+    assert rowwise.decode_steps_s(m, "float32", 1, 64, 5) == flat.decode_steps_s(m, "float32", 1, 64, 5)
+    assert rowwise.decode_steps_s(m, "float32", 2, 128, 5) < flat.decode_steps_s(m, "float32", 2, 128, 5)   # 1.9 < 2.4
+    assert rowwise.decode_steps_s(m, "float32", 8, 512, 5) > flat.decode_steps_s(m, "float32", 8, 512, 5)   # 2.9 > 2.4
+    point = {"op": "decode", "head": "lm", "dtype": "float32", "shape": m.to_dict(), "model": m.name}
+    got = [p["gemm_weight_passes"] for p in with_tails([{**point, "batch": b} for b in (1, 2, 16)], {}, kern)]
+    assert got == pytest.approx([1.0, 1.9, 2.9])
+    bad = {**kern["gemm_passes_by_footprint"], "by_rows": {"rows": [4, 2], "passes": [[2, 1], [3, 1]]}}
+    with pytest.raises(ProfileError, match="by_rows: increasing rows >= 2"):
+        validate_profile({**base, "kernels": {**kern, "gemm_passes_by_footprint": bad}}, "p")
+    validate_profile({**base, "kernels": kern}, "p")
+
+
 def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
     """Widths measured at further MLP ratios (``width_mlp_ratios``): keys of their own (the grid's own
     ratio keeps its keys, so older journals resume), one normalization over every (ratio, width), and
