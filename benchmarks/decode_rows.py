@@ -1,6 +1,7 @@
 """The executor's decode step at 1, 2, 3, 4, 6 and 8 rows against a profile's price at each: how the step's
-time grows with its rows on this device, next to the cost model's weight passes (one pass at one row,
-``gemm_passes_by_footprint`` at the model's footprint from two rows on; ``rlhfsim.costs.flops``). Not a
+time grows with its rows on this device, next to the cost model's weight passes (one pass at one row;
+from two rows on ``gemm_passes_by_footprint`` at the model's footprint, one number for every row count or,
+with ``by_rows``, interpolated in rows; ``rlhfsim.costs.flops.gemm_passes``). Not a
 speed benchmark: it measures the mechanism behind item 5 of docs/validation.md "Largest error sources"
 (actors decoding at most two rows priced 27-78% high in the seeds of 2026-12-04).
 
