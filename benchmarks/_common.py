@@ -97,3 +97,31 @@ def encoder_cells(models, warmup: int = 3, calls: int = 15):
                     ts.append(time.perf_counter() - t)
                 yield m, rows, n, statistics.median(ts)
             del net
+
+
+def decode_step_ms(dec, vocab: int, rows: int, context: int, iters: int) -> float:
+    """The executor's decode step (``Generator._decode``: a ``StaticKVDecoder`` step and ``sample_next``) at
+    ``rows`` rows of ``context`` cached tokens each, on ``dec`` (its ``max_slots`` at least ``rows``, its
+    ``max_len`` at least ``context + 2``): the median of ``iters`` timed calls after 10 untimed, rewound to
+    ``context`` cached tokens before every call, as ``calibrate.bench.measure_generation`` does; in ms."""
+    import torch
+
+    from calibrate.executor.generation import Generator, Sequence
+    from calibrate.executor.timing import Clock, StepLog
+    from calibrate.measure import time_calls
+
+    slots = torch.arange(rows)
+    dec.reset(slots)
+    dec.extend(slots, torch.randint(0, vocab, (rows, context), generator=torch.Generator().manual_seed(rows)))
+    gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
+    seqs = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(rows)]
+    log = StepLog(0.0)
+
+    def rewind():
+        dec.positions[slots] = context
+        for s in seqs:
+            del s.tokens[1:], s.logprobs[:]
+        log.intervals.clear()
+
+    t = time_calls(lambda: gen._decode(seqs, [], log), device="cpu", warmup=10, iters=iters, setup=rewind)
+    return 1e3 * t.median_s

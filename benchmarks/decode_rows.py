@@ -63,10 +63,8 @@ def main() -> None:
 
     import torch
 
+    from _common import decode_step_ms
     from calibrate.decoder import StaticKVDecoder
-    from calibrate.executor.generation import Generator, Sequence
-    from calibrate.executor.timing import Clock, StepLog
-    from calibrate.measure import time_calls
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.model import CostModel
     from rlhfsim.costs.profile import load_profile
@@ -84,23 +82,7 @@ def main() -> None:
             cells = [(m, b) for m in shapes for b in rows_list]
             rng.shuffle(cells)
             for m, b in cells:
-                dec = decs[m.name]
-                slots = torch.arange(b)
-                dec.reset(slots)
-                dec.extend(slots, torch.randint(0, m.vocab, (b, CONTEXT), generator=torch.Generator().manual_seed(b)))
-                gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
-                seqs = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(b)]
-                log = StepLog(0.0)
-
-                def rewind(slots=slots, seqs=seqs, log=log, dec=dec):   # as calibrate.bench.measure_generation's
-                    dec.positions[slots] = CONTEXT
-                    for s in seqs:
-                        del s.tokens[1:], s.logprobs[:]
-                    log.intervals.clear()
-
-                t = time_calls(lambda gen=gen, seqs=seqs, log=log: gen._decode(seqs, [], log), device="cpu",
-                               warmup=10, iters=args.iters, setup=rewind)
-                ms.setdefault((m.name, b), []).append(1e3 * t.median_s)
+                ms.setdefault((m.name, b), []).append(decode_step_ms(decs[m.name], m.vocab, b, CONTEXT, args.iters))
             print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
     out = []
     for m in shapes:

@@ -43,7 +43,7 @@ import os
 import statistics
 import sys
 
-from _common import alternating_main
+from _common import alternating_main, decode_step_ms
 
 CONDITIONS = ("t2-default", "t2-passive", "t2-active", "t1", "t2-peer", "t2-peer-noteam", "t2-peer-1t")
 ROWS = (1, 2, 4, 8)
@@ -70,9 +70,6 @@ def child(cond: str) -> None:
     import torch
 
     from calibrate.decoder import StaticKVDecoder
-    from calibrate.executor.generation import Generator, Sequence
-    from calibrate.executor.timing import Clock, StepLog
-    from calibrate.measure import time_calls
     from rlhfsim.models.catalog import CATALOG
 
     if cond == "t1":
@@ -112,22 +109,7 @@ def child(cond: str) -> None:
             dec = StaticKVDecoder(shape, dtype=torch.float32, device=torch.device("cpu"), max_slots=max(ROWS),
                                   max_len=CONTEXT + 2, head="lm", seed=0)
             for b in ROWS:
-                slots = torch.arange(b)
-                dec.reset(slots)
-                dec.extend(slots, torch.randint(0, shape.vocab, (b, CONTEXT), generator=torch.Generator().manual_seed(b)))
-                gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
-                rows = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(b)]
-                log = StepLog(0.0)
-
-                def rewind(slots=slots, rows=rows, log=log):   # as calibrate.bench.measure_generation's
-                    dec.positions[slots] = CONTEXT
-                    for r in rows:
-                        del r.tokens[1:], r.logprobs[:]
-                    log.intervals.clear()
-
-                m = time_calls(lambda gen=gen, rows=rows, log=log: gen._decode(rows, [], log), device="cpu",
-                               warmup=10, iters=iters, setup=rewind)
-                out["ms"][f"{name}/{b}"] = 1e3 * m.median_s
+                out["ms"][f"{name}/{b}"] = decode_step_ms(dec, shape.vocab, b, CONTEXT, iters)
             del dec
     out["os_threads"] = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
     if peer is not None:

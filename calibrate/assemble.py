@@ -37,7 +37,8 @@
 * ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.gemm``), passes over the weights
   of a matrix product of two rows or more against one row, and ``gemm_passes_by_footprint`` where the
   grid measured them by working-set footprint, which each decode point's work counts at its model's
-  weight footprint (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``); ``width_efficiency``
+  weight footprint (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``), no faster than
+  the footprint's measured one-row streaming rate (field ``stream_gb_s``, ``fitted``); ``width_efficiency``
   (``calibrate.widths``), the training rate by model width relative to the fastest, by which each
   training point's body FLOPs are divided (field ``width_rate``).
 """
@@ -70,9 +71,27 @@ def _source(fit: dict) -> str:
     return "measured" if fit["status"] == "ok" else "underdetermined"
 
 
+STREAM_ROUNDS = 6   # at most this many fits of a decode operation whose points stream slower than its bandwidth
+
+
 def fitted(pts: list[dict], gpu: GpuSpec, prior: OpParams) -> dict:
-    """An operation fitted to its points, with ``source`` measured or underdetermined."""
+    """An operation fitted to its points, with ``source`` measured or underdetermined. Decode points with
+    ``stream_gb_s`` (their footprint's measured streaming rate, ``with_tails``) count their weights
+    ``stream_x = flops.stream_factor(rate, mem_bw x memory_eff)`` times, as the simulator does
+    (``rlhfsim.costs.model._Decode``); since the factor depends on the fitted ``memory_eff``, the fit is
+    repeated with the factors of the last one until they stop moving (``STREAM_ROUNDS`` fits at most). No
+    point below the crossover changes: a fit without such a point is the plain fit."""
     fit = fit_operation(pts, gpu, prior)
+    if any(p.get("stream_gb_s") for p in pts):
+        xs = [1.0] * len(pts)
+        for _ in range(STREAM_ROUNDS - 1):
+            bw = gpu.mem_bw * float(fit["memory_eff"])
+            new = [fl.stream_factor(1e9 * p["stream_gb_s"], bw) if p.get("stream_gb_s") else 1.0 for p in pts]
+            if max(abs(a / b - 1.0) for a, b in zip(new, xs)) < 1e-3:
+                break
+            xs = new
+            fit = fit_operation([{**p, "stream_x": x} if x > 1.0 else p for p, x in zip(pts, xs)], gpu, prior)
+        fit = {**fit, "streamed_points": sum(x > 1.0 for x in xs)}
     return {**fit, "source": _source(fit)}
 
 
@@ -194,6 +213,9 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
         if passes is not None and gen and p["op"] == "decode":   # at the model's footprint where measured by it
             wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes
             p = {**p, "gemm_weight_passes": fl.passes_at(fl.footprint_passes(by_footprint, passes, wbytes), p["batch"])}
+            rate = fl.footprint_rate(by_footprint, wbytes)
+            if rate:   # the fastest its weights stream (calibrate.assemble.fitted)
+                p = {**p, "stream_gb_s": rate / 1e9}
         if widths is not None and p["op"] == "train":
             p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}
         if faults and p["op"] == "train" and p.get("head") == "lm":

@@ -64,9 +64,10 @@ def point_work(p: dict) -> fl.Work:
     if op == "prefill":
         return fl.forward_work(m, dtype, p["tokens"], b, 0.0, b, "lm")
     if op == "decode":   # a generation runtime's decode point moves its own K/V passes (KV_PASSES), and
-        # the weights gemm_weight_passes times at two rows or more (calibrate.gemm; set by calibrate.assemble)
+        # the weights gemm_weight_passes times at two rows or more (calibrate.gemm; set by calibrate.assemble),
+        # stream_x times where its footprint streams slower than the fitted bandwidth (calibrate.assemble.fitted)
         return fl.decode_step_work(m, dtype, b, b * p["prefix_len"], kv_passes(p.get("runtime")),
-                                   float(p.get("gemm_weight_passes") or 1.0))
+                                   float(p.get("gemm_weight_passes") or 1.0) * float(p.get("stream_x") or 1.0))
     if op == "chunk_prefill":
         return fl.forward_work(m, dtype, b * p["seq_len"], b, b * p["prefix_len"], 0.0, "value")
     if op == "train":   # the width's relative training rate (calibrate.widths; set by calibrate.assemble)

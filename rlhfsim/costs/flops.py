@@ -267,6 +267,40 @@ def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_byt
     return float(np.interp(at, mib, by_footprint["passes"]))
 
 
+def footprint_rate(by_footprint: dict | None, weight_bytes: float) -> float | None:
+    """Bytes per second at which a one-row decode step's weights of ``weight_bytes`` can stream on this
+    device: the footprint sweep's one-row rate (``kernels.gemm_passes_by_footprint.gb_s_1row``, the median
+    per footprint over its matrices; for a table without it, the same medians of its ``ratios``),
+    interpolated in log footprint and held at the ends; None without a sweep. On the 2-vCPU VM, 45-75 GB/s
+    while the weights sit in cache (4-8 MiB), 10-20 GB/s from 32 MiB on (``calibrate.gemm``)."""
+    if not by_footprint:
+        return None
+    feet = by_footprint["footprint_mib"]
+    rates = by_footprint.get("gb_s_1row") or footprint_rates(by_footprint.get("ratios") or [], feet)
+    if not rates:
+        return None
+    at = np.log2(max(weight_bytes, 1.0) / 2**20)
+    return 1e9 * float(np.interp(at, np.log2(np.asarray(feet, dtype=np.float64)), rates))
+
+
+def footprint_rates(ratios: list[dict], feet) -> list[float] | None:
+    """Per footprint, the median over its matrices of the one-row rate (GB/s) in the footprint sweep's
+    ``ratios`` (one entry per matrix and row count, each with its matrix's ``gb_s_1row``); None where a
+    footprint has none."""
+    per = [list({(r.get("out"), r.get("in"), r.get("copies")): r["gb_s_1row"] for r in ratios
+                 if r.get("footprint_mib") == f and r.get("gb_s_1row")}.values()) for f in feet]
+    return [float(np.median(x)) for x in per] if all(per) else None
+
+
+def stream_factor(rate: float | None, bandwidth: float) -> float:
+    """How many times longer a decode step's weights take than the fitted ``bandwidth`` (bytes/s: the device's
+    memory bandwidth times the decode fit's memory efficiency) says, where the footprint's measured streaming
+    ``rate`` (``footprint_rate``) is below it: ``max(1, bandwidth / rate)``; 1 without a rate. The decode fit's
+    one bandwidth is a compromise over the calibration's models, mostly in cache; a model too large for the
+    cache cannot stream faster than the sweep measured at its footprint (docs/cost-model.md)."""
+    return max(1.0, bandwidth / rate) if rate else 1.0
+
+
 def passes_at(weight_passes, batch: float) -> float:
     """The passes of ``gemm_passes`` at one row count, as one number (a decode point's field in the fit)."""
     return float(gemm_passes(float(batch), weight_passes)) if isinstance(weight_passes, tuple) else float(weight_passes)

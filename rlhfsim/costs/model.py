@@ -196,7 +196,7 @@ class _Decode:
     """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None):
         p = cost.gen_params("decode", runtime)
@@ -214,13 +214,17 @@ class _Decode:
         self.tail0, self.tail_row = a, b * m.vocab
         # weight passes of a step of >= 2 rows (flops.gemm_passes), at this model's weight footprint
         self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.decode_weight_bytes)
+        # the weights stream no faster than the footprint sweep measured at their footprint on one device
+        # (flops.stream_factor; 1 without a sweep or below the fitted bandwidth)
+        self.ws = fl.stream_factor(fl.footprint_rate(cost.gemm_passes_by_footprint, self.shape.decode_weight_bytes / tp),
+                                   cost.gpu.mem_bw * p.memory_eff)
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
         # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
         cs = k.f_attn * batch / peak
-        u0 = (k.decode_weights(batch, self.wp) + k.logit_bytes * batch + kv_b * kv0) / bw
+        u0 = (k.decode_weights(batch, self.wp) * self.ws + k.logit_bytes * batch + kv_b * kv0) / bw
         us = kv_b * batch / bw
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)

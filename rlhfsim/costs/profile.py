@@ -128,8 +128,8 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
         fp = kernels.get("gemm_passes_by_footprint")
         if fp is not None and not _footprint_table(fp):
             raise ProfileError(f"{where}.kernels.gemm_passes_by_footprint: expected increasing footprint_mib > 0 and as "
-                               f"many passes, each a finite number >= 1 (and by_rows: increasing rows >= 2, per row "
-                               f"count as many passes), got {fp!r}"[:300])
+                               f"many passes, each a finite number >= 1 (gb_s_1row: as many rates > 0; by_rows: "
+                               f"increasing rows >= 2, per row count as many passes), got {fp!r}"[:300])
         we = kernels.get("width_efficiency")
         if we is not None:
             curves = {"": we, **{f".by_ratio.{r}": sub for r, sub in ((we.get("by_ratio") or {}).items()
@@ -160,6 +160,9 @@ def _footprint_table(t) -> bool:
             isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x < float("inf") for x in xs)
 
     if not passes(p):
+        return False
+    rates = t.get("gb_s_1row")
+    if rates is not None and not (isinstance(rates, list) and len(rates) == len(f) and all(_positive(x) for x in rates)):
         return False
     by_rows = t.get("by_rows")
     if by_rows is None:

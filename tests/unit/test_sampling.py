@@ -241,7 +241,8 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
     m = CATALOG["small-qwen2"]                                                # 18.5 MiB of float32 weights
     base = _without_tails(load_profile("cpu"))
     scalar = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
-    by_foot = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": table}})
+    passes_only = {k: v for k, v in table.items() if k not in ("gb_s_1row", "ratios")}   # its made-up rates aside
+    by_foot = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": passes_only}})
     assert by_foot.decode_steps_s(m, "float32", 1, 64, 5) == scalar.decode_steps_s(m, "float32", 1, 64, 5)
     assert by_foot.decode_steps_s(m, "float32", 4, 1024, 5) < scalar.decode_steps_s(m, "float32", 4, 1024, 5)
     kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
@@ -284,6 +285,8 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     m = CATALOG["tiny-qwen2"]                                                 # 2.4 MiB of float32 weights: held at 4 MiB
     base = _without_tails(load_profile("cpu"))
     kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
+    kern["gemm_passes_by_footprint"] = {k: v for k, v in kern["gemm_passes_by_footprint"].items()
+                                        if k not in ("gb_s_1row", "ratios")}   # its made-up one-row rates aside
     rowwise = CostModel(CPU, {**base, "kernels": kern})
     flat = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": {
         k: v for k, v in kern["gemm_passes_by_footprint"].items() if k != "by_rows"}}})
@@ -297,6 +300,74 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     with pytest.raises(ProfileError, match="by_rows: increasing rows >= 2"):
         validate_profile({**base, "kernels": {**kern, "gemm_passes_by_footprint": bad}}, "p")
     validate_profile({**base, "kernels": kern}, "p")
+
+
+def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
+    """``gb_s_1row``: per footprint, the median over matrices (each counted once, whatever its row counts) of
+    the one-row rate; interpolated in log footprint and held at the ends (``flops.footprint_rate``). A decode
+    step whose footprint streams slower than the decode fit's bandwidth prices its weights at that rate, in
+    the simulator and in the fit (``calibrate.assemble.fitted`` iterates the factor with the fitted
+    ``memory_eff`` and recovers it); a model below the crossover is priced as before; a bad table is refused."""
+    import numpy as np
+
+    from calibrate.assemble import fitted
+    from calibrate.fit import arrays, predict
+    from calibrate.gemm import gemm_summary
+    from rlhfsim.costs import flops as fl
+    from rlhfsim.costs.profile import ProfileError, validate_profile
+    from rlhfsim.models.catalog import ModelShape
+
+    mib = 2**20
+    # per footprint two matrices of 1 MiB cycled over its copies; one-row rates 60/70 GB/s at 4 MiB, 8/10 at 64
+    made = [{"op": "gemm", "batch": r, "out_features": o, "in_features": 8, "weight_bytes": mib, "footprint_mib": f,
+             "copies": f, "tmean_s": t1 * x, "median_s": t1 * x}
+            for f, o, gb in ((4, 8, 60.0), (4, 16, 70.0), (64, 8, 8.0), (64, 16, 10.0))
+            for t1 in (f * mib / (gb * 1e9),) for r, x in ((1, 1.0), (2, 1.5), (4, 2.0))]
+    by = gemm_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}], point_value)["by_footprint"]
+    assert by["gb_s_1row"] == pytest.approx([65.0, 9.0])
+    assert fl.footprint_rates(by["ratios"], by["footprint_mib"]) == pytest.approx([65.0, 9.0])   # an older table's medians
+    assert fl.footprint_rate(by, 4 * mib) == pytest.approx(65e9) and fl.footprint_rate(by, 1 * mib) == pytest.approx(65e9)
+    assert fl.footprint_rate(by, 16 * mib) == pytest.approx(37e9) and fl.footprint_rate(by, 256 * mib) == pytest.approx(9e9)
+    assert fl.footprint_rate(None, 4 * mib) is None and fl.stream_factor(None, 20e9) == 1.0
+    assert fl.stream_factor(9e9, 18e9) == pytest.approx(2.0) and fl.stream_factor(65e9, 18e9) == 1.0
+
+    base = _without_tails(load_profile("cpu"))
+    kern = {"gemm_weight_passes": 1.5, "gemm_passes_by_footprint": by}
+    capped = CostModel(CPU, {**base, "kernels": kern})
+    plain = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": {
+        k: v for k, v in by.items() if k not in ("gb_s_1row", "ratios")}}})
+    bw = CPU.mem_bw * capped.ops["decode"].memory_eff
+    assert 9e9 < bw < 37e9   # the test's premise: the fit's bandwidth between the in-cache and the streamed rates
+    small, big = CATALOG["tiny-qwen2"], ModelShape(name="big", arch="decoder", layers=4, hidden=512, intermediate=2048,
+                                                    heads=8, kv_heads=8, vocab=8192, tied_embeddings=True)
+    wbig = fl.ShapeCoeffs.of(big, "float32", "lm").decode_weight_bytes
+    assert wbig > 32 * mib
+    for b in (1, 4):
+        assert capped.decode_coeffs(small, "float32", b, 64 * b) == plain.decode_coeffs(small, "float32", b, 64 * b)
+        u_capped, u_plain = capped.decode_coeffs(big, "float32", b, 64 * b)[2], plain.decode_coeffs(big, "float32", b, 64 * b)[2]
+        w = wbig * fl.passes_at(fl.footprint_passes(by, 1.5, wbig), b)
+        assert u_capped - u_plain == pytest.approx(w / fl.footprint_rate(by, wbig) - w / bw, rel=1e-9)
+
+    # the fit: points made by the capped price of known parameters are fitted back, the big model's streamed
+    truth = OpParams(0.3, 0.9, 2e-4, 1.5e-4)
+    pts = []
+    for m in (small, CATALOG["small-qwen2-l2"], CATALOG["small-qwen2"], big):
+        for b in (1, 4, 16):
+            pt = {"op": "decode", "head": "lm", "dtype": "float32", "shape": m.to_dict(), "model": m.name, "batch": b,
+                  "prefix_len": 64}
+            pt = with_tails([pt], {}, kern)[0]
+            x = fl.stream_factor(1e9 * pt["stream_gb_s"], CPU.mem_bw * truth.memory_eff)
+            t = float(predict(*arrays([{**pt, "stream_x": x, "median_s": 1.0}], CPU)[:3], truth)[0])
+            pts.append({**pt, "tmean_s": t, "median_s": t})
+    assert [p["stream_gb_s"] > CPU.mem_bw * truth.memory_eff / 1e9 for p in pts[::3]] == [True, True, True, False]
+    got = fitted(pts, CPU, OpParams(0.5, 0.5, 1e-4, 1e-4))
+    # recovered up to the fit's weak prior (PRIOR_WEIGHT); without the rates the big model bends the one bandwidth
+    assert got["streamed_points"] == 3 and got["memory_eff"] == pytest.approx(0.9, rel=0.03) and got["fit_mape"] < 0.01
+    blind = fit_operation([{k: v for k, v in p.items() if k != "stream_gb_s"} for p in pts], CPU, OpParams(0.5, 0.5, 1e-4, 1e-4))
+    assert blind["fit_mape"] > 10 * got["fit_mape"] and blind["heldout_mape"] > 10 * got["heldout_mape"]
+    validate_profile({**base, "kernels": kern}, "p")
+    with pytest.raises(ProfileError, match="gb_s_1row: as many rates > 0"):
+        validate_profile({**base, "kernels": {**kern, "gemm_passes_by_footprint": {**by, "gb_s_1row": [65.0]}}}, "p")
 
 
 def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
