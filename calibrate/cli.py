@@ -223,19 +223,19 @@ def runtimes_command(profile_ref, fmt):
             click.echo("  by weight footprint: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], by["passes"])))
             for n, per in zip((by.get("by_rows") or {}).get("rows", []), (by.get("by_rows") or {}).get("passes", [])):
                 click.echo(f"  at {n} rows: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], per)))
-            from rlhfsim.costs import flops as fl
+            from rlhfsim.costs.flops import footprint_rates
             from rlhfsim.hardware.catalog import get_gpu
 
-            rates = [fl.footprint_rate(by, f * 2**20) for f in by["footprint_mib"]]
-            try:
-                gpu_bw = get_gpu(profile.get("gpu") or "").mem_bw
-            except RlhfsimError:
-                gpu_bw = None
-            if all(rates):
+            rates = footprint_rates(by)
+            if rates:
                 dec = (profile.get("operations") or {}).get("decode") or {}
-                fit_bw = f"; the decode fit's bandwidth {gpu_bw * dec['memory_eff'] / 1e9:.1f} GB/s" if dec.get("memory_eff") and gpu_bw else ""
+                try:
+                    fit_bw = (f"; the decode fit's bandwidth {get_gpu(profile.get('gpu') or '').mem_bw * dec['memory_eff'] / 1e9:.1f} GB/s"
+                              if dec.get("memory_eff") else "")
+                except RlhfsimError:
+                    fit_bw = ""
                 click.echo("  one-row streaming rate (a decode step's weights stream no faster): "
-                           + ", ".join(f"{f:g} MiB {r / 1e9:.1f} GB/s" for f, r in zip(by["footprint_mib"], rates)) + fit_bw)
+                           + ", ".join(f"{f:g} MiB {r:.1f} GB/s" for f, r in zip(by["footprint_mib"], rates)) + fit_bw)
     if kernels.get("width_efficiency"):
         we = kernels["width_efficiency"]
         click.echo("training rate by width, relative to the fastest: " + ", ".join(

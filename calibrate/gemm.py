@@ -38,8 +38,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlhfsim.costs.flops import footprint_rates
 from calibrate.session import Session, point_key
+from rlhfsim.costs.flops import rates_from_ratios
 
 
 def _name(out_f: int, in_f: int, foot: float | None) -> str:
@@ -135,7 +135,7 @@ def footprint_summary(points: list[dict], value) -> dict | None:
            "passes": [max(1.0, float(np.median([r["ratio"] for r in ratios if r["footprint_mib"] == f]))) for f in feet],
            # the one-row product's streaming rate per footprint: the fastest a decode step's weights of that
            # footprint can stream (rlhfsim.costs.flops.footprint_rate)
-           "gb_s_1row": footprint_rates(ratios, feet),
+           "gb_s_1row": rates_from_ratios(ratios, feet),
            "ratios": ratios, "source": "measured",
            "method": "per footprint, median over matrices and rows >= 2 of t(rows) / t(1 row), the weight cycled "
                      "through distinct copies adding up to the footprint; interpolated in log footprint"}

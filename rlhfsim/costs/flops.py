@@ -273,17 +273,23 @@ def footprint_rate(by_footprint: dict | None, weight_bytes: float) -> float | No
     per footprint over its matrices; for a table without it, the same medians of its ``ratios``),
     interpolated in log footprint and held at the ends; None without a sweep. On the 2-vCPU VM, 45-75 GB/s
     while the weights sit in cache (4-8 MiB), 10-20 GB/s from 32 MiB on (``calibrate.gemm``)."""
-    if not by_footprint:
-        return None
-    feet = by_footprint["footprint_mib"]
-    rates = by_footprint.get("gb_s_1row") or footprint_rates(by_footprint.get("ratios") or [], feet)
+    rates = footprint_rates(by_footprint)
     if not rates:
         return None
     at = np.log2(max(weight_bytes, 1.0) / 2**20)
-    return 1e9 * float(np.interp(at, np.log2(np.asarray(feet, dtype=np.float64)), rates))
+    return 1e9 * float(np.interp(at, np.log2(np.asarray(by_footprint["footprint_mib"], dtype=np.float64)), rates))
 
 
-def footprint_rates(ratios: list[dict], feet) -> list[float] | None:
+def footprint_rates(by_footprint: dict | None) -> list[float] | None:
+    """The one-row rates (GB/s) of a footprint table, one per ``footprint_mib``: its ``gb_s_1row``, or for a
+    table from before they were kept, the same medians of its ``ratios`` (``rates_from_ratios``); None
+    without them."""
+    if not by_footprint:
+        return None
+    return by_footprint.get("gb_s_1row") or rates_from_ratios(by_footprint.get("ratios") or [], by_footprint["footprint_mib"])
+
+
+def rates_from_ratios(ratios: list[dict], feet) -> list[float] | None:
     """Per footprint, the median over its matrices of the one-row rate (GB/s) in the footprint sweep's
     ``ratios`` (one entry per matrix and row count, each with its matrix's ``gb_s_1row``); None where a
     footprint has none."""

@@ -87,6 +87,11 @@ def _without_tails(doc: dict) -> dict:
     return doc
 
 
+def _passes_only(table: dict) -> dict:
+    """A footprint table without its one-row rates (the made-up timings of a passes test are no rates)."""
+    return {k: v for k, v in table.items() if k not in ("gb_s_1row", "ratios")}
+
+
 def _pt(rows, vocab, t, rt="kv_decoder"):
     return {"op": "sample", "runtime": rt, "batch": rows, "vocab": vocab, "tmean_s": t, "median_s": t}
 
@@ -241,8 +246,7 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
     m = CATALOG["small-qwen2"]                                                # 18.5 MiB of float32 weights
     base = _without_tails(load_profile("cpu"))
     scalar = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
-    passes_only = {k: v for k, v in table.items() if k not in ("gb_s_1row", "ratios")}   # its made-up rates aside
-    by_foot = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": passes_only}})
+    by_foot = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": _passes_only(table)}})
     assert by_foot.decode_steps_s(m, "float32", 1, 64, 5) == scalar.decode_steps_s(m, "float32", 1, 64, 5)
     assert by_foot.decode_steps_s(m, "float32", 4, 1024, 5) < scalar.decode_steps_s(m, "float32", 4, 1024, 5)
     kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
@@ -285,8 +289,7 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     m = CATALOG["tiny-qwen2"]                                                 # 2.4 MiB of float32 weights: held at 4 MiB
     base = _without_tails(load_profile("cpu"))
     kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
-    kern["gemm_passes_by_footprint"] = {k: v for k, v in kern["gemm_passes_by_footprint"].items()
-                                        if k not in ("gb_s_1row", "ratios")}   # its made-up one-row rates aside
+    kern["gemm_passes_by_footprint"] = _passes_only(kern["gemm_passes_by_footprint"])
     rowwise = CostModel(CPU, {**base, "kernels": kern})
     flat = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": {
         k: v for k, v in kern["gemm_passes_by_footprint"].items() if k != "by_rows"}}})
@@ -325,7 +328,8 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
             for t1 in (f * mib / (gb * 1e9),) for r, x in ((1, 1.0), (2, 1.5), (4, 2.0))]
     by = gemm_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}], point_value)["by_footprint"]
     assert by["gb_s_1row"] == pytest.approx([65.0, 9.0])
-    assert fl.footprint_rates(by["ratios"], by["footprint_mib"]) == pytest.approx([65.0, 9.0])   # an older table's medians
+    assert fl.footprint_rates(_passes_only(by)) is None
+    assert fl.footprint_rates({k: v for k, v in by.items() if k != "gb_s_1row"}) == pytest.approx([65.0, 9.0])   # an older table's
     assert fl.footprint_rate(by, 4 * mib) == pytest.approx(65e9) and fl.footprint_rate(by, 1 * mib) == pytest.approx(65e9)
     assert fl.footprint_rate(by, 16 * mib) == pytest.approx(37e9) and fl.footprint_rate(by, 256 * mib) == pytest.approx(9e9)
     assert fl.footprint_rate(None, 4 * mib) is None and fl.stream_factor(None, 20e9) == 1.0
@@ -334,8 +338,7 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
     base = _without_tails(load_profile("cpu"))
     kern = {"gemm_weight_passes": 1.5, "gemm_passes_by_footprint": by}
     capped = CostModel(CPU, {**base, "kernels": kern})
-    plain = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": {
-        k: v for k, v in by.items() if k not in ("gb_s_1row", "ratios")}}})
+    plain = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": _passes_only(by)}})
     bw = CPU.mem_bw * capped.ops["decode"].memory_eff
     assert 9e9 < bw < 37e9   # the test's premise: the fit's bandwidth between the in-cache and the streamed rates
     small, big = CATALOG["tiny-qwen2"], ModelShape(name="big", arch="decoder", layers=4, hidden=512, intermediate=2048,
