@@ -1,0 +1,113 @@
+"""A validation scenario's decode calls inside its real steps against the same decode step timed apart, in the same
+process and minute, and against a profile's price: whether a decode call's miss comes from the step around it
+(caches made cold by the other models, the heap of a process holding four models, the padded K/V of rows of
+unequal context) or from the price of that shape. Not a speed benchmark: it measures item 5 of
+docs/validation.md "Largest error sources".
+
+    python benchmarks/decode_instep.py SCENARIO.yaml --profile GENERIC.json
+    python benchmarks/decode_instep.py DIR/gen-S-08.yaml --profile DIR/generic-profile.json --json
+
+The scenario (a ``--generate`` set's YAML, or any the executor runs with ``kv_decoder``) runs its steps on the
+executor (``calibrate.executor.run_steps``, torch's default threads); its ``decode`` calls after the first step
+are grouped by rows. Per row count: the median call in the steps; the same step timed apart (a fresh
+``StaticKVDecoder`` of the actor's shape, that many rows all at the group's median padded context per row,
+``Generator._decode`` rewound before each call, median of 25 after 5 untimed); and
+``CostModel.decode_steps_s`` of one step at the calls' median cached tokens (what validate prices). The totals
+weight each row count by its calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def apart_s(shape, rows: int, context: int, calls: int = 30, skip: int = 5) -> float:
+    """Median seconds of one decode step of ``rows`` rows at ``context`` cached tokens each, timed apart."""
+    import torch
+
+    from calibrate.decoder import StaticKVDecoder
+    from calibrate.executor.generation import Generator, Sequence
+    from calibrate.executor.timing import Clock, StepLog
+
+    dec = StaticKVDecoder(shape, dtype=torch.float32, device="cpu", max_slots=rows, max_len=context + 8, head="lm", seed=0)
+    slots = torch.arange(rows)
+    dec.reset(slots)
+    dec.extend(slots, torch.randint(0, shape.vocab, (rows, context), generator=torch.Generator().manual_seed(0)))
+    gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
+    seqs = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(rows)]
+    log, times = StepLog(0.0), []
+    for _ in range(calls):
+        dec.positions[slots] = context
+        for r in seqs:
+            del r.tokens[1:], r.logprobs[:]
+        log.intervals.clear()
+        t = time.perf_counter()
+        gen._decode(seqs, [], log)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times[skip:])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenario", type=Path)
+    ap.add_argument("--profile", required=True, help="profile name or path the decode calls are priced with")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    a = ap.parse_args(argv)
+    from calibrate.executor.run import run_steps
+    from calibrate.validate import prepare
+    import rlhfsim.costs.flops as fl
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.errors import RlhfsimError
+
+    try:
+        sc, setup, cfg, _ = prepare(a.scenario, "cpu", None, None)
+        cost = CostModel.load(setup.gpu, a.profile)
+    except RlhfsimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cfg.gen_runtime != "kv_decoder":
+        print(f"error: generation.runtime: expected kv_decoder (the decode calls this compares), got {cfg.gen_runtime!r}",
+              file=sys.stderr)
+        return 2
+    m = setup.shapes["actor"]
+    weights = fl.ShapeCoeffs.of(m, "float32", "lm").decode_weight_bytes / 2**20
+    results = run_steps(cfg)
+    groups: dict[int, list] = {}
+    for r in results[1:]:
+        for name, secs, s in r.ops:
+            if name == "decode":
+                groups.setdefault(s["batch"], []).append((s["kv0"], s["kv_padded"], secs))
+    rows = []
+    for b in sorted(groups):
+        xs = groups[b]
+        kv0, kvp = statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs)
+        step = statistics.median(x[2] for x in xs)
+        rows.append({"rows": b, "calls": len(xs), "context_per_row": kv0 / b, "padded_context_per_row": kvp / b,
+                     "in_step_s": step, "apart_s": apart_s(m, b, max(1, int(kvp / b))),
+                     "price_s": cost.decode_steps_s(m, "float32", b, kv0, 1, runtime="kv_decoder")})
+    tot = {k: sum(r[k] * r["calls"] for r in rows) for k in ("in_step_s", "apart_s", "price_s")}
+    out = {"scenario": str(a.scenario), "actor": m.name, "streamed_weights_mib": weights, "engine": cfg.engine,
+           "intra": cfg.intra, "rows": rows, "totals_s": tot}
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{a.scenario.name}: {m.name} ({weights:.1f} MiB streamed), {cfg.engine} engine, intra-step scoring {cfg.intra}")
+    print("rows  calls  ctx/row  padded/row  in step ms  apart ms  price ms  step/apart  price vs step")
+    for r in rows:
+        print(f"{r['rows']:4d} {r['calls']:6d} {r['context_per_row']:8.0f} {r['padded_context_per_row']:11.0f} "
+              f"{1e3 * r['in_step_s']:11.2f} {1e3 * r['apart_s']:9.2f} {1e3 * r['price_s']:9.2f} "
+              f"{r['in_step_s'] / r['apart_s']:11.2f} {r['price_s'] / r['in_step_s'] - 1:+14.1%}")
+    print(f"all calls: in step {tot['in_step_s']:.3f} s, apart {tot['apart_s']:.3f} s (step/apart "
+          f"{tot['in_step_s'] / tot['apart_s']:.2f}), price {tot['price_s']:.3f} s ({tot['price_s'] / tot['in_step_s'] - 1:+.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
