@@ -1,7 +1,8 @@
 """A validation scenario's decode calls inside its real steps against the same decode step timed apart, in the same
 process and minute, and against a profile's price: whether a decode call's miss comes from the step around it
 (caches made cold by the other models, the heap of a process holding four models, the padded K/V of rows of
-unequal context) or from the price of that shape. Not a speed benchmark: it measures item 5 of
+unequal context) or from the price of that shape; the CPU counterpart of ``gpu_instep.py``, per row count and with
+the price. Not a speed benchmark: it measures item 5 of
 docs/validation.md "Largest error sources".
 
     python benchmarks/decode_instep.py SCENARIO.yaml --profile GENERIC.json
