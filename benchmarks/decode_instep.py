@@ -11,9 +11,9 @@ docs/validation.md "Largest error sources".
 The scenario (a ``--generate`` set's YAML, or any the executor runs with ``kv_decoder``) runs its steps on the
 executor (``calibrate.executor.run_steps``, torch's default threads); its ``decode`` calls after the first step
 are grouped by rows. Per row count: the median call in the steps; the same step timed apart (a fresh
-``StaticKVDecoder`` of the actor's shape, that many rows all at the group's median padded context per row,
-``Generator._decode`` rewound before each call, median of 25 after 5 untimed); and
-``CostModel.decode_steps_s`` of one step at the calls' median cached tokens (what validate prices). The totals
+``StaticKVDecoder`` of the actor's shape and dtype, that many rows all at the group's median padded context per
+row: ``_common.decode_step_ms``, the median of 25 calls after 10 untimed); and the price of one step at the calls'
+median cached tokens (``calibrate.validate.price_op``, what validate prices). The totals
 weight each row count by its calls.
 """
 
@@ -23,36 +23,20 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def apart_s(shape, rows: int, context: int, calls: int = 30, skip: int = 5) -> float:
-    """Median seconds of one decode step of ``rows`` rows at ``context`` cached tokens each, timed apart."""
-    import torch
-
+def apart_s(shape, dtype: str, rows: int, context: int, iters: int = 25) -> float:
+    """Seconds of one decode step of ``rows`` rows at ``context`` cached tokens each, timed apart on a fresh
+    ``StaticKVDecoder`` of ``shape`` (``_common.decode_step_ms``)."""
+    from _common import decode_step_ms
     from calibrate.decoder import StaticKVDecoder
-    from calibrate.executor.generation import Generator, Sequence
-    from calibrate.executor.timing import Clock, StepLog
+    from calibrate.models import torch_dtype
 
-    dec = StaticKVDecoder(shape, dtype=torch.float32, device="cpu", max_slots=rows, max_len=context + 8, head="lm", seed=0)
-    slots = torch.arange(rows)
-    dec.reset(slots)
-    dec.extend(slots, torch.randint(0, shape.vocab, (rows, context), generator=torch.Generator().manual_seed(0)))
-    gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
-    seqs = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(rows)]
-    log, times = StepLog(0.0), []
-    for _ in range(calls):
-        dec.positions[slots] = context
-        for r in seqs:
-            del r.tokens[1:], r.logprobs[:]
-        log.intervals.clear()
-        t = time.perf_counter()
-        gen._decode(seqs, [], log)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times[skip:])
+    dec = StaticKVDecoder(shape, dtype=torch_dtype(dtype), device="cpu", max_slots=rows, max_len=context + 2, head="lm", seed=0)
+    return 1e-3 * decode_step_ms(dec, shape.vocab, rows, context, iters)
 
 
 def main(argv=None) -> int:
@@ -62,7 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args(argv)
     from calibrate.executor.run import run_steps
-    from calibrate.validate import prepare
+    from calibrate.validate import prepare, price_op
     import rlhfsim.costs.flops as fl
     from rlhfsim.costs.model import CostModel
     from rlhfsim.errors import RlhfsimError
@@ -77,8 +61,8 @@ def main(argv=None) -> int:
         print(f"error: generation.runtime: expected kv_decoder (the decode calls this compares), got {cfg.gen_runtime!r}",
               file=sys.stderr)
         return 2
-    m = setup.shapes["actor"]
-    weights = fl.ShapeCoeffs.of(m, "float32", "lm").decode_weight_bytes / 2**20
+    m, dtype = setup.shapes["actor"], setup.dtypes["actor"]
+    weights = fl.ShapeCoeffs.of(m, dtype, "lm").decode_weight_bytes / 2**20
     results = run_steps(cfg)
     groups: dict[int, list] = {}
     for r in results[1:]:
@@ -91,8 +75,8 @@ def main(argv=None) -> int:
         kv0, kvp = statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs)
         step = statistics.median(x[2] for x in xs)
         rows.append({"rows": b, "calls": len(xs), "context_per_row": kv0 / b, "padded_context_per_row": kvp / b,
-                     "in_step_s": step, "apart_s": apart_s(m, b, max(1, int(kvp / b))),
-                     "price_s": cost.decode_steps_s(m, "float32", b, kv0, 1, runtime="kv_decoder")})
+                     "in_step_s": step, "apart_s": apart_s(m, dtype, b, max(1, int(kvp / b))),
+                     "price_s": price_op(cost, m, dtype, cfg.gen_runtime, "decode", {"batch": b, "kv0": kv0})})
     tot = {k: sum(r[k] * r["calls"] for r in rows) for k in ("in_step_s", "apart_s", "price_s")}
     out = {"scenario": str(a.scenario), "actor": m.name, "streamed_weights_mib": weights, "engine": cfg.engine,
            "intra": cfg.intra, "rows": rows, "totals_s": tot}
