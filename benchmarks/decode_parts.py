@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
 import statistics
 import sys
 import time
@@ -36,9 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decode_rows import shape_of  # noqa: E402
+from decode_rows import CONTEXT, cell_args, decoders, shape_of, shuffled_cells  # noqa: E402
 
-CONTEXT = 64
 DEFAULT_MODELS = ("l4-h256-a8-kv2-i768-v8192,l4-h256-a8-kv2-i768-v4096,l4-h256-a8-kv2-i768-v1024,"
                   "l2-h128-a2-kv1-i512-v8192,l2-h128-a2-kv1-i512-v1024")
 
@@ -107,39 +105,26 @@ def price_parts(cost, m, rows: int, context: int = CONTEXT) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", required=True, help="The profile whose price goes beside each cell.")
-    ap.add_argument("--models", default=DEFAULT_MODELS)
-    ap.add_argument("--rows", default="1,2,4")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=60)
-    ap.add_argument("--json", action="store_true")
+    cell_args(ap, DEFAULT_MODELS, "1,2,4")
     args = ap.parse_args()
 
     import torch
 
     from _common import decode_step_ms
-    from calibrate.decoder import StaticKVDecoder
     from rlhfsim.costs.model import CostModel
     from rlhfsim.costs.profile import load_profile
     from rlhfsim.hardware.catalog import get_gpu
 
-    rows_list = [int(r) for r in args.rows.split(",") if r]
-    shapes = [shape_of(n) for n in args.models.split(",") if n]
+    rows_list, shapes, decs = decoders(args)
     cost = CostModel(get_gpu("cpu"), load_profile(args.profile))
-    decs = {m.name: StaticKVDecoder(m, dtype=torch.float32, device=torch.device("cpu"), max_slots=max(rows_list),
-                                    max_len=CONTEXT + 2, head="lm", seed=0) for m in shapes}
     got: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-    rng = random.Random(0)
     with torch.inference_mode():
-        for r in range(args.rounds):
-            cells = [(m, b) for m in shapes for b in rows_list]
-            rng.shuffle(cells)
-            for m, b in cells:
-                with part_clocks(m.vocab) as acc:
-                    step = decode_step_ms(decs[m.name], m.vocab, b, CONTEXT, args.iters)
-                head = 1e3 * statistics.median(acc["head"][-args.iters:])
-                sample = 1e3 * statistics.median(acc["sample"][-args.iters:])
-                got.setdefault((m.name, b), []).append((step, head, sample))
-            print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
+        for m, b in shuffled_cells(shapes, rows_list, args.rounds):
+            with part_clocks(m.vocab) as acc:
+                step = decode_step_ms(decs[m.name], m.vocab, b, CONTEXT, args.iters)
+            head = 1e3 * statistics.median(acc["head"][-args.iters:])
+            sample = 1e3 * statistics.median(acc["sample"][-args.iters:])
+            got.setdefault((m.name, b), []).append((step, head, sample))
     cells = []
     for m in shapes:
         for b in rows_list:

@@ -51,39 +51,61 @@ def shape_of(name: str):
                       heads=heads, kv_heads=kv, vocab=vocab, tied_embeddings=bool(m.group(7)))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", required=True, help="The profiles whose prices go beside each cell, comma-separated.")
-    ap.add_argument("--models", default=DEFAULT_MODELS)
-    ap.add_argument("--rows", default=",".join(map(str, ROWS)))
+def cell_args(ap, models: str, rows: str) -> None:
+    """The options of a benchmark whose cells are (model, rows) decode steps: ``--models``, ``--rows``, ``--rounds``,
+    ``--iters``, ``--json`` (``decode_rows.py``, ``decode_parts.py``)."""
+    ap.add_argument("--models", default=models)
+    ap.add_argument("--rows", default=rows)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--json", action="store_true")
+
+
+def decoders(args):
+    """(row counts, shapes, {name: a float32 ``StaticKVDecoder`` with a slot per row and room for ``CONTEXT`` cached
+    tokens}) of ``cell_args``' parsed options."""
+    import torch
+
+    from calibrate.decoder import StaticKVDecoder
+
+    rows_list = [int(r) for r in args.rows.split(",") if r]
+    shapes = [shape_of(n) for n in args.models.split(",") if n]
+    decs = {m.name: StaticKVDecoder(m, dtype=torch.float32, device=torch.device("cpu"), max_slots=max(rows_list),
+                                    max_len=CONTEXT + 2, head="lm", seed=0) for m in shapes}
+    return rows_list, shapes, decs
+
+
+def shuffled_cells(shapes, rows_list, rounds: int):
+    """The (model, rows) cells, round after round, each round in a shuffled order (seeded: a shared machine's drift falls
+    on all of them alike); a progress line on stderr after each round."""
+    rng = random.Random(0)
+    for r in range(rounds):
+        cells = [(m, b) for m in shapes for b in rows_list]
+        rng.shuffle(cells)
+        yield from cells
+        print(f"round {r + 1} of {rounds}", file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", required=True, help="The profiles whose prices go beside each cell, comma-separated.")
+    cell_args(ap, DEFAULT_MODELS, ",".join(map(str, ROWS)))
     args = ap.parse_args()
 
     import torch
 
     from _common import decode_step_ms
-    from calibrate.decoder import StaticKVDecoder
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.model import CostModel
     from rlhfsim.costs.profile import load_profile
     from rlhfsim.hardware.catalog import get_gpu
 
-    rows_list = [int(r) for r in args.rows.split(",") if r]
-    shapes = [shape_of(n) for n in args.models.split(",") if n]
+    rows_list, shapes, decs = decoders(args)
     costs = {p: CostModel(get_gpu("cpu"), load_profile(p)) for p in args.profile.split(",") if p}
-    decs = {m.name: StaticKVDecoder(m, dtype=torch.float32, device=torch.device("cpu"), max_slots=max(rows_list),
-                                    max_len=CONTEXT + 2, head="lm", seed=0) for m in shapes}
     ms: dict[tuple[str, int], list[float]] = {}
-    rng = random.Random(0)
     with torch.inference_mode():
-        for r in range(args.rounds):
-            cells = [(m, b) for m in shapes for b in rows_list]
-            rng.shuffle(cells)
-            for m, b in cells:
-                ms.setdefault((m.name, b), []).append(decode_step_ms(decs[m.name], m.vocab, b, CONTEXT, args.iters))
-            print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
+        for m, b in shuffled_cells(shapes, rows_list, args.rounds):
+            ms.setdefault((m.name, b), []).append(decode_step_ms(decs[m.name], m.vocab, b, CONTEXT, args.iters))
     out = []
     for m in shapes:
         k = fl.ShapeCoeffs.of(m, "float32", "lm")
