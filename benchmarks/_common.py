@@ -99,16 +99,15 @@ def encoder_cells(models, warmup: int = 3, calls: int = 15):
             del net
 
 
-def decode_step_ms(dec, vocab: int, rows: int, context: int, iters: int) -> float:
-    """The executor's decode step (``Generator._decode``: a ``StaticKVDecoder`` step and ``sample_next``) at
-    ``rows`` rows of ``context`` cached tokens each, on ``dec`` (its ``max_slots`` at least ``rows``, its
-    ``max_len`` at least ``context + 2``): the median of ``iters`` timed calls after 10 untimed, rewound to
-    ``context`` cached tokens before every call, as ``calibrate.bench.measure_generation`` does; in ms."""
+def decode_call(dec, vocab: int, rows: int, context: int):
+    """(call, rewind): the executor's decode step (``Generator._decode``: a ``StaticKVDecoder`` step and
+    ``sample_next``) of ``rows`` rows on ``dec`` (its ``max_slots`` at least ``rows``, its ``max_len`` at least
+    ``context + 2``), prefilled here with ``context`` tokens per row, and the rewind to ``context`` cached tokens to run
+    before every call, as ``calibrate.bench.measure_generation`` does."""
     import torch
 
     from calibrate.executor.generation import Generator, Sequence
     from calibrate.executor.timing import Clock, StepLog
-    from calibrate.measure import time_calls
 
     slots = torch.arange(rows)
     dec.reset(slots)
@@ -123,5 +122,14 @@ def decode_step_ms(dec, vocab: int, rows: int, context: int, iters: int) -> floa
             del s.tokens[1:], s.logprobs[:]
         log.intervals.clear()
 
-    t = time_calls(lambda: gen._decode(seqs, [], log), device="cpu", warmup=10, iters=iters, setup=rewind)
+    return (lambda: gen._decode(seqs, [], log)), rewind
+
+
+def decode_step_ms(dec, vocab: int, rows: int, context: int, iters: int) -> float:
+    """The executor's decode step at ``rows`` rows of ``context`` cached tokens each, on ``dec`` (``decode_call``): the
+    median of ``iters`` timed calls after 10 untimed, rewound before every call; in ms."""
+    from calibrate.measure import time_calls
+
+    call, rewind = decode_call(dec, vocab, rows, context)
+    t = time_calls(call, device="cpu", warmup=10, iters=iters, setup=rewind)
     return 1e3 * t.median_s

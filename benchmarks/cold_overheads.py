@@ -29,9 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decode_rows import shape_of  # noqa: E402
+from decode_rows import CONTEXT, shape_of  # noqa: E402
 
-CONTEXT = 64
 SWEEP = (768, 256)   # one sweep matrix: 0.75 MiB of float32, the shape of a small model's MLP projection
 
 
@@ -79,27 +78,15 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
+    from _common import decode_call
     from calibrate.decoder import StaticKVDecoder, sample_next
-    from calibrate.executor.generation import Generator, Sequence
-    from calibrate.executor.timing import Clock, StepLog
 
     feet = [float(f) for f in args.feet.split(",") if f]
     if 0.0 not in feet:
         feet = [0.0] + feet
     m = shape_of(args.model)
     dec = StaticKVDecoder(m, dtype=torch.float32, device=torch.device("cpu"), max_slots=1, max_len=CONTEXT + 2, head="lm", seed=0)
-    slots = torch.arange(1)
-    dec.reset(slots)
-    dec.extend(slots, torch.randint(0, m.vocab, (1, CONTEXT), generator=torch.Generator().manual_seed(0)))
-    gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
-    seqs = [Sequence(rid=0, group=0, prompt=[], response_len=1 << 40, tokens=[1], slot=0)]
-    log = StepLog(0.0)
-
-    def rewind():
-        dec.positions[slots] = CONTEXT
-        del seqs[0].tokens[1:], seqs[0].logprobs[:]
-        log.intervals.clear()
-
+    decode, rewind = decode_call(dec, m.vocab, 1, CONTEXT)
     head = torch.randn(args.vocab, 256, generator=torch.Generator().manual_seed(2))
     row = torch.randn(1, 256)
     rng = torch.Generator().manual_seed(3)
@@ -116,7 +103,7 @@ def main() -> None:
             order.shuffle(cells)
             for f in cells:
                 w = sweep_weights(f)
-                step = timed_after_sweep(lambda: gen._decode(seqs, [], log), w, args.iters, rewind)
+                step = timed_after_sweep(decode, w, args.iters, rewind)
                 sample = timed_after_sweep(lambda: sample_next(state["logits"], rng, 0), w, args.iters, pre=fresh_logits)
                 got.setdefault(f, []).append((1e3 * step, 1e3 * sample))
                 del w

@@ -92,14 +92,15 @@ def price_parts(cost, m, rows: int, context: int = CONTEXT) -> dict:
     k = d.shape
     c0, _, u0, _, over = d.coeffs(rows, rows * context, None)
     tail = d.tail0 + d.tail_row * rows
-    # the head's share of the streamed weights, counted like the rest of them (the step's passes and stream factor)
-    head_bytes = k.decode_weights(rows, d.wp) * d.ws * m.hidden * m.vocab * fl.DTYPE_BYTES["float32"] / k.decode_weight_bytes
+    passes = float(fl.gemm_passes(float(rows), d.wp))
+    # the head's weights, counted like the rest of them (the step's passes and stream factor)
+    head_bytes = m.hidden * m.vocab * fl.DTYPE_BYTES["float32"] * passes * d.ws
     c0_h = k.f_head * rows / d.peak
     u0_h = (head_bytes + k.logit_bytes * rows) / d.bw
     total = max(c0, u0) + over
     head = max(c0, u0) - max(c0 - c0_h, u0 - u0_h)
     return {"total_ms": 1e3 * total, "head_ms": 1e3 * head, "sample_ms": 1e3 * tail, "body_ms": 1e3 * (total - head - tail),
-            "weight_passes": float(fl.gemm_passes(float(rows), d.wp)), "stream_factor": d.ws}
+            "weight_passes": passes, "stream_factor": d.ws}
 
 
 def main() -> None:

@@ -37,7 +37,6 @@ def test_the_head_part_grows_with_the_vocabulary():
 
 def test_part_clocks_time_each_step_once_and_restore_the_names():
     torch = pytest.importorskip("torch")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import calibrate.decoder as dec_mod
     import calibrate.executor.generation as gen_mod
     from _common import decode_step_ms
