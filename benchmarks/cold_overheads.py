@@ -29,9 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from calibrate.coldfixed import SWEEP  # noqa: E402  (the calibration's probe sweeps the same matrices)
 from decode_rows import CONTEXT, shape_of  # noqa: E402
-
-SWEEP = (768, 256)   # one sweep matrix: 0.75 MiB of float32, the shape of a small model's MLP projection
 
 
 def sweep_weights(foot_mib: float):

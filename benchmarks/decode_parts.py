@@ -100,7 +100,7 @@ def price_parts(cost, m, rows: int, context: int = CONTEXT) -> dict:
     total = max(c0, u0) + over
     head = max(c0, u0) - max(c0 - c0_h, u0 - u0_h)
     return {"total_ms": 1e3 * total, "head_ms": 1e3 * head, "sample_ms": 1e3 * tail, "body_ms": 1e3 * (total - head - tail),
-            "weight_passes": passes, "stream_factor": d.ws}
+            "weight_passes": passes, "stream_factor": d.ws, "cold_factor": d.cold}
 
 
 def main() -> None:

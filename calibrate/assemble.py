@@ -51,6 +51,7 @@ import numpy as np
 
 import rlhfsim
 from calibrate import MEASUREMENT_VERSION
+from calibrate.coldfixed import cold_summary
 from calibrate.fit import fit_operation, point_value
 from calibrate.gemm import gemm_summary
 from calibrate.widths import width_summary
@@ -180,11 +181,14 @@ def kernels_summary(points: list[dict]) -> dict | None:
     """``kernels``: the GEMM weight passes (``calibrate.gemm``) and the training rate by width
     (``calibrate.widths``) where their points were measured; None when neither was."""
     gemm, widths = gemm_summary(points, point_value), width_summary(points, point_value)
+    cold = cold_summary(points, point_value)
     out: dict = {}
     if gemm is not None:
         out.update(gemm_weight_passes=gemm["gemm_weight_passes"], gemm=gemm)
         if gemm.get("by_footprint"):
             out["gemm_passes_by_footprint"] = gemm["by_footprint"]
+    if cold is not None:
+        out["cold_overheads"] = cold
     if widths is not None:
         out["width_efficiency"] = widths
     return out or None
@@ -202,7 +206,8 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
     by_footprint = (kernels or {}).get("gemm_passes_by_footprint")
     widths = (kernels or {}).get("width_efficiency")
     faults = (kernels or {}).get("page_faults")
-    if not tails and passes is None and widths is None and not faults:
+    cold = (kernels or {}).get("cold_overheads")
+    if not tails and passes is None and widths is None and not faults and not cold:
         return points
     out = []
     for p in points:
@@ -216,6 +221,9 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
             rate = fl.footprint_rate(by_footprint, wbytes)
             if rate:   # the fastest its weights stream (calibrate.assemble.fitted)
                 p = {**p, "stream_gb_s": rate / 1e9}
+        if cold and gen and p["op"] == "decode":   # its fixed costs and tail after its weights streamed
+            wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes
+            p = {**p, "cold_x": fl.cold_factor(cold, wbytes)}
         if widths is not None and p["op"] == "train":
             p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}
         if faults and p["op"] == "train" and p.get("head") == "lm":
@@ -260,8 +268,8 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: d
     for rt, info in gen.items():
         if _put_tail(info, rt, tails):
             changed.append(f"generation.{rt}.sample_s")
-    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "gemm_passes_by_footprint", "width_efficiency",
-                                               "page_faults") if k in (kernels or {})]
+    return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "gemm_passes_by_footprint", "cold_overheads",
+                                               "width_efficiency", "page_faults") if k in (kernels or {})]
 
 
 def refit_train(doc: dict, gpu: GpuSpec, points: list[dict] | None = None) -> bool:

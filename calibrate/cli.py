@@ -236,6 +236,11 @@ def runtimes_command(profile_ref, fmt):
                     fit_bw = ""
                 click.echo("  one-row streaming rate (a decode step's weights stream no faster): "
                            + ", ".join(f"{f:g} MiB {r:.1f} GB/s" for f, r in zip(by["footprint_mib"], rates)) + fit_bw)
+    co = kernels.get("cold_overheads")
+    if co:
+        click.echo(f"decode fixed costs after the weights stream ({co.get('model', '?')}'s step after F MiB, x no sweep; "
+                   "the decode overheads and sampling tail at the model's footprint): "
+                   + ", ".join(f"{f:g} MiB x{x:.2f}" for f, x in zip(co["footprint_mib"], co["factor"])))
     if kernels.get("width_efficiency"):
         we = kernels["width_efficiency"]
         click.echo("training rate by width, relative to the fastest: " + ", ".join(

@@ -197,11 +197,13 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     """Add the cost terms the roofline cannot carry to a measured profile: the sampling tails
     (``calibrate.sampling``: the ``sample`` points of each generation runtime the profile prices with a
     sampler of its own, ``kv_decoder`` and ``hf_generate``, at the default grid's ``sampling``), the GEMM
-    weight passes (``calibrate.gemm``, the grid's ``gemm`` and ``gemm_footprints_mib``) and the training rate by width
+    weight passes (``calibrate.gemm``, the grid's ``gemm`` and ``gemm_footprints_mib``), the decode step's fixed
+    costs by footprint (``calibrate.coldfixed``, on the profile's smallest decoder) and the training rate by width
     (``calibrate.widths``, the grid's ``widths``); then its generation and training operations fitted
     again, from its own points, with them (``calibrate.assemble.refit_cost_terms``). Nothing else the
     profile had is changed."""
     from calibrate.assemble import refit_cost_terms
+    from calibrate.coldfixed import measure_cold, plan_size as cold_plan_size
     from calibrate.gemm import measure_gemm, plan_size as gemm_plan_size
     from calibrate.widths import measure_widths, plan_size as widths_plan_size
     from calibrate.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
@@ -214,18 +216,21 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
                                                                       ("widths", widths),
                                                                       ("gemm_footprints_mib", gemm_footprints))
                                                                if v is not None})
+    actors = _profile_decoders(doc)
     torch.set_num_threads(threads)
     try:
         with Journal.open(jpath, meta, resume) as journal, \
-                Progress(sampling_plan_size(g, runtimes) + gemm_plan_size(g) + widths_plan_size(g), enabled=True) as prog:
+                Progress(sampling_plan_size(g, runtimes) + gemm_plan_size(g) + cold_plan_size(g, actors)
+                         + widths_plan_size(g), enabled=True) as prog:
             s = Session(device, dtype, g, journal, prog, default_cache_dir(), {}, threads)
             measure_gemm(s)
+            measure_cold(s, actors)
             measure_sampling(s, runtimes)
             measure_widths(s)
             new = [{k: v for k, v in p.items() if k != "kind"} for p in journal.points()]
     finally:
         torch.set_num_threads(old_threads)
-    points = [p for p in doc.get("points", []) if p.get("op") not in ("sample", "gemm", "width_train")] + new
+    points = [p for p in doc.get("points", []) if p.get("op") not in ("sample", "gemm", "cold_step", "width_train")] + new
     faults = _page_faults(doc, device, threads)
     changed = refit_cost_terms(doc, points, get_gpu(doc["gpu"], "profile.gpu"), faults)
     doc["points"] = points

@@ -96,7 +96,19 @@ def fitted_value(p: dict) -> float:
     on training points whose logits exceed the allocator's threshold: ``calibrate.pagefaults``), never
     below ``TAIL_FLOOR`` of it."""
     t = point_value(p)
-    return max(t - float(p.get("sampling_tail_s") or 0.0) - float(p.get("fault_s") or 0.0), TAIL_FLOOR * t)
+    tail = float(p.get("sampling_tail_s") or 0.0) * cold_x(p)
+    return max(t - tail - float(p.get("fault_s") or 0.0), TAIL_FLOOR * t)
+
+
+def cold_x(p: dict) -> float:
+    """The factor on a point's fixed costs and sampling tail (field ``cold_x``, set on decode points by
+    ``calibrate.assemble.with_tails`` from ``kernels.cold_overheads``: ``calibrate.coldfixed``); 1 without it."""
+    return float(p.get("cold_x") or 1.0)
+
+
+def overhead_x(points: list[dict]) -> np.ndarray:
+    """``cold_x`` of each point, the multiplier of its fitted overheads (``predict``, ``_solve``)."""
+    return np.array([cold_x(p) for p in points], dtype=np.float64)
 
 
 def point_peak(p: dict, gpu: GpuSpec) -> float:
@@ -119,8 +131,13 @@ def n_params(lay: np.ndarray) -> int:
     return 4 if np.ptp(lay) > 0 else 3
 
 
-def predict(fc, fm, lay, p: OpParams) -> np.ndarray:
-    return with_overheads_s(roofline_kernel_s(fc, fm, 1.0, 1.0, p.compute_eff, p.memory_eff), p, lay)
+def predict(fc, fm, lay, p: OpParams, ox=None) -> np.ndarray:
+    """The fitted time of points (arrays as from ``arrays``); ``ox``: each point's overhead multiplier
+    (``overhead_x``; 1 without it)."""
+    kernel = roofline_kernel_s(fc, fm, 1.0, 1.0, p.compute_eff, p.memory_eff)
+    if ox is None:
+        return with_overheads_s(kernel, p, lay)
+    return kernel + ox * (p.overhead_s + p.overhead_per_layer_s * lay)
 
 
 def mape(pred: np.ndarray, t: np.ndarray) -> float:
@@ -131,8 +148,10 @@ def _params(x: np.ndarray) -> OpParams:
     return OpParams(float(np.exp(x[0])), float(np.exp(x[1])), float(x[2]), float(x[3]))
 
 
-def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = None):
-    """(x, least_squares result of the best start); x = (log ce, log me, o, oL)."""
+def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = None, ox=None):
+    """(x, least_squares result of the best start); x = (log ce, log me, o, oL); ``ox``: the points'
+    overhead multipliers (``overhead_x``)."""
+    ox = np.ones_like(t) if ox is None else ox
     use_layers = np.ptp(lay) > 0
     lo, hi = np.log(EFF_MIN), np.log(EFF_MAX)
     pw = np.sqrt(PRIOR_WEIGHT * len(t))
@@ -144,7 +163,7 @@ def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = No
     def resid(z):
         x = full(z)
         kernel = np.maximum(fc / np.exp(x[0]), fm / np.exp(x[1]))
-        r = (kernel + x[2] + x[3] * lay - t) / t
+        r = (kernel + ox * (x[2] + x[3] * lay) - t) / t
         return np.concatenate([r, pw * (x[:2] - lp)])
 
     def jac(z):   # analytic (the active branch of the max): finite differences across the max's kink made
@@ -155,9 +174,9 @@ def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = No
         j = np.zeros((len(t) + 2, n_z))
         j[:len(t), 0] = np.where(compute, -c, 0.0) / t
         j[:len(t), 1] = np.where(compute, 0.0, -m) / t
-        j[:len(t), 2] = 1.0 / t
+        j[:len(t), 2] = ox / t
         if use_layers:
-            j[:len(t), 3] = lay / t
+            j[:len(t), 3] = ox * lay / t
         j[len(t), 0] = j[len(t) + 1, 1] = pw
         return j
 
@@ -179,9 +198,9 @@ def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = No
     return full(best.x), best, len(t)
 
 
-def fit_arrays(fc, fm, lay, t, prior: OpParams) -> OpParams:
-    """Best parameters for one operation's points (arrays as from ``arrays``)."""
-    return _params(_solve(fc, fm, lay, t, prior)[0])
+def fit_arrays(fc, fm, lay, t, prior: OpParams, ox=None) -> OpParams:
+    """Best parameters for one operation's points (arrays as from ``arrays``; ``ox``: ``overhead_x``)."""
+    return _params(_solve(fc, fm, lay, t, prior, ox=ox)[0])
 
 
 def _covariance(res, n: int, k: int) -> np.ndarray | None:
@@ -197,7 +216,7 @@ def _covariance(res, n: int, k: int) -> np.ndarray | None:
     return cov
 
 
-def _bootstrap(fc, fm, lay, t, prior: OpParams, x0: np.ndarray, seed: int, n_boot: int) -> list[list[float]]:
+def _bootstrap(fc, fm, lay, t, prior: OpParams, x0: np.ndarray, seed: int, n_boot: int, ox) -> list[list[float]]:
     rng = np.random.default_rng(seed)
     n = len(t)
     out = []
@@ -206,13 +225,13 @@ def _bootstrap(fc, fm, lay, t, prior: OpParams, x0: np.ndarray, seed: int, n_boo
         idx = rng.integers(0, n, n)
         if len(np.unique(idx)) < 2:
             continue
-        x, _, _ = _solve(fc[idx], fm[idx], lay[idx], t[idx], prior, starts)
+        x, _, _ = _solve(fc[idx], fm[idx], lay[idx], t[idx], prior, starts, ox[idx])
         p = _params(x)
         out.append([p.compute_eff, p.memory_eff, p.overhead_s, p.overhead_per_layer_s])
     return out
 
 
-def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray], tail: np.ndarray) -> float | None:
+def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray], tail: np.ndarray, ox) -> float | None:
     """Mean |error| / time of each point predicted by a fit without its fold; errors are relative to the
     whole measured time (the fitted time plus the point's sampling ``tail``, which is measured, not fitted)."""
     errs = np.full(len(t), np.nan)
@@ -220,8 +239,8 @@ def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray], tail: np.ndarray) -
         train = np.setdiff1d(np.arange(len(t)), test)
         if len(train) == 0:
             return None
-        p = fit_arrays(fc[train], fm[train], lay[train], t[train], prior)
-        errs[test] = np.abs(predict(fc[test], fm[test], lay[test], p) - t[test]) / (t[test] + tail[test])
+        p = fit_arrays(fc[train], fm[train], lay[train], t[train], prior, ox[train])
+        errs[test] = np.abs(predict(fc[test], fm[test], lay[test], p, ox[test]) - t[test]) / (t[test] + tail[test])
     return float(np.nanmean(errs))
 
 
@@ -229,27 +248,28 @@ def fit_operation(points: list[dict], gpu: GpuSpec, prior: OpParams, seed: int =
     """Fitted parameters of one operation with in-sample and held-out MAPE, identifiability status and
     parameter uncertainty (see the module docstring)."""
     fc, fm, lay, t = arrays(points, gpu)
+    ox = overhead_x(points)
     tail = np.array([point_value(q) for q in points], dtype=np.float64) - t
-    x, res, n = _solve(fc, fm, lay, t, prior)
+    x, res, n = _solve(fc, fm, lay, t, prior, ox=ox)
     p = _params(x)
     k = n_params(lay)
     ok = n >= k + 2
     heldout = None
     if ok:
         perm = np.random.default_rng(seed).permutation(n)
-        heldout = _heldout(fc, fm, lay, t, prior, [f for f in np.array_split(perm, min(5, n)) if len(f)], tail)
+        heldout = _heldout(fc, fm, lay, t, prior, [f for f in np.array_split(perm, min(5, n)) if len(f)], tail, ox)
     models = sorted({q["model"] for q in points})
     by_model = None
     if ok and len(models) >= 2:
         names = np.array([q["model"] for q in points])
-        by_model = _heldout(fc, fm, lay, t, prior, [np.flatnonzero(names == m) for m in models], tail)
+        by_model = _heldout(fc, fm, lay, t, prior, [np.flatnonzero(names == m) for m in models], tail, ox)
     cov = _covariance(res, n, k) if ok else None
     return {"compute_eff": p.compute_eff, "memory_eff": p.memory_eff, "overhead_s": p.overhead_s,
             "overhead_per_layer_s": p.overhead_per_layer_s, "heldout_mape": heldout,
-            "heldout_mape_by_model": by_model, "fit_mape": mape(predict(fc, fm, lay, p) + tail, t + tail), "n_points": n,
+            "heldout_mape_by_model": by_model, "fit_mape": mape(predict(fc, fm, lay, p, ox) + tail, t + tail), "n_points": n,
             "n_params": k, "status": "ok" if ok else "underdetermined", "models": models,
             "method": "scipy.optimize.least_squares (trf, relative residuals, bounded)",
             "covariance_params": list(COV_PARAMS),
             "covariance": None if cov is None else cov.tolist(),
             "param_std": None if cov is None else dict(zip(COV_PARAMS, np.sqrt(np.clip(np.diag(cov), 0, None)).tolist())),
-            "samples": _bootstrap(fc, fm, lay, t, prior, x, seed, bootstrap) if ok and bootstrap else None}
+            "samples": _bootstrap(fc, fm, lay, t, prior, x, seed, bootstrap, ox) if ok and bootstrap else None}

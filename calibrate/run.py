@@ -41,6 +41,8 @@ from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.reencode import measure_reencode
+from calibrate.coldfixed import measure_cold
+from calibrate.coldfixed import plan_size as cold_plan_size
 from calibrate.gemm import measure_gemm
 from calibrate.gemm import plan_size as gemm_plan_size
 from calibrate.sampling import measure_sampling
@@ -120,7 +122,7 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
         n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
     n += 2 * len(handover_plan(grid, models, actors))
-    n += sampling_plan_size(grid, grid.gen_runtimes) + gemm_plan_size(grid) if actors else 0
+    n += sampling_plan_size(grid, grid.gen_runtimes) + gemm_plan_size(grid) + cold_plan_size(grid, actors) if actors else 0
     n += widths_plan_size(grid) if dec else 0
     return n + (2 * len(grid.interference) if dec else 0) + gen_plan_size(grid, actors)
 
@@ -311,6 +313,7 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
             measure_handover(s, rt, actor, reward, b, p, c)
         if actors:
             measure_gemm(s)
+            measure_cold(s, actors)
             measure_sampling(s, g.gen_runtimes)
         if decoders:
             measure_widths(s)

@@ -307,6 +307,18 @@ def stream_factor(rate: float | None, bandwidth: float) -> float:
     return max(1.0, bandwidth / rate) if rate else 1.0
 
 
+def cold_factor(table: dict | None, weight_bytes: float) -> float:
+    """How many times its hot cost a decode step's fixed work (the overheads and the sampling tail) takes at a
+    decode-weight footprint of ``weight_bytes`` per device: ``kernels.cold_overheads`` (``calibrate.coldfixed``:
+    a small model's step timed right after F MiB of other weights streamed, over the same with none),
+    interpolated linearly in MiB and held at the ends; 1 without a table. In a real step each layer's fixed
+    work follows the rest of the model's weights through the caches (docs/cost-model.md)."""
+    if not table:
+        return 1.0
+    return max(1.0, float(np.interp(max(weight_bytes, 0.0) / 2**20, np.asarray(table["footprint_mib"], dtype=np.float64),
+                                    np.asarray(table["factor"], dtype=np.float64))))
+
+
 def passes_at(weight_passes, batch: float) -> float:
     """The passes of ``gemm_passes`` at one row count, as one number (a decode point's field in the fit)."""
     return float(gemm_passes(float(batch), weight_passes)) if isinstance(weight_passes, tuple) else float(weight_passes)

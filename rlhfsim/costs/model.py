@@ -196,7 +196,8 @@ class _Decode:
     """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws",
+                 "cold")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None):
         p = cost.gen_params("decode", runtime)
@@ -207,11 +208,15 @@ class _Decode:
         # bytes per cached token per step: K and V read by attention, times the runtime's passes over
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
-        self.over = p.overhead_s + p.overhead_per_layer_s * m.layers
+        # the step's fixed work runs after the model's own weights have swept the caches: the overheads and the
+        # sampling tail cost cold_factor times their hot values at its footprint (calibrate.coldfixed; 1 without
+        # kernels.cold_overheads), in the fit (calibrate.fit) as here
+        self.cold = fl.cold_factor(cost.cold_overheads, self.shape.decode_weight_bytes / tp)
+        self.over = self.cold * (p.overhead_s + p.overhead_per_layer_s * m.layers)
         # the sampling tail per step: sample_s + sample_per_logit_s x batch x vocab (measured,
         # calibrate.sampling; the fitted parameters above exclude it)
         a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops)
-        self.tail0, self.tail_row = a, b * m.vocab
+        self.tail0, self.tail_row = self.cold * a, self.cold * b * m.vocab
         # weight passes of a step of >= 2 rows (flops.gemm_passes), at this model's weight footprint
         self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.decode_weight_bytes)
         # the weights stream no faster than the footprint sweep measured at their footprint on one device
@@ -252,6 +257,8 @@ class CostModel:
         self.width_eff = kernels.get("width_efficiency")
         # page faults of logits-sized tensors above the allocator's threshold (calibrate.pagefaults; CPU)
         self.page_faults = kernels.get("page_faults")
+        # a decode step's fixed costs by its weights' footprint (calibrate.coldfixed; None: hot for every model)
+        self.cold_overheads = kernels.get("cold_overheads")
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}

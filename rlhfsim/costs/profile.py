@@ -130,6 +130,10 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
             raise ProfileError(f"{where}.kernels.gemm_passes_by_footprint: expected increasing footprint_mib > 0 and as "
                                f"many passes, each a finite number >= 1 (gb_s_1row: as many rates > 0; by_rows: "
                                f"increasing rows >= 2, per row count as many passes), got {fp!r}"[:300])
+        co = kernels.get("cold_overheads")
+        if co is not None and not _cold_table(co):
+            raise ProfileError(f"{where}.kernels.cold_overheads: expected increasing footprint_mib >= 0 and as many "
+                               f"factors, each a finite number >= 1, got {co!r}"[:300])
         we = kernels.get("width_efficiency")
         if we is not None:
             curves = {"": we, **{f".by_ratio.{r}": sub for r, sub in ((we.get("by_ratio") or {}).items()
@@ -144,6 +148,18 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
         if problem:
             raise ProfileError(problem)
     return doc
+
+
+def _cold_table(t) -> bool:
+    """``kernels.cold_overheads`` (``calibrate.coldfixed``): increasing footprints >= 0, a factor >= 1 each."""
+    if not isinstance(t, dict):
+        return False
+    f, x = t.get("footprint_mib"), t.get("factor")
+    if not isinstance(f, list) or not isinstance(x, list) or not f or len(f) != len(x):
+        return False
+    num = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v < float("inf"))
+    return (all(num(v) and v >= 0 for v in f) and all(b > a for a, b in zip(f, f[1:]))
+            and all(num(v) and v >= 1.0 for v in x))
 
 
 def _footprint_table(t) -> bool:

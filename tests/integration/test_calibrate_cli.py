@@ -85,6 +85,10 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     by = prof["kernels"]["gemm_passes_by_footprint"]
     assert prof["kernels"]["gemm_weight_passes"] >= 1.0 and by["footprint_mib"] == [1.0, 2.0]
     assert sorted(r["copies"] for r in by["ratios"]) == [4, 8] and all(p >= 1.0 for p in by["passes"])
+    # the decode step's fixed costs after the weights stream (calibrate.coldfixed): one point per footprint, 0 first
+    co = prof["kernels"]["cold_overheads"]
+    assert co["footprint_mib"] == [0.0, 1.0, 2.0] and co["factor"][0] == 1.0 and all(x >= 1.0 for x in co["factor"])
+    assert len([p for p in prof["points"] if p["op"] == "cold_step"]) == 3
     assert ops["prefill"]["heldout_mape"] is not None
     # generation runtimes: their own fits, which leave the plain prefill/decode fits to our decoder's points
     assert ops["prefill"]["n_points"] == len(TINY_GRID["prefill"]) and ops["decode"]["n_points"] == len(TINY_GRID["decode"])
