@@ -103,26 +103,15 @@ def decode_call(dec, vocab: int, rows: int, context: int):
     """(call, rewind): the executor's decode step (``Generator._decode``: a ``StaticKVDecoder`` step and
     ``sample_next``) of ``rows`` rows on ``dec`` (its ``max_slots`` at least ``rows``, its ``max_len`` at least
     ``context + 2``), prefilled here with ``context`` tokens per row, and the rewind to ``context`` cached tokens to run
-    before every call, as ``calibrate.bench.measure_generation`` does."""
+    before every call: ``calibrate.bench.decode_loop``, as ``calibrate.bench.measure_generation`` uses it."""
     import torch
 
-    from calibrate.executor.generation import Generator, Sequence
-    from calibrate.executor.timing import Clock, StepLog
+    from calibrate.bench import decode_loop
 
     slots = torch.arange(rows)
     dec.reset(slots)
     dec.extend(slots, torch.randint(0, vocab, (rows, context), generator=torch.Generator().manual_seed(rows)))
-    gen = Generator(dec, "static", Clock(torch.device("cpu")), seed=0)
-    seqs = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[1], slot=i) for i in range(rows)]
-    log = StepLog(0.0)
-
-    def rewind():
-        dec.positions[slots] = context
-        for s in seqs:
-            del s.tokens[1:], s.logprobs[:]
-        log.intervals.clear()
-
-    return (lambda: gen._decode(seqs, [], log)), rewind
+    return decode_loop(dec, slots, context, [1] * rows, "cpu")
 
 
 def decode_step_ms(dec, vocab: int, rows: int, context: int, iters: int) -> float:

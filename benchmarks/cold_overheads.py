@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import statistics
 import sys
@@ -36,9 +35,9 @@ from decode_rows import CONTEXT, shape_of  # noqa: E402
 def sweep_weights(foot_mib: float):
     import torch
 
-    n = math.ceil(foot_mib * 2**20 / (SWEEP[0] * SWEEP[1] * 4)) if foot_mib > 0 else 0
-    g = torch.Generator().manual_seed(1)
-    return [torch.randn(*SWEEP, generator=g) for _ in range(n)]
+    from calibrate.coldfixed import sweep_weights as weights
+
+    return weights(foot_mib, "cpu", torch.float32, torch.Generator().manual_seed(1))
 
 
 def timed_after_sweep(call, weights, iters: int, setup=None, pre=None) -> float:

@@ -215,14 +215,15 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
         tail = _tail_of(p, tails) if gen else None
         if tail is not None:
             p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
-        if passes is not None and gen and p["op"] == "decode":   # at the model's footprint where measured by it
-            wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes
+        decode = gen and p["op"] == "decode"
+        wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes \
+            if decode and (passes is not None or cold) else None
+        if passes is not None and decode:   # at the model's footprint where measured by it
             p = {**p, "gemm_weight_passes": fl.passes_at(fl.footprint_passes(by_footprint, passes, wbytes), p["batch"])}
             rate = fl.footprint_rate(by_footprint, wbytes)
             if rate:   # the fastest its weights stream (calibrate.assemble.fitted)
                 p = {**p, "stream_gb_s": rate / 1e9}
-        if cold and gen and p["op"] == "decode":   # its fixed costs and tail after its weights streamed
-            wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes
+        if cold and decode:   # its fixed costs and tail after its weights streamed
             p = {**p, "cold_x": fl.cold_factor(cold, wbytes)}
         if widths is not None and p["op"] == "train":
             p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}

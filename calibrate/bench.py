@@ -125,20 +125,27 @@ def measure_generation(s: Session, shape: ModelShape) -> None:
         c = f["prefix_len"]
         model.reset(slots)
         model.extend(slots, _ids(s, shape.vocab, b, c, 13 * b + c))
-        # One iteration of the executor's own decode loop (Generator._decode): the next input ids built
-        # from the rows' last tokens, extend, sample_next, the tokens and log-probs appended to the rows.
-        gen = Generator(model, "static", ExecClock(torch.device(s.device)), seed=0)
-        rows = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[int(t)], slot=i)
-                for i, t in enumerate(_ids(s, shape.vocab, b, 1, 17 * b + c)[:, 0].tolist())]
-        log = StepLog(0.0)
+        call, rewind = decode_loop(model, slots, c, _ids(s, shape.vocab, b, 1, 17 * b + c)[:, 0].tolist(), s.device)
+        s.measure(key, f, call, setup=rewind)
 
-        def rewind(m=model, slots=slots, c=c, rows=rows, log=log):
-            m.positions[slots] = c
-            for r in rows:           # keep the rows (and the step log) from growing without bound
-                del r.tokens[1:], r.logprobs[:]
-            log.intervals.clear()
 
-        s.measure(key, f, lambda gen=gen, rows=rows, log=log: gen._decode(rows, [], log), setup=rewind)
+def decode_loop(dec, slots, context: int, first_tokens: list[int], device):
+    """(call, rewind): one iteration of the executor's own decode loop (``Generator._decode``: the next input ids
+    built from the rows' last tokens, extend, ``sample_next``, the tokens and log-probs appended to the rows) on
+    ``dec``, whose rows ``slots`` hold ``context`` cached tokens (prefilled by the caller) and start from
+    ``first_tokens``; and the rewind to ``context`` cached tokens to run before every call."""
+    gen = Generator(dec, "static", ExecClock(torch.device(device)), seed=0)
+    rows = [Sequence(rid=i, group=i, prompt=[], response_len=1 << 40, tokens=[int(t)], slot=i)
+            for i, t in enumerate(first_tokens)]
+    log = StepLog(0.0)
+
+    def rewind():
+        dec.positions[slots] = context
+        for r in rows:           # keep the rows (and the step log) from growing without bound
+            del r.tokens[1:], r.logprobs[:]
+        log.intervals.clear()
+
+    return (lambda: gen._decode(rows, [], log)), rewind
 
 
 # -- chunked scoring ------------------------------------------------------------------------------------

@@ -54,12 +54,15 @@ def _key(shape: ModelShape, dtype: str, foot: float) -> str:
     return point_key("cold_step", f"{shape.name}-f{foot:g}MiB", dtype, batch=1, seq_len=1, prefix_len=CONTEXT, head="lm")
 
 
+def sweep_weights(foot_mib: float, device, dtype, generator) -> list:
+    """``ceil(F MiB / 0.75 MiB)`` distinct ``SWEEP`` weights (none at 0), drawn from ``generator``."""
+    n = math.ceil(foot_mib * 2**20 / (SWEEP[0] * SWEEP[1] * 4)) if foot_mib > 0 else 0
+    return [torch.randn(*SWEEP, generator=generator).to(device, dtype) for _ in range(n)]
+
+
 def measure_cold(s: Session, actors: list[ModelShape]) -> None:
     """Every footprint's ``cold_step`` point on the smallest of ``actors`` (module docstring)."""
-    from calibrate.bench import _fields
-    from calibrate.executor.generation import Generator, Sequence
-    from calibrate.executor.timing import Clock as ExecClock
-    from calibrate.executor.timing import StepLog
+    from calibrate.bench import _fields, decode_loop
 
     shape = probe_shape(actors, s.dtype)
     todo = [(f, _key(shape, s.dtype, f)) for f in feet(s.grid)] if shape is not None else []
@@ -72,28 +75,23 @@ def measure_cold(s: Session, actors: list[ModelShape]) -> None:
         gen_ids = torch.Generator().manual_seed(23)
         dec.reset(slots)
         dec.extend(slots, torch.randint(0, shape.vocab, (1, CONTEXT), generator=gen_ids).to(s.device))
-        gen = Generator(dec, "static", ExecClock(torch.device(s.device)), seed=0)
-        rows = [Sequence(rid=0, group=0, prompt=[], response_len=1 << 40, tokens=[1], slot=0)]
-        log = StepLog(0.0)
+        call, rewind = decode_loop(dec, slots, CONTEXT, [1], s.device)
         x = torch.randn(1, SWEEP[1], generator=gen_ids).to(s.device, s.tdtype)
         for foot, key in todo:
             if not s.pending(key):
                 continue
-            n = math.ceil(foot * 2**20 / (SWEEP[0] * SWEEP[1] * 4)) if foot > 0 else 0
-            ws = [torch.randn(*SWEEP, generator=gen_ids).to(s.device, s.tdtype) for _ in range(n)]
+            ws = sweep_weights(foot, s.device, s.tdtype, gen_ids)
 
             def setup(ws=ws):
-                dec.positions[slots] = CONTEXT
-                del rows[0].tokens[1:], rows[0].logprobs[:]
-                log.intervals.clear()
+                rewind()
                 for w in ws:
                     F.linear(x, w)
                 s.sync()
 
-            f = {**_fields("cold_step", shape, "lm", 1, 1, CONTEXT, 1), "footprint_mib": foot, "sweep_matrices": n,
-                 "timed": f"Generator._decode of one row after F.linear of a [1, {SWEEP[1]}] row by {n} distinct "
+            f = {**_fields("cold_step", shape, "lm", 1, 1, CONTEXT, 1), "footprint_mib": foot, "sweep_matrices": len(ws),
+                 "timed": f"Generator._decode of one row after F.linear of a [1, {SWEEP[1]}] row by {len(ws)} distinct "
                           f"[{SWEEP[0]}, {SWEEP[1]}] weights (untimed)"}
-            s.measure(key, f, lambda: gen._decode(rows, [], log), setup=setup)
+            s.measure(key, f, call, setup=setup)
             del ws
         del dec
         s.free()

@@ -137,7 +137,8 @@ def predict(fc, fm, lay, p: OpParams, ox=None) -> np.ndarray:
     kernel = roofline_kernel_s(fc, fm, 1.0, 1.0, p.compute_eff, p.memory_eff)
     if ox is None:
         return with_overheads_s(kernel, p, lay)
-    return kernel + ox * (p.overhead_s + p.overhead_per_layer_s * lay)
+    # with_overheads_s's sum with each overhead times ox: at ox = 1 the same numbers to the last digit
+    return kernel + ox * p.overhead_s + p.overhead_per_layer_s * (ox * lay)
 
 
 def mape(pred: np.ndarray, t: np.ndarray) -> float:
@@ -151,7 +152,6 @@ def _params(x: np.ndarray) -> OpParams:
 def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = None, ox=None):
     """(x, least_squares result of the best start); x = (log ce, log me, o, oL); ``ox``: the points'
     overhead multipliers (``overhead_x``)."""
-    plain = ox is None   # the expression of a fit without overhead multipliers, rounding included
     ox = np.ones_like(t) if ox is None else ox
     use_layers = np.ptp(lay) > 0
     lo, hi = np.log(EFF_MIN), np.log(EFF_MAX)
@@ -164,7 +164,7 @@ def _solve(fc, fm, lay, t, prior: OpParams, starts: list[np.ndarray] | None = No
     def resid(z):
         x = full(z)
         kernel = np.maximum(fc / np.exp(x[0]), fm / np.exp(x[1]))
-        r = ((kernel + x[2] + x[3] * lay if plain else kernel + ox * (x[2] + x[3] * lay)) - t) / t
+        r = (kernel + ox * x[2] + x[3] * (ox * lay) - t) / t   # at ox = 1 the plain fit's numbers to the last digit
         return np.concatenate([r, pw * (x[:2] - lp)])
 
     def jac(z):   # analytic (the active branch of the max): finite differences across the max's kink made
@@ -226,7 +226,7 @@ def _bootstrap(fc, fm, lay, t, prior: OpParams, x0: np.ndarray, seed: int, n_boo
         idx = rng.integers(0, n, n)
         if len(np.unique(idx)) < 2:
             continue
-        x, _, _ = _solve(fc[idx], fm[idx], lay[idx], t[idx], prior, starts, None if ox is None else ox[idx])
+        x, _, _ = _solve(fc[idx], fm[idx], lay[idx], t[idx], prior, starts, ox[idx])
         p = _params(x)
         out.append([p.compute_eff, p.memory_eff, p.overhead_s, p.overhead_per_layer_s])
     return out
@@ -240,8 +240,8 @@ def _heldout(fc, fm, lay, t, prior, folds: list[np.ndarray], tail: np.ndarray, o
         train = np.setdiff1d(np.arange(len(t)), test)
         if len(train) == 0:
             return None
-        p = fit_arrays(fc[train], fm[train], lay[train], t[train], prior, None if ox is None else ox[train])
-        errs[test] = np.abs(predict(fc[test], fm[test], lay[test], p, None if ox is None else ox[test]) - t[test]) / (t[test] + tail[test])
+        p = fit_arrays(fc[train], fm[train], lay[train], t[train], prior, ox[train])
+        errs[test] = np.abs(predict(fc[test], fm[test], lay[test], p, ox[test]) - t[test]) / (t[test] + tail[test])
     return float(np.nanmean(errs))
 
 
@@ -250,7 +250,6 @@ def fit_operation(points: list[dict], gpu: GpuSpec, prior: OpParams, seed: int =
     parameter uncertainty (see the module docstring)."""
     fc, fm, lay, t = arrays(points, gpu)
     ox = overhead_x(points)
-    ox = None if np.all(ox == 1.0) else ox   # no multipliers: the plain fit exactly
     tail = np.array([point_value(q) for q in points], dtype=np.float64) - t
     x, res, n = _solve(fc, fm, lay, t, prior, ox=ox)
     p = _params(x)

@@ -150,32 +150,31 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
     return doc
 
 
+def _footprint_column(t, column: str, foot_ok) -> list | None:
+    """The ``footprint_mib`` of a table (a dict) whose footprints each pass ``foot_ok`` and increase, beside as many
+    finite numbers >= 1 under ``column``; None for anything else."""
+    if not isinstance(t, dict):
+        return None
+    f = t.get("footprint_mib")
+    if not isinstance(f, list) or not f or not all(foot_ok(x) for x in f) or any(b <= a for a, b in zip(f, f[1:])):
+        return None
+    return f if _at_least_one(t.get(column), len(f)) else None
+
+
+def _at_least_one(xs, n: int) -> bool:
+    """A list of ``n`` finite numbers >= 1 (not bools)."""
+    return isinstance(xs, list) and len(xs) == n and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x < float("inf") for x in xs)
+
+
 def _cold_table(t) -> bool:
     """``kernels.cold_overheads`` (``calibrate.coldfixed``): increasing footprints >= 0, a factor >= 1 each."""
-    if not isinstance(t, dict):
-        return False
-    f, x = t.get("footprint_mib"), t.get("factor")
-    if not isinstance(f, list) or not isinstance(x, list) or not f or len(f) != len(x):
-        return False
-    num = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v < float("inf"))
-    return (all(num(v) and v >= 0 for v in f) and all(b > a for a, b in zip(f, f[1:]))
-            and all(num(v) and v >= 1.0 for v in x))
+    return _footprint_column(t, "factor", _non_negative) is not None
 
 
 def _footprint_table(t) -> bool:
-    if not isinstance(t, dict):
-        return False
-    f, p = t.get("footprint_mib"), t.get("passes")
-    if not isinstance(f, list) or not isinstance(p, list) or not f or len(f) != len(p):
-        return False
-    if not all(_positive(x) for x in f) or any(b <= a for a, b in zip(f, f[1:])):
-        return False
-
-    def passes(xs) -> bool:
-        return isinstance(xs, list) and len(xs) == len(f) and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x < float("inf") for x in xs)
-
-    if not passes(p):
+    f = _footprint_column(t, "passes", _positive)
+    if f is None:
         return False
     rates = t.get("gb_s_1row")
     if rates is not None and not (isinstance(rates, list) and len(rates) == len(f) and all(_positive(x) for x in rates)):
@@ -186,7 +185,7 @@ def _footprint_table(t) -> bool:
     rows, per = (by_rows.get("rows"), by_rows.get("passes")) if isinstance(by_rows, dict) else (None, None)
     return (isinstance(rows, list) and isinstance(per, list) and len(rows) == len(per) >= 1
             and all(isinstance(r, int) and not isinstance(r, bool) and r >= 2 for r in rows) and rows == sorted(set(rows))
-            and all(passes(xs) for xs in per))
+            and all(_at_least_one(xs, len(f)) for xs in per))
 
 
 def _width_curve(curve) -> bool:
@@ -200,6 +199,11 @@ def _width_curve(curve) -> bool:
 def _positive(v) -> bool:
     """A finite number > 0 (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+
+
+def _non_negative(v) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
 
 
 ADDED_TERMS = ("const_s", "per_layer_s", "per_alone")   # interference.handover.RT.added.SIDE (calibrate.assemble)
