@@ -33,7 +33,10 @@
 * Sampling tails (``calibrate.sampling``): ``sample_s`` + ``sample_per_logit_s`` x rows x vocab fitted per
   runtime to its ``sample`` points (``sampling_summary``) and kept in ``generation[RT]`` with their points
   and held-out error (``sampling``); each generation prefill/decode point is fitted less its runtime's tail
-  (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``).
+  (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``). The same tail measured with the
+  executor's log-prob recorder (``sample`` points with ``logprobs``) is fitted alike and kept as
+  ``generation[RT].sampling_logprobs``; it prices a scenario with ``generation.sampling_logprobs`` and is
+  subtracted from no point (the generation points run ``generate()`` as TRL does, without the recorder).
 * ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.gemm``), passes over the weights
   of a matrix product of two rows or more against one row, and ``gemm_passes_by_footprint`` where the
   grid measured them by working-set footprint, which each decode point's work counts at its model's
@@ -144,12 +147,16 @@ def _gen_models(records: list[dict], rt: str) -> dict:
 
 def sampling_summary(points: list[dict]) -> dict[str, dict]:
     """{runtime: the fit of its sampling tail (``calibrate.sampling.fit_tail``)} for each runtime with
-    ``sample`` points."""
+    ``sample`` points; where the runtime's tail was also measured with the executor's log-prob recorder
+    (points with ``logprobs``), that fit under the key ``logprobs``."""
     out = {}
-    for rt in sorted({p.get("runtime") for p in points if p["op"] == "sample"}):
-        fit = fit_tail(_measured(points, op="sample", runtime=rt), point_value)
+    for rt in sorted({p.get("runtime") for p in points if p["op"] == "sample" and not p.get("logprobs")}):
+        fit = fit_tail(_measured(points, op="sample", runtime=rt, logprobs=None), point_value)
         if fit is not None:
             out[rt] = fit
+            recorded = fit_tail(_measured(points, op="sample", runtime=rt, logprobs=True), point_value)
+            if recorded is not None:
+                fit["logprobs"] = recorded
     return out
 
 
@@ -163,7 +170,10 @@ def _put_tail(info: dict, rt: str, tails: dict[str, dict]) -> bool:
     """``generation[rt]`` given its measured sampling tail (True), or told whose it shares (False)."""
     tail = tails.get(rt)
     if tail is not None:
-        info.update(sample_s=tail["sample_s"], sample_per_logit_s=tail["sample_per_logit_s"], sampling=tail)
+        info.update(sample_s=tail["sample_s"], sample_per_logit_s=tail["sample_per_logit_s"],
+                    sampling={k: v for k, v in tail.items() if k != "logprobs"})
+        if tail.get("logprobs") is not None:   # the tail with the executor's recorder (genruntimes.sample_tail)
+            info["sampling_logprobs"] = tail["logprobs"]
         return True
     if rt in SAMPLING_AS and SAMPLING_AS[rt] in tails:
         info["sampling"] = {"shared_with": SAMPLING_AS[rt]}

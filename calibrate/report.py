@@ -270,10 +270,12 @@ def sampling_table(profile: dict) -> str | None:
     for rt, info in profile.get("generation", {}).items():
         fit = info.get("sampling") or {}
         if "sample_per_logit_s" in info:
-            rows.append([rt, _ms(info.get("sample_s")), f"{info['sample_per_logit_s'] * 1e9:.2f}",
-                         "-" if fit.get("heldout_mape") is None else f"{100 * fit['heldout_mape']:.1f}%",
-                         str(fit.get("n_points", "-")),
-                         ", ".join(f"{p['rows']}x{p['vocab']}" for p in fit.get("points", []))])
+            for name, tail in ((rt, {**fit, **info}), (f"{rt} + log-probs", info.get("sampling_logprobs"))):
+                if tail:   # the second: with the executor's log-prob recorder (generation.sampling_logprobs)
+                    rows.append([name, _ms(tail.get("sample_s")), f"{tail['sample_per_logit_s'] * 1e9:.2f}",
+                                 "-" if tail.get("heldout_mape") is None else f"{100 * tail['heldout_mape']:.1f}%",
+                                 str(tail.get("n_points", "-")),
+                                 ", ".join(f"{p['rows']}x{p['vocab']}" for p in tail.get("points", []))])
         elif fit.get("shared_with"):
             rows.append([rt, "-", "-", "-", "-", f"shares {fit['shared_with']}'s (the same generate() loop)"])
     if not rows:

@@ -26,6 +26,13 @@ Points (op ``sample``, field ``runtime``; ``batch`` = rows, ``vocab`` = V; grid 
   the generation points' discipline (``calibrate.genbench.rounds``).
   ``hf_static`` runs the same ``generate()`` loop after its compiled forward and shares
   ``hf_generate``'s tail (``SAMPLING_AS``); compiling a model per vocabulary would cost minutes.
+  Each round of a point also runs the same call the way rlhfsim's executor makes it
+  (``calibrate.executor.generation``): with its ``LogprobRecorder`` as the last logits processor (a
+  log-sum-exp over each row's logits per step) and a ``RowStop`` criterion handing it the sampled tokens
+  (a gather per step), the call's log-probs read to the host at its end. Those rounds' gaps are the point's
+  twin with field ``logprobs`` (``RECORDED_RUNTIMES``), measured in the same rounds (the two calls
+  alternate which goes first), fitted alike and kept as ``generation[RT].sampling_logprobs``: the tail of a
+  scenario with ``generation.sampling_logprobs`` (``rlhfsim.costs.genruntimes.sample_tail``).
 * ``vllm``, ``sglang``, ``vllm_eager``: not measured (their sampler runs inside the engine step, whose
   decode points carry it): no tail, nothing subtracted.
 
@@ -46,9 +53,15 @@ from rlhfsim.costs.genruntimes import SAMPLING_AS
 from rlhfsim.models.catalog import ModelShape
 
 HOOK_RUNTIMES = ("hf_generate",)        # measured through generate() with forward hooks
+RECORDED_RUNTIMES = ("hf_generate",)    # ... also with the executor's log-prob recorder (field logprobs)
 DIRECT_RUNTIMES = ("kv_decoder",)       # measured by calling their sampler on logits
 PROMPT = 8                              # prompt tokens per row of the hooked generate() calls
 STEPS = 8                               # K gaps per hooked call
+
+
+def recorded_runtimes(gen_runtimes) -> list[str]:
+    """The runtimes of a grid whose tail is also measured with the executor's log-prob recorder."""
+    return [r for r in sampled_runtimes(gen_runtimes) if r in RECORDED_RUNTIMES]
 
 
 def sampled_runtimes(gen_runtimes) -> list[str]:
@@ -61,13 +74,15 @@ def tail_shape(vocab: int) -> ModelShape:
     return ModelShape(f"sample-v{vocab}", "decoder", 1, 64, 128, 2, 1, vocab, True, True, "qwen2", 4096, "")
 
 
-def _key(runtime: str, rows: int, vocab: int, dtype: str) -> str:
-    return point_key("sample", f"v{vocab}", dtype, batch=rows, seq_len=1, head="lm", runtime=runtime)
+def _key(runtime: str, rows: int, vocab: int, dtype: str, logprobs: bool = False) -> str:
+    return point_key("sample", f"v{vocab}", dtype, batch=rows, seq_len=1, head="lm", runtime=runtime,
+                     strategy="logprobs" if logprobs else "")
 
 
-def _fields(runtime: str, rows: int, vocab: int) -> dict:
+def _fields(runtime: str, rows: int, vocab: int, logprobs: bool = False) -> dict:
     return {"op": "sample", "model": f"v{vocab}", "runtime": runtime, "batch": rows, "vocab": vocab,
-            "logits": rows * vocab, "head": "lm", "seq_len": 1, "prefix_len": 0, "tokens": rows}
+            "logits": rows * vocab, "head": "lm", "seq_len": 1, "prefix_len": 0, "tokens": rows,
+            **({"logprobs": True} if logprobs else {})}
 
 
 class _Gaps:
@@ -103,6 +118,7 @@ class _Gaps:
 def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
     from calibrate.genbench import rounds
     from calibrate.genruntimes import GEN_RUNTIMES_IMPL
+    from calibrate.genruntimes.hf_generate import LogprobRecorder, RowStop
 
     shape = tail_shape(vocab)
     model = s.hf_model(shape, "lm")
@@ -111,23 +127,45 @@ def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
     gaps = _Gaps(model, s.device)
     try:
         for rows in rows_list:
-            key = _key(runtime, rows, vocab, s.dtype)
-            if not s.pending(key):
+            keys = {False: _key(runtime, rows, vocab, s.dtype)}
+            if runtime in RECORDED_RUNTIMES:
+                keys[True] = _key(runtime, rows, vocab, s.dtype, logprobs=True)
+            todo = [lp for lp, k in keys.items() if s.pending(k)]
+            if not todo:
                 continue
             g = torch.Generator().manual_seed(rows + vocab)
             ids = torch.randint(1, vocab, (rows, PROMPT), generator=g).to(s.device)
             mask = torch.ones_like(ids)
 
-            def one():
+            def call(logprobs: bool) -> tuple[float, float]:
                 t0 = time.perf_counter()
                 gaps.start()
-                rt.generate(ids, mask, 1 + STEPS).sequences[:, PROMPT:].tolist()
+                if logprobs:   # as calibrate.executor.generation.HfGenerator._call makes it
+                    rec = LogprobRecorder()
+                    rt.generate(ids, mask, 1 + STEPS, stopping=(RowStop([1 + STEPS] * rows, ids.device, recorder=rec),),
+                                processors=(rec,)).sequences[:, PROMPT:].tolist()
+                    rec.logprobs()
+                else:
+                    rt.generate(ids, mask, 1 + STEPS).sequences[:, PROMPT:].tolist()
                 return float(np.mean(gaps.gaps)) if gaps.gaps else float("nan"), time.perf_counter() - t0
 
+            turn = [0]
+
+            def one():
+                # a round: the variants measured, in alternating order; (gap by variant..., wall time)
+                turn[0] += 1
+                order = list(keys) if turn[0] % 2 else list(keys)[::-1]
+                got = {lp: call(lp) for lp in order}
+                return (*[got[lp][0] for lp in keys], sum(w for _, w in got.values()))
+
             # the generation points' timing discipline (warm-up, budget on the calls' wall time, bursts)
-            taken, first = s.guarded(lambda: rounds(s, one, cost=lambda r: r[1]))
-            s.record(key, {**_fields(runtime, rows, vocab), "timed": "mean gap between forwards inside generate()",
-                           "steps": STEPS}, timing=summarize([r[0] for r in taken], first[0]))
+            taken, first = s.guarded(lambda: rounds(s, one, cost=lambda r: r[-1]))
+            for i, lp in enumerate(keys):
+                if lp in todo:
+                    s.record(keys[lp], {**_fields(runtime, rows, vocab, lp), "steps": STEPS,
+                                        "timed": "mean gap between forwards inside generate()"
+                                        + (" with the executor's LogprobRecorder and RowStop" if lp else "")},
+                             timing=summarize([r[i] for r in taken], first[i]))
     finally:
         gaps.close()
         rt.unload()
@@ -154,14 +192,15 @@ def measure_sampling(s: Session, runtimes) -> None:
     with torch.inference_mode():
         for rt in sampled_runtimes(runtimes):
             for vocab, rows_list in sorted(by_vocab.items()):
-                keys = [_key(rt, r, vocab, s.dtype) for r in rows_list]
+                keys = [_key(rt, r, vocab, s.dtype, lp) for r in rows_list
+                        for lp in ((False, True) if rt in RECORDED_RUNTIMES else (False,))]
                 if s.all_done(keys):
                     continue
                 (_hooked if rt in HOOK_RUNTIMES else _direct)(s, rt, rows_list, vocab)
 
 
 def plan_size(grid, runtimes) -> int:
-    return len(grid.sampling) * len(sampled_runtimes(runtimes))
+    return len(grid.sampling) * (len(sampled_runtimes(runtimes)) + len(recorded_runtimes(runtimes)))
 
 
 def fit_tail(points: list[dict], value) -> dict | None:

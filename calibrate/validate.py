@@ -313,24 +313,27 @@ def _err(pred: float, meas: float) -> float | None:
     return 100.0 * (pred - meas) / meas if meas > 0 else None
 
 
-def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict) -> float:
+def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict, logprobs: bool = False) -> float:
     """The profile's price of one in-step generation operation (``StepLog.op``), with the calls the
-    simulator's engines make for the same work (tp 1, no co-running scoring)."""
+    simulator's engines make for the same work (tp 1, no co-running scoring). ``logprobs``: the sampled
+    tokens' log-probs are recorded (the executor always records them: ``generation.sampling_logprobs``)."""
+    lp = logprobs
     if name == "prefill":
         return cost.forward_s(model, dtype, shape["n_tokens"], shape["n_seqs"], 1, op="prefill", head="lm",
-                              gen_runtime=runtime)
+                              gen_runtime=runtime, gen_logprobs=lp)
     if name == "decode":
-        return cost.decode_steps_s(model, dtype, shape["batch"], shape["kv0"], 1, runtime=runtime)
+        return cost.decode_steps_s(model, dtype, shape["batch"], shape["kv0"], 1, runtime=runtime, logprobs=lp)
     if name == "generate_call":
         b, w, k = shape["rows"], shape["width"], shape["steps"]
         # a left-padded batch (rows of different contexts) pays the padding mask at every decode step
         pad = cost.pad_step_s(runtime, b) if shape.get("padded") else 0.0
         if shape["first"]:   # one call: its host overhead, the padded prefill (first token), k - 1 steps
             return (cost.call_overhead_s(runtime) + (cost.pad_prefill_s(runtime) if shape.get("padded") else 0.0)
-                    + cost.forward_s(model, dtype, b * w, b, 1, op="prefill", head="lm", gen_runtime=runtime)
-                    + cost.decode_steps_s(model, dtype, b, b * (w + 1), k - 1, runtime=runtime) + (k - 1) * pad)
+                    + cost.forward_s(model, dtype, b * w, b, 1, op="prefill", head="lm", gen_runtime=runtime, gen_logprobs=lp)
+                    + cost.decode_steps_s(model, dtype, b, b * (w + 1), k - 1, runtime=runtime, logprobs=lp) + (k - 1) * pad)
         # a continuation under streaming: the chunk handoff, then k steps on the cached prefix
-        return cost.handoff_s(runtime, b) + cost.decode_steps_s(model, dtype, b, b * w, k, runtime=runtime) + k * pad
+        return (cost.handoff_s(runtime, b) + cost.decode_steps_s(model, dtype, b, b * w, k, runtime=runtime, logprobs=lp)
+                + k * pad)
     raise RlhfsimError(f"price_op: expected prefill, decode or generate_call, got {name!r}")
 
 
@@ -397,7 +400,7 @@ def operations(setup, cost, steps: list) -> dict:
             a = acc.setdefault(name, [0, 0.0, 0.0])
             a[0] += 1
             a[1] += secs
-            a[2] += price_op(cost, model, dtype, runtime, name, shape)
+            a[2] += price_op(cost, model, dtype, runtime, name, shape, setup.scenario.generation.sampling_logprobs)
     ops = {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())}
     span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
     return {"runtime": runtime, "operations": ops,
@@ -505,6 +508,9 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None, ove
     from rlhfsim.sim.run import rebuild
 
     sc = load_scenario(path, overrides=overrides)
+    if not sc.generation.sampling_logprobs:
+        # the executor records every sampled token's log-prob (its PPO ratio's old log-probs), in every runtime
+        sc = rebuild(sc, {"generation": {**sc.generation.model_dump(mode="json"), "sampling_logprobs": True}})
     if steps is not None:
         sc = rebuild(sc, {"steps": steps, "warmup_steps": min(sc.warmup_steps, steps - 1)})
     setup = build_setup(sc)

@@ -53,6 +53,15 @@ measured shares another's (``SAMPLING_AS``) or, when its prefill/decode fall bac
 operations, ``kv_decoder``'s (the tail those were fitted without); none: no tail (profiles measured before
 the tail existed keep their fitted overheads, which carry it at the shapes they measured).
 
+The tail with the sampled tokens' log-probs (optional ``generation[RT].sampling_logprobs``, a dict with its
+own ``sample_s`` and ``sample_per_logit_s``): the same measurement of RT's ``generate()`` loop with the
+log-prob recorder rlhfsim's executor passes it (``calibrate.genruntimes.hf_generate.LogprobRecorder``: a
+log-sum-exp over each row's logits and a gather per step, the tokens handed to it by a stopping criterion).
+TRL's ``generate()`` records none; a scenario with ``generation.sampling_logprobs`` (as ``rlhfsim validate``
+prices the executor) is priced with this tail instead of the plain one (``sample_tail(..., logprobs=True)``).
+Missing: the plain tail (the recorder unpriced; the summary says so). ``kv_decoder``'s sampler computes the
+log-probs in every case (``calibrate.decoder.sample_next``), so its one tail carries them.
+
 Decode-step K/V traffic: ``KV_PASSES`` (below) multiplies the cache bytes a decode step moves; it is
 part of the work both the fit (``calibrate.fit.point_work``) and the simulator compute.
 """
@@ -101,17 +110,38 @@ KV_PASSES: dict[str, float] = {"hf_generate": 3.0}
 SAMPLING_AS: dict[str, str] = {"hf_static": "hf_generate"}
 
 
-def sample_tail(runtime: str | None, profile_generation: dict | None, own_ops: bool) -> tuple[float, float]:
+def _tail_of(info) -> tuple[float, float] | None:
+    if isinstance(info, dict) and isinstance(info.get("sample_per_logit_s"), (int, float)):
+        return float(info.get("sample_s") or 0.0), float(info["sample_per_logit_s"])
+    return None
+
+
+def sample_tail(runtime: str | None, profile_generation: dict | None, own_ops: bool,
+                logprobs: bool = False) -> tuple[float, float]:
     """(sample_s, sample_per_logit_s) of ``runtime``'s sampling tail (see the module docstring);
     ``own_ops``: the profile prices the runtime's prefill/decode with operations of its own (else the
-    plain ones, fitted without ``kv_decoder``'s tail). (0, 0) when nothing was measured."""
+    plain ones, fitted without ``kv_decoder``'s tail). ``logprobs``: the runtime also records the sampled
+    tokens' log-probs: the tail measured with the recorder (``sampling_logprobs``) where the profile has it,
+    else the plain one. (0, 0) when nothing was measured."""
     gen = profile_generation or {}
     own = own_ops and runtime not in (None, "kv_decoder")
     for name in ([runtime, SAMPLING_AS.get(runtime)] if own else ["kv_decoder"]):
         info = gen.get(name) if name else None
-        if isinstance(info, dict) and isinstance(info.get("sample_per_logit_s"), (int, float)):
-            return float(info.get("sample_s") or 0.0), float(info["sample_per_logit_s"])
+        tail = (_tail_of(info.get("sampling_logprobs")) if logprobs and isinstance(info, dict) else None) or _tail_of(info)
+        if tail is not None:
+            return tail
     return 0.0, 0.0
+
+
+def logprob_tail_priced(runtime: str | None, profile_generation: dict | None, own_ops: bool) -> bool:
+    """Whether ``sample_tail(..., logprobs=True)`` prices the recorder: ``kv_decoder``'s tail carries its
+    log-probs, another runtime's needs its measured ``sampling_logprobs``."""
+    own = own_ops and runtime not in (None, "kv_decoder")
+    if not own:
+        return _tail_of((profile_generation or {}).get("kv_decoder")) is not None
+    gen = profile_generation or {}
+    return any(_tail_of((gen.get(n) or {}).get("sampling_logprobs")) is not None
+               for n in (runtime, SAMPLING_AS.get(runtime)) if n and isinstance(gen.get(n), dict))
 
 
 def kv_passes(runtime: str | None, profile_generation: dict | None = None) -> float:

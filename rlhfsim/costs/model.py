@@ -199,7 +199,8 @@ class _Decode:
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws",
                  "cold")
 
-    def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None):
+    def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
+                 logprobs: bool = False):
         p = cost.gen_params("decode", runtime)
         self.cost, self.m, self.dtype, self.tp = cost, m, dtype, tp
         self.shape = fl.ShapeCoeffs.of(m, dtype, "lm")
@@ -214,8 +215,10 @@ class _Decode:
         self.cold = fl.cold_factor(cost.cold_overheads, self.shape.decode_weight_bytes / tp)
         self.over = self.cold * (p.overhead_s + p.overhead_per_layer_s * m.layers)
         # the sampling tail per step: sample_s + sample_per_logit_s x batch x vocab (measured,
-        # calibrate.sampling; the fitted parameters above exclude it)
-        a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops)
+        # calibrate.sampling; the fitted parameters above exclude it); ``logprobs``: the tail measured with the
+        # executor's log-prob recorder where the runtime's plain tail lacks it (genruntimes.sample_tail)
+        a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops,
+                           logprobs)
         self.tail0, self.tail_row = self.cold * a, self.cold * b * m.vocab
         # weight passes of a step of >= 2 rows (flops.gemm_passes), at this model's weight footprint
         self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.decode_weight_bytes)
@@ -451,27 +454,31 @@ class CostModel:
     # -- operations ----------------------------------------------------------------------------------
     def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                   cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                  head: str = "value", all_logits: bool = False, gen_runtime: str | None = None) -> float:
+                  head: str = "value", all_logits: bool = False, gen_runtime: str | None = None,
+                  gen_logprobs: bool = False) -> float:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
         every token (a log-prob pass: the reference model scores every response token). ``runtime``: a
-        scoring runtime (``score:RUNTIME``); ``gen_runtime``: a generation runtime's prefill costs."""
+        scoring runtime (``score:RUNTIME``); ``gen_runtime``: a generation runtime's prefill costs (with
+        ``gen_logprobs``: its sampled token's log-prob recorded)."""
         return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head,
-                                  all_logits, gen_runtime)[0]
+                                  all_logits, gen_runtime, gen_logprobs=gen_logprobs)[0]
 
     def forward_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                       cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                       head: str = "value", all_logits: bool = False,
                       gen_runtime: str | None = None, attn_pairs: float | None = None,
-                      sp: int = 1) -> tuple[float, float]:
+                      sp: int = 1, gen_logprobs: bool = False) -> tuple[float, float]:
         """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``). ``attn_pairs``: attention's
         (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU of a
-        Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens)."""
+        Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens);
+        ``gen_logprobs``: a generation prefill whose sampled token's log-prob is recorded
+        (``genruntimes.sample_tail``)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime)
+        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         if sp > 1:
             total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp)
         else:
@@ -484,19 +491,19 @@ class CostModel:
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
                            cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                            head: str = "value", all_logits: bool = False,
-                           gen_runtime: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                           gen_runtime: str | None = None, gen_logprobs: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``forward_parts`` for an array of token counts (each > 0), as two arrays; the same arithmetic
         elementwise, so each entry equals the scalar call bit for bit."""
         n_tokens = np.asarray(n_tokens, dtype=np.float64)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime).parts(
+        total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs).parts(
             n_tokens, n_seqs, cached_tokens, logits)
         if all_logits and head == "lm" and self.page_faults:
             total = total + fl.page_fault_s(self.page_faults, n_tokens, m.vocab / tp, "logprob_forward")
         return total, active
 
-    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime) -> _Forward:
-        key = (m, dtype, tp, op, runtime, head, gen_runtime)
+    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False) -> _Forward:
+        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         k = self._forward.get(key)
         if k is None:
             if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
@@ -507,7 +514,7 @@ class CostModel:
                 p = self.params(op, runtime)
             tail = (0.0, 0.0)
             if gen_runtime is not None and runtime is None and op == "prefill" and head == "lm":
-                tail = sample_tail(gen_runtime, self.generation, op_key("prefill", gen_runtime) in self.ops)
+                tail = sample_tail(gen_runtime, self.generation, op_key("prefill", gen_runtime) in self.ops, gen_logprobs)
             # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
             scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
             k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring)
@@ -549,7 +556,8 @@ class CostModel:
         return self.step["retokenize_s"] * n_calls + self.step["retokenize_per_token_s"] * n_tokens
 
     def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
-                       tp: int = 1, overhead_s: float | None = None, runtime: str | None = None) -> float:
+                       tp: int = 1, overhead_s: float | None = None, runtime: str | None = None,
+                       logprobs: bool = False) -> float:
         """Sum of ``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total
         cached tokens over the batch at the first step; each step adds ``batch`` tokens.
 
@@ -558,25 +566,28 @@ class CostModel:
         at the single crossing point: O(1), however many steps."""
         if n_steps <= 0 or batch <= 0:
             return 0.0
-        return decode_sum(self.decode_coeffs(m, dtype, batch, kv_tokens0, tp, overhead_s, runtime), n_steps)
+        return decode_sum(self.decode_coeffs(m, dtype, batch, kv_tokens0, tp, overhead_s, runtime, logprobs), n_steps)
 
     def decode_coeffs(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, tp: int = 1,
-                      overhead_s: float | None = None, runtime: str | None = None) -> tuple[float, float, float, float, float]:
+                      overhead_s: float | None = None, runtime: str | None = None,
+                      logprobs: bool = False) -> tuple[float, float, float, float, float]:
         """(c0, cs, u0, us, per-step overhead) of ``decode_steps_s``: evaluate once, then ``decode_sum``
         for any number of steps (the simulator inverts the sum by bisection when a segment is cut).
         ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them.
         ``batch`` and ``kv_tokens0`` may be numpy arrays: the coefficients of many segments at once
-        (``decode_parts_many``)."""
-        return self.decoder(m, dtype, tp, runtime).coeffs(batch, kv_tokens0, overhead_s)
+        (``decode_parts_many``). ``logprobs``: each step also records the sampled tokens' log-probs
+        (``generation.sampling_logprobs``; ``genruntimes.sample_tail``)."""
+        return self.decoder(m, dtype, tp, runtime, logprobs).coeffs(batch, kv_tokens0, overhead_s)
 
-    def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None) -> _Decode:
+    def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None,
+                logprobs: bool = False) -> _Decode:
         """The constants of ``decode_coeffs`` for one (model, dtype, tp, runtime), computed on first use:
         ``decoder(...).coeffs(batch, kv_tokens0, overhead_s)`` is ``decode_coeffs`` without the look-up
         (a replica's clock holds its own)."""
-        key = (m, dtype, tp, runtime)
+        key = (m, dtype, tp, runtime, logprobs)
         k = self._decode.get(key)
         if k is None:
-            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime)
+            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs)
         return k
 
     def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,

@@ -115,8 +115,12 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
     for rt, info in gen.items():
         if not isinstance(info, dict):
             raise ProfileError(f"{where}.generation.{rt}: expected an object, got {type(info).__name__}")
-        for k in (*GEN_SCALARS, "sample_s", "sample_per_logit_s"):
-            v = info.get(k)
+        lp = info.get("sampling_logprobs")
+        if lp is not None and not isinstance(lp, dict):
+            raise ProfileError(f"{where}.generation.{rt}.sampling_logprobs: expected an object (sample_s, "
+                               f"sample_per_logit_s) or null, got {type(lp).__name__}")
+        for k, v in ([(k, info.get(k)) for k in (*GEN_SCALARS, "sample_s", "sample_per_logit_s")]
+                     + [(f"sampling_logprobs.{k}", (lp or {}).get(k)) for k in ("sample_s", "sample_per_logit_s")]):
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
     kernels = doc.get("kernels")

@@ -24,6 +24,11 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
             f"+ {g['handoff_per_row_s'] * 1e3:.2f} ms/row"
             + (f", left padding {g['pad_step_s'] * 1e3:.2f} ms + {g['pad_step_per_row_s'] * 1e3:.3f} ms/row per decode step"
                if g.get("pad_step_s") or g.get("pad_step_per_row_s") else "")))
+    if g and g.get("sampling_logprobs"):
+        c.print("sampled tokens' log-probs recorded: " + (
+            "priced with the sampling tail measured with the recorder" if g.get("logprobs_priced") else
+            f"[yellow]not priced (profile {s['profile']!r} has no sampling tail measured with the recorder for "
+            f"{g['runtime']}: `python -m calibrate.extend PROFILE --cost-terms` measures it)[/yellow]"))
     t = Table(title="step time (s)")
     for col in ("mean", "p50", "p90", "tokens/s"):
         t.add_column(col, justify="right")

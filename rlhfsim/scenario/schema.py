@@ -180,6 +180,8 @@ class Generation(Frozen):
     replicas: Optional[PositiveInt] = Field(None, description="Data-parallel generation replicas; default: rollout pool GPUs / rollout TP.")
     kv_cache_fraction: float = Field(0.9, gt=0, le=1, description="Fraction of GPU memory left after weights that the KV cache may use.")
     step_overhead_s: Optional[Seconds] = Field(None, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
+    sampling_logprobs: bool = Field(
+        False, description="The runtime also returns each sampled token's log-prob, computed from the step's logits (a log-softmax over the vocabulary per row and step): rlhfsim's executor does, in every runtime (its PPO ratio's old log-probs); TRL's generate() does not. Priced with the profile's sampling tail measured with the executor's recorder (`generation.RUNTIME.sampling_logprobs`, calibrate.sampling) where the runtime's tail is measured without one (hf_generate, hf_static); kv_decoder's tail always includes its log-probs.")
     runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
         None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, vllm_eager (vLLM without CUDA graphs, enforce_eager=True), sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
 

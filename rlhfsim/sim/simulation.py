@@ -13,6 +13,7 @@ import numpy as np
 import simpy
 
 from rlhfsim.contracts import PHASES, verl_timing
+from rlhfsim.costs.genruntimes import logprob_tail_priced, op_key
 from rlhfsim.costs.model import CostModel
 from rlhfsim.scenario.checks import Setup
 from rlhfsim.sim import execution, stages
@@ -293,7 +294,9 @@ def generation_runtime(sim: Simulation) -> dict:
             "handoff_per_row_s": sim.cost.gen_scalar(rt, "handoff_per_row_s"),
             "pad_step_s": sim.cost.gen_scalar(rt, "pad_step_s"),
             "pad_step_per_row_s": sim.cost.gen_scalar(rt, "pad_step_per_row_s"),
-            "pad_prefill_s": sim.cost.gen_scalar(rt, "pad_prefill_s")}
+            "pad_prefill_s": sim.cost.gen_scalar(rt, "pad_prefill_s"),
+            "sampling_logprobs": sim.setup.scenario.generation.sampling_logprobs,
+            "logprobs_priced": logprob_tail_priced(rt, sim.cost.generation, op_key("decode", rt) in sim.cost.ops)}
 
 
 def pool_utilization(sim: Simulation, t0: float, t1: float) -> tuple[dict[str, float], dict[str, float]]:

@@ -97,6 +97,8 @@ def test_quick_calibration_covers_the_scenarios_operating_points():
         assert any(b == mb and abs(c - mid) <= 8 for b, c in pts["decode"])
         assert any(b == sc.algorithm.minibatch_size for b, _ in pts["train"])
     assert pts["passes"] > 1
+    # the executor records every sampled token's log-prob: the predicted side prices that recorder
+    assert all(sc.generation.sampling_logprobs for sc, _, _, _ in prepared)
     # tiny-sync generates with hf_generate (the static engine's default): its runtime is calibrated at the
     # same operating points; tiny-oppo runs kv_decoder, whose costs are the plain points
     assert pts["gen_runtimes"] == ["hf_generate"]

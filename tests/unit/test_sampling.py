@@ -45,7 +45,7 @@ def journaled(tmp_path_factory):
     with Journal.open(path, META, resume=False) as j:
         s = Session("cpu", "float32", grid, j, Progress(plan_size(grid, rts), enabled=False), path.parent)
         measure_sampling(s, rts)
-        assert s.progress.done == plan_size(grid, rts) == 8
+        assert s.progress.done == plan_size(grid, rts) == 12    # hf_generate's points twice: plain, recorded
         records = list(j.records)
     return path, grid, rts, records
 
@@ -54,11 +54,14 @@ def test_points_per_runtime_with_a_sampler_of_its_own(journaled):
     _, _, rts, records = journaled
     assert sampled_runtimes(rts) == ["hf_generate", "kv_decoder"]    # hf_static shares; vllm samples inside
     pts = [r for r in records if r.get("kind") == "point"]
-    assert sorted({(p["runtime"], p["batch"], p["vocab"]) for p in pts}) == sorted(
-        (rt, b, v) for rt in ("hf_generate", "kv_decoder") for b, v in GRID["sampling"])
+    assert sorted((p["runtime"], p["batch"], p["vocab"], p.get("logprobs", False)) for p in pts) == sorted(
+        [(rt, b, v, False) for rt in ("hf_generate", "kv_decoder") for b, v in GRID["sampling"]]
+        + [("hf_generate", b, v, True) for b, v in GRID["sampling"]])     # the executor's recorder: hf_generate only
     assert all(p["op"] == "sample" and p["tmean_s"] > 0 and p["logits"] == p["batch"] * p["vocab"] for p in pts)
     hooked = [p for p in pts if p["runtime"] == "hf_generate"]
     assert all(p["steps"] == 8 and "between forwards" in p["timed"] for p in hooked)
+    assert all(("LogprobRecorder" in p["timed"]) == bool(p.get("logprobs")) for p in hooked)
+    assert len({p["key"] for p in hooked}) == 8
 
 
 def test_a_resume_measures_nothing_again(journaled, tmp_path, monkeypatch):
@@ -453,7 +456,8 @@ def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     ext_rec = [e for e in on_disk["provenance"]["extensions"] if e.get("what") == "cost_terms"]
     assert len(ext_rec) == 1 and "decode" in ext_rec[0]["added"] and "decode:hf_generate" in ext_rec[0]["added"]
     assert {"kernels.gemm_weight_passes", "kernels.width_efficiency", "train"} <= set(ext_rec[0]["added"])
-    assert sum(p["op"] == "sample" for p in on_disk["points"]) == 8 and sum(p["op"] == "gemm" for p in on_disk["points"]) == 2
+    assert sum(p["op"] == "sample" for p in on_disk["points"]) == 12 and sum(p["op"] == "gemm" for p in on_disk["points"]) == 2
+    assert on_disk["generation"]["hf_generate"]["sampling_logprobs"]["n_points"] == 4     # the recorder's twins
     assert sum(p["op"] == "width_train" for p in on_disk["points"]) == 4 * 3   # 2 widths x 2 depths x MLP ratios 3, 2, 4
     assert set(on_disk["kernels"]["width_efficiency"]["by_ratio"]) == {"2", "3", "4"}
     assert all(p.get("width_rate") is None for p in on_disk["points"])    # the annotations stay out of the file

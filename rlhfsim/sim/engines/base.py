@@ -45,6 +45,7 @@ class Engine:
         self.dtype = s.dtypes["actor"]
         self.kv_cap = max(s.kv_capacity_tokens, 1)
         self.overhead = g.step_overhead_s
+        self.logprobs = g.sampling_logprobs   # each sampled token's log-prob recorded (genruntimes.sample_tail)
         self.pool = s.pool_of("rollout")
         self.finished: list[Rollout] = []
         self.unfinished: list[Rollout] = []
@@ -170,7 +171,8 @@ class Engine:
         parts = self._prefill_memo.get(key)
         if parts is None:
             parts = self._prefill_memo[key] = self.cost.forward_parts(
-                self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm", gen_runtime=self.rt)
+                self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm", gen_runtime=self.rt,
+                gen_logprobs=self.logprobs)
         return parts
 
     def row_prefills(self, rows) -> dict[int, tuple[float, float]]:
@@ -180,7 +182,7 @@ class Engine:
         if not tokens:
             return {}
         total, active = self.cost.forward_parts_many(self.model, self.dtype, tokens, 1, self.tp, op="prefill",
-                                                     head="lm", gen_runtime=self.rt)
+                                                     head="lm", gen_runtime=self.rt, gen_logprobs=self.logprobs)
         return dict(zip(tokens, zip(total.tolist(), active.tolist())))
 
     def record(self, clock: Clock, start: float) -> None:

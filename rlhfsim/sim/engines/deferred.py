@@ -87,7 +87,7 @@ class DeferredClock(Clock):
             batch = np.concatenate([np.array(c.book_batch) for c in booked])
             kv0 = np.concatenate([np.array(c.book_kv0) for c in booked])
             steps = np.concatenate([np.array(c.book_n) for c in booked])
-            coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt),
+            coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt, logprobs=e.logprobs),
                                  np.concatenate([np.array(c.book_extra) for c in booked]))
             total, kernel = decode_parts_many(coeffs, steps)
             o = 0
@@ -109,7 +109,7 @@ class DeferredClock(Clock):
             if parts is None:
                 e = self.eng
                 coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, np.array(self.book_batch),
-                                                          np.array(self.book_kv0), e.tp, e.overhead, runtime=e.rt),
+                                                          np.array(self.book_kv0), e.tp, e.overhead, runtime=e.rt, logprobs=e.logprobs),
                                      np.array(self.book_extra))
                 parts = decode_parts_many(coeffs, np.array(self.book_n))
             total, kernel = parts
