@@ -41,6 +41,7 @@ The fit (``fit_tail``) is weighted least squares on relative residuals, with a k
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -59,9 +60,10 @@ PROMPT = 8                              # prompt tokens per row of the hooked ge
 STEPS = 8                               # K gaps per hooked call
 
 
-def recorded_runtimes(gen_runtimes) -> list[str]:
-    """The runtimes of a grid whose tail is also measured with the executor's log-prob recorder."""
-    return [r for r in sampled_runtimes(gen_runtimes) if r in RECORDED_RUNTIMES]
+def _variants(runtime: str) -> tuple[bool, ...]:
+    """The points of ``runtime``'s tail at one shape: plain, and with the executor's log-prob recorder
+    (``logprobs``) for the ``RECORDED_RUNTIMES``."""
+    return (False, True) if runtime in RECORDED_RUNTIMES else (False,)
 
 
 def sampled_runtimes(gen_runtimes) -> list[str]:
@@ -127,9 +129,7 @@ def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
     gaps = _Gaps(model, s.device)
     try:
         for rows in rows_list:
-            keys = {False: _key(runtime, rows, vocab, s.dtype)}
-            if runtime in RECORDED_RUNTIMES:
-                keys[True] = _key(runtime, rows, vocab, s.dtype, logprobs=True)
+            keys = {lp: _key(runtime, rows, vocab, s.dtype, lp) for lp in _variants(runtime)}
             todo = [lp for lp, k in keys.items() if s.pending(k)]
             if not todo:
                 continue
@@ -149,12 +149,11 @@ def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
                     rt.generate(ids, mask, 1 + STEPS).sequences[:, PROMPT:].tolist()
                 return float(np.mean(gaps.gaps)) if gaps.gaps else float("nan"), time.perf_counter() - t0
 
-            turn = [0]
+            turn = itertools.count()
 
             def one():
                 # a round: the variants measured, in alternating order; (gap by variant..., wall time)
-                turn[0] += 1
-                order = list(keys) if turn[0] % 2 else list(keys)[::-1]
+                order = list(keys) if next(turn) % 2 == 0 else list(keys)[::-1]
                 got = {lp: call(lp) for lp in order}
                 return (*[got[lp][0] for lp in keys], sum(w for _, w in got.values()))
 
@@ -192,15 +191,14 @@ def measure_sampling(s: Session, runtimes) -> None:
     with torch.inference_mode():
         for rt in sampled_runtimes(runtimes):
             for vocab, rows_list in sorted(by_vocab.items()):
-                keys = [_key(rt, r, vocab, s.dtype, lp) for r in rows_list
-                        for lp in ((False, True) if rt in RECORDED_RUNTIMES else (False,))]
+                keys = [_key(rt, r, vocab, s.dtype, lp) for r in rows_list for lp in _variants(rt)]
                 if s.all_done(keys):
                     continue
                 (_hooked if rt in HOOK_RUNTIMES else _direct)(s, rt, rows_list, vocab)
 
 
 def plan_size(grid, runtimes) -> int:
-    return len(grid.sampling) * (len(sampled_runtimes(runtimes)) + len(recorded_runtimes(runtimes)))
+    return len(grid.sampling) * sum(len(_variants(rt)) for rt in sampled_runtimes(runtimes))
 
 
 def fit_tail(points: list[dict], value) -> dict | None:

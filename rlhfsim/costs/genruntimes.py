@@ -116,6 +116,23 @@ def _tail_of(info) -> tuple[float, float] | None:
     return None
 
 
+def _lookup(runtime: str | None, profile_generation: dict | None, own_ops: bool,
+            logprobs: bool) -> tuple[tuple[float, float], bool]:
+    """(the tail ``sample_tail`` prices, whether it carries the sampled tokens' log-probs): ``kv_decoder``'s
+    tail always does, another runtime's only when it is its measured ``sampling_logprobs``."""
+    gen = profile_generation or {}
+    own = own_ops and runtime not in (None, "kv_decoder")
+    for name in ([runtime, SAMPLING_AS.get(runtime)] if own else ["kv_decoder"]):
+        info = gen.get(name) if name else None
+        recorded = _tail_of(info.get("sampling_logprobs")) if logprobs and isinstance(info, dict) else None
+        if recorded is not None:
+            return recorded, True
+        tail = _tail_of(info)
+        if tail is not None:
+            return tail, not own
+    return (0.0, 0.0), False
+
+
 def sample_tail(runtime: str | None, profile_generation: dict | None, own_ops: bool,
                 logprobs: bool = False) -> tuple[float, float]:
     """(sample_s, sample_per_logit_s) of ``runtime``'s sampling tail (see the module docstring);
@@ -123,25 +140,12 @@ def sample_tail(runtime: str | None, profile_generation: dict | None, own_ops: b
     plain ones, fitted without ``kv_decoder``'s tail). ``logprobs``: the runtime also records the sampled
     tokens' log-probs: the tail measured with the recorder (``sampling_logprobs``) where the profile has it,
     else the plain one. (0, 0) when nothing was measured."""
-    gen = profile_generation or {}
-    own = own_ops and runtime not in (None, "kv_decoder")
-    for name in ([runtime, SAMPLING_AS.get(runtime)] if own else ["kv_decoder"]):
-        info = gen.get(name) if name else None
-        tail = (_tail_of(info.get("sampling_logprobs")) if logprobs and isinstance(info, dict) else None) or _tail_of(info)
-        if tail is not None:
-            return tail
-    return 0.0, 0.0
+    return _lookup(runtime, profile_generation, own_ops, logprobs)[0]
 
 
 def logprob_tail_priced(runtime: str | None, profile_generation: dict | None, own_ops: bool) -> bool:
-    """Whether ``sample_tail(..., logprobs=True)`` prices the recorder: ``kv_decoder``'s tail carries its
-    log-probs, another runtime's needs its measured ``sampling_logprobs``."""
-    own = own_ops and runtime not in (None, "kv_decoder")
-    if not own:
-        return _tail_of((profile_generation or {}).get("kv_decoder")) is not None
-    gen = profile_generation or {}
-    return any(_tail_of((gen.get(n) or {}).get("sampling_logprobs")) is not None
-               for n in (runtime, SAMPLING_AS.get(runtime)) if n and isinstance(gen.get(n), dict))
+    """Whether ``sample_tail(..., logprobs=True)`` prices the recorder (the same look-up)."""
+    return _lookup(runtime, profile_generation, own_ops, True)[1]
 
 
 def kv_passes(runtime: str | None, profile_generation: dict | None = None) -> float:
