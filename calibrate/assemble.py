@@ -436,8 +436,8 @@ def handover_overlap(points: list[dict]) -> dict | None:
     scorer: 0.75-0.89 for tiny-qwen2 beside scorers of 0.6-4.8M parameters, 0.61-0.62 for small-qwen2-l2
     beside tiny-qwen2 and itself, 0.56 for small-qwen2 (docs/validation.md, "2026-12-03, fourth session"):
     the smaller the actor, the more of its step is the host's, which a call on the other core holds up.
-    None where no point has a fit (a GPU, a ``generate()`` call whose intervals the scorer's calls never
-    covered by half, a journal from before 2026-12-03)."""
+    None where no point has a fit (a GPU, a journal from before 2026-12-03, or for a ``generate()`` runtime
+    from before 2026-12-06, when its calls were stamped whole and the scorer's calls never covered one by half)."""
     fits = [{"model": p["model"], "partner": p["partner"], **_size(p), **p["overlap"]}
             for p in points if p["side"] == "decode" and isinstance(p.get("overlap"), dict)]
     if not fits:

@@ -30,6 +30,11 @@ A point ``(runtime, batch b, prompt p, chunk c)``, actor and reward shapes from 
   fresh scorer thread per round, each interval's chunks queued to it as they become ready, the thread
   drained and ended after the round (one step's scoring).
 
+Every actor operation of the kept intervals is stamped on the host clock, and so is every scorer call
+(``overlap_fit``): a ``kv_decoder`` decode step, and each decode step inside a ``generate()`` call, from one
+forward's start to the next (forward pre-hooks on the model, ``call_steps``; since 2026-12-06: before, a call
+was one operation, which the scorer's calls never covered by half, so no ``generate()`` runtime had a fit).
+
 Recorded, each with its alone samples (``alone_*``: ``calibrate.measure.alone_fields``): side
 ``decode`` (the actor intervals after the first hand-over of each round: the first runs before the
 scorer has anything to do, as the step's first chunk does) and side ``prefill`` (the scorer's calls),
@@ -72,8 +77,15 @@ def _omp_tag(s: Session) -> str:
     return ":omp1" if scorer_threads(torch.device(s.device).type == "cuda") == 1 else ""   # s.device: tests pass a namespace
 
 
+def _steps_tag(rt: str) -> str:
+    """``:steps`` in a point's strategy when a ``generate()`` runtime's calls were stamped per decode step
+    (``call_steps``, since 2026-12-06), so a journal from before, whose calls gave no ``overlap_fit``, is
+    measured again."""
+    return "" if rt == "kv_decoder" else ":steps"
+
+
 def handover_keys(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> dict[str, str]:
-    tag = _omp_tag(s)
+    tag = _omp_tag(s) + _steps_tag(rt)
     return {"decode": point_key("interference", actor.name, s.dtype, batch=b, seq_len=c, prefix_len=p, head="lm",
                                 runtime=rt, strategy=f"handover:{reward.name}{tag}"),
             "prefill": point_key("interference", reward.name, s.dtype, batch=1, seq_len=c, prefix_len=p,
@@ -101,6 +113,9 @@ class _Actor:
             self.model = s.hf_model(shape, "lm")
             self.rt = GEN_RUNTIMES_IMPL[rt]()
             self.rt.load(self.model, shape, max_batch=b, max_len=max_len)
+            # each forward's start on the host clock: a call's decode steps, one for one (``interval``)
+            self.starts: list[float] = []
+            self.hook = self.model.register_forward_pre_hook(lambda module, args: self.starts.append(time.perf_counter()))
 
     def begin(self) -> None:
         if self.model is None:
@@ -113,7 +128,8 @@ class _Actor:
     def interval(self, hand, ops: list | None = None) -> None:
         """c tokens per row; ``hand(row)`` at each row's chunk boundary. ``ops``: each of the actor's
         operations gets its (start, end) on the host clock appended (``kv_decoder``: every decode step,
-        ``sample_next`` included; a runtime with a ``generate()``: the call)."""
+        ``sample_next`` included; a runtime with a ``generate()``: each decode step of the call, from
+        forward hooks, ``call_steps``)."""
         now = time.perf_counter
         if self.model is None:
             for j in range(self.c):
@@ -125,18 +141,31 @@ class _Actor:
                 for i in self.due.get(j, ()):
                     hand(i)
             return
+        self.starts.clear()
         t0 = now()
         gen = self.rt.generate(self.seq, self.mask, self.c, state=self.state, keep_state=True)
         gen.sequences[:, -self.c:].tolist()    # the new tokens, handed to the host
         if ops is not None:
-            ops.append((t0, now()))
+            ops.extend(call_steps(t0, self.starts, now(), self.c))
         self.seq, self.mask, self.state = gen.sequences, gen.mask, gen.state
         for i in range(self.b):
             hand(i)
 
     def close(self) -> None:
         if self.model is not None:
+            self.hook.remove()
             self.rt.unload()
+
+
+def call_steps(t0: float, starts: list[float], t1: float, steps: int) -> list[tuple[float, float]]:
+    """A ``generate()`` call of ``steps`` new tokens that began at ``t0`` and ended at ``t1`` (its tokens on
+    the host), as its decode steps: from each forward's start to the next one's, the last to the call's end
+    (the sampling tail and the host's work between forwards belong to the step before). The call's setup
+    before its first forward is in no step. A call whose forwards were not seen one per token (a runtime
+    that runs them elsewhere, or a hook that did not fire) is one operation, ``(t0, t1)``."""
+    if len(starts) != steps or not starts:
+        return [(t0, t1)]
+    return [(a, b) for a, b in zip(starts, [*starts[1:], t1])]
 
 
 class _Scorer:
@@ -332,9 +361,9 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
     keys = handover_keys(s, rt, actor, reward, b, p, c)
     if s.all_done(list(keys.values())):
         return
-    tag = _omp_tag(s)
+    omp, tag = _omp_tag(s), _omp_tag(s) + _steps_tag(rt)
     base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover",
-            "scorer_threads": 1 if tag else None}
+            "scorer_threads": 1 if omp else None}
     fields = {"decode": {**base, "model": actor.name, "shape": actor.to_dict(), "head": "lm", "batch": b,
                          "seq_len": c, "prefix_len": p, "tokens": b * c, "side": "decode", "partner": reward.name,
                          "strategy": f"handover:{reward.name}{tag}"},

@@ -344,10 +344,10 @@ class CostModel:
         overlap with the scorer's calls (``interference.handover.RT.overlap``, ``calibrate.corun.overlap_fit``).
         ``busy_x`` is ``idle_x / (1 - lost)`` with ``lost``, the share of a call's time the actor loses, at
         the actor's size on the profile's line (``lost``, ``calibrate.assemble.handover_overlap``; held
-        within [0, OVERLAP_LOST_MAX]), else the configurations' median. None where the profile has no such
-        fit for the runtime (a ``generate()`` call is one interval, which the scorer's calls never cover by
-        half: ``calibrate.corun.overlap_fit`` gives none), or without a reward model; decode then follows
-        ``corun``."""
+        within [0, OVERLAP_LOST_MAX]), else the configurations' median. A ``generate()`` runtime's fit is over
+        the decode steps inside its calls (``calibrate.corun.call_steps``). None where the profile has no such
+        fit for the runtime (a GPU; a profile from before 2026-12-06 for a ``generate()`` runtime, whose calls
+        were stamped whole), or without a reward model; decode then follows ``corun``."""
         h = self.handover.get(gen_runtime)
         ov = h.get("overlap") if isinstance(h, dict) else None
         if not ov or reward is None:

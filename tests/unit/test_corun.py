@@ -228,3 +228,60 @@ def test_summary_keeps_the_overlap_fits_medians():
     want = np.polyfit(x, [1 - o["idle_x"] / o["busy_x"] for o in ov], 1)
     line = h["kv_decoder"]["overlap"]["lost"]
     assert (line["per_log_params"], line["intercept"]) == pytest.approx(tuple(want))
+
+
+def test_call_steps_splits_a_generate_call_at_its_forwards():
+    # a call of 3 new tokens: its three forwards' starts split it into three decode steps, the last one to the
+    # call's end; the setup before the first forward is in none. Forwards not seen one per token: the whole call.
+    from calibrate.corun import call_steps
+
+    assert call_steps(0.0, [0.1, 0.3, 0.6], 1.0, 3) == [(0.1, 0.3), (0.3, 0.6), (0.6, 1.0)]
+    assert call_steps(0.0, [0.1, 0.3], 1.0, 3) == [(0.0, 1.0)]
+    assert call_steps(0.0, [], 1.0, 3) == [(0.0, 1.0)]
+
+
+@pytest.mark.parametrize("rt", ["hf_generate", "kv_decoder"])
+def test_the_actors_operations_are_its_decode_steps(tmp_path, rt):
+    # calibrate.corun._Actor.interval: c operations per interval for either runtime (a generate() call's
+    # decode steps come from forward hooks), in order and back to back for a generate() call; every row is
+    # handed over once per interval; the hook is removed with the actor.
+    import torch
+
+    from calibrate.corun import _Actor
+    from calibrate.journal import Journal
+    from calibrate.progress import Progress
+    from calibrate.session import Session
+
+    b, p, c = 2, 8, 4
+    with Journal.open(tmp_path / "j.journal.jsonl", {"device_kind": "cpu", "dtype": "float32"}, resume=False) as j:
+        s = Session("cpu", "float32", QUICK_CPU, j, Progress(1, enabled=False), tmp_path)
+        actor = _Actor(s, rt, TINY, b, p, c, p + 4 * c)
+        try:
+            with torch.inference_mode():
+                actor.begin()
+                for _ in range(3):
+                    ops, handed = [], []
+                    actor.interval(handed.append, ops)
+                    assert len(ops) == c and sorted(handed) == list(range(b))
+                    assert all(t0 < t1 for t0, t1 in ops) and all(a[1] <= b_[0] for a, b_ in zip(ops, ops[1:]))
+                    if rt == "hf_generate":
+                        assert all(a[1] == b_[0] for a, b_ in zip(ops, ops[1:]))
+        finally:
+            actor.close()
+        if rt == "hf_generate":
+            actor.starts.clear()
+            actor.model(input_ids=torch.ones((1, 2), dtype=torch.long))
+            assert actor.starts == []                                   # hook removed
+
+
+def test_generate_runtimes_points_are_measured_again_with_their_steps():
+    # a journal's hand-over points of a generate() runtime from before the per-step stamps have other keys
+    from types import SimpleNamespace
+
+    from calibrate.corun import handover_keys
+
+    s = SimpleNamespace(dtype="float32", device="cpu")
+    hf = handover_keys(s, "hf_generate", SMALL, SMALL, 4, 48, 32)
+    kv = handover_keys(s, "kv_decoder", SMALL, SMALL, 4, 48, 32)
+    assert all(":steps" in k for k in hf.values())
+    assert not any(":steps" in k for k in kv.values())
