@@ -84,8 +84,14 @@ def _steps_tag(rt: str) -> str:
     return "" if rt == "kv_decoder" else ":steps"
 
 
+def _strategy_tag(s: Session, rt: str) -> str:
+    """The tags a hand-over point's strategy ends with (``_omp_tag``, ``_steps_tag``): its keys
+    (``handover_keys``) and its recorded fields (``measure_handover``) alike."""
+    return _omp_tag(s) + _steps_tag(rt)
+
+
 def handover_keys(s: Session, rt: str, actor: ModelShape, reward: ModelShape, b: int, p: int, c: int) -> dict[str, str]:
-    tag = _omp_tag(s) + _steps_tag(rt)
+    tag = _strategy_tag(s, rt)
     return {"decode": point_key("interference", actor.name, s.dtype, batch=b, seq_len=c, prefix_len=p, head="lm",
                                 runtime=rt, strategy=f"handover:{reward.name}{tag}"),
             "prefill": point_key("interference", reward.name, s.dtype, batch=1, seq_len=c, prefix_len=p,
@@ -361,9 +367,9 @@ def measure_handover(s: Session, rt: str, actor: ModelShape, reward: ModelShape,
     keys = handover_keys(s, rt, actor, reward, b, p, c)
     if s.all_done(list(keys.values())):
         return
-    omp, tag = _omp_tag(s), _omp_tag(s) + _steps_tag(rt)
+    tag = _strategy_tag(s, rt)
     base = {"op": "interference", "runtime": rt, "chunk": c, "corun_pattern": "handover",
-            "scorer_threads": 1 if omp else None}
+            "scorer_threads": 1 if _omp_tag(s) else None}
     fields = {"decode": {**base, "model": actor.name, "shape": actor.to_dict(), "head": "lm", "batch": b,
                          "seq_len": c, "prefix_len": p, "tokens": b * c, "side": "decode", "partner": reward.name,
                          "strategy": f"handover:{reward.name}{tag}"},
