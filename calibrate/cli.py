@@ -251,6 +251,9 @@ def runtimes_command(profile_ref, fmt):
         click.echo(f"page faults of large tensors: {1e9 * pf['fault_s_per_byte']:.3f} ns per byte above "
                    f"{pf['threshold_bytes'] / 2**20:.0f} MiB; logits-sized tensors per call: log-prob forward "
                    f"{t['logprob_forward']:.1f}, with backward {t['logprob_train']:.1f}, labels loss {t['labels_train']:.1f}")
+        if pf.get("logprob_tail"):
+            click.echo(f"log-prob tail after the LM head (log-softmax + gather, added to every log-prob pass): "
+                       f"{1e9 * pf['logprob_tail']['s_per_logit']:.2f} ns per logit")
     for rt, h in sorted(((profile.get("interference") or {}).get("handover") or {}).items()):
         ov = h.get("overlap") if isinstance(h, dict) else None
         if ov:

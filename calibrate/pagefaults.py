@@ -28,6 +28,11 @@ Measured here (``measure_page_faults``; ``kernels.page_faults`` in the profile):
   allocate tensors of their own (``log_softmax`` copies a non-contiguous input) that no Python-level
   count sees.
 
+- ``logprob_tail`` (``measure_logprob_tail``): the log-softmax and gather after the LM head, timed alone on
+  logits already in memory, in seconds per logit; it runs after the head's product, so the simulator adds it to
+  a pass with every logit instead of counting its bytes inside the roofline's max with the pass's FLOPs, where
+  the FLOPs hid it (3-10% of the generated scenarios' reference passes).
+
 The simulator adds ``tensors x logits bytes x fault_s_per_byte`` to a forward pass with every logit
 (``CostModel.forward_parts``, ``all_logits``) and to a training pass of an LM head (``train_parts``)
 whenever one logits tensor of the call is above the threshold; the fit of ``train`` takes the
@@ -151,10 +156,11 @@ def measure_page_faults(shape: ModelShape, threads: int | None = None, calls: in
             logits_bytes = rows * seq * shape.vocab * 4
             tensors = {name: count_tensors(fn, logits_bytes) for name, fn in pattern_calls(model, ids).items()}
         del model
+        tail = measure_logprob_tail(per_byte, calls)
     finally:
         torch.set_num_threads(old)
     thp = _thp()
-    return {"fault_s_per_byte": per_byte, "threshold_bytes": threshold, "tensors": tensors,
+    return {"fault_s_per_byte": per_byte, "threshold_bytes": threshold, "tensors": tensors, "logprob_tail": tail,
             "ladder_s_per_byte": {str(m): c for m, c in costs.items()},
             "count_shape": {"model": shape.name, "rows": rows, "seq_len": seq, "vocab": shape.vocab,
                             "logits_bytes": logits_bytes},
@@ -162,6 +168,45 @@ def measure_page_faults(shape: ModelShape, threads: int | None = None, calls: in
             "source": "measured",
             "method": "fresh-vs-reused fill per byte (64-128 MiB); threshold: the ladder size below the first "
                       "that faults; tensors: minor page faults x page size / float32 logits bytes per call"}
+
+
+TAIL_SHAPES = ((1024, 2), (1024, 8), (1024, 16), (8192, 2), (8192, 8), (8192, 16))   # (vocab, MiB of logits)
+TAIL_ROWS = 4
+
+
+def measure_logprob_tail(fault_s_per_byte: float = 0.0, calls: int = 9) -> dict:
+    """``kernels.page_faults.logprob_tail``: what the executor's (and TRL's) log-prob pass does after its LM head,
+    ``logits[:, :-1].float().log_softmax(-1).gather(-1, targets)``, timed alone on logits already in memory, per
+    logit (one vocabulary entry of one position). The pass runs after the head's product, not beside it, so a
+    roofline that takes the max of the pass's FLOPs and bytes hides it; measured here at 2-16 MiB of float32 logits
+    and two vocabularies (the generated scenarios' range), below the allocator's threshold, with whatever minor page
+    faults its calls took subtracted at ``fault_s_per_byte`` (the faults are priced apart). On the 2-vCPU VM
+    0.34-0.66 ns per logit wherever nothing faulted (docs/validation.md, "2026-12-07"). ``s_per_logit``: the median
+    over the shapes."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    points = []
+    g = torch.Generator().manual_seed(7)
+    for vocab, mib in TAIL_SHAPES:
+        seq = max(2, int(mib * 2**20 / (4 * TAIL_ROWS * vocab)))
+        logits = torch.randn(TAIL_ROWS, seq, vocab, generator=g)
+        targets = torch.randint(0, vocab, (TAIL_ROWS, seq - 1, 1), generator=g)
+
+        def tail():
+            return logits[:, :-1].float().log_softmax(-1).gather(-1, targets)
+
+        tail()   # the first calls of a new size grow the heap; count the faults of the calls after them
+        tail()
+        f0 = _minflt()
+        s = median_call_s(tail, calls)
+        faulted = (_minflt() - f0) * page / (calls + 2)
+        n = TAIL_ROWS * (seq - 1) * vocab
+        net = max(s - faulted * fault_s_per_byte, 0.0)
+        points.append({"vocab": vocab, "rows": TAIL_ROWS, "seq_len": seq, "logits_mib": round(TAIL_ROWS * seq * vocab * 4 / 2**20, 2),
+                       "s": s, "fault_bytes_per_call": faulted, "s_per_logit": net / n})
+        del logits, targets
+    return {"s_per_logit": statistics.median(p["s_per_logit"] for p in points), "points": points,
+            "method": "logits[:, :-1].float().log_softmax(-1).gather on float32 logits already in memory; median of "
+                      f"{calls} calls per shape after two, less its minor faults x fault_s_per_byte; median per logit over the shapes"}
 
 
 def _thp() -> str | None:

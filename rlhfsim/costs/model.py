@@ -173,22 +173,39 @@ class _Forward:
         # a generation prefill samples each row's first token: the runtime's measured sampling tail
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
 
-    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None):
+    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None, lp_tail: float = 0.0):
+        """``lp_tail``: seconds per logit of a log-prob pass's log-softmax and gather after the head (measured,
+        ``kernels.page_faults.logprob_tail``; 0: their bytes counted in the roofline, as without it)."""
         w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs)
+        if lp_tail:
+            w = self._without_tail_bytes(w, logits_tokens)
         total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
         if self.tail_row or self.tail0:
             total = total + self.tail0 + self.tail_row * n_seqs
+        if lp_tail:
+            after = lp_tail * logits_tokens * (self.m.vocab / self.tp)
+            total, active = total + after, active + after
         return total + comm, active + comm
 
-    def parts_sp(self, n_tokens, n_seqs, logits_tokens, attn_pairs, sp: int):
+    def _without_tail_bytes(self, w: fl.Work, logits_tokens) -> fl.Work:
+        """``w`` less the bytes of the log-prob tail (``flops.TAIL_LOGIT_BYTES`` per logit): a measured tail is
+        added after the roofline instead (the head's own write of its logits stays in it)."""
+        return w._replace(bytes=w.bytes - fl.TAIL_LOGIT_BYTES * self.m.vocab * logits_tokens)
+
+    def parts_sp(self, n_tokens, n_seqs, logits_tokens, attn_pairs, sp: int, lp_tail: float = 0.0):
         """``parts`` of one GPU of a Ulysses group of ``sp`` (``flops.sequence_parallel``), plus the
-        group's all-to-alls (``CostModel._ulysses_comm_s``)."""
-        w = fl.sequence_parallel(self.shape.forward(n_tokens, n_seqs, 0.0, logits_tokens, attn_pairs),
-                                 self.shape.weight_bytes, sp)
+        group's all-to-alls (``CostModel._ulysses_comm_s``); ``lp_tail`` as in ``parts``."""
+        w = self.shape.forward(n_tokens, n_seqs, 0.0, logits_tokens, attn_pairs)
+        if lp_tail:
+            w = self._without_tail_bytes(w, logits_tokens)
+        w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
         total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens / sp, self.tp) + \
             self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
+        if lp_tail:
+            after = lp_tail * (logits_tokens / sp) * (self.m.vocab / self.tp)
+            total, active = total + after, active + after
         return total + comm, active + comm
 
 
@@ -260,6 +277,9 @@ class CostModel:
         self.width_eff = kernels.get("width_efficiency")
         # page faults of logits-sized tensors above the allocator's threshold (calibrate.pagefaults; CPU)
         self.page_faults = kernels.get("page_faults")
+        # a log-prob pass's log-softmax and gather after its LM head, seconds per logit (calibrate.pagefaults.
+        # measure_logprob_tail; 0: not measured, their bytes stay inside the roofline)
+        self.logprob_tail = float(((self.page_faults or {}).get("logprob_tail") or {}).get("s_per_logit") or 0.0)
         # a decode step's fixed costs by its weights' footprint (calibrate.coldfixed; None: hot for every model)
         self.cold_overheads = kernels.get("cold_overheads")
         step = profile.get("step") or {}
@@ -479,10 +499,11 @@ class CostModel:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
+        lp = self.logprob_tail if all_logits and head == "lm" else 0.0
         if sp > 1:
-            total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp)
+            total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
         else:
-            total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs)
+            total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp)
         if all_logits and head == "lm" and self.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
             total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_forward")
@@ -497,7 +518,7 @@ class CostModel:
         n_tokens = np.asarray(n_tokens, dtype=np.float64)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs).parts(
-            n_tokens, n_seqs, cached_tokens, logits)
+            n_tokens, n_seqs, cached_tokens, logits, None, self.logprob_tail if all_logits and head == "lm" else 0.0)
         if all_logits and head == "lm" and self.page_faults:
             total = total + fl.page_fault_s(self.page_faults, n_tokens, m.vocab / tp, "logprob_forward")
         return total, active

@@ -146,6 +146,11 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
                 if not _width_curve(curve):
                     raise ProfileError(f"{where}.kernels.width_efficiency{path}: expected increasing widths and their "
                                        f"relative rates in (0, 1], got {curve!r}"[:300])
+        tail = (kernels.get("page_faults") or {}).get("logprob_tail") if isinstance(kernels.get("page_faults"), dict) else None
+        v = tail.get("s_per_logit") if isinstance(tail, dict) else tail
+        if tail is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1e-6):
+            raise ProfileError(f"{where}.kernels.page_faults.logprob_tail.s_per_logit: expected a finite number of seconds "
+                               f"per logit >= 0 and below 1e-6, got {v!r}"[:300])
     _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")

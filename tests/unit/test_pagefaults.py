@@ -79,6 +79,60 @@ def test_cost_model_adds_the_term_to_logprob_passes_and_lm_training_only():
     assert list(t_arr) == [pf.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[0] for x in arr]
 
 
+def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass_only():
+    from rlhfsim.costs.flops import TAIL_LOGIT_BYTES
+    from rlhfsim.costs.model import roofline_parts
+
+    plain, pf = _models()
+    tail_doc = copy.deepcopy(pf.profile)
+    s = 0.5e-9
+    tail_doc["kernels"]["page_faults"] = {**PF, "logprob_tail": {"s_per_logit": s}}
+    tail = CostModel(get_gpu("cpu"), tail_doc)
+    m = CATALOG["tiny-qwen2-v8k"]
+    for n in (8 * 64, 8 * 512):
+        got, active = tail.forward_parts(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True)
+        # by hand: the pass's roofline less the tail's bytes, then the measured tail, then the faults
+        k = tail._forward_kernel(m, "float32", 1, "prefill", "eager", "lm", None)
+        w = k.shape.forward(n, 8, 0.0, n)
+        w = w._replace(bytes=w.bytes - TAIL_LOGIT_BYTES * m.vocab * n)
+        roof, kern = roofline_parts(w, k.p, k.peak, k.bw, 1)
+        assert got == pytest.approx(roof + s * n * m.vocab + page_fault_s(PF, n, m.vocab, "logprob_forward"), rel=1e-12)
+        assert active == pytest.approx(kern + s * n * m.vocab, rel=1e-12)
+        # more than without the measured tail here: the pass's FLOPs hid the bytes the tail moves
+        assert got > pf.forward_parts(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True)[0]
+        # a generation prefill (last-token logits: its sampling tail is measured apart), a value head and training
+        # are priced as before
+        assert tail.forward_s(m, "float32", n, 8, head="lm") == pf.forward_s(m, "float32", n, 8, head="lm")
+        assert tail.forward_s(m, "float32", n, 8, head="value", all_logits=True) == pf.forward_s(m, "float32", n, 8, head="value", all_logits=True)
+        assert tail.train_s(m, "float32", n, 8, head="lm") == pf.train_s(m, "float32", n, 8, head="lm")
+        # tensor parallel: each GPU's tail over its vocabulary shard; sequence parallel: over its share of the tokens
+        k2 = tail._forward_kernel(m, "float32", 2, "prefill", "eager", "lm", None)
+        roof2, _ = roofline_parts(w, k2.p, k2.peak, k2.bw, 2)
+        assert tail.forward_parts(m, "float32", n, 8, 2, runtime="eager", head="lm", all_logits=True)[0] == pytest.approx(
+            roof2 + tail._tp_comm_s(m, "float32", n, 2) + s * n * m.vocab / 2 + page_fault_s(PF, n, m.vocab / 2, "logprob_forward"),
+            rel=1e-12)
+        from rlhfsim.costs.flops import sequence_parallel
+        roof_sp, kern_sp = roofline_parts(sequence_parallel(w, k.shape.weight_bytes, 2), k.p, k.peak, k.bw, 1)
+        got_sp = tail.forward_parts(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True, sp=2)
+        comm_sp = tail._ulysses_comm_s(m, "float32", n, 2)
+        assert got_sp[1] == pytest.approx(kern_sp + comm_sp + s * n / 2 * m.vocab, rel=1e-12)
+    arr = np.array([8 * 64, 8 * 512], dtype=np.float64)
+    t_arr, a_arr = tail.forward_parts_many(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
+    assert list(t_arr) == [tail.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[0] for x in arr]
+    assert list(a_arr) == [tail.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[1] for x in arr]
+
+
+@pytest.mark.parametrize("bad", [-1e-9, 1.0, "fast", True, None])
+def test_profile_rejects_a_bad_logprob_tail_naming_its_path(bad):
+    from rlhfsim.costs.profile import validate_profile
+    from rlhfsim.errors import ProfileError
+
+    doc = copy.deepcopy(load_profile("cpu"))
+    doc["kernels"]["page_faults"] = {**PF, "logprob_tail": {"s_per_logit": bad}}
+    with pytest.raises(ProfileError, match=r"kernels\.page_faults\.logprob_tail\.s_per_logit: expected"):
+        validate_profile(doc, "profile x")
+
+
 def test_fit_takes_the_calibrations_own_faults_off_lm_training_points():
     shape = CATALOG["tiny-qwen2-v8k"].to_dict()
     big = {"op": "train", "head": "lm", "batch": 4, "seq_len": 256, "shape": shape, "model": "m", "tmean_s": 0.09, "median_s": 0.09}
@@ -102,6 +156,10 @@ def test_measurement_on_this_cpu(measured):
     # a backward allocates at least what its forward did: never fewer faulted tensors than the forward
     assert pf["tensors"]["logprob_train"] >= pf["tensors"]["logprob_forward"]
     assert pf["count_shape"]["logits_bytes"] >= 90 * 2**20 and pf["source"] == "measured"
+    # the log-prob tail after the head, per logit: a real timing on logits already in memory (the VM: 0.3-0.7 ns)
+    tail = pf["logprob_tail"]
+    assert 0 < tail["s_per_logit"] < 1e-7 and len(tail["points"]) == 6
+    assert {p["vocab"] for p in tail["points"]} == {1024, 8192} and all(p["s"] > 0 for p in tail["points"])
 
 
 def test_count_shape_keeps_the_family_and_makes_the_logits_dominate():
