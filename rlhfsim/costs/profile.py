@@ -146,6 +146,7 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
                 if not _width_curve(curve):
                     raise ProfileError(f"{where}.kernels.width_efficiency{path}: expected increasing widths and their "
                                        f"relative rates in (0, 1], got {curve!r}"[:300])
+        _check_page_faults(kernels.get("page_faults"), f"{where}.kernels.page_faults")
         tail = (kernels.get("page_faults") or {}).get("logprob_tail") if isinstance(kernels.get("page_faults"), dict) else None
         v = tail.get("s_per_logit") if isinstance(tail, dict) else tail
         if tail is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1e-6):
@@ -179,6 +180,25 @@ def _at_least_one(xs, n: int) -> bool:
 def _cold_table(t) -> bool:
     """``kernels.cold_overheads`` (``calibrate.coldfixed``): increasing footprints >= 0, a factor >= 1 each."""
     return _footprint_column(t, "factor", _non_negative) is not None
+
+
+def _check_page_faults(pf, where: str) -> None:
+    """``kernels.page_faults`` (``calibrate.pagefaults``; priced by ``flops.page_fault_s``): a mapping with a
+    ``fault_s_per_byte`` and a ``threshold_bytes`` (finite numbers >= 0) and ``tensors`` giving each priced pattern's
+    count (finite >= 0); None or absent prices no faults."""
+    if pf is None:
+        return
+    if not isinstance(pf, dict):
+        raise ProfileError(f"{where}: expected an object (fault_s_per_byte, threshold_bytes, tensors) or null, got {type(pf).__name__}")
+    for k in ("fault_s_per_byte", "threshold_bytes"):
+        v = pf.get(k)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf"):
+            raise ProfileError(f"{where}.{k}: expected a finite number >= 0, got {v!r}")
+    tensors = pf.get("tensors")
+    for pattern in ("logprob_forward", "logprob_train", "labels_train"):
+        v = tensors.get(pattern) if isinstance(tensors, dict) else None
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf"):
+            raise ProfileError(f"{where}.tensors.{pattern}: expected a finite count >= 0 of logits-sized tensors, got {v!r}")
 
 
 def _footprint_table(t) -> bool:

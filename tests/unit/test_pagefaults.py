@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -130,6 +131,23 @@ def test_profile_rejects_a_bad_logprob_tail_naming_its_path(bad):
     doc = copy.deepcopy(load_profile("cpu"))
     doc["kernels"]["page_faults"] = {**PF, "logprob_tail": {"s_per_logit": bad}}
     with pytest.raises(ProfileError, match=r"kernels\.page_faults\.logprob_tail\.s_per_logit: expected"):
+        validate_profile(doc, "profile x")
+
+
+@pytest.mark.parametrize("field, bad, path", [
+    ("fault_s_per_byte", -1.0, "fault_s_per_byte"), ("threshold_bytes", "24 MiB", "threshold_bytes"),
+    ("tensors", {"logprob_forward": 3.0, "logprob_train": 6.0}, "tensors.labels_train"),
+    ("tensors", [3.0], "tensors.logprob_forward")])
+def test_profile_rejects_bad_page_faults_naming_the_field(field, bad, path):
+    from rlhfsim.costs.profile import validate_profile
+    from rlhfsim.errors import ProfileError
+
+    doc = copy.deepcopy(load_profile("cpu"))
+    doc["kernels"]["page_faults"] = {**PF, field: bad}
+    with pytest.raises(ProfileError, match=re.escape(f"kernels.page_faults.{path}: expected")):
+        validate_profile(doc, "profile x")
+    doc["kernels"]["page_faults"] = "yes"
+    with pytest.raises(ProfileError, match=r"kernels\.page_faults: expected an object"):
         validate_profile(doc, "profile x")
 
 
