@@ -50,12 +50,13 @@ import statistics
 import torch
 
 from calibrate.devstate import median_call_s
+from rlhfsim.costs.flops import FAULT_PATTERNS
 from rlhfsim.models.catalog import ModelShape
 
 LADDER_MIB = (8, 16, 24, 32, 40, 48, 64, 96, 128)
 TOP_MIB = (64, 96, 128)      # sizes whose per-byte excess is the fault cost
 COUNT_LOGITS_MIB = 96        # the float32 logits the counting shape aims at
-PATTERNS = ("logprob_forward", "logprob_train", "labels_train")
+PATTERNS = FAULT_PATTERNS
 
 
 def fault_costs(calls: int = 9) -> dict:

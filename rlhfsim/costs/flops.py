@@ -209,6 +209,8 @@ def _deberta_rel(m: ModelShape, b: int, materialized: bool = True) -> dict:
 
 
 FP32_LOGIT_BYTES = 4   # log-probs are taken in float32 (logits.float()), whatever the model's dtype
+# the call patterns whose logits-sized tensors ``kernels.page_faults.tensors`` counts (``page_fault_s``'s ``pattern``)
+FAULT_PATTERNS = ("logprob_forward", "logprob_train", "labels_train")
 # of LOGIT_BYTES, those of the log-prob tail after the head's write (the log-softmax's read and write, the gather's
 # read): taken out of a pass's roofline where the tail is measured (kernels.page_faults.logprob_tail) and added after it
 TAIL_LOGIT_BYTES = LOGIT_BYTES - FP32_LOGIT_BYTES

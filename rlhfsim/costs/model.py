@@ -499,12 +499,13 @@ class CostModel:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
-        lp = self.logprob_tail if all_logits and head == "lm" else 0.0
+        logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
+        lp = self.logprob_tail if logprob else 0.0
         if sp > 1:
             total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
         else:
             total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp)
-        if all_logits and head == "lm" and self.page_faults:
+        if logprob and self.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
             total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_forward")
         return total, active
@@ -517,9 +518,10 @@ class CostModel:
         elementwise, so each entry equals the scalar call bit for bit."""
         n_tokens = np.asarray(n_tokens, dtype=np.float64)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
+        logprob = all_logits and head == "lm"
         total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs).parts(
-            n_tokens, n_seqs, cached_tokens, logits, None, self.logprob_tail if all_logits and head == "lm" else 0.0)
-        if all_logits and head == "lm" and self.page_faults:
+            n_tokens, n_seqs, cached_tokens, logits, None, self.logprob_tail if logprob else 0.0)
+        if logprob and self.page_faults:
             total = total + fl.page_fault_s(self.page_faults, n_tokens, m.vocab / tp, "logprob_forward")
         return total, active
 

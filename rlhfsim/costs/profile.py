@@ -39,6 +39,7 @@ import os
 import warnings
 from pathlib import Path
 
+from rlhfsim.costs.flops import FAULT_PATTERNS
 from rlhfsim.costs.genruntimes import GEN_SCALARS
 from rlhfsim.costs.stepcosts import check_step
 from rlhfsim.errors import ProfileError
@@ -147,11 +148,6 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
                     raise ProfileError(f"{where}.kernels.width_efficiency{path}: expected increasing widths and their "
                                        f"relative rates in (0, 1], got {curve!r}"[:300])
         _check_page_faults(kernels.get("page_faults"), f"{where}.kernels.page_faults")
-        tail = (kernels.get("page_faults") or {}).get("logprob_tail") if isinstance(kernels.get("page_faults"), dict) else None
-        v = tail.get("s_per_logit") if isinstance(tail, dict) else tail
-        if tail is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1e-6):
-            raise ProfileError(f"{where}.kernels.page_faults.logprob_tail.s_per_logit: expected a finite number of seconds "
-                               f"per logit >= 0 and below 1e-6, got {v!r}"[:300])
     _check_interference(doc.get("interference", {}), f"{where}.interference")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")
@@ -184,21 +180,26 @@ def _cold_table(t) -> bool:
 
 def _check_page_faults(pf, where: str) -> None:
     """``kernels.page_faults`` (``calibrate.pagefaults``; priced by ``flops.page_fault_s``): a mapping with a
-    ``fault_s_per_byte`` and a ``threshold_bytes`` (finite numbers >= 0) and ``tensors`` giving each priced pattern's
-    count (finite >= 0); None or absent prices no faults."""
+    ``fault_s_per_byte`` and a ``threshold_bytes`` (finite numbers >= 0), ``tensors`` giving each priced pattern's
+    count (finite >= 0) and, where measured, ``logprob_tail.s_per_logit`` (seconds per logit, >= 0 and below 1e-6);
+    None or absent prices no faults."""
     if pf is None:
         return
     if not isinstance(pf, dict):
         raise ProfileError(f"{where}: expected an object (fault_s_per_byte, threshold_bytes, tensors) or null, got {type(pf).__name__}")
     for k in ("fault_s_per_byte", "threshold_bytes"):
-        v = pf.get(k)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf"):
-            raise ProfileError(f"{where}.{k}: expected a finite number >= 0, got {v!r}")
+        if not _non_negative(pf.get(k)):
+            raise ProfileError(f"{where}.{k}: expected a finite number >= 0, got {pf.get(k)!r}")
     tensors = pf.get("tensors")
-    for pattern in ("logprob_forward", "logprob_train", "labels_train"):
+    for pattern in FAULT_PATTERNS:
         v = tensors.get(pattern) if isinstance(tensors, dict) else None
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf"):
+        if not _non_negative(v):
             raise ProfileError(f"{where}.tensors.{pattern}: expected a finite count >= 0 of logits-sized tensors, got {v!r}")
+    tail = pf.get("logprob_tail")
+    v = tail.get("s_per_logit") if isinstance(tail, dict) else tail
+    if tail is not None and not (_non_negative(v) and v < 1e-6):
+        raise ProfileError(f"{where}.logprob_tail.s_per_logit: expected a finite number of seconds per logit >= 0 and "
+                           f"below 1e-6, got {v!r}"[:300])
 
 
 def _footprint_table(t) -> bool:
