@@ -4,13 +4,16 @@ Each launch is imported with `rlhfsim import verl` (the GPU, the logged mean len
 used passed as options, and a run's `set` list, when it has one, as `--set`: settings its launch file's header
 explains; nothing else), simulated with the bundled profile, and its steady-state mean step time set beside the
 measured one:
-error_pct = 100 x (predicted - measured) / measured. Run from the repository root:
+error_pct = 100 x (predicted - measured) / measured, per run and per logged phase. Every run sits in the dev or the
+test half by its source (``half``; the rule is fixed in runs.yaml's header): tune and diagnose on the dev half only.
+Run from the repository root:
 
-    python scenarios/examples/field/field_table.py [--json]
+    python scenarios/examples/field/field_table.py [--json] [--half dev|test|all]   (default: dev, the half to tune on)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import sys
@@ -24,6 +27,17 @@ from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import simulate
 
 HERE = Path(__file__).resolve().parent
+SPLIT_SALT = "rlhfsim field split 2026-12-07|"
+
+
+def half(source_group: str) -> str:
+    """The run's half, from its source alone: the parity of sha256(salt + source_group)'s first byte."""
+    return "dev" if hashlib.sha256((SPLIT_SALT + source_group).encode()).digest()[0] % 2 == 0 else "test"
+
+
+def phase_errors(measured: dict, predicted: dict) -> dict:
+    """Percent error of every phase the run logged and the simulator prices (the reward phase included)."""
+    return {k: round(100 * (predicted[k] - v) / v, 1) for k, v in measured.items() if k in predicted and v > 0}
 
 
 def predict(run: dict, gpu: str, execution: bool = True) -> dict:
@@ -36,34 +50,67 @@ def predict(run: dict, gpu: str, execution: bool = True) -> dict:
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): round(v, 2) for p, v in summary["phases_s"].items()}
     pred = summary["step_time_s"]
     meas = run["measured_step_s"]
-    return {"id": run["id"], "gpu": gpu, "execution": execution, "source": run["source"], "measured_step_s": meas,
+    return {"id": run["id"], "half": half(run["source_group"]), "gpu": gpu, "execution": execution, "source": run["source"], "measured_step_s": meas,
             "predicted_step_s": round(pred, 2), "error_pct": round(100 * (pred - meas) / meas, 1),
             "measured_phases_s": run.get("measured_phases_s", {}), "predicted_phases_s": phases,
+            "phase_error_pct": phase_errors(run.get("measured_phases_s", {}), phases),
             "unmapped": [f"{s.key}={s.value}" for s in res.by_status("unmapped")]}
+
+
+FORWARD_ONLY = ("old_log_prob", "ref", "values")
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Median and max |step error|, the forward-only phases' median |error| and each phase's median |error|."""
+    if not rows:
+        return {"runs": 0}
+    errs = [abs(r["error_pct"]) for r in rows]
+    by_phase: dict[str, list[float]] = {}
+    for r in rows:
+        for k, e in r["phase_error_pct"].items():
+            by_phase.setdefault(k, []).append(abs(e))
+    fwd = [e for k in FORWARD_ONLY for e in by_phase.get(k, [])]
+    return {"runs": len(rows), "median_abs_error_pct": round(statistics.median(errs), 1),
+            "max_abs_error_pct": round(max(errs), 1),
+            "forward_only_median_abs_error_pct": round(statistics.median(fwd), 1) if fwd else None,
+            "phase_median_abs_error_pct": {k: round(statistics.median(v), 1) for k, v in sorted(by_phase.items())}}
+
+
+def table(doc: dict, execution: bool, halves: tuple[str, ...]) -> dict:
+    """Every scored run of the chosen halves predicted, with a summary per half; unscored runs on each GPU."""
+    rows = [predict(r, r["gpu"], execution) for r in doc["runs"] if half(r["source_group"]) in halves]
+    extra = [predict(r, g, execution) for r in doc.get("unscored", []) for g in r["gpus"]
+             if half(r["source_group"]) in halves]
+    return {"scored": rows, "unscored": extra,
+            "halves": {h: summarize([r for r in rows if r["half"] == h]) for h in halves}}
 
 
 def main() -> None:
     """Both tables: the scenario's execution block off (the simulator's plain step) and on (verl's mechanics)."""
     doc = yaml.safe_load((HERE / "runs.yaml").read_text())
-    out = {}
-    for execution in (False, True):
-        rows = [predict(r, r["gpu"], execution) for r in doc["runs"]]
-        extra = [predict(r, g, execution) for r in doc.get("unscored", []) for g in r["gpus"]]
-        out["with_execution" if execution else "without_execution"] = {
-            "scored": rows, "unscored": extra,
-            "median_abs_error_pct": statistics.median(abs(r["error_pct"]) for r in rows)}
+    choice = sys.argv[sys.argv.index("--half") + 1] if "--half" in sys.argv else "dev"
+    if choice not in ("dev", "test", "all"):
+        sys.exit(f"--half: expected dev, test or all, got {choice!r}")
+    halves = ("dev", "test") if choice == "all" else (choice,)
+    out = {("with_execution" if e else "without_execution"): table(doc, e, halves) for e in (False, True)}
     if "--json" in sys.argv:
         print(json.dumps(out, indent=1))
         return
-    for label, table in out.items():
+    for label, tab in out.items():
         print(f"== {label.replace('_', ' ')}")
-        for r in table["scored"] + table["unscored"]:
-            tag = "" if r in table["scored"] else "  (unscored: GPU not stated)"
-            print(f"{r['id']:3} {r['gpu']:10} measured {r['measured_step_s']:8.2f} s  predicted {r['predicted_step_s']:8.2f} s  "
-                  f"error {r['error_pct']:+7.1f}%{tag}")
+        for r in tab["scored"] + tab["unscored"]:
+            tag = "" if r in tab["scored"] else "  (unscored: GPU not stated)"
+            print(f"{r['id']:4} {r['half']:4} {r['gpu']:10} measured {r['measured_step_s']:8.2f} s  predicted "
+                  f"{r['predicted_step_s']:8.2f} s  error {r['error_pct']:+7.1f}%{tag}")
             print(f"    measured phases  {r['measured_phases_s']}")
             print(f"    predicted phases {r['predicted_phases_s']}")
-        print(f"median |error| over {len(table['scored'])} scored runs: {table['median_abs_error_pct']:.1f}%")
+            if r["phase_error_pct"]:
+                print(f"    phase error %    {r['phase_error_pct']}")
+        for h, summ in tab["halves"].items():
+            if summ["runs"]:
+                print(f"{h}: {summ['runs']} runs, median |step error| {summ['median_abs_error_pct']:.1f}%, max "
+                      f"{summ['max_abs_error_pct']:.1f}%, forward-only phases {summ['forward_only_median_abs_error_pct']}%; "
+                      f"per phase {summ['phase_median_abs_error_pct']}")
 
 
 if __name__ == "__main__":
