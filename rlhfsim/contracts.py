@@ -32,6 +32,17 @@ ROLES = ("actor", "critic", "reference", "reward", "rollout")
 SEQUENCE_PARALLEL = ("actor", "critic", "reference")  # roles execution.ulysses_sequence_parallel_size applies to
 CPU_POOL = "cpu"  # the pseudo-pool of driver-side work (rule rewards, advantages): intervals on no GPU
 
+# Reward streaming strategies (``models.reward.streaming``; the classes are rlhfsim.sim.streaming.STREAMING,
+# same names, same order) -> the reward-model architectures (ModelShape.arch) that can run each, and the
+# strategy each architecture gets by default. Here so that the scenario schema and its checks need no
+# simulator import; tests/unit/test_import_graph.py checks that the registry agrees.
+STREAMING_ARCHS: dict[str, tuple[str, ...]] = {
+    "incremental": ("decoder",),             # prefill onto the reward model's own causal KV cache
+    "reencode": ("decoder", "encoder"),      # re-encode the whole prefix per chunk
+    "final_only": ("decoder", "encoder"),    # score each response whole when it finishes
+}
+DEFAULT_STREAMING: dict[str, str] = {"decoder": "incremental", "encoder": "final_only"}
+
 # Files of a run directory (``rlhfsim simulate --out DIR``).
 SUMMARY_FILE = "summary.json"
 STEPS_FILE = "steps.csv"

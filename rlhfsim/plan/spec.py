@@ -2,7 +2,7 @@
 
 A plan is a base scenario, optional fixed overrides (``set:``), and axes: dotted scenario paths with
 lists of values. Configurations are the Cartesian product of the axes (first axis slowest), each one
-the base scenario with its axis values set (see ``rlhfsim.plan.paths`` for the setting rules) and
+the base scenario with its axis values set (see ``rlhfsim.scenario.paths`` for the setting rules) and
 validated. Everything that can be wrong with the plan itself is reported here, before anything runs:
 an unknown path, a value the scenario schema rejects, an unknown GPU type or model, a scoring runtime
 the profile does not have. What makes one configuration unable to run (the model does not fit, more
@@ -37,7 +37,7 @@ from rlhfsim.costs.model import CostModel
 from rlhfsim.errors import RlhfsimError, ScenarioError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import load_model
-from rlhfsim.plan.paths import PathError, check_path, format_path, parse_path, set_path
+from rlhfsim.scenario.paths import PathError, check_path, format_path, parse_path, set_path
 from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import load_scenario, read_yaml, validate_model
 from rlhfsim.scenario.schema import Frozen, Scenario

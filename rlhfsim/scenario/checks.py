@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlhfsim.contracts import SEQUENCE_PARALLEL
+from rlhfsim.contracts import DEFAULT_STREAMING, SEQUENCE_PARALLEL, STREAMING_ARCHS
 from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
 from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
@@ -120,13 +120,11 @@ def _check_pairing(sc: Scenario, shapes: dict) -> tuple[str, bool]:
     actor = shapes["actor"]
     if "reward" not in shapes:
         return "incremental", False
-    from rlhfsim.sim.streaming import DEFAULT_STREAMING, STREAMING
-
     rm = shapes["reward"]
     retokenize = rm.tokenizer_id != actor.tokenizer_id
     name = sc.models.reward.streaming or DEFAULT_STREAMING[rm.arch]
-    if rm.arch not in STREAMING[name].ARCHS:
-        ok = [n for n, cls in STREAMING.items() if rm.arch in cls.ARCHS]
+    if rm.arch not in STREAMING_ARCHS[name]:
+        ok = [n for n, archs in STREAMING_ARCHS.items() if rm.arch in archs]
         raise ScenarioError("models.reward.streaming", (
             f"expected {' or '.join(ok)} for encoder reward model {rm.name!r} (bidirectional attention: a new "
             f"chunk changes every earlier token, so there is no causal KV cache to prefill onto), got {name}"))
@@ -251,9 +249,7 @@ def build_setup(sc: Scenario) -> Setup:
     if sc.algorithm.minibatch_size > rollouts:
         raise ScenarioError("algorithm.minibatch_size", f"expected at most the {rollouts} rollouts per step, got {sc.algorithm.minibatch_size}")
     streaming, retokenize = _check_pairing(sc, shapes)
-    from rlhfsim.sim.schedules import SCHEDULES
-
-    SCHEDULES[sc.schedule.kind].check(sc)
+    sc.schedule.check(sc)
     if sc.warmup_steps >= sc.steps:
         raise ScenarioError("warmup_steps", f"expected fewer warm-up steps than steps ({sc.steps}), got {sc.warmup_steps}")
 

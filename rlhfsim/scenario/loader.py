@@ -248,8 +248,8 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 
 def apply_overrides(doc: dict, overrides: list[tuple[str, Any]]) -> dict:
-    """Set each (dotted path, value) in the merged document, in order (``rlhfsim.plan.paths`` rules)."""
-    from rlhfsim.plan.paths import PathError, check_path, parse_path, set_path
+    """Set each (dotted path, value) in the merged document, in order (``rlhfsim.scenario.paths`` rules)."""
+    from rlhfsim.scenario.paths import PathError, check_path, parse_path, set_path
 
     for path, value in overrides:
         try:

@@ -10,13 +10,12 @@ from pathlib import Path
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from rlhfsim.contracts import ROLES
+from rlhfsim.contracts import ROLES, STREAMING_ARCHS
 from rlhfsim.costs.genruntimes import DEFAULT_RUNTIME, GEN_RUNTIMES
 from rlhfsim.scenario.fields import Frozen, PositiveInt, Seconds, Tokens  # noqa: F401 (the blocks' types)
-from rlhfsim.sim.schedules import SCHEDULES, VARIANTS
-from rlhfsim.sim.streaming import STREAMING
+from rlhfsim.scenario.schedules import CONFIGS, VARIANTS, SyncSchedule
 
-STREAMING_NAMES = tuple(STREAMING)
+STREAMING_NAMES = tuple(STREAMING_ARCHS)
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 
@@ -261,10 +260,9 @@ class Execution(Frozen):
 
 
 # --- schedules ------------------------------------------------------------------------------------
-# Each schedule's config model lives beside its class (rlhfsim/sim/schedules/); the registry is the only
-# list of them, and the union and the variant names below are derived from it.
-Schedule = Annotated[Union[tuple(cls.Config for cls in SCHEDULES.values())], Field(discriminator="kind")]
-SyncSchedule = SCHEDULES["sync"].Config  # the default
+# Each schedule's config model lives in rlhfsim.scenario.schedules (its class in rlhfsim/sim/schedules/,
+# whose registry is checked against CONFIGS); the union and the variant names are derived from CONFIGS.
+Schedule = Annotated[Union[CONFIGS], Field(discriminator="kind")]
 
 
 class Scenario(Frozen):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the schema imports the schedules, which import this module
+if TYPE_CHECKING:  # for the annotation only (the scenario side imports nothing of the simulator)
     from rlhfsim.scenario.checks import Setup
 
 

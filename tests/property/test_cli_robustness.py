@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from rlhfsim.cli import main
-from rlhfsim.plan.paths import _flatten
+from rlhfsim.scenario.paths import _flatten
 from rlhfsim.scenario.schema import Scenario
 
 EXAMPLES = int(os.environ.get("RLHFSIM_PROPERTY_EXAMPLES", "1000"))  # fewer only for sizing it locally

@@ -11,7 +11,7 @@ import yaml
 
 from rlhfsim.errors import ScenarioError
 from rlhfsim.plan import load_plan
-from rlhfsim.plan.paths import PathError, check_path, parse_path, set_path
+from rlhfsim.scenario.paths import PathError, check_path, parse_path, set_path
 from rlhfsim.plan.spec import config_id
 
 TINY = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "plan_base_tiny.yaml").read_text())

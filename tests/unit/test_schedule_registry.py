@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import get_args
 
 from conftest import SCHEDULE_CONFIGS
-from rlhfsim.plan.paths import _flatten
+from rlhfsim.scenario.paths import _flatten
 from rlhfsim.scenario.schema import Scenario
 from rlhfsim.sim.schedules import SCHEDULES, VARIANT_OWNER, VARIANTS
 

@@ -10,19 +10,11 @@ With max_staleness 0 this is exactly the synchronous schedule.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import simpy
-from pydantic import Field
 
-from rlhfsim.scenario.fields import Frozen
+from rlhfsim.scenario.schedules import AsyncSchedule
 from rlhfsim.sim.generation import GenRequest
 from rlhfsim.sim.schedules.base import Schedule
-
-
-class AsyncSchedule(Frozen):
-    kind: Literal["async"] = "async"
-    max_staleness: int = Field(1, ge=0, le=1000, description="Generation may run ahead of training by at most this many steps (AReaL); 0 is synchronous.")
 
 
 class Async(Schedule):

@@ -1,10 +1,11 @@
 """The shape every schedule shares: a ``NAME``, its config model ``Config`` (a frozen pydantic model with
-``kind: Literal[NAME]``, defined beside the class), one entry method ``run(steps)`` (a SimPy process
-generator that appends a StepRecord per step), and hooks a schedule may override:
+``kind: Literal[NAME]``, in ``rlhfsim.scenario.schedules`` so that the schema needs no simulator; its
+``check(sc)`` holds the block's cross-field checks and its ``VARIANTS`` the ``--compare`` names), one
+entry method ``run(steps)`` (a SimPy process generator that appends a StepRecord per step), and hooks a
+schedule may override:
 
-- ``variants(sc)``: the ``--compare`` names it offers and the schedule block each stands for;
+- ``variants(sc)``: the schedule block each of its ``--compare`` names stands for;
 - ``EXAMPLES``: small configurations the test matrix and the golden values run;
-- ``check(sc)``: cross-field checks of its block against the rest of the scenario (YAML paths named);
 - ``in_flight``, ``work_per_step``: its share of the work estimate (``rlhfsim.sim.budget``), with the
   fields that scale them (``FLIGHT_FIELD``, ``WORK_FIELD``);
 - ``after_generation(step, rows, streamed)``: the post-generation pipeline (reward, the actor's
@@ -19,7 +20,7 @@ from typing import ClassVar
 
 import simpy
 
-from rlhfsim.scenario.fields import Frozen
+from rlhfsim.scenario.schedules import ScheduleConfig
 from rlhfsim.sim import stages
 
 _ROW_ID = attrgetter("id")
@@ -29,7 +30,7 @@ class Schedule:
     """Drives a Simulation's steps. Subclasses set NAME and Config and implement run()."""
 
     NAME: ClassVar[str]
-    Config: ClassVar[type[Frozen]]
+    Config: ClassVar[type[ScheduleConfig]]
     EXAMPLES: ClassVar[dict[str, dict]] = {}
     FLIGHT_FIELD: ClassVar[str] = "workload.prompts_per_step"  # what to lower when in_flight is too large
     WORK_FIELD: ClassVar[str] = "schedule"                     # what to change when work_per_step is
@@ -52,11 +53,7 @@ class Schedule:
 
     @classmethod
     def variant_names(cls) -> tuple[str, ...]:
-        return (cls.NAME,)
-
-    @classmethod
-    def check(cls, sc) -> None:
-        """Raise ScenarioError for a block that cannot run with the rest of the scenario."""
+        return cls.Config.variant_names()
 
     @classmethod
     def work_per_step(cls, cfg, setup) -> float:

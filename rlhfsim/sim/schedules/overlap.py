@@ -15,72 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Literal, Optional
-
 import numpy as np
-from pydantic import Field
-
-from rlhfsim.errors import ScenarioError
-from rlhfsim.scenario.fields import Count, Frozen, PositiveInt, Tokens
+from rlhfsim.scenario.schedules import OppoSchedule, PartialSchedule, SyncSchedule
 from rlhfsim.sim.generation import GenRequest
 from rlhfsim.sim.schedules.base import Schedule
-
-
-# --- config models --------------------------------------------------------------------------------
-class SyncSchedule(Frozen):
-    kind: Literal["sync"] = "sync"
-
-
-class AdaptiveChunk(Frozen):
-    window_steps: PositiveInt = Field(50, description="Steps per window; each candidate is tried on different steps at the start of a window.")
-    candidates: list[Tokens] = Field([128, 256, 512], min_length=1, max_length=64, description="Chunk sizes to try.")
-
-
-class Intra(Frozen):
-    enabled: bool = Field(True, description="Stream responses to the reward model in chunks during generation.")
-    chunk_tokens: Tokens = Field(256, description="Tokens per chunk (initial value when adaptive).")
-    adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
-    stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
-    max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
-
-
-class RewardCurve(Frozen):
-    """Reward the simulator pretends training reaches at step s (it has no real rewards):
-    r(s) = r_max x (1 - exp(-s / tau)) + noise."""
-
-    r_max: float = Field(1.0, ge=-1e6, le=1e6, description="Asymptotic reward.")
-    tau_steps: float = Field(60.0, gt=0, le=1e9, description="Steps to reach 63% of r_max.")
-    noise_std: float = Field(0.02, ge=0, le=1e6, description="Gaussian noise on each step's reward (so the windowed slope can turn negative once the curve saturates).")
-
-
-class AdaptiveDelta(Frozen):
-    window_steps: int = Field(10, ge=2, le=100_000, description="Window over which the reward slope is measured (a slope needs at least 2 steps).")
-    min: Count = Field(0, description="Lower bound of delta.")
-    max: PositiveInt = Field(32, description="Upper bound of delta.")
-    step: PositiveInt = Field(4, description="Change of delta per window.")
-    curve: RewardCurve = RewardCurve()
-
-
-class Inter(Frozen):
-    enabled: bool = Field(True, description="Keep B + delta prompts in flight and train on the first B to finish.")
-    delta: Count = Field(16, description="Extra prompts in flight (initial value when adaptive).")
-    adaptive: Optional[AdaptiveDelta] = None
-    keep_kv: bool = Field(True, description="Deferred sequences keep their KV cache; false: pay a re-prefill of prompt + generated tokens.")
-
-
-class OppoSchedule(Frozen):
-    kind: Literal["oppo"] = "oppo"
-    intra: Intra = Intra()
-    inter: Inter = Inter()
-
-
-class PartialSchedule(Frozen):
-    kind: Literal["partial"] = "partial"
-    token_budget: int = Field(ge=1, le=1_000_000_000, description="Decode tokens generated per step over all replicas (Kimi k1.5 partial rollouts); unfinished responses continue next step from a buffer.")
-    extra_prompts: Count = Field(0, description="Prompts admitted beyond B to keep the engine full.")
-
-
-# --- schedules ------------------------------------------------------------------------------------
 
 
 class OverlapLoop(Schedule):
@@ -172,10 +110,6 @@ class Oppo(OverlapLoop):
     }
 
     @classmethod
-    def variant_names(cls) -> tuple[str, ...]:
-        return ("oppo-intra", "oppo-inter", "oppo")
-
-    @classmethod
     def variants(cls, sc) -> dict[str, dict]:
         """``oppo`` (the scenario's own oppo block when it has one, else defaults), ``oppo-intra`` (its
         inter-step part off) and ``oppo-inter`` (its intra-step part off)."""
@@ -190,12 +124,6 @@ class Oppo(OverlapLoop):
                 sched[off]["enabled"] = False
             out[name] = sched
         return out
-
-    @classmethod
-    def check(cls, sc) -> None:
-        a = sc.schedule.inter.adaptive
-        if a is not None and a.min > a.max:
-            raise ScenarioError("schedule.inter.adaptive.min", f"expected min <= max ({a.max}), got {a.min}")
 
     @classmethod
     def in_flight(cls, cfg, setup) -> int:

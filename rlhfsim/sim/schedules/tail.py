@@ -21,19 +21,9 @@ tail buffer after the step.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
-from rlhfsim.scenario.fields import Count, Frozen
+from rlhfsim.scenario.schedules import TailSchedule
 from rlhfsim.sim.generation import GenRequest
 from rlhfsim.sim.schedules.base import Schedule
-
-
-class TailSchedule(Frozen):
-    kind: Literal["tail"] = "tail"
-    extra_prompts: Count = Field(16, description="Prompts a short round launches beyond B (x group_size rollouts); generation stops once B rollouts have finished and the rest go to the tail buffer.")
-    keep_kv: bool = Field(False, description="Rollouts in the tail buffer keep their KV cache until their long round; false (RollPacker's memory-bounded choice): they re-prefill prompt + generated tokens when they resume.")
 
 
 class TailBatching(Schedule):

@@ -1,5 +1,5 @@
 """Dotted scenario paths (``cluster.gpu``, ``placement.pools[1].gpus``): parsing, checking against the
-scenario schema, and setting a value in a scenario mapping.
+scenario schema, and setting a value in a scenario mapping (``--set`` and the planner's axes).
 
 Setting rules (applied to the fully dumped scenario, so every defaulted block exists):
 

@@ -1,0 +1,119 @@
+"""Every schedule's config model (the ``schedule:`` block of a scenario), and their registry ``CONFIGS``.
+
+The schedules themselves (SimPy processes) live in ``rlhfsim.sim.schedules``, one module each, and
+their registry ``SCHEDULES`` pairs each class with its config here (``Schedule.Config``); importing it
+checks that both list the same schedules in the same order, so the names are written once, as each
+config's ``kind``. The configs live here, on the scenario's side, so that loading a scenario imports
+neither simpy nor the simulator (the schema's ``schedule`` union and the ``--compare`` names are
+derived from ``CONFIGS``); a new schedule is its config here and its class in ``rlhfsim/sim/schedules/``.
+
+Each config may override ``check(sc)``: cross-field checks of its block against the rest of the
+scenario (run by ``rlhfsim.scenario.checks.build_setup``), raising ScenarioError with the YAML path.
+``VARIANTS`` are the ``--compare`` names it offers (default: its kind); what each stands for is the
+schedule class's ``variants(sc)``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, Optional
+
+from pydantic import Field
+
+from rlhfsim.errors import ScenarioError
+from rlhfsim.scenario.fields import Count, Frozen, PositiveInt, Tokens
+
+
+class ScheduleConfig(Frozen):
+    """The shape of a schedule block: a ``kind`` literal (the schedule's name) and its knobs."""
+
+    VARIANTS: ClassVar[tuple[str, ...]] = ()  # --compare names; empty: the kind alone
+
+    @classmethod
+    def kind_name(cls) -> str:
+        return cls.model_fields["kind"].default
+
+    @classmethod
+    def variant_names(cls) -> tuple[str, ...]:
+        return cls.VARIANTS or (cls.kind_name(),)
+
+    def check(self, sc) -> None:
+        """Raise ScenarioError for a block that cannot run with the rest of scenario ``sc``."""
+
+
+# --- sync, OPPO, partial rollouts (rlhfsim.sim.schedules.overlap) ---------------------------------
+class SyncSchedule(ScheduleConfig):
+    kind: Literal["sync"] = "sync"
+
+
+class AdaptiveChunk(Frozen):
+    window_steps: PositiveInt = Field(50, description="Steps per window; each candidate is tried on different steps at the start of a window.")
+    candidates: list[Tokens] = Field([128, 256, 512], min_length=1, max_length=64, description="Chunk sizes to try.")
+
+
+class Intra(Frozen):
+    enabled: bool = Field(True, description="Stream responses to the reward model in chunks during generation.")
+    chunk_tokens: Tokens = Field(256, description="Tokens per chunk (initial value when adaptive).")
+    adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
+    stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
+    max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
+
+
+class RewardCurve(Frozen):
+    """Reward the simulator pretends training reaches at step s (it has no real rewards):
+    r(s) = r_max x (1 - exp(-s / tau)) + noise."""
+
+    r_max: float = Field(1.0, ge=-1e6, le=1e6, description="Asymptotic reward.")
+    tau_steps: float = Field(60.0, gt=0, le=1e9, description="Steps to reach 63% of r_max.")
+    noise_std: float = Field(0.02, ge=0, le=1e6, description="Gaussian noise on each step's reward (so the windowed slope can turn negative once the curve saturates).")
+
+
+class AdaptiveDelta(Frozen):
+    window_steps: int = Field(10, ge=2, le=100_000, description="Window over which the reward slope is measured (a slope needs at least 2 steps).")
+    min: Count = Field(0, description="Lower bound of delta.")
+    max: PositiveInt = Field(32, description="Upper bound of delta.")
+    step: PositiveInt = Field(4, description="Change of delta per window.")
+    curve: RewardCurve = RewardCurve()
+
+
+class Inter(Frozen):
+    enabled: bool = Field(True, description="Keep B + delta prompts in flight and train on the first B to finish.")
+    delta: Count = Field(16, description="Extra prompts in flight (initial value when adaptive).")
+    adaptive: Optional[AdaptiveDelta] = None
+    keep_kv: bool = Field(True, description="Deferred sequences keep their KV cache; false: pay a re-prefill of prompt + generated tokens.")
+
+
+class OppoSchedule(ScheduleConfig):
+    kind: Literal["oppo"] = "oppo"
+    VARIANTS: ClassVar[tuple[str, ...]] = ("oppo-intra", "oppo-inter", "oppo")
+    intra: Intra = Intra()
+    inter: Inter = Inter()
+
+    def check(self, sc) -> None:
+        a = self.inter.adaptive
+        if a is not None and a.min > a.max:
+            raise ScenarioError("schedule.inter.adaptive.min", f"expected min <= max ({a.max}), got {a.min}")
+
+
+class PartialSchedule(ScheduleConfig):
+    kind: Literal["partial"] = "partial"
+    token_budget: int = Field(ge=1, le=1_000_000_000, description="Decode tokens generated per step over all replicas (Kimi k1.5 partial rollouts); unfinished responses continue next step from a buffer.")
+    extra_prompts: Count = Field(0, description="Prompts admitted beyond B to keep the engine full.")
+
+
+# --- asynchronous (rlhfsim.sim.schedules.asynchronous) --------------------------------------------
+class AsyncSchedule(ScheduleConfig):
+    kind: Literal["async"] = "async"
+    max_staleness: int = Field(1, ge=0, le=1000, description="Generation may run ahead of training by at most this many steps (AReaL); 0 is synchronous.")
+
+
+# --- tail batching (rlhfsim.sim.schedules.tail) ---------------------------------------------------
+class TailSchedule(ScheduleConfig):
+    kind: Literal["tail"] = "tail"
+    extra_prompts: Count = Field(16, description="Prompts a short round launches beyond B (x group_size rollouts); generation stops once B rollouts have finished and the rest go to the tail buffer.")
+    keep_kv: bool = Field(False, description="Rollouts in the tail buffer keep their KV cache until their long round; false (RollPacker's memory-bounded choice): they re-prefill prompt + generated tokens when they resume.")
+
+
+# The registry of configs, in the order of rlhfsim.sim.schedules.SCHEDULES (checked there on import).
+CONFIGS: tuple[type[ScheduleConfig], ...] = (SyncSchedule, OppoSchedule, PartialSchedule, AsyncSchedule, TailSchedule)
+# --compare names, in registry order; each belongs to exactly one schedule.
+VARIANTS: tuple[str, ...] = tuple(v for cfg in CONFIGS for v in cfg.variant_names())
