@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from rlhfsim.contracts import VERL_PHASE_KEYS
-from rlhfsim.importers import ImportOptions, import_verl
+from rlhfsim.importers import IMPORTERS, ImportOptions
 from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import simulate
 
@@ -44,8 +44,12 @@ def predict(run: dict, gpu: str, execution: bool = True) -> dict:
     launch = HERE / run["launch"]
     opts = ImportOptions(gpu=gpu, mean_response_len=run.get("mean_response_len"),
                          mean_prompt_len=run.get("mean_prompt_len"), steps=4, name=run["id"], execution=execution,
-                         verl_version=run.get("verl_version"), sets=tuple(run.get("set", ())))
-    res = import_verl(launch.read_text(), opts, str(launch.relative_to(HERE.parents[2])))
+                         verl_version=run.get("verl_version"), sets=tuple(run.get("set", ())),
+                         gpus_per_node=run.get("gpus_per_node"))  # OpenRLHF only (its launch sizes groups)
+    framework = run.get("framework", "verl")  # an OpenRLHF launch says `framework: openrlhf`
+    if framework not in IMPORTERS:
+        sys.exit(f"runs.yaml: {run['id']}.framework: expected one of {sorted(IMPORTERS)}, got {framework!r}")
+    res = IMPORTERS[framework](launch.read_text(), opts, str(launch.relative_to(HERE.parents[2])))
     summary = simulate(load_scenario(res.scenario, base_dir=HERE)).summary
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): round(v, 2) for p, v in summary["phases_s"].items()}
     pred = summary["step_time_s"]
