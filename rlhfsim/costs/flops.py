@@ -37,7 +37,7 @@ B_scores is counted under PyTorch eager only (``materializes_scores``): a runtim
 
 with S = DEBERTA_SPAN and pairs = sum_i n_i^2 (every token sees every token). An encoder's forward time
 is dominated by these at a few hundred tokens: tiny-deberta (hidden 128) and small-deberta (256), both
-with 4 heads, took the same time at 512 tokens (docs/validation.md, "2026-12-03, third session").
+with 4 heads, took the same time at 512 tokens (``benchmarks/encoder_workmodel.py`` measures it).
 
 Training (forward + backward) is 3x the forward FLOPs (backward = 2x forward). The optimizer (AdamW,
 fp32 master weights and moments) moves 16 bytes read + 16 bytes written per parameter shard.
@@ -239,7 +239,8 @@ def gemm_passes(batch, weight_passes):
     ``(rows, passes)`` from ``footprint_passes`` (rows 1, 2, 4 ... with passes 1, p2, p4 ...), the passes
     interpolated linearly in rows and held beyond the last row measured: on a CPU a GEMM's time grows
     with its rows from two on (1.7-2.0x one row at 2 rows, 2.1-3.0x at 4, in cache), so one number for
-    every row count prices a two-row step at the four-row step's passes (docs/validation.md item 5).
+    every row count prices a two-row step at the four-row step's passes (``benchmarks/gemm_footprint.py`` and
+    ``benchmarks/decode_rows.py`` measure it).
     ``batch`` may be a numpy array."""
     if isinstance(weight_passes, tuple):
         rows, passes = weight_passes
