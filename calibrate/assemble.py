@@ -434,10 +434,10 @@ def handover_overlap(points: list[dict]) -> dict | None:
     ``1 - idle_x / busy_x``, as a line in the log of the actor's parameters (least squares over the
     configurations, with two actor sizes or more). On the 2-core VM that share followed the actor, not the
     scorer: 0.75-0.89 for tiny-qwen2 beside scorers of 0.6-4.8M parameters, 0.61-0.62 for small-qwen2-l2
-    beside tiny-qwen2 and itself, 0.56 for small-qwen2 (docs/validation.md, "2026-12-03, fourth session"):
+    beside tiny-qwen2 and itself, 0.56 for small-qwen2 (``benchmarks/handover_overlap.py`` measures it):
     the smaller the actor, the more of its step is the host's, which a call on the other core holds up.
-    None where no point has a fit (a GPU, a journal from before 2026-12-03, or for a ``generate()`` runtime
-    from before 2026-12-06, when its calls were stamped whole and the scorer's calls never covered one by half)."""
+    None where no point has a fit (a GPU, a journal older than the overlap fit, or for a ``generate()`` runtime
+    a journal whose calls were stamped whole, so that the scorer's calls never covered one by half)."""
     fits = [{"model": p["model"], "partner": p["partner"], **_size(p), **p["overlap"]}
             for p in points if p["side"] == "decode" and isinstance(p.get("overlap"), dict)]
     if not fits:
@@ -479,7 +479,7 @@ def handover_added_fit(configs: list[dict], side: str) -> dict | None:
     interval over its ``seq_len`` steps; ``prefill``: one scorer call), as ``const_s + per_layer_s x L +
     per_alone x t_alone`` with L the operation's model's layers and t_alone its time alone: non-negative
     least squares over the configurations of that side (``_nnls``), with their rms residual. On the
-    2-core VM the added decode time followed the actor's layer count, not its size (2026-12-02, ``kv_decoder``:
+    2-core VM the added decode time followed the actor's layer count, not its size (``kv_decoder``:
     1.5-2.5 ms per step beside 2-layer actors of 0.6-2.9M parameters, 2.5-4.1 ms beside 4-layer ones of 1.1-4.8M),
     which a slowdown factor, a multiple of the time alone, cannot say. None without three configurations
     with layers and two layer counts among them."""
@@ -599,7 +599,7 @@ def padded_score_points(points: list[dict], rt: str, arch: str | None = None) ->
 
 def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
     """A measured profile's encoder operations fitted again from its own points under the current work model
-    (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention, 2026-12-03): each runtime's fit to encoder
+    (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention): each runtime's fit to encoder
     reward models' padded batches (``runtimes.RUNTIME.fits.encoder``, and ``score:RUNTIME`` where that fit is
     the encoders'), ``encode:RUNTIME`` and ``reencode:RUNTIME``. Nothing is measured; returns the keys changed
     (``calibrate.extend --refit-encoders``)."""

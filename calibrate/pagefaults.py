@@ -1,6 +1,6 @@
 """Page faults of large tensors on a CPU: what a log-prob pass pays beyond its arithmetic.
 
-Found on generated validation scenarios (docs/validation.md, "Large tensors fault their pages in"): the
+Found on generated validation scenarios (``rlhfsim validate --generate``): the
 reference pass and actor training of small-vocabulary models with long padded minibatches took up to
 2.6x their price, and the excess grew with the size of the logits tensor, not with the model. Timed
 apart, the LM head and the log-softmax over logits of 14 x 200 x 4,096 (44 MiB) cost 2.2 ns per logit,
@@ -182,7 +182,7 @@ def measure_logprob_tail(fault_s_per_byte: float = 0.0, calls: int = 9) -> dict:
     roofline that takes the max of the pass's FLOPs and bytes hides it; measured here at 2-16 MiB of float32 logits
     and two vocabularies (the generated scenarios' range), below the allocator's threshold, with whatever minor page
     faults its calls took subtracted at ``fault_s_per_byte`` (the faults are priced apart). On the 2-vCPU VM
-    0.34-0.66 ns per logit wherever nothing faulted (docs/validation.md, "2026-12-07"). ``s_per_logit``: the median
+    0.34-0.66 ns per logit wherever nothing faulted. ``s_per_logit``: the median
     over the shapes."""
     page = os.sysconf("SC_PAGE_SIZE")
     points = []

@@ -5,8 +5,8 @@ the vocabulary, the multinomial draw, log-probs, stopping checks, the tokens han
 work scales with rows x vocab, not with the model's weights or FLOPs, so the roofline of the forward
 (``rlhfsim.costs.model``) cannot carry it: on the 2-core CPU it is about 22 ns per logit (2.8 ms of a
 5.7 ms decode step of 16 rows at vocabulary 8,192), and a profile fitted with it folded into the
-roofline under-priced the decode of an unseen vocab-4,096 model by 38% (docs/validation.md, seed
-971985135). So each runtime's tail is measured on its own, here, and
+roofline under-priced the decode of an unseen vocab-4,096 model by 38% (``rlhfsim validate --generate
+--seed 971985135``). So each runtime's tail is measured on its own, here, and
 
     tail(rows, V) = sample_s + sample_per_logit_s x rows x V
 

@@ -25,8 +25,8 @@ from rlhfsim.errors import RlhfsimError
 MAX_GENERATE = 100
 # The default --profile with --generate: the quick generic calibration measured now, its passes between blocks of the steps
 # (calibrate.validate.measure_generic), then the bundled cpu profile, both blind to the drawn scenarios.
-# The bundled one alone prices the machine as it was when it was measured; on this project's VM that
-# was 30-35% faster hours earlier (docs/validation.md, "2026-12-01, later").
+# The bundled one alone prices the machine as it was when it was measured; on this project's shared VM the
+# same steps ran 30-35% faster at one hour than at another.
 BLIND_PROFILE = "generic,cpu"
 
 
