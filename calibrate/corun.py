@@ -7,10 +7,10 @@ with its runtime (HF ``generate()`` calls of one chunk each, or our decoder's st
 row's new chunk to a scorer thread at the chunk boundary; the scorer wakes for one short call at a time
 and sleeps in between, from the step's first hand-over until the end of its generation (the executor's
 ``Scorer``: one thread per step's scoring). On a shared CPU both sides slow by more than the busy
-loops say (``benchmarks/corun_pattern.py``, 2026-11-30: a ``generate()`` call 1.45x, a chunk call
+loops say (``benchmarks/corun_pattern.py``: a ``generate()`` call 1.45x, a chunk call
 2.81x in this pattern against 1.65x for the busy loops, with a scorer thread that owned an OpenMP team
 of its own: that team, idle or not, put libgomp's workers past the CPUs, so every worker slept between
-parallel regions). Since 2026-12-03 the scorer thread runs one OpenMP thread on a CPU
+parallel regions). So the scorer thread runs one OpenMP thread on a CPU
 (``calibrate.threadpool``), as the executor's does: it owns no team and costs the actor nothing while it
 waits; the two still share the cores while it computes, and the host's Python interpreter.
 
@@ -32,8 +32,8 @@ A point ``(runtime, batch b, prompt p, chunk c)``, actor and reward shapes from 
 
 Every actor operation of the kept intervals is stamped on the host clock, and so is every scorer call
 (``overlap_fit``): a ``kv_decoder`` decode step, and each decode step inside a ``generate()`` call, from one
-forward's start to the next (forward pre-hooks on the model, ``call_steps``; since 2026-12-06: before, a call
-was one operation, which the scorer's calls never covered by half, so no ``generate()`` runtime had a fit).
+forward's start to the next (forward pre-hooks on the model, ``call_steps``: stamped whole, a call is one
+operation, which the scorer's calls never cover by half, so no ``generate()`` runtime would get a fit).
 
 Recorded, each with its alone samples (``alone_*``: ``calibrate.measure.alone_fields``): side
 ``decode`` (the actor intervals after the first hand-over of each round: the first runs before the
@@ -72,14 +72,14 @@ SIDES = ("decode", "prefill")
 
 
 def _omp_tag(s: Session) -> str:
-    """``:omp1`` in a point's strategy when its scorer thread ran one OpenMP thread (a CPU since 2026-12-03),
-    so a journal or cached calibration from before, whose scorer thread owned a team, is measured again."""
+    """``:omp1`` in a point's strategy when its scorer thread ran one OpenMP thread (on a CPU),
+    so a journal or cached calibration whose scorer thread owned a team is measured again."""
     return ":omp1" if scorer_threads(torch.device(s.device).type == "cuda") == 1 else ""   # s.device: tests pass a namespace
 
 
 def _steps_tag(rt: str) -> str:
     """``:steps`` in a point's strategy when a ``generate()`` runtime's calls were stamped per decode step
-    (``call_steps``, since 2026-12-06), so a journal from before, whose calls gave no ``overlap_fit``, is
+    (``call_steps``), so a journal whose calls were stamped whole, and so gave no ``overlap_fit``, is
     measured again."""
     return "" if rt == "kv_decoder" else ":steps"
 
@@ -303,7 +303,7 @@ def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, flo
     (B / A, (T - B) / A), in seconds, so that the operations' total time weighs as a step's does. On the
     2-core VM the actor took 1.00-1.11x its alone time while the scorer waited and lost 0.56-0.89 of each
     call's time while it computed, more the smaller the actor (tiny-qwen2 0.75-0.89 beside scorers of
-    0.6-4.8M parameters, small-qwen2 0.56; docs/validation.md, "2026-12-03, fourth session"): the scorer's
+    0.6-4.8M parameters, small-qwen2 0.56; ``benchmarks/handover_overlap.py``): the scorer's
     busy time, not its mere presence, is what costs the actor.
 
     Returns ``{idle_x, busy_x, duty, n_ops, alone_op_s}`` (both factors at least 1, ``busy_x`` at least

@@ -145,7 +145,7 @@ class StaticKVDecoder(nn.Module):
 
     def _init_weights(self, seed: int) -> None:
         """N(0, INIT_STD) weights from a generator seeded with ``seed`` on the decoder's device (a 7B's
-        weights drawn on the host took 45-56 s of the H200 session; on the device, well under one),
+        weights drawn on the host took 45-56 s on a lent H200's host; on the device, well under one),
         so the same seed gives the same weights on one kind of device, not across kinds."""
         dev = torch.device(self.device)
         gen = torch.Generator(device=dev).manual_seed(seed)

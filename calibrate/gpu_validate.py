@@ -28,7 +28,7 @@ caching allocator mapping growing segments instead of new blocks).
 summary of each finished scenario (measured and predicted seconds per step, error per profile);
 ``session.log`` has every stage's output. ``--device cpu`` rehearses the same session here (with ``--set``
 overrides to tiny models: ``--set cluster.gpu=cpu --set models.actor.model=tiny-qwen2 ...``). Needs torch,
-transformers, simpy and pydantic (carried as wheels to the device image, docs/validation.md "GPU").
+transformers, simpy and pydantic (carried as wheels to the device image: docs/guide/calibrating.md).
 """
 
 from __future__ import annotations

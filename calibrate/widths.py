@@ -6,7 +6,7 @@ per output element) and spend more of their time in the per-token work around th
 rotary embeddings, activations, their backward). On the 2-core CPU the bundled profile's own training
 points of hidden-128 models were under-priced by 7-21% at 1,024 tokens and those of hidden 256
 over-priced by 6-16%, and generated scenarios' actor training was under-priced by a median 20% at hidden
-128 and over by 5% at hidden 320 (docs/validation.md). So the rate is measured per width, here, and the
+128 and over by 5% at hidden 320 (``rlhfsim validate --generate``). So the rate is measured per width, here, and the
 body FLOPs of a training pass are divided by the width's relative rate in the fit
 (``calibrate.fit.point_work``) and in the simulator (``CostModel.train_parts``) alike:
 
