@@ -3,7 +3,7 @@ decode step of a small in-cache model, and the sampling call alone, each timed r
 products over F MiB of distinct weights, against the same with no sweep. A decode step of a model of F MiB runs
 its per-op work (dispatch, norms, attention on one row, the cache writes, the sampling tail) in caches its own
 weights have just swept; the calibration measures that work mostly on models that fit in cache. Not a speed
-benchmark: it measures item 5 of docs/validation.md "Largest error sources".
+benchmark: it measures one source of decode error on a CPU whose cache holds some models and not others.
 
     python benchmarks/cold_overheads.py
     python benchmarks/cold_overheads.py --model tiny-qwen2 --vocab 8192 --feet 0,4,8,16,32 --rounds 3 --json

@@ -2,8 +2,8 @@
 process and minute, and against a profile's price: whether a decode call's miss comes from the step around it
 (caches made cold by the other models, the heap of a process holding four models, the padded K/V of rows of
 unequal context) or from the price of that shape; the CPU counterpart of ``gpu_instep.py``, per row count and with
-the price. Not a speed benchmark: it measures item 5 of
-docs/validation.md "Largest error sources".
+the price. Not a speed benchmark: it measures one source of decode error on a CPU whose cache holds some
+models and not others.
 
     python benchmarks/decode_instep.py SCENARIO.yaml --profile GENERIC.json
     python benchmarks/decode_instep.py DIR/gen-S-08.yaml --profile DIR/generic-profile.json --json

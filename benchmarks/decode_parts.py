@@ -1,7 +1,7 @@
 """The executor's decode step taken apart where it runs: the transformer body, the LM head's product and the
 sampling tail (``sample_next``), each timed inside the step, next to the same three parts of a profile's price.
 Where ``decode_rows.py`` says by how much a shape's decode step is mispriced, this says in which part. Not a speed
-benchmark: it measures item 5 of docs/validation.md "Largest error sources".
+benchmark: it measures one source of decode error on a CPU whose cache holds some models and not others.
 
     python benchmarks/decode_parts.py --profile GENERIC.json
     python benchmarks/decode_parts.py --profile P --models l4-h256-a8-kv2-i768-v8192,tiny-qwen2 --rows 1,2,4 --json

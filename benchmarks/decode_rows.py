@@ -2,8 +2,8 @@
 time grows with its rows on this device, next to the cost model's weight passes (one pass at one row;
 from two rows on ``gemm_passes_by_footprint`` at the model's footprint, one number for every row count or,
 with ``by_rows``, interpolated in rows; ``rlhfsim.costs.flops.gemm_passes``). Not a
-speed benchmark: it measures the mechanism behind item 5 of docs/validation.md "Largest error sources"
-(actors decoding at most two rows priced 27-78% high in the seeds of 2026-12-04).
+speed benchmark: it measures the mechanism behind decode errors on a CPU whose cache holds some models and
+not others (actors decoding at most two rows were priced 27-78% high on drawn validation scenarios).
 
     python benchmarks/decode_rows.py --profile GENERIC.json                          # the default shapes
     python benchmarks/decode_rows.py --profile P --models tiny-qwen2,l2-h256-a4-kv2-i768-v4096 --rounds 5 --json

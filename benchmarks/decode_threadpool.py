@@ -1,8 +1,8 @@
 """The executor's decode step at 1, 2, 4 and 8 rows under the OpenMP thread pool's wait policies: what a
 step of two rows or more pays when torch's worker threads have gone to sleep between parallel regions.
 Not a speed benchmark: it measures why a decode step's price at two rows or more moves with the state of
-the thread pool on a CPU, which a calibration point and a real step need not share (docs/validation.md,
-"2026-12-02, fourth session"), and what a second thread's OpenMP team does to it ("2026-12-03").
+the thread pool on a CPU, which a calibration point and a real step need not share, and what a second
+thread's OpenMP team does to it.
 
     python benchmarks/decode_threadpool.py                    # tiny-qwen2 and small-qwen2, 3 rounds
     python benchmarks/decode_threadpool.py --models tiny-qwen2 --rounds 5 --json
@@ -25,7 +25,7 @@ round after round so that a shared machine's drift falls on all of them alike:
   too small for a parallel region (``torch.ones(4) + 1``), so it owns no team. (Not ``torch.set_num_threads(1)``
   in the peer: that sets the thread count of every thread that has not yet run a parallel region, and MKL's
   for all.) In both peer conditions the main thread runs one matrix product before the peer starts.
-* ``t2-peer-1t``: the executor's scorer thread since 2026-12-03: the peer sets itself (alone) to one OpenMP
+* ``t2-peer-1t``: the executor's scorer thread as it runs now: the peer sets itself (alone) to one OpenMP
   thread (``calibrate.threadpool.one_thread_here``) and then runs the same matrix product, on one thread, so it
   owns no team either.
 

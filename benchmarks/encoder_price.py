@@ -1,7 +1,7 @@
 """An encoder reward model's forward pass (padded rows x width, the HF model with random weights) timed on this CPU
 against one or more profiles' price of the same pass (``CostModel.forward_parts``, the ``encode:eager`` fit: what the
 simulator and ``rlhfsim validate`` charge a reward call of an encoder). Not a speed benchmark: it checks whether a
-profile's encoder fit carries to shapes it did not measure (docs/validation.md, "2026-12-03, second session": fitted on
+profile's encoder fit carries to shapes it did not measure (on drawn validation scenarios: fitted on
 tiny-deberta alone, drawn DeBERTa models of hidden 256 were priced at 1.6-2.6x their time).
 
     python benchmarks/encoder_price.py --profiles a.json,b.json [MODEL_CONFIG.json ...]

@@ -1,6 +1,6 @@
 """The encoder work model, old against new, on one measurement: a calibration journal's encoder scoring points
 (``score``, eager, padded) fitted twice, once without DeBERTa-v2's disentangled-attention terms (the work model
-before 2026-12-03: a BERT layer's FLOPs and bytes) and once with them (``rlhfsim.costs.flops``); then tiny-deberta,
+before DeBERTa was priced apart: a BERT layer's FLOPs and bytes) and once with them (``rlhfsim.costs.flops``); then tiny-deberta,
 small-deberta and each HF config given (e.g. the drawn ``models/gen-deberta-*.json`` of ``validate --generate``
 directories) timed once per shape (padded rows, the median of 15 calls after 3) and priced by both fits.
 
@@ -8,8 +8,7 @@ directories) timed once per shape (padded rows, the median of 15 calls after 3) 
 
 Per model and shape: the time and price / measured under each work model. Last lines, per work model: the
 drawn (given) models' price / measured, and the same divided by the in-grid models' median (tiny-deberta and
-small-deberta, measured beside them), which cancels the host's drift since the calibration
-(docs/validation.md, "2026-12-03, third session").
+small-deberta, measured beside them), which cancels the host's drift since the calibration.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 matrix called again and again (what ``calibrate.gemm`` measures, the matrix stays in cache) against
 distinct copies of it cycled until their bytes add up to a footprint, as a decode step cycles through its
 layers' weights. Not a speed benchmark: it measures the cache cliff that the scalar
-``gemm_weight_passes`` of a CPU profile cannot express (docs/validation.md, "fourth session").
+``gemm_weight_passes`` of a CPU profile cannot express.
 
     python benchmarks/gemm_footprint.py                       # 1 thread, the default matrices and footprints
     python benchmarks/gemm_footprint.py --threads 2 --format json --profile cpu

@@ -2,7 +2,7 @@
 
 ``python benchmarks/gpu_parts.py --device cuda --model qwen2.5-0.5b --out parts.json``
 
-The first H200 validation (docs/validation.md "GPU") measured every phase 1.4-10x its price from the
+The first H200 validation (docs/accuracy.md, "H200") measured every phase 1.4-10x its price from the
 bundled ``h200-measured`` profile, calibrated on another lease with another transformers. This measures,
 in one process and in interleaved rounds (medians), each operation twice: the way the calibration timed
 it (the profile's points: ``calibrate.genbench``'s decode round, ``calibrate.bench``'s decode and

@@ -6,8 +6,7 @@ their stamps: ``idle_x`` (the actor's time per decode step, relative to alone, w
 ``busy_x`` (while one of its calls runs) and the share of a call's time the actor loses,
 ``lost = 1 - idle_x / busy_x``; plus the scorer's busy share and its calls beside the actor against alone
 (the calibration's ``prefill`` side). Pairs given as ``ACTOR:SCORER`` (catalog names or config.json paths);
-the calibration measures each decoder beside itself, this says whether the scorer or the actor sets the loss
-(docs/validation.md, "2026-12-03, fourth session").
+the calibration measures each decoder beside itself, this says whether the scorer or the actor sets the loss.
 
     python benchmarks/handover_overlap.py                                   # the default pairs
     python benchmarks/handover_overlap.py tiny-qwen2:small-qwen2 --batch 4 --chunk 16 --json
