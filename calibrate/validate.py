@@ -74,7 +74,7 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
     if len(setup.pools) != 1 or setup.pools[0].gpus != 1:
         raise ScenarioError("placement", f"expected every role colocated on one device for validation, got {len(setup.pools)} pool(s) of {[p.gpus for p in setup.pools]} GPUs")
     m = sc.models
-    return ExecConfig(
+    cfg = ExecConfig(
         device=device, dtype=m.actor.dtype, actor=setup.shapes["actor"], critic=setup.shapes.get("critic"),
         reference=setup.shapes.get("reference"), reward=setup.shapes.get("reward"),
         rule_reward_s=setup.rule_reward.cpu_s_per_sample if setup.rule_reward else 0.0,
@@ -84,6 +84,53 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
         max_batch=sc.generation.max_batch, schedule=sched.kind, intra=intra, chunk_tokens=chunk,
         inter=inter, delta=delta, keep_kv=keep_kv, steps=steps, rollouts=rollouts, seed=sc.seed,
         threads=threads, gen_runtime=runtime, reward_streaming=setup.reward_streaming, retokenize=setup.retokenize)
+    check_exec_config(cfg)
+    return cfg
+
+
+# The scenario path behind each ExecConfig field exec_config sets from one (for the executor's own checks).
+EXEC_PATHS = {"dtype": "models.actor.dtype", "algorithm": "algorithm.kind", "group_size": "algorithm.group_size",
+              "prompts_per_step": "workload.prompts_per_step", "ppo_epochs": "algorithm.ppo_epochs",
+              "minibatch_size": "algorithm.minibatch_size", "engine": "generation.engine",
+              "max_batch": "generation.max_batch", "schedule": "schedule.kind", "chunk_tokens": "schedule.intra.chunk_tokens",
+              "delta": "schedule.inter.delta", "keep_kv": "schedule.inter.keep_kv", "steps": "steps",
+              "gen_runtime": "generation.runtime", "critic": "models.critic", "rule_reward_s": "models.reward.cpu_s_per_sample",
+              "reward_streaming": "models.reward.streaming"}
+
+
+def check_exec_config(cfg) -> None:
+    """The executor's own checks of its config (``calibrate.executor.config.validate``), run now rather
+    than when the executor starts (after any calibration), their ``ExecConfig.<field>`` named by the
+    scenario path it comes from (``EXEC_PATHS``)."""
+    from calibrate.executor.config import validate as validate_exec
+
+    try:
+        validate_exec(cfg)
+    except RlhfsimError as e:
+        text = str(e)
+        field, sep, rest = text.partition(": ")
+        name = field.removeprefix("ExecConfig.")
+        if not sep or not field.startswith("ExecConfig.") or name not in EXEC_PATHS:
+            raise
+        raise ScenarioError(EXEC_PATHS[name], rest.replace("gen_runtime", "generation.runtime")) from None
+
+
+def executor_runtime(sc):
+    """(the scenario validate runs, a note or None). A scenario that names no generation runtime, whose
+    engine's default is one the executor does not run (``vllm`` for the continuous engine), is validated
+    with the executor's runtime for that engine (``kv_decoder``): the executor runs it and the simulator
+    prices it, and the note says so. A runtime the scenario names is kept (and refused by exec_config
+    when the executor does not run it)."""
+    from rlhfsim.costs.genruntimes import GEN_RUNTIMES
+    from rlhfsim.sim.run import rebuild
+
+    g = sc.generation
+    if g.runtime is not None or g.resolved_runtime in EXECUTOR_RUNTIMES:
+        return sc, None
+    rt = next(r for r in EXECUTOR_RUNTIMES if GEN_RUNTIMES[r] in (g.engine, "any"))
+    note = (f"{sc.name}: generation.runtime names none and the {g.engine} engine's default ({g.resolved_runtime}) is "
+            f"not one the executor runs; validating with {rt}, measured and priced (name generation.runtime to choose)")
+    return rebuild(sc, {"generation": {**g.model_dump(mode="json"), "runtime": rt}}), note
 
 
 def draw_rollouts(setup, n: int) -> list[tuple[int, int]]:
@@ -508,6 +555,9 @@ def prepare(path: Path, device: str, steps: int | None, threads: int | None, ove
     from rlhfsim.sim.run import rebuild
 
     sc = load_scenario(path, overrides=overrides)
+    sc, note = executor_runtime(sc)
+    if note:
+        click.echo(f"note: {note}", err=True)
     if not sc.generation.sampling_logprobs:
         # the executor records every sampled token's log-prob (its PPO ratio's old log-probs), in every runtime
         sc = rebuild(sc, {"generation": {**sc.generation.model_dump(mode="json"), "sampling_logprobs": True}})
@@ -557,6 +607,7 @@ def validate_scenario(prepared, profile: str, visits: list[list]) -> dict:
         "visits_trained_the_same_ids": all([r.rollout_ids for r in v] == checks_ids for v in visits[1:]),
     }
     return {"name": sc.name, "steps": sc.steps, "warmup_steps": warm,
+            "generation_runtime": sc.generation.resolved_runtime,
             "profile": cost.name if not str(profile).endswith(".json") else str(profile),
             "measured_step_time_s": m_time, "predicted_step_time_s": p_time, "error_pct": _err(p_time, m_time),
             "visits": len(visits), "measured_step_time_s_visits": v_times,
@@ -844,6 +895,9 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
         if around:
             scenario_device_ratios(doc, profile_of, around)
+        from calibrate.devstate import TOLERANCE
+
+        mark_inconclusive(doc, [[profile_of(name, j) for j in range(len(prepared))] for name in profiles], TOLERANCE)
         for w in doc["device_check"]["warnings"]:
             click.echo(f"warning: {w}", err=True)
     return doc
@@ -855,8 +909,37 @@ def device_checks(refs: list[str], probes: list[dict]) -> dict:
     from calibrate.devstate import compare
     from rlhfsim.costs.profile import load_profile
 
-    per = [compare(load_profile(ref), probes) for ref in dict.fromkeys(refs)]
+    per = [{"ref": ref, **compare(load_profile(ref), probes)} for ref in dict.fromkeys(refs)]
     return {"probes": probes, "profiles": per, "warnings": [w for c in per for w in c["warnings"]]}
+
+
+def mark_inconclusive(doc: dict, refs: list[list[str]], tolerance: float) -> None:
+    """A scenario's error measures its profile only when the steps ran on the machine the profile priced:
+    its row gets ``conclusive: false`` and ``inconclusive_reason`` when the device check (``device_check``:
+    the state probes around the steps against the profile's own, ``calibrate.devstate.compare``) found
+    another CPU model, or a rate of this machine that moved by more than ``tolerance`` (now / then; the
+    scenario's own ``device_ratios`` when it has them, else the run's). A run whose memory rates read
+    0.57-0.84x its cached calibration's turned a -23% error into +9% after recalibrating in the same
+    window (issue 48): such an error describes the machine's state, not the model. ``refs``: per profile
+    block (the document's, then ``other_profiles``), the profile reference of each scenario. Each block
+    gets ``inconclusive_scenarios`` and the median |error| over its conclusive scenarios."""
+    checks = {c["ref"]: c for c in doc["device_check"]["profiles"]}
+    for block, block_refs in zip([doc, *doc["other_profiles"]], refs):
+        for s, ref in zip(block["scenarios"], block_refs):
+            c = checks[ref]
+            ratios = s.get("device_ratios") or c["ratios"]
+            moved = {k: r for k, r in ratios.items() if abs(r - 1) > tolerance}
+            reasons = []
+            if c["same_cpu_model"] is False:
+                reasons.append(f"profile measured on {c['profile_cpu_model']!r}, this machine is {c['local_cpu_model']!r}")
+            if moved:
+                reasons.append("this machine's rates now / the profile's: " + ", ".join(f"{k} x{r:.2f}" for k, r in moved.items())
+                               + f" (beyond {tolerance:.0%}; recalibrate in this state: --recalibrate)")
+            s["conclusive"] = not reasons
+            s["inconclusive_reason"] = "; ".join(reasons) or None
+        errs = [abs(s["error_pct"]) for s in block["scenarios"] if s["conclusive"] and s["error_pct"] is not None]
+        block["inconclusive_scenarios"] = sum(not s["conclusive"] for s in block["scenarios"])
+        block["median_abs_error_pct_conclusive"] = statistics.median(errs) if errs else None
 
 
 def scenario_device_ratios(doc: dict, profile_of, around: list[list[dict]]) -> None:
@@ -895,8 +978,14 @@ def print_table(doc: dict) -> None:
         _print_block(c, b)
     for b in blocks:
         if b["median_abs_error_pct"] is not None:
+            n_bad = b.get("inconclusive_scenarios", 0)
+            tail = ""
+            if n_bad:
+                good = b["median_abs_error_pct_conclusive"]
+                tail = (f"; {n_bad} inconclusive (the machine ran at other rates than the profile's)"
+                        + (f", median over the other {len(b['scenarios']) - n_bad}: {good:.1f}%" if good is not None else ""))
             c.print(f"profile {b['profile']}: median |step-time error| over {len(b['scenarios'])} scenario(s): "
-                    f"{b['median_abs_error_pct']:.1f}%, max {b['max_abs_error_pct']:.1f}%")
+                    f"{b['median_abs_error_pct']:.1f}%, max {b['max_abs_error_pct']:.1f}%" + tail)
     if doc.get("steps_run"):
         c.print(f"real steps run {doc['steps_run']}" + (" (one executor in memory at a time, as a job runs alone)"
                                                        if doc["steps_run"] == "sequential" else
@@ -915,7 +1004,9 @@ def _print_block(c, doc: dict) -> None:
                         + (f"; {nv} visits" if nv > 1 else "") + f")  profile {s['profile']}")
         for col in ("", "measured s", "predicted s", "error"):
             t.add_column(col, justify="right" if col else "left")
-        t.add_row("[bold]step[/bold]", f"{s['measured_step_time_s']:.3f}", f"{s['predicted_step_time_s']:.3f}", f"{s['error_pct']:+.1f}%")
+        inconclusive = s.get("conclusive") is False
+        t.add_row("[bold]step[/bold]", f"{s['measured_step_time_s']:.3f}", f"{s['predicted_step_time_s']:.3f}",
+                  f"{s['error_pct']:+.1f}%" + (" [red]inconclusive[/red]" if inconclusive else ""))
         if nv > 1:
             t.add_row("step, each visit", " ".join(f"{x:.3f}" for x in s["measured_step_time_s_visits"]), "",
                       " ".join(f"{x:+.1f}%" for x in s["error_pct_visits"]))
@@ -926,6 +1017,8 @@ def _print_block(c, doc: dict) -> None:
             e = "-" if v["error_pct"] is None else f"{v['error_pct']:+.1f}%"
             t.add_row(ph, f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", e)
         c.print(t)
+        if inconclusive:
+            c.print(f"[red]inconclusive[/red]: the error above describes the machine's state, not the model: {s['inconclusive_reason']}")
         g = s.get("generation_ops")
         if g and g["operations"]:
             t = _ops_table(f"generation inside the step ({g['runtime']}; per step; priced alone, no co-running scoring)",

@@ -292,8 +292,9 @@ class HfGeneration:
             raise RlhfsimError(f"ExecConfig.engine: expected 'static' with gen_runtime 'hf_generate' "
                                f"(generate() batches statically), got {cfg.engine!r}")
         if cfg.inter and cfg.keep_kv:
-            raise RlhfsimError("ExecConfig.keep_kv: expected False with gen_runtime 'hf_generate' under inter "
-                               "(generate()'s cache lives for one batch; carried rollouts are re-prefilled), got True")
+            raise RlhfsimError("ExecConfig.keep_kv: expected False with gen_runtime 'hf_generate' under inter-step "
+                               "overcommitment (generate()'s cache lives for one batch; carried rollouts are re-prefilled; "
+                               "kv_decoder keeps them), got True")
 
     def __init__(self, cfg, actor, clock: Clock, seed: int, max_len: int,
                  on_token: Callable[[Sequence], None] | None):

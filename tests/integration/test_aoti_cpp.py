@@ -23,7 +23,7 @@ from rlhfsim.models.catalog import CATALOG
 BATCH, LENGTH = 2, 16
 
 _ok, _why = AotiCpp().available("cpu")
-pytestmark = pytest.mark.skipif(not _ok, reason=f"aoti_cpp unavailable: {_why}")
+pytestmark = [pytest.mark.hw, pytest.mark.skipif(not _ok, reason=f"aoti_cpp unavailable: {_why}")]
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from rlhfsim.costs.profile import SCHEMA_VERSION, validate_profile  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_GRID = {
     "score": [[1, 16], [2, 32], [4, 64]], "runtime_score": [[1, 16], [2, 32]], "runtime_score_static": [[2, 32]],

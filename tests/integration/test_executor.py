@@ -17,6 +17,8 @@ from calibrate.executor import PHASES, ExecConfig, run_interleaved, run_steps  #
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 TINY = CATALOG["tiny-qwen2"]
 B = 4
 CHUNK = 8

@@ -22,6 +22,8 @@ from calibrate.cli import calibrate_command  # noqa: E402
 from calibrate.gpu_session import Session  # noqa: E402
 from rlhfsim.costs.profile import validate_profile  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 PROFILES = Path(__file__).resolve().parents[2] / "rlhfsim" / "profiles"
 
 

@@ -21,6 +21,8 @@ from calibrate.models import PAD_ID, build_hf_model  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 TINY = CATALOG["tiny-qwen2"]
 B = 4
 CHUNK = 8

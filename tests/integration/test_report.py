@@ -52,6 +52,7 @@ def _js_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "CONSOLE" in line and re.search(r"Uncaught|Error", line)]
 
 
+@pytest.mark.hw
 @needs_chromium
 def test_run_report_renders_in_chromium(tmp_path):
     run_dir = write_run_dir(tmp_path / "run", steps=5, chunks=6, seed=2)
@@ -78,6 +79,7 @@ def test_run_report_renders_in_chromium(tmp_path):
     assert "Schedule comparison" in _figure_dom(dom, 5)
 
 
+@pytest.mark.hw
 @needs_chromium
 def test_plan_report_renders_in_chromium(tmp_path):
     plan_dir = write_plan_dir(tmp_path / "plan")

@@ -57,6 +57,7 @@ def test_oppo_scenario_beats_sync():
     assert t["oppo"] < t["oppo-inter"] < t["sync"]
 
 
+@pytest.mark.hw
 @pytest.mark.parametrize("path", validation_files(), ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
 def test_validation_scenarios_build_the_executor_config(path):
     pytest.importorskip("torch")

@@ -14,6 +14,8 @@ pytest.importorskip("torch")
 
 from calibrate.validate import validate  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "validate"
 
 

@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "validate" / "generate-tiny-ranges.json"
 
 

@@ -85,6 +85,7 @@ def test_every_draw_loads_fits_the_ranges_and_the_run_time_bound(seed):
             _check(doc, Path(t), RANGES)
 
 
+@pytest.mark.hw
 def test_the_executor_accepts_every_drawn_scenario(tmp_path):
     pytest.importorskip("torch")
     from calibrate.executor.config import validate as exec_validate

@@ -13,6 +13,8 @@ pytest.importorskip("transformers")
 from calibrate.executor.timing import ALLOC_KEYS, StepLog, device_allocs  # noqa: E402
 from calibrate.validate import allocator  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 
 def test_no_counters_off_cuda_and_nothing_recorded():
     assert device_allocs(torch.device("cpu")) is None

@@ -26,6 +26,8 @@ from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 SHAPES = ((1, 8), (2, 8), (2, 16))
 
 

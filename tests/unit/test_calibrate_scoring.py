@@ -13,6 +13,8 @@ from calibrate.models import build_hf_model  # noqa: E402
 from calibrate.scoring import _pack, draw_lengths, strategy_calls, tolerance  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-deberta", "tiny-electra"])
 def test_strategies_give_the_padded_scores(name):

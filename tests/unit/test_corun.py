@@ -13,6 +13,8 @@ from calibrate.grid import QUICK_CPU, QUICK_GPU, with_overrides  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 TINY, SMALL, DEB = CATALOG["tiny-qwen2"], CATALOG["small-qwen2"], CATALOG["tiny-deberta"]
 
 

@@ -35,6 +35,7 @@ def test_the_head_part_grows_with_the_vocabulary():
     assert b["body_ms"] == pytest.approx(a["body_ms"], rel=0.05)
 
 
+@pytest.mark.hw
 def test_part_clocks_time_each_step_once_and_restore_the_names():
     torch = pytest.importorskip("torch")
     import calibrate.decoder as dec_mod

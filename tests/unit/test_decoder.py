@@ -11,6 +11,8 @@ from calibrate.decoder import StaticKVDecoder  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG, ModelShape  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 TOL = 1e-4
 
 

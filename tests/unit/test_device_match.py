@@ -10,6 +10,8 @@ pytest.importorskip("torch")
 from calibrate.device_info import matches  # noqa: E402
 from rlhfsim.hardware.catalog import GPUS, GiB  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 CASES = [
     ("NVIDIA L4", 24 * GiB, "l4"), ("NVIDIA L40S", 48 * GiB, "l40s"), ("NVIDIA H20", 96 * GiB, "h20"),
     ("NVIDIA H200", 141 * GiB, "h200"), ("NVIDIA GH200 480GB", 96 * GiB, "gh200"), ("NVIDIA H100 PCIe", 80 * GiB, "h100-pcie"),

@@ -13,6 +13,8 @@ pytest.importorskip("torch")
 
 from calibrate.devstate import GEMV_MIB, PROBE_VERSION, TOLERANCE, compare, profile_probes, state_probe  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 
 def _probe(model: str = "CPU X", scale: float = 1.0, gemm: float = 100.0) -> dict:
     return {"version": 1, "cpu_model": model, "cpu_cores": 2, "threads": 2, "load_avg_1m": 0.1,

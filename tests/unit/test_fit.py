@@ -255,6 +255,7 @@ def test_a_deberta_points_work_counts_its_score_traffic_under_eager_only():
     assert eager == fl.forward_work(m, "float32", 256, 1, scoring_runtime="eager")
 
 
+@pytest.mark.hw
 def test_refit_encoders_fits_a_profiles_encoder_operations_from_its_own_points(tmp_path, capsys):
     pytest.importorskip("torch")
     import copy

@@ -32,6 +32,8 @@ from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 TINY = CATALOG["tiny-qwen2"]
 META = {"device_kind": "cpu", "device_name": "test", "dtype": "float32", "threads": 1}
 GRID = {"gen_runtimes": ["hf_generate", "kv_decoder", "vllm"], "gen_prefill": [[1, 16], [2, 32]],

@@ -87,6 +87,7 @@ def test_verl_single_jsonl_round_trips_through_the_cli(cli, tmp_path):
     assert read_trace(tmp_path / "t.jsonl", "x") == import_lengths(tmp_path / "dump", tokenizer="whitespace")
 
 
+@pytest.mark.hw
 def test_a_local_tokenizer_directory_counts_text(tmp_path):
     pytest.importorskip("transformers")
     from calibrate.frameworks.trl import build_tokenizer

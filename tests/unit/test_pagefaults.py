@@ -25,6 +25,8 @@ from rlhfsim.costs.profile import load_profile  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 PF = {"fault_s_per_byte": 2e-10, "threshold_bytes": 24 * 2**20,
       "tensors": {"logprob_forward": 3.0, "logprob_train": 6.0, "labels_train": 4.0}}
 

@@ -16,6 +16,8 @@ from calibrate.run import cpu_profile_name, profile_target  # noqa: E402
 from rlhfsim.costs.profile import BUNDLED_DIR, ProfileShadowWarning, bundled_names, load_profile  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 
 def test_cpu_profiles_are_named_after_the_cpu_model():
     assert cpu_profile_name("Intel(R) Xeon(R) Processor") == "cpu-intel-xeon-processor"

@@ -31,6 +31,8 @@ from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 META = {"device_kind": "cpu", "device_name": "test", "dtype": "float32", "threads": 1}
 GRID = {"sampling": [[1, 512], [4, 512], [1, 4096], [4, 4096]], "warmup": 0, "min_iters": 2, "max_iters": 3,
         "point_budget_s": 0.0, "quiet_wait_s": 0.0}

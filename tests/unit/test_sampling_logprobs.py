@@ -37,6 +37,7 @@ def _profile(recorded: bool = True) -> dict:
     return doc
 
 
+@pytest.mark.hw
 def test_the_recorded_twins_are_fitted_apart_and_stored_beside_the_plain_tail():
     pytest.importorskip("torch")
     from calibrate.assemble import _put_tail, sampling_summary, with_tails
@@ -111,6 +112,7 @@ def _static(scenario_dict, logprobs: bool) -> dict:
     return d
 
 
+@pytest.mark.hw
 def test_a_flagged_static_call_is_what_validate_prices_and_costs_its_recorder_per_step(scenario_dict, tracked):
     pytest.importorskip("torch")
     from calibrate.validate import price_op

@@ -20,6 +20,8 @@ from rlhfsim.costs.stepcosts import STEP_SCALARS  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

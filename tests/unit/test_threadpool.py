@@ -14,6 +14,8 @@ torch = pytest.importorskip("torch")
 from calibrate.assemble import interference_summary  # noqa: E402
 from calibrate.threadpool import one_thread_here, scorer_threads  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 needs_omp = pytest.mark.skipif(scorer_threads(False) != 1, reason="no OpenMP library beside torch to set")
 
 

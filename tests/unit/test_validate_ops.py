@@ -10,6 +10,8 @@ pytest.importorskip("torch")
 from calibrate.validate import price_op  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
+
 
 def test_one_static_call_is_what_the_engine_charges(scenario_dict, tracked):
     d = scenario_dict("cpu", {"generation": {"engine": "static", "max_batch": 4, "runtime": "hf_generate"}})
