@@ -64,7 +64,7 @@ and say here which values moved and why (``FIXED`` lists them). Changes so far:
   actor is untied (every variant of ``oppo.yaml``, ``paper/se-7b.yaml``, ``paper/gsm8k-7b.yaml`` and
   ``paper/a100-2node-7b.yaml``, Qwen2.5-7B, and both ``speed`` cases) moved: generation -1.6% to -4.8%,
   step times -0.25% to -1.7%; they are in ``FIXED``.
-* Issue 16 (2026-12-03), DeBERTa-v2's disentangled attention priced (``rlhfsim.costs.flops``: the c2p/p2c
+* Issue 16, DeBERTa-v2's disentangled attention priced (``rlhfsim.costs.flops``: the c2p/p2c
   products, and under PyTorch eager the relative embeddings' projections and the score matrices' traffic per
   head): a DeBERTa-v2 forward was priced as a BERT layer's, while at 512 tokens two encoders of the same
   head count and twice the width took the same time. The 28 cases with a DeBERTa-v2 reward model (every
