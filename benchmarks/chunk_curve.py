@@ -14,7 +14,7 @@ import json
 from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import rebuild, simulate
 
-CHUNKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+CHUNKS = (50, 100, 250, 500, 1000, 3000)  # the sizes the OPPO paper discusses (100, 500, 3000) and between
 
 
 def main() -> None:
@@ -23,14 +23,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--profile", default=None)
     ap.add_argument("--inter", action="store_true", help="keep inter-step overcommitment on (default: intra only)")
+    ap.add_argument("--chunks", default=None, help="comma-separated chunk sizes (default: %s)" % ",".join(map(str, CHUNKS)))
+    ap.add_argument("--resume", choices=("cached", "reprefill"), default=None,
+                    help="schedule.intra.resume for every point (default: the scenario's own)")
     ap.add_argument("--format", choices=("table", "json"), default="table")
     a = ap.parse_args()
+    chunks = tuple(int(x) for x in a.chunks.split(",")) if a.chunks else CHUNKS
     sc = load_scenario(a.scenario)
     sched = sc.schedule.model_dump(mode="json") if sc.schedule.kind == "oppo" else {"kind": "oppo"}
     sched.setdefault("inter", {})["enabled"] = bool(a.inter)
     rows = []
-    for k in CHUNKS:
+    for k in chunks:
         intra = {**sched.get("intra", {}), "enabled": True, "chunk_tokens": k, "adaptive": None}
+        if a.resume:
+            intra["resume"] = a.resume
         v = rebuild(sc, {"schedule": {**sched, "intra": intra}})
         r = simulate(v, profile=a.profile, steps=a.steps)
         s = r.summary

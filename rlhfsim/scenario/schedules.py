@@ -56,6 +56,7 @@ class Intra(Frozen):
     adaptive: Optional[AdaptiveChunk] = Field(None, description="Tune the chunk size online.")
     stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
     max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
+    resume: Literal["cached", "reprefill"] = Field("cached", description="How the actor's next generate() call starts after a chunk boundary (static engine, a runtime whose calls return at boundaries, e.g. hf_generate): `cached` continues on the returned KV cache (the boundary costs the runtime's measured handoff); `reprefill` gets the token ids only, as a wrapper around TRL's generate gets them (TRL returns sequences, never the cache), and prefills every row's prompt and tokens so far again, priced by the runtime's prefill fit (rlhfsim.sim.engines.static).")
 
 
 class RewardCurve(Frozen):

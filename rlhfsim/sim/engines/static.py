@@ -25,6 +25,23 @@ batch). A row that ends inside a chunk is finished at once (it counts towards OP
 last tokens reach the scorers only when the call returns: at the next boundary, or at the batch's end (no
 pause: the batch is done), or when a stop ends the call.
 
+How the next call resumes (``schedule.intra.resume``): ``cached`` (default), the next ``generate()`` continues
+on the cache the last one returned, and the boundary costs the handoff above (measured that way:
+``calibrate.genbench`` ``handoff`` points). ``reprefill``: the next call gets the token ids only and no cache,
+as a wrapper around TRL's generate gets them (TRL's ``PPOTrainer.generate``/``batch_generation`` return
+sequences, never the cache; a ``generate()`` call without ``past_key_values`` runs a prefill over all of its
+input ids, transformers' ``GenerationMixin``). The boundary then costs
+
+    handoff_s(runtime, b)                              the call ending and the next starting (measured)
+    + prefill(b x (ctx0 + P) tokens, b sequences)      every row of the batch again, left-padded to the longest
+      (+ pad_prefill_s(runtime) when the rows' contexts differ)
+    - one decode step of the b rows at ctx0 + P        the prefill's logits give the next token, which the
+                                                       cached call would have decoded in one step
+
+priced by the runtime's own prefill fit (``prefill:RUNTIME``) and decode coefficients; the difference is
+never below the handoff. Summed over a batch of longest response L in chunks of c, the re-prefilled
+tokens are about b (L / c) (ctx0 + L / 2): they fall as 1 / c, which is what makes small chunks slow.
+
 A runtime whose decode loop runs one step per call in the framework's own code
 (``genruntimes.ROW_HANDOVER``: ``kv_decoder``) has no call to return: each row hands its new tokens over
 at its own chunk boundaries (every ``chunk`` generated tokens, as continuous batching does) and its last
@@ -40,6 +57,7 @@ from typing import ClassVar
 import simpy
 
 from rlhfsim.costs.genruntimes import ROW_HANDOVER
+from rlhfsim.costs.model import decode_parts
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import DeferredClock
@@ -56,6 +74,10 @@ class StaticEngine(Engine):
         mb = self.max_batch
         # rows hand over at their own boundaries and ends, not when a generate() call returns
         self.per_row = self.rt in ROW_HANDOVER and bool(req.stream)
+        # a chunk boundary's next generate() call re-prefills the batch (module docstring)
+        intra = getattr(sim.setup.scenario.schedule, "intra", None)
+        self.reprefill = (bool(req.stream) and not self.per_row
+                          and getattr(intra, "resume", "cached") == "reprefill")
         self.queues: list[deque] = []
         for i in range(self.n_rep):
             share = req.rollouts[i::self.n_rep]
@@ -204,6 +226,26 @@ class StaticEngine(Engine):
                 self._hand_over(P, live.values(), waiting, final=False)
                 if not (yield from self.handoff(clock, len(st.rows))):
                     break
+                if self.reprefill and not (yield from self._reprefill(clock, st)):
+                    break
+
+    def _reprefill(self, clock: Clock, st: "_Batch"):
+        """Process: the next generate() call of a ``reprefill`` boundary prefills every row of the batch
+        at its width ctx0 + P, less the decode step its token replaces (module docstring; the handoff was
+        paid before). Returns False if a stop interrupted it."""
+        b, width = len(st.rows), st.ctx0 + st.P
+        total, active = self.prefill_parts(width * b, b)
+        if clock.step_extra_s:   # the rows' contexts differ: left-padded
+            total += self.cost.pad_prefill_s(self.rt)
+        step_total, step_active = decode_parts(clock.coeffs(b, b * width), 1)
+        total, active = max(total - step_total, 0.0), max(active - step_active, 0.0)
+        if total <= 0:
+            return True
+        try:
+            yield from clock.busy(total, min(active, total))
+        except simpy.Interrupt:
+            return False
+        return True
 
 
 class _Batch:

@@ -1,0 +1,97 @@
+"""``schedule.intra.resume: reprefill`` (rlhfsim/sim/engines/static.py): each chunk boundary's next
+generate() call prefills the whole batch again, less the decode step its token replaces.
+
+One replica of 8 rows (a Qwen2.5-7B actor, whose batch prefill costs more than a decode step), every prompt 128 tokens and every response 400 (fixed), chunks of 100: the
+batch's boundaries are at positions 100, 200 and 300 (the batch ends at 400, where nothing restarts).
+The generation span under ``reprefill`` exceeds the one under ``cached`` by exactly
+
+    sum over P in (100, 200, 300) of prefill(8 x (128 + P) tokens, 8 rows) - one decode step(8 rows, 8 x (128 + P))
+
+priced by the cost model directly (not by the engine's helpers).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rlhfsim.costs.model import CostModel, decode_parts
+from rlhfsim.hardware.catalog import get_gpu
+from rlhfsim.scenario import load_scenario
+from rlhfsim.scenario.checks import build_setup
+from rlhfsim.sim.simulation import Simulation
+
+GPU, ROWS, PROMPT, RESPONSE, CHUNK = "h200", 8, 128, 400, 100
+
+
+def profile() -> dict:
+    def op(compute_eff, memory_eff, overhead_s, per_layer_s):
+        return {"compute_eff": compute_eff, "memory_eff": memory_eff, "overhead_s": overhead_s,
+                "overhead_per_layer_s": per_layer_s}
+
+    return {
+        "schema_version": 1, "name": "reprefill", "gpu": GPU, "dtype": "bfloat16", "provenance": {"source": "derived"},
+        "operations": {"prefill": op(0.55, 0.7, 0.001, 3e-5), "chunk_prefill": op(0.45, 0.7, 0.002, 0.0),
+                       "decode": op(0.5, 0.75, 0.002, 2.5e-4), "train": op(0.4, 0.6, 0.005, 1e-4),
+                       "optimizer": op(0.5, 0.6, 0.001, 0.0)},
+        "interference": {"decode_slowdown": 1.0, "prefill_slowdown": 1.0},
+        "generation": {"hf_generate": {"handoff_s": 0.01, "handoff_per_row_s": 0.0, "call_overhead_s": 0.0}},
+    }
+
+
+def scenario(resume: str, chunk: int = CHUNK) -> dict:
+    return {
+        "name": "reprefill",
+        "models": {"actor": {"model": "qwen2.5-7b"}, "reward": {"model": "qwen2.5-0.5b"}},
+        "cluster": {"gpu": GPU, "nodes": 1, "gpus_per_node": 2},
+        "placement": {"kind": "dedicated_reward", "reward_gpus": 1},
+        "algorithm": {"kind": "grpo", "group_size": 1, "minibatch_size": ROWS},
+        "workload": {"prompts_per_step": ROWS, "prompt_length": {"kind": "fixed", "value": PROMPT},
+                     "response_length": {"kind": "fixed", "value": RESPONSE}, "max_response_tokens": 1024},
+        "generation": {"engine": "static", "max_batch": ROWS},
+        "schedule": {"kind": "oppo", "intra": {"chunk_tokens": chunk, "resume": resume}, "inter": {"enabled": False}},
+        "steps": 1, "warmup_steps": 0, "seed": 0,
+    }
+
+
+def generate_span(resume: str, chunk: int = CHUNK) -> float:
+    setup = build_setup(load_scenario(scenario(resume, chunk)))
+    sim = Simulation(setup, CostModel(get_gpu(GPU), profile()))
+    sim.run(1)
+    spans = [(iv.start_s, iv.end_s) for iv in sim.rec.intervals if iv.phase == "generate"]
+    return max(e for _, e in spans) - min(s for s, _ in spans)
+
+
+def expected_extra() -> float:
+    setup = build_setup(load_scenario(scenario("reprefill")))
+    cost = CostModel(get_gpu(GPU), profile())
+    m, dtype, tp = setup.shapes["actor"], setup.dtypes["actor"], setup.tp["rollout"]
+    g = setup.scenario.generation
+    dec = cost.decoder(m, dtype, tp, g.resolved_runtime, g.sampling_logprobs)
+    extra = 0.0
+    for pos in range(CHUNK, RESPONSE, CHUNK):
+        width = PROMPT + pos
+        pre, _ = cost.forward_parts(m, dtype, width * ROWS, ROWS, tp, op="prefill", head="lm",
+                                    gen_runtime=g.resolved_runtime, gen_logprobs=g.sampling_logprobs)
+        step, _ = decode_parts(dec.coeffs(ROWS, ROWS * width, g.step_overhead_s), 1)
+        extra += pre - step
+    return extra
+
+
+def test_reprefill_adds_the_batch_prefill_at_every_boundary_less_one_decode_step():
+    extra = generate_span("reprefill") - generate_span("cached")
+    want = expected_extra()
+    assert want > 0
+    assert extra == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_reprefill_costs_more_the_smaller_the_chunk_and_nothing_without_a_boundary():
+    extras = [generate_span("reprefill", c) - generate_span("cached", c) for c in (50, 100, 200)]
+    assert extras[0] > extras[1] > extras[2] > 0
+    # a chunk longer than every response: the batch's one call returns at its end, nothing restarts
+    assert generate_span("reprefill", 512) == generate_span("cached", 512)
+
+
+def test_resume_is_checked_with_its_path():
+    from rlhfsim.errors import ScenarioError
+    with pytest.raises(ScenarioError, match=r"schedule.*resume"):
+        load_scenario(scenario("keep"))
