@@ -1,0 +1,138 @@
+"""``rlhfsim calibrate --from-run LAUNCH LOG --gpu NAME``: the measuring ``calibrate`` command (calibrate/cli.py)
+with the from-run options added. Without ``--from-run`` the command is the measuring one, unchanged (its options
+as that module defines them, whatever they are); with it, nothing is measured and no device is touched: the
+run's launch and log are fitted (``rlhfsim.fromrun.overlay.calibrate_from_runs``) and an overlay profile written.
+Where the measuring side cannot be imported (no torch), ``--from-run`` still works."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from rlhfsim.errors import RlhfsimError
+
+FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps")
+SHARED = ("gpu_name", "out", "name", "fmt")   # the measuring command's options --from-run reads too
+
+
+def _extra() -> list[click.Option]:
+    return [
+        click.Option(["--from-run", "from_run"], nargs=2, multiple=True, metavar="LAUNCH LOG",
+                     type=click.Path(dir_okay=False, path_type=Path),
+                     help="Fit a profile overlay to a run you already have: its verl launch (script or config) and its "
+                          "log (console or metrics JSONL, .gz allowed); repeatable (runs fitted together). Measures "
+                          "nothing; needs --gpu (the run's GPU). See docs/from-run.md."),
+        click.Option(["--base"], default="default", show_default=True, metavar="PROFILE",
+                     help="--from-run: the profile the overlay extends (a name or a path)."),
+        click.Option(["--set", "run_sets"], multiple=True, metavar="KEY=VALUE",
+                     help="--from-run: a launch setting applied after the launch's own (as `rlhfsim import verl --set`)."),
+        click.Option(["--verl-version"], metavar="X.Y", help="--from-run: the verl release the run used."),
+        click.Option(["--warmup"], type=click.IntRange(min=0), default=1, show_default=True,
+                     help="--from-run: leading steps skipped as warm-up."),
+        click.Option(["--min-steps"], type=click.IntRange(min=1), default=3, show_default=True,
+                     help="--from-run: fewer steady steps than this is an error."),
+    ]
+
+
+def _fallback_params() -> list[click.Option]:
+    return [click.Option(["--gpu", "gpu_name"], metavar="NAME"), click.Option(["-o", "--out"], type=click.Path()),
+            click.Option(["--name"], metavar="NAME"),
+            click.Option(["--format", "fmt"], type=click.Choice(["table", "json"]), default="table", show_default=True)]
+
+
+def build(measured: click.Command | None, import_error: str = "") -> click.Command:
+    """The calibrate command: ``measured``'s options plus the from-run ones (see the module docstring)."""
+    extra = _extra()
+    params = list(measured.params) if measured is not None else _fallback_params()
+
+    def callback(**kw):
+        mine = {k: kw.pop(k) for k in FROM_RUN_PARAMS}
+        if mine["from_run"]:
+            given = [p.opts[-1] for p in params if p.name not in SHARED and kw.get(p.name) not in (None, False, (), p.default)]
+            if given:
+                raise click.UsageError(f"--from-run fits a run's log and measures nothing: {', '.join(given)} apply "
+                                       f"to measuring; drop them")
+            return from_run_command(mine, kw)
+        stray = [f"--{k.replace('_', '-')}" for k in FROM_RUN_PARAMS
+                 if mine[k] not in (None, (), next(p.default for p in extra if p.name == k))]
+        if stray:
+            raise click.UsageError(f"{', '.join(stray)}: used only with --from-run LAUNCH LOG")
+        if measured is None:
+            raise RlhfsimError(f"calibrate: expected its dependencies installed to measure (pip install torch==2.13.0 && "
+                               f"pip install -e '.[calibrate]'), got an import error: {import_error}; "
+                               f"`--from-run LAUNCH LOG` needs none")
+        return measured.callback(**kw)
+
+    help_text = ((measured.help or "") if measured is not None else "Calibrate a profile.") + \
+        "\n\nWith --from-run LAUNCH LOG: fit the profile to a run you already have (no measuring)."
+    return click.Command("calibrate", params=[*params, *extra], callback=callback, help=help_text,
+                         short_help="Measure this machine, or fit a run's log, into a calibration profile.")
+
+
+def from_run_command(mine: dict, kw: dict) -> None:
+    from rlhfsim.costs.profile import user_profile_dir
+    from rlhfsim.fromrun.fit import RunSpec
+    from rlhfsim.fromrun.overlay import calibrate_from_runs
+
+    gpu = kw.get("gpu_name")
+    if not gpu:
+        raise RlhfsimError("calibrate --from-run: expected --gpu NAME (the run's GPU, from `rlhfsim gpus`), got none")
+    specs = [RunSpec(id=run_id(Path(log)), launch=Path(launch), log=Path(log), gpu=gpu,
+                     sets=tuple(mine["run_sets"]), verl_version=mine["verl_version"], warmup=mine["warmup"],
+                     min_steps=mine["min_steps"]) for launch, log in mine["from_run"]]
+    name = kw.get("name") or f"fromrun-{specs[0].id}"
+    out = Path(kw["out"]) if kw.get("out") else user_profile_dir() / f"{name}.json"
+    command = " ".join(["rlhfsim", *map(shlex.quote, sys.argv[1:])])
+    res = calibrate_from_runs(specs, mine["base"], out, name, command)
+    if kw.get("fmt") == "json":
+        click.echo(json.dumps({"path": res["path"], **res["doc"]["from_run"]}))
+        return
+    print_fit(res["doc"]["from_run"], res["path"])
+
+
+def run_id(log: Path) -> str:
+    """A run's name from its log's file name, less the log suffixes (``.gz``, ``.steps``, ``.log``, ``.jsonl``)."""
+    name = log.name
+    for suffix in (".gz", ".steps", ".jsonl", ".log", ".txt"):
+        name = name.removesuffix(suffix)
+    return name or log.name
+
+
+def print_fit(fr: dict, path: str) -> None:
+    """The fit as text: terms with intervals and the phases behind them, warnings, unidentified terms, phases."""
+    echo = click.echo
+    echo(f"wrote {path}")
+    echo("fitted terms (base -> fitted, 90% interval over steady steps; misfit interval; determined by):")
+    for t in fr["terms"]:
+        mis = t["interval_misfit"]
+        by = ", ".join(f"{d['run']} {d['phase']} {100 * d['share']:.0f}%" for d in t["determined_by"][:4]) or "at its bound"
+        echo(f"  {t['term']:21} {t['path']}: {t['base']:.4g} -> {t['fitted']:.4g} [{t['interval'][0]:.4g}, "
+             f"{t['interval'][1]:.4g}]" + (f" misfit [{mis[0]:.4g}, {mis[1]:.4g}]" if mis else "") + f"; {by}")
+    for w in fr["warnings"]:
+        echo(f"warning: {w}")
+    for u in fr["unidentified"]:
+        echo(f"  not fitted: {u['term']} ({u['path']}): {u['why']}")
+    for r in fr["runs"]:
+        skipped = ", ".join(f"{k} {v}" for k, v in list(r["skipped_steps"].items())[:6])
+        echo(f"run {r['id']}: {len(r['steady_steps'])} steady steps ({r['steady_lines']}); skipped {skipped}"
+             + (" ..." if len(r["skipped_steps"]) > 6 else ""))
+        for k, m in r["measured_s"].items():
+            echo(f"  {k:26} measured {m:9.3f} s  base {r['base_s'].get(k, float('nan')):9.3f} s  fitted "
+                 f"{r['fitted_s'][k]:9.3f} s  ({r['fitted_error_pct'].get(k, float('nan')):+.1f}%)")
+        if r["unobserved_phases"]:
+            echo(f"  priced but not in the log: {', '.join(r['unobserved_phases'])}")
+
+
+def _load() -> click.Command:
+    try:
+        from calibrate.cli import calibrate_command as measured
+    except ImportError as e:
+        return build(None, str(e))
+    return build(measured)
+
+
+calibrate_command = _load()

@@ -1,0 +1,332 @@
+"""Fit a profile's terms to one or more real runs' logged phases (``rlhfsim calibrate --from-run``).
+
+Each run is its launch (read by ``rlhfsim import verl``, with the GPU, the verl release and any ``--set``
+the user gives, and the mean prompt and response lengths of its own steady steps) and its log's steady steps
+(``rlhfsim.fromrun.logs``). Its measured phases are the means over those steps of verl's ``timing_s/*``
+metrics; verl releases that log no ``timing_s/update_weights`` time the weight sync inside ``timing_s/gen``,
+so there the simulator's ``weight_sync`` is added to its ``generate`` before comparing.
+
+Equation. For parameters x (``rlhfsim.fromrun.terms``: x = ln e for an efficiency, s / scale for a time), the
+residual of run r's logged phase p is
+
+    res_rp(x) = ln( predicted_rp(x) / measured_rp )
+
+with predicted_rp the simulated steady-state mean of that phase (the simulator re-run for every x; one run
+simulates in 0.03-0.12 s here). The fit minimises sum res_rp^2 with scipy's bounded trust-region least squares
+(efficiencies in (0.001, 1], times >= 0), over the terms the runs identify:
+
+* relevant: moving the term by one unit (an efficiency by a factor of 2) moves some logged phase by >= 2%
+  (Jacobian at the base profile, forward differences);
+* not confounded: in priority order (``terms.TERMS``), a term is kept when its Jacobian column keeps at least
+  ``MIN_SIN`` (0.3) of its length after projecting out the columns of the terms already kept.
+
+Guard rails: a term the fit holds at a bound while the residuals still pull it past the bound (an efficiency
+that would exceed 1, a time that would go negative) is reported in one line naming the phase that pulled it
+hardest (the largest term of J_rp,j x res_rp in the pulling direction).
+
+Trace: every fitted term lists the logged phases that determined it, with their share (|row| of the
+pseudo-inverse of the Jacobian at the solution, normalised) and the log lines of the steps they came from.
+
+Interval: a 90% interval per fitted term from B = 200 bootstrap resamples of each run's steady steps (the same
+resampled steps for all phases of a run), propagated through the fit linearly: x_b = x* + J^+ (ln m_b - ln m),
+clipped to the bounds. It covers step-to-step noise of the log, not the cost model's form; beside it
+``interval_misfit`` is the 90% normal interval of the linearised fit, cov = s^2 (J^T J)^-1 with s^2 = RSS / (n - k),
+which grows with what the cost model's form leaves unexplained (none when n <= k).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_PROMPT_LENGTH_KEY, VERL_RESPONSE_LENGTH_KEY, VERL_STEP_KEY
+from rlhfsim.costs.model import CostModel
+from rlhfsim.errors import RlhfsimError
+from rlhfsim.fromrun import terms as T
+from rlhfsim.fromrun.logs import DEFAULT_MIN_STEPS, DEFAULT_WARMUP, Steady, read_log, steady_steps
+
+MIN_SIN = 0.3
+RELEVANT = 0.02
+BOOTSTRAP = 200
+LEVEL = 0.90
+FD_STEP = 0.25          # forward-difference step in x units for the identification Jacobian
+PRED_FLOOR_S = 1e-6     # a phase the simulator prices at 0 counts as this in the log residual
+UPDATE_WEIGHTS = VERL_PHASE_KEYS["weight_sync"]
+GEN = VERL_PHASE_KEYS["generate"]
+
+
+class FitError(RlhfsimError):
+    """A run that cannot be fitted: one line saying why."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run to fit or predict: its launch, its log and what the launch does not say."""
+
+    id: str
+    launch: Path
+    log: Path
+    gpu: str
+    sets: tuple[str, ...] = ()
+    verl_version: str | None = None
+    warmup: int = DEFAULT_WARMUP
+    min_steps: int = DEFAULT_MIN_STEPS
+
+
+@dataclass
+class Run:
+    """A prepared run: its steady steps, measured phases and imported scenario."""
+
+    spec: RunSpec
+    steady: Steady
+    samples: dict[str, np.ndarray]     # verl key -> per steady step seconds
+    measured: dict[str, float]         # verl key -> mean seconds
+    scenario: object
+    gpu: object
+    gen_runtime: str
+    fold_weights: bool
+    lengths: dict[str, float]
+    unmapped: list[str] = field(default_factory=list)
+
+
+def prepare(spec: RunSpec) -> Run:
+    """Read a run's log and import its launch with the log's own mean lengths."""
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.importers import ImportOptions, import_verl
+    from rlhfsim.scenario.loader import load_scenario
+
+    steady = steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps)
+    samples = {k: np.asarray(v) for k, v in steady.phase_samples().items()}
+    if VERL_STEP_KEY not in samples:
+        raise FitError(f"{spec.log.name}: expected {VERL_STEP_KEY} in every steady step, got it in some only")
+    lengths = {"response": steady.mean(VERL_RESPONSE_LENGTH_KEY), "prompt": steady.mean(VERL_PROMPT_LENGTH_KEY)}
+    try:
+        text = spec.launch.read_text()
+    except OSError as e:
+        raise FitError(f"launch: expected a readable verl launch file, got {str(spec.launch)!r} ({e.strerror})") from None
+    opts = ImportOptions(gpu=spec.gpu, mean_response_len=lengths["response"], mean_prompt_len=lengths["prompt"],
+                         steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
+    res = import_verl(text, opts, spec.launch.name)
+    sc = load_scenario(res.scenario, base_dir=spec.launch.parent)
+    return Run(spec, steady, samples, {k: float(v.mean()) for k, v in samples.items()}, sc, get_gpu(spec.gpu),
+               sc.generation.resolved_runtime, UPDATE_WEIGHTS not in samples, lengths,
+               [f"{s.key}={s.value}" for s in res.by_status("unmapped")])
+
+
+def predict(run: Run, profile: dict) -> dict[str, float]:
+    """The run simulated under ``profile``: verl key -> seconds (``timing_s/step`` included), the weight sync
+    folded into ``timing_s/gen`` where the run's verl logged none of its own."""
+    from rlhfsim.sim.run import simulate
+
+    summary = simulate(run.scenario, cost=CostModel(run.gpu, profile), max_work=None).summary
+    out = {VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}
+    if run.fold_weights and UPDATE_WEIGHTS in out:
+        out[GEN] = out.get(GEN, 0.0) + out.pop(UPDATE_WEIGHTS)
+    out[VERL_STEP_KEY] = float(summary["step_time_s"])
+    return out
+
+
+def residual_keys(run: Run, pred: dict[str, float]) -> list[str]:
+    """The logged phases the simulator prices (the step itself excluded: it is their sum plus gaps)."""
+    return [k for k in run.measured if k != VERL_STEP_KEY and k in pred and run.measured[k] > 0]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted coordinate: a term at a profile path."""
+
+    term: T.Term
+    path: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.term.name} ({self.path})"
+
+
+class Problem:
+    """The fit's residual function over a set of runs and a base profile."""
+
+    def __init__(self, runs: list[Run], base: dict):
+        self.runs, self.base = runs, base
+        base_pred = [predict(r, base) for r in runs]
+        self.rows = [(i, k) for i, r in enumerate(runs) for k in residual_keys(r, base_pred[i])]
+        if not self.rows:
+            raise FitError("fit: expected logged phases the simulator prices (timing_s/gen, timing_s/update_actor, ...), "
+                           "got none")
+        self.log_meas = np.array([math.log(runs[i].measured[k]) for i, k in self.rows])
+        seen: dict[str, Param] = {}
+        for t in T.TERMS:
+            for r in runs:
+                path = T.resolve(t, base, r.gen_runtime)
+                if path is not None and path not in seen:
+                    seen[path] = Param(t, path)
+        self.candidates = list(seen.values())
+        self.base_pred = base_pred
+
+    def profile(self, params: list[Param], x: np.ndarray) -> dict:
+        return T.with_values(self.base, {p.path: T.from_x(p.term, float(v)) for p, v in zip(params, x)})
+
+    def predictions(self, params: list[Param], x: np.ndarray) -> list[dict[str, float]]:
+        prof = self.profile(params, x)
+        return [predict(r, prof) for r in self.runs]
+
+    def residuals_of(self, preds: list[dict[str, float]]) -> np.ndarray:
+        p = np.array([max(preds[i].get(k, 0.0), PRED_FLOOR_S) for i, k in self.rows])
+        return np.log(p) - self.log_meas
+
+    def residuals(self, params: list[Param], x: np.ndarray) -> np.ndarray:
+        return self.residuals_of(self.predictions(params, x))
+
+    def x0(self, params: list[Param]) -> np.ndarray:
+        return np.array([T.to_x(p.term, T.get_value(self.base, p.path)) for p in params])
+
+    def jacobian(self, params: list[Param], x: np.ndarray, r0: np.ndarray) -> np.ndarray:
+        """Forward differences (upward; a term at an upper bound steps down)."""
+        J = np.zeros((len(r0), len(params)))
+        for j, p in enumerate(params):
+            h = FD_STEP if x[j] + FD_STEP <= T.x_bounds(p.term)[1] + 1e-12 else -FD_STEP
+            xx = x.copy()
+            xx[j] += h
+            J[:, j] = (self.residuals(params, xx) - r0) / h
+        return J
+
+
+def identify(prob: Problem) -> tuple[list[Param], dict[str, str]]:
+    """The candidates the runs identify (relevant, not confounded, in priority order) and, for the others, why not."""
+    cands = prob.candidates
+    x0 = prob.x0(cands)
+    r0 = prob.residuals(cands, x0)
+    J = prob.jacobian(cands, x0, r0)
+    chosen: list[int] = []
+    basis: list[np.ndarray] = []
+    why: dict[str, str] = {}
+    for j, p in enumerate(cands):
+        col = J[:, j]
+        if np.max(np.abs(col)) * T.plausible_dx(p.term) < RELEVANT:
+            why[p.path] = "no logged phase moves with it (by 2% for a factor of 2 / one unit)"
+            continue
+        v = col.copy()
+        for b in basis:
+            v -= (v @ b) * b
+        if np.linalg.norm(v) < MIN_SIN * np.linalg.norm(col) or len(chosen) >= len(col):
+            top = max(chosen, key=lambda c: abs(col @ J[:, c]) / (np.linalg.norm(J[:, c]) + 1e-300))
+            why[p.path] = f"confounded with {cands[top].term.name}: moves the same logged phases alike"
+            continue
+        chosen.append(j)
+        basis.append(v / np.linalg.norm(v))
+    return [cands[j] for j in chosen], why
+
+
+def fit(runs: list[Run], base: dict, seed: int = 0) -> dict:
+    """Fit the identified terms; the result holds everything the overlay records (see the module docstring)."""
+    from scipy.optimize import least_squares
+
+    prob = Problem(runs, base)
+    params, unidentified = identify(prob)
+    if not params:
+        raise FitError("fit: expected at least one term the logged phases identify, got none (" +
+                       "; ".join(f"{k}: {v}" for k, v in unidentified.items())[:300] + ")")
+    lo = np.array([T.x_bounds(p.term)[0] for p in params])
+    hi = np.array([T.x_bounds(p.term)[1] for p in params])
+    x0 = np.clip(prob.x0(params), lo, hi)
+    sol = least_squares(lambda x: prob.residuals(params, x), x0, bounds=(lo, hi), method="trf",
+                        diff_step=0.02, x_scale=1.0, max_nfev=60 * len(params))
+    x = sol.x
+    r = prob.residuals(params, x)
+    J = prob.jacobian(params, x, r)
+    warnings = _bound_warnings(prob, params, x, r, J, lo, hi)
+    free = [j for j in range(len(params)) if lo[j] + 1e-9 < x[j] < hi[j] - 1e-9]
+    pinv = np.zeros((len(params), len(r)))
+    if free:
+        pinv[free, :] = np.linalg.pinv(J[:, free])
+    draws = _bootstrap(prob, x, pinv, lo, hi, seed)
+    # the misfit's own spread, linearised: cov = s^2 (J^T J)^-1 over the free terms, s^2 = RSS / (n - k)
+    dof = len(r) - len(free)
+    sd = np.zeros(len(params))
+    if free and dof > 0:
+        cov = float(r @ r) / dof * np.linalg.pinv(J[:, free].T @ J[:, free])
+        sd[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
+    preds = prob.predictions(params, x)
+    terms_out = []
+    for j, p in enumerate(params):
+        vals = [T.from_x(p.term, v) for v in draws[:, j]]
+        q = (1 - LEVEL) / 2
+        terms_out.append({
+            "term": p.term.name, "path": p.path, "meaning": p.term.meaning,
+            "base": T.get_value(base, p.path), "fitted": T.from_x(p.term, float(x[j])),
+            "interval": [float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))],
+            "interval_misfit": ([float(T.from_x(p.term, float(np.clip(x[j] + z * 1.6448536269514722 * sd[j], lo[j], hi[j]))))
+                                  for z in (-1, 1)] if sd[j] > 0 else None),
+            "at_bound": j not in free,
+            "determined_by": _trace(prob, pinv[j]) if j in free else [],
+        })
+    return {"params": params, "x": x, "terms": terms_out, "warnings": warnings,
+            "unidentified": [{"term": p.term.name, "path": p.path, "why": unidentified[p.path]}
+                             for p in prob.candidates if p.path in unidentified],
+            "runs": [_run_record(r, prob.base_pred[i], preds[i]) for i, r in enumerate(runs)],
+            "rms_log_residual": float(np.sqrt(np.mean(r ** 2))), "evaluations": int(sol.nfev),
+            "profile": prob.profile(params, x)}
+
+
+def _bound_warnings(prob: Problem, params, x, r, J, lo, hi) -> list[str]:
+    out = []
+    for j, p in enumerate(params):
+        contrib = J[:, j] * r      # d(cost/2)/dx_j by residual; negative: pulls x_j up
+        if x[j] >= hi[j] - 1e-9 and contrib.sum() < 0:
+            i, what = int(np.argmin(contrib)), "above 1 (not physical)"
+        elif x[j] <= lo[j] + 1e-9 and contrib.sum() > 0:
+            i, what = int(np.argmax(contrib)), ("below 0 (not physical)" if p.term.kind == "seconds" else "below 0.001")
+        else:
+            continue
+        run, key = prob.runs[prob.rows[i][0]], prob.rows[i][1]
+        bound = T.from_x(p.term, float(x[j]))
+        out.append(f"{p.path}: the fit wants it {what}; held at {bound:.4g}; pulled by {key} of {run.spec.id} "
+                   f"(measured {run.measured[key]:.4g} s, log lines {run.steady.lines()})")
+    return out
+
+
+def _trace(prob: Problem, row: np.ndarray) -> list[dict]:
+    w = np.abs(row)
+    if w.sum() <= 0:
+        return []
+    share = w / w.sum()
+    out = []
+    for i in np.argsort(-share):
+        if share[i] < 0.05:
+            break
+        run = prob.runs[prob.rows[i][0]]
+        out.append({"run": run.spec.id, "phase": prob.rows[i][1], "share": round(float(share[i]), 3),
+                    "log": str(run.spec.log), "lines": run.steady.lines()})
+    return out
+
+
+def _bootstrap(prob: Problem, x, pinv, lo, hi, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    draws = np.empty((BOOTSTRAP, len(x)))
+    for b in range(BOOTSTRAP):
+        idx = [rng.integers(0, len(r.steady.kept), len(r.steady.kept)) for r in prob.runs]
+        lm = np.array([math.log(max(float(prob.runs[i].samples[k][idx[i]].mean()), PRED_FLOOR_S)) for i, k in prob.rows])
+        draws[b] = np.clip(x + pinv @ (lm - prob.log_meas), lo, hi)
+    return draws
+
+
+def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
+    keys = [k for k in run.measured if k in pred]
+    return {
+        "id": run.spec.id, "launch": str(run.spec.launch), "log": str(run.spec.log), "gpu": run.spec.gpu,
+        "sets": list(run.spec.sets), "verl_version": run.spec.verl_version, "lengths": run.lengths,
+        "steady_steps": [s.step for s in run.steady.kept], "steady_lines": run.steady.lines(),
+        "skipped_steps": {str(k): v for k, v in run.steady.skipped.items()},
+        "weight_sync_in_gen": run.fold_weights,
+        "measured_s": {k: round(run.measured[k], 4) for k in keys},
+        "base_s": {k: round(base_pred[k], 4) for k in keys if k in base_pred},
+        "fitted_s": {k: round(pred[k], 4) for k in keys},
+        "fitted_error_pct": {k: round(100 * (pred[k] - run.measured[k]) / run.measured[k], 1) for k in keys
+                             if run.measured[k] > 0},
+        "unobserved_phases": sorted(k for k in pred if k not in run.measured),
+        "unlogged_priced": sorted(k for k in run.measured if k not in pred),
+        "unmapped_settings": run.unmapped,
+    }

@@ -1,0 +1,122 @@
+"""The profile terms a run's logged phases can identify, and reading and writing them by profile path.
+
+A term is a concept (``engine_host_s``) with candidate profile paths, the first present in the base profile
+being the one fitted (``{gen}``: the run's generation runtime, so a profile without ``decode:vllm_eager`` fits
+the plain ``decode`` that prices it; a profile with a ``forward`` operation fits its efficiency instead of
+``prefill``'s). Nothing here depends on how the cost model uses a key: the fit (``rlhfsim.fromrun.fit``) measures
+each term's effect by re-simulating, so a term the cost model stops reading simply drops out as unidentified.
+
+Parameterisation (what the least-squares fit moves): an efficiency e as x = ln e, bounded to (0.001, 1]
+(above 1 is not physical); a time in seconds s as x = s / scale, bounded below by 0. ``scale`` is a numerical
+unit of the fit, the order of the term's magnitude, not a result: it sets the finite-difference step and the
+relevance test (a term is relevant when moving it by one unit, or an efficiency by a factor of 2, moves some
+logged phase by 2% or more).
+
+Priority (the order of ``TERMS``): when two terms move the same phases alike (a single run's training phases
+cannot tell a per-micro-batch overhead from an efficiency when every micro-batch is the same size), the earlier
+one is fitted and the later one reported as confounded with it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlhfsim.costs.stepcosts import STEP_DEFAULTS
+
+EFF_BOUNDS = (1e-3, 1.0)
+
+
+@dataclass(frozen=True)
+class Term:
+    """A fittable concept: its candidate profile paths, kind (``eff`` or ``seconds``), fit unit and meaning."""
+
+    name: str
+    paths: tuple[str, ...]
+    kind: str
+    scale: float
+    meaning: str
+
+
+TERMS: tuple[Term, ...] = (
+    Term("engine_host_s", ("operations.decode:{gen}.overhead_s", "operations.decode.overhead_s"), "seconds", 2e-3,
+         "engine host time per decode step (scheduling, input preparation, output processing) beyond the roofline"),
+    Term("train_eff", ("operations.train.compute_eff",), "eff", 1.0,
+         "sustained training efficiency: fraction of the datasheet peak a training pass reaches"),
+    Term("microbatch_train_s", ("step.microbatch_train_s",), "seconds", 1e-2,
+         "framework time per training micro-batch beyond the fitted pass"),
+    Term("forward_eff", ("operations.forward.compute_eff", "operations.prefill.compute_eff"), "eff", 1.0,
+         "sustained forward efficiency of the log-prob / value passes"),
+    Term("microbatch_forward_s", ("step.microbatch_forward_s",), "seconds", 1e-2,
+         "framework time per forward micro-batch beyond the fitted pass"),
+    Term("adv_per_token_s", ("step.adv_per_token_s",), "seconds", 5e-9,
+         "advantage computation on the driver per response token"),
+    Term("decode_memory_eff", ("operations.decode:{gen}.memory_eff", "operations.decode.memory_eff"), "eff", 1.0,
+         "memory efficiency of a decode step (weights and KV streamed per step)"),
+    Term("host_copy_eff", ("step.host_copy_eff",), "eff", 1.0,
+         "fraction of the host link an offload copy reaches"),
+    Term("reshard_eff", ("step.reshard_eff",), "eff", 1.0,
+         "memory efficiency of loading gathered weights into the engine (the weight sync)"),
+)
+TERM_NAMES = tuple(t.name for t in TERMS)
+
+
+def has_path(profile: dict, path: str) -> bool:
+    """Whether ``path`` names a value the profile has (a step scalar always has one: its default)."""
+    section, _, rest = path.partition(".")
+    if section == "step":
+        return rest in STEP_DEFAULTS
+    if section == "operations":
+        op, _, key = rest.rpartition(".")
+        return isinstance(profile.get("operations", {}).get(op), dict) and key in profile["operations"][op]
+    return False
+
+
+def get_value(profile: dict, path: str) -> float:
+    """The profile's value at ``path`` (a step scalar absent from the profile: its documented default)."""
+    section, _, rest = path.partition(".")
+    if section == "step":
+        v = (profile.get("step") or {}).get(rest)
+        return float(STEP_DEFAULTS[rest] if v is None else v)
+    op, _, key = rest.rpartition(".")
+    return float(profile["operations"][op][key])
+
+
+def with_values(profile: dict, values: dict[str, float]) -> dict:
+    """A copy of ``profile`` with ``values`` (path -> number) set; only the objects on those paths are copied."""
+    out = dict(profile)
+    for path, v in values.items():
+        section, _, rest = path.partition(".")
+        if section == "step":
+            out["step"] = {**(out.get("step") or {}), rest: float(v)}
+        else:
+            op, _, key = rest.rpartition(".")
+            out["operations"] = dict(out["operations"])
+            out["operations"][op] = {**out["operations"][op], key: float(v)}
+    return out
+
+
+def resolve(term: Term, profile: dict, gen_runtime: str) -> str | None:
+    """The profile path a term fits for a run generating with ``gen_runtime`` (None: the profile has none)."""
+    for p in term.paths:
+        path = p.replace("{gen}", gen_runtime)
+        if has_path(profile, path):
+            return path
+    return None
+
+
+def to_x(term: Term, value: float) -> float:
+    return math.log(value) if term.kind == "eff" else value / term.scale
+
+
+def from_x(term: Term, x: float) -> float:
+    return math.exp(x) if term.kind == "eff" else x * term.scale
+
+
+def x_bounds(term: Term) -> tuple[float, float]:
+    return (math.log(EFF_BOUNDS[0]), math.log(EFF_BOUNDS[1])) if term.kind == "eff" else (0.0, math.inf)
+
+
+def plausible_dx(term: Term) -> float:
+    """One unit of the relevance test: a factor of 2 for an efficiency, one ``scale`` for a time."""
+    return math.log(2.0) if term.kind == "eff" else 1.0
