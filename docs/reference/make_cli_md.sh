@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=docs/reference/cli.md
-cmds=$(COLUMNS=200 rlhfsim --help | awk '/^Commands:/{f=1;next} f && NF {print $1}')
+tmp=$(mktemp)
+cmds=$(COLUMNS=200 rlhfsim --help | awk '/^Commands:/{f=1;next} f && /^  [a-z]/ {print $1}')
 {
   echo "# Command-line reference"
   echo
@@ -22,7 +23,7 @@ cmds=$(COLUMNS=200 rlhfsim --help | awk '/^Commands:/{f=1;next} f && NF {print $
   echo; echo '```'; COLUMNS=110 rlhfsim --help; echo '```'
   for c in $cmds; do
     echo; echo "## rlhfsim $c"; echo; echo '```'; COLUMNS=110 rlhfsim $c --help; echo '```'
-    subs=$(COLUMNS=200 rlhfsim $c --help | awk '/^Commands:/{f=1;next} f && NF {print $1}')
+    subs=$(COLUMNS=200 rlhfsim $c --help | awk '/^Commands:/{f=1;next} f && /^  [a-z]/ {print $1}')
     for s in $subs; do
       echo; echo "### rlhfsim $c $s"; echo; echo '```'; COLUMNS=110 rlhfsim $c $s --help; echo '```'
     done
@@ -38,5 +39,6 @@ cmds=$(COLUMNS=200 rlhfsim --help | awk '/^Commands:/{f=1;next} f && NF {print $
   echo "\`python -m calibrate.extend PROFILE.json [--handover | --cost-terms | --page-faults | --refit-encoders]"
   echo "[--models M,...] [--runtimes R,...] [--actor A] [--threads N] [--resume]\`: measure further operations into a"
   echo "measured profile without measuring the rest again (\`python -m calibrate.extend -h\` describes each)."
-} > $out
+} > "$tmp"
+mv "$tmp" "$out"
 echo wrote $out; wc -l $out
