@@ -14,7 +14,7 @@ from rlhfsim.errors import RlhfsimError, ScenarioError
 
 
 LAZY = {
-    "calibrate": "calibrate.cli:calibrate_command",
+    "calibrate": "rlhfsim.fromrun.cli:calibrate_command",   # calibrate.cli's, plus --from-run (rlhfsim/fromrun)
     "runtimes": "calibrate.cli:runtimes_command",
     "validate": "calibrate.validate:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
