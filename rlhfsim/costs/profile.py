@@ -304,8 +304,6 @@ def load_profile(ref: str) -> dict:
     return doc
 
 
-
-
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
