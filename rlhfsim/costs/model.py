@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhfsim.costs import flops as fl
+from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
+from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
@@ -49,11 +51,15 @@ class OpParams:
     memory_eff: float
     overhead_s: float
     overhead_per_layer_s: float
+    # the per-layer term is the host launching each layer's kernels while the device runs earlier ones (an
+    # eager engine's decode step on a GPU): a step costs overhead_s + max(device, layers x per-layer), not the
+    # sum (profile key ``host_overlap``; absent: the sum, as every fitted operation was fitted)
+    host_overlap: bool = False
 
     @classmethod
     def from_dict(cls, d: dict) -> "OpParams":
         return cls(float(d["compute_eff"]), float(d["memory_eff"]), float(d["overhead_s"]),
-                   float(d["overhead_per_layer_s"]))
+                   float(d["overhead_per_layer_s"]), bool(d.get("host_overlap", False)))
 
 
 def _series(a: float, s: float, i0: int, i1: int) -> float:
@@ -163,11 +169,15 @@ class _Forward:
     """``forward_parts`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
     device numbers, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams,
-                 tail: tuple[float, float] = (0.0, 0.0), scoring_runtime: str | None = None):
+                 tail: tuple[float, float] = (0.0, 0.0), scoring_runtime: str | None = None,
+                 by_shape: ShapeKernels | None = None):
         self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
+        # the profile's kernel terms by shape where they price this operation (rlhfsim.costs.byshape), else None
+        self.ks, self.shard = by_shape, m.layer_params / tp
+        self.floor = by_shape.floor_s(m.layers) if by_shape is not None else 0.0
         self.shape = fl.ShapeCoeffs.of(m, dtype, head, scoring_runtime)
         self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
         # a generation prefill samples each row's first token: the runtime's measured sampling tail
@@ -179,7 +189,7 @@ class _Forward:
         w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs)
         if lp_tail:
             w = self._without_tail_bytes(w, logits_tokens)
-        total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+        total, active = self._roofline(w, n_tokens)
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
         if self.tail_row or self.tail0:
             total = total + self.tail0 + self.tail_row * n_seqs
@@ -187,6 +197,16 @@ class _Forward:
             after = lp_tail * logits_tokens * (self.m.vocab / self.tp)
             total, active = total + after, active + after
         return total + comm, active + comm
+
+    def _roofline(self, w: fl.Work, tokens) -> tuple:
+        """``roofline_parts`` of ``w``; with kernel terms by shape, their efficiencies at ``tokens`` per call and this
+        shard, the weights streamed at the GEMMs' efficiency, and the layers' kernel floors (``byshape``)."""
+        ks = self.ks
+        if ks is None:
+            return roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+        kernel = roofline_kernel_s(w.flops, ks.weight_equivalent_bytes(w.bytes, self.shape.weight_bytes), self.tp * self.peak,
+                                   self.tp * self.bw, ks.compute_eff(tokens, self.shard), ks.weight_memory_eff) + self.floor
+        return with_overheads_s(kernel, self.p, w.layers), kernel
 
     def _without_tail_bytes(self, w: fl.Work, logits_tokens) -> fl.Work:
         """``w`` less the bytes of the log-prob tail (``flops.TAIL_LOGIT_BYTES`` per logit): a measured tail is
@@ -200,7 +220,7 @@ class _Forward:
         if lp_tail:
             w = self._without_tail_bytes(w, logits_tokens)
         w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
-        total, active = roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+        total, active = self._roofline(w, n_tokens / sp)
         comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens / sp, self.tp) + \
             self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
         if lp_tail:
@@ -213,8 +233,8 @@ class _Decode:
     """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws",
-                 "cold")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
+                 "cold", "hfloor")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
                  logprobs: bool = False):
@@ -223,6 +243,12 @@ class _Decode:
         self.shape = fl.ShapeCoeffs.of(m, dtype, "lm")
         self.peak = tp * cost.gpu.peak(dtype) * p.compute_eff
         self.bw = tp * cost.gpu.mem_bw * p.memory_eff
+        # kernel terms by shape (rlhfsim.costs.byshape): the compute efficiency at each step's rows (in ``coeffs``), every
+        # byte at the GEMMs' streaming efficiency, the layers' kernel floors added to both lines of the roofline
+        ks = self.ks = cost.by_shape if cost.by_shape is not None and cost.by_shape.applies("decode") else None
+        self.shard, self.floor = m.layer_params / tp, (ks.floor_s(m.layers) if ks is not None else 0.0)
+        if ks is not None:
+            self.peak, self.bw = tp * cost.gpu.peak(dtype), tp * cost.gpu.mem_bw * ks.weight_memory_eff
         # bytes per cached token per step: K and V read by attention, times the runtime's passes over
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
@@ -231,6 +257,13 @@ class _Decode:
         # kernels.cold_overheads), in the fit (calibrate.fit) as here
         self.cold = fl.cold_factor(cost.cold_overheads, self.shape.decode_weight_bytes / tp)
         self.over = self.cold * (p.overhead_s + p.overhead_per_layer_s * m.layers)
+        # an eager engine's launches overlap the device's work (OpParams.host_overlap): the per-layer host time
+        # is a floor under the step's device time instead of an addition. It is folded into the compute line's
+        # intercept (coeffs): exact at every step but for the attention FLOPs' growth cs x i, nanoseconds per
+        # step; the floor then counts as the step's active time (a launch-bound step's gaps are not split out)
+        self.hfloor = 0.0
+        if p.host_overlap:
+            self.over, self.hfloor = self.cold * p.overhead_s, self.cold * p.overhead_per_layer_s * m.layers
         # the sampling tail per step: sample_s + sample_per_logit_s x batch x vocab (measured,
         # calibrate.sampling; the fitted parameters above exclude it); ``logprobs``: the tail measured with the
         # executor's log-prob recorder where the runtime's plain tail lacks it (genruntimes.sample_tail)
@@ -242,15 +275,19 @@ class _Decode:
         # the weights stream no faster than the footprint sweep measured at their footprint on one device
         # (flops.stream_factor; 1 without a sweep or below the fitted bandwidth)
         self.ws = fl.stream_factor(fl.footprint_rate(cost.gemm_passes_by_footprint, self.shape.decode_weight_bytes / tp),
-                                   cost.gpu.mem_bw * p.memory_eff)
+                                   cost.gpu.mem_bw * (p.memory_eff if ks is None else ks.weight_memory_eff))
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
+        if self.ks is not None:
+            peak = peak * self.ks.compute_eff(batch, self.shard)
         # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
-        c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak
+        c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
         cs = k.f_attn * batch / peak
-        u0 = (k.decode_weights(batch, self.wp) * self.ws + k.logit_bytes * batch + kv_b * kv0) / bw
+        u0 = (k.decode_weights(batch, self.wp) * self.ws + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
         us = kv_b * batch / bw
+        if self.hfloor:
+            c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
 
@@ -271,6 +308,10 @@ class CostModel:
         kernels = profile.get("kernels") or {}
         # passes over the weights of a decode step of two rows or more (calibrate.gemm; 1: not measured)
         self.gemm_weight_passes = float(kernels.get("gemm_weight_passes") or 1.0)
+        # GPU kernel terms by shape and fitted collectives (calibrate.fromops, rlhfsim.costs.byshape; None and {}:
+        # the constant efficiencies and LINK_EFF / LINK_LATENCY_S)
+        self.by_shape = ShapeKernels.of(profile)
+        self.collectives = profile.get("collectives") or {}
         # the same by the weights' footprint (calibrate.gemm; None: the scalar above for every model)
         self.gemm_passes_by_footprint = kernels.get("gemm_passes_by_footprint")
         # training rate by model width relative to the fastest (calibrate.widths; None: one rate for all)
@@ -282,6 +323,9 @@ class CostModel:
         self.logprob_tail = float(((self.page_faults or {}).get("logprob_tail") or {}).get("s_per_logit") or 0.0)
         # a decode step's fixed costs by its weights' footprint (calibrate.coldfixed; None: hot for every model)
         self.cold_overheads = kernels.get("cold_overheads")
+        # the host's dispatch per layer of a framework's forward and training calls (GPU profiles; None: CPU,
+        # where the fitted operations hold the host's time already): rlhfsim.costs.framework
+        self.host = fw.FrameworkHost.of(profile)
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
@@ -462,6 +506,9 @@ class CostModel:
         if tp <= 1:
             return 0.0
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
+        fitted = allreduce_terms(self.collectives, tp)   # (latency_s, bus_bw) fitted per worker count, else None
+        if fitted is not None:
+            return nbytes / fitted[1] + 2 * m.layers * passes * fitted[0]
         return nbytes / self.link_bw() + 2 * m.layers * passes * LINK_LATENCY_S
 
     def _ulysses_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: int = 1) -> float:
@@ -489,18 +536,19 @@ class CostModel:
                       cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                       head: str = "value", all_logits: bool = False,
                       gen_runtime: str | None = None, attn_pairs: float | None = None,
-                      sp: int = 1, gen_logprobs: bool = False) -> tuple[float, float]:
+                      sp: int = 1, gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> tuple[float, float]:
         """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``). ``attn_pairs``: attention's
         (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU of a
         Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens);
         ``gen_logprobs``: a generation prefill whose sampled token's log-prob is recorded
-        (``genruntimes.sample_tail``)."""
+        (``genruntimes.sample_tail``); ``head_s_per_logit``: a log-prob pass's head priced after the roofline
+        at this many seconds per logit instead of the profile's measured tail (``call_parts``)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
-        lp = self.logprob_tail if logprob else 0.0
+        lp = (self.logprob_tail if head_s_per_logit is None else head_s_per_logit) if logprob else 0.0
         if sp > 1:
             total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
         else:
@@ -540,7 +588,8 @@ class CostModel:
                 tail = sample_tail(gen_runtime, self.generation, op_key("prefill", gen_runtime) in self.ops, gen_logprobs)
             # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
             scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
-            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring)
+            ks = self.by_shape if self.by_shape is not None and self.by_shape.applies(op) else None
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks)
         return k
 
     def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
@@ -642,19 +691,53 @@ class CostModel:
             total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_train")
         return total + comm, active + comm
 
+    def call_parts(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                   head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
+                   logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 1,
+                   inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
+        """One framework call (a forward or a training micro-batch on one data-parallel rank) by part
+        (``rlhfsim.costs.framework``): the roofline (``forward_parts`` / ``train_parts``; with
+        ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
+        position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
+        host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
+        (and its own measured log-prob tail), as before."""
+        host = self.host
+        with_head = logprob and head == "lm" and host is not None
+        per_logit = (fw.head_bytes_per_logit(entropy, training) / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
+                     if with_head else 0.0)
+        if training:
+            kernel, active = self.train_parts(m, dtype, n_tokens, n_seqs, tp, head, attn_pairs, sp)
+            if checkpointing:
+                kernel, active = kernel * (1.0 + ckpt_frac), active * (1.0 + ckpt_frac)
+            head_s = per_logit * n_tokens / sp * m.vocab / tp
+        else:
+            kernel, active = self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=runtime,
+                                                head=head, all_logits=logprob, attn_pairs=attn_pairs, sp=sp,
+                                                head_s_per_logit=per_logit if with_head else None)
+            head_s = 0.0  # inside forward_parts' total, after its roofline
+        comm = exposed = 0.0
+        if fsdp_n > 1:
+            units = fw.fsdp_units(m)
+            comm = fw.fsdp_bytes(m, head, fsdp_n, training) / self.link_bw(inter_node) + \
+                units * (3 if training else 1) * LINK_LATENCY_S
+            exposed = comm / units
+        host_s = 0.0 if host is None else host.train_s(m, checkpointing) if training else host.forward_s(m)
+        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s)
+
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
                     inter_node: bool = False) -> float:
         """Gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard."""
         return self.optimizer_parts(m, dtype, tp, dp, head, inter_node)[0]
 
     def optimizer_parts(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
-                        inter_node: bool = False) -> tuple[float, float]:
-        """(total_s, active_s) of ``optimizer_s``."""
+                        inter_node: bool = False, grad_allreduce: bool = True) -> tuple[float, float]:
+        """(total_s, active_s) of ``optimizer_s``; ``grad_allreduce=False``: the gradients were reduced with
+        every call already (FSDP's reduce-scatter, ``call_parts``), only the AdamW step is left."""
         shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
         grads = m.params(head) / tp * DTYPE_BYTES[dtype]
         total, active = roofline_parts(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
-        comm = self.allreduce_s(grads, dp, inter_node)
+        comm = self.allreduce_s(grads, dp, inter_node) if grad_allreduce else 0.0
         return total + comm, active + comm
 
     def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False,

@@ -50,6 +50,7 @@ MAPPED: dict[str, str] = {
     "critic.model.fsdp_config.grad_offload": "execution.offload.critic.grad",
     "critic.model.fsdp_config.optimizer_offload": "execution.offload.critic.optimizer",
     f"{AR}.actor.ulysses_sequence_parallel_size": "execution.ulysses_sequence_parallel_size",
+    "critic.model.use_remove_padding": "execution.micro_batch.critic_use_remove_padding",
 }
 
 # Per-model settings the scenario holds once: mapped when equal to the value used, else unmapped.
@@ -60,7 +61,6 @@ SAME_AS = {
     "critic.ppo_micro_batch_size_per_gpu": f"{AR}.actor.ppo_micro_batch_size_per_gpu",
     "critic.forward_micro_batch_size_per_gpu": f"{AR}.rollout.log_prob_micro_batch_size_per_gpu",
     "critic.use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
-    "critic.model.use_remove_padding": f"{AR}.model.use_remove_padding",
     "critic.model.enable_gradient_checkpointing": f"{AR}.model.enable_gradient_checkpointing",
     f"{AR}.rollout.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
     f"{AR}.ref.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
@@ -122,6 +122,11 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
         if f"{AR}.actor.ppo_max_token_len_per_gpu" not in seen:
             a.append(f"use_dynamic_bsz without ppo_max_token_len_per_gpu: verl's default {DEFAULTS[f'{AR}.actor.ppo_max_token_len_per_gpu']}")
     mb["use_remove_padding"] = _flag(cfg, f"{AR}.model.use_remove_padding")
+    # verl pads unpacked rows to the configured lengths: prompts left-padded to data.max_prompt_length by its
+    # dataset, responses to the rollout's response_length
+    mb["pad_to"] = "max_length"
+    if "critic" in models and "critic.model.use_remove_padding" in cfg:
+        mb["critic_use_remove_padding"] = _flag(cfg, "critic.model.use_remove_padding")
     ckpt = _flag(cfg, f"{AR}.model.enable_gradient_checkpointing")
     for key, what in ((f"{AR}.model.use_remove_padding", "packing"), (f"{AR}.model.enable_gradient_checkpointing", "checkpointing")):
         if key not in seen:
@@ -146,7 +151,14 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
     a.append("verl mechanics on (execution): the actor's old-log-prob pass every step (verl >= 0.3 times it as "
              "timing_s/old_log_prob), advantages on the driver (timing_s/adv), weight sync by resharding into the "
              "engine (the hybrid engine)")
+    strategy = str(cfg.get(f"{AR}.actor.strategy", "fsdp"))
+    a.append(f"actor.strategy {strategy}: " + ("parameters sharded by FSDP over each pool's GPUs (execution.sharding: "
+             "fsdp: gathers and fp32 gradient reduce-scatters every micro-batch)" if strategy in ("fsdp", "fsdp2")
+             else "no per-call parameter gathers (execution.sharding: none)") + "; every log-prob call computes the "
+             "entropy too (execution.entropy, verl's dp_actor)")
     return {
+        "sharding": "fsdp" if strategy in ("fsdp", "fsdp2") else "none",
+        "entropy": True,
         "old_log_prob": True,
         "advantage": {"enabled": True},
         "micro_batch": mb,

@@ -19,23 +19,48 @@ def framework_calls(s) -> bool:
     """Are calls cut by ``execution.micro_batch`` (then each pays the profile's per-piece host time)?"""
     m = s.scenario.execution.micro_batch
     return (m.log_prob_micro_batch_size_per_gpu is not None or m.ppo_micro_batch_size_per_gpu is not None
-            or m.use_dynamic_bsz or m.use_remove_padding)
+            or m.use_dynamic_bsz or m.use_remove_padding or bool(m.critic_use_remove_padding))
 
 
-def forward_cuts(s, sp: int = 1) -> tuple[int, int | None, bool]:
+def packed_of(s, role: str) -> bool:
+    """Does ``role`` pack its rows (the critic's own flag where the scenario sets one)?"""
+    m = s.scenario.execution.micro_batch
+    if role == "critic" and m.critic_use_remove_padding is not None:
+        return m.critic_use_remove_padding
+    return m.use_remove_padding
+
+
+def pad_length(s) -> int | None:
+    """The length every unpacked row is padded to (``micro_batch.pad_to: max_length``), or None: each
+    piece's longest row."""
+    s_ = s.scenario
+    if s_.execution.micro_batch.pad_to != "max_length":
+        return None
+    return s_.workload.max_prompt_tokens + s_.workload.max_response_tokens
+
+
+def fsdp_shards(s, role: str) -> int:
+    """GPUs ``role``'s parameters are sharded over by FSDP (``execution.sharding: fsdp``): its pool's GPUs
+    over its tensor-parallel degree; 1 (no per-call collectives) otherwise or for the reward model."""
+    if s.scenario.execution.sharding != "fsdp" or role not in ("actor", "critic", "reference"):
+        return 1
+    return max(s.pool_of(role).gpus // s.tp[role], 1)
+
+
+def forward_cuts(s, sp: int = 1, role: str = "actor") -> tuple[int, int | None, bool]:
     """(rows per call, token budget or None, packed) of a forward pass; a Ulysses group's token budget
     is sp times the per-GPU one (verl multiplies it so)."""
     m = s.scenario.execution.micro_batch
     size = m.log_prob_micro_batch_size_per_gpu or s.scenario.generation.max_batch
     budget = (m.log_prob_max_token_len_per_gpu or m.ppo_max_token_len_per_gpu) if m.use_dynamic_bsz else None
-    return size, budget * sp if budget is not None else None, m.use_remove_padding
+    return size, budget * sp if budget is not None else None, packed_of(s, role)
 
 
-def train_cuts(s, sp: int = 1) -> tuple[int | None, int | None, bool]:
+def train_cuts(s, sp: int = 1, role: str = "actor") -> tuple[int | None, int | None, bool]:
     """(rows per call or None for one call, token budget or None, packed) of training on one rank."""
     m = s.scenario.execution.micro_batch
     budget = m.ppo_max_token_len_per_gpu * sp if m.use_dynamic_bsz else None
-    return m.ppo_micro_batch_size_per_gpu, budget, m.use_remove_padding
+    return m.ppo_micro_batch_size_per_gpu, budget, packed_of(s, role)
 
 
 def offload_s(sim, role: str, phase: str, calls: int = 1) -> float:

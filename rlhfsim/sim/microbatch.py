@@ -57,13 +57,14 @@ def groups(rows: list[Rollout], size: int | None, budget: int | None) -> list[li
 
 
 def pieces(rows: list[Rollout], size: int | None, budget: int | None = None, packed: bool = False,
-           encoder: bool = False) -> list[Piece]:
-    """The calls of ``rows`` (``groups``), each priced padded or packed."""
+           encoder: bool = False, pad_len: int | None = None) -> list[Piece]:
+    """The calls of ``rows`` (``groups``), each priced padded or packed; ``pad_len``: unpacked rows padded
+    to this length (the configured maximum) instead of the piece's longest row."""
     out = []
     for g in groups(rows, size, budget):
         if packed:
             lengths = [_length(r) for r in g]
             out.append(Piece(len(g), sum(lengths), packed_attn_pairs(lengths, encoder)))
         else:
-            out.append(Piece(len(g), len(g) * max(_length(r) for r in g)))
+            out.append(Piece(len(g), len(g) * (pad_len or max(_length(r) for r in g))))
     return out

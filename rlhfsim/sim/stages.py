@@ -31,7 +31,7 @@ from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.engines.clock import wait_until
-from rlhfsim.sim.rollouts import Rollout
+from rlhfsim.sim.rollouts import Rollout, truncated
 from rlhfsim.sim.streaming import STREAMING
 
 ROLE_PHASE = {"reward": "reward", "reference": "reference", "critic": "critic_fwd"}
@@ -93,32 +93,42 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
     if not rows:
         return
     s = sim.setup
+    if role == "reward" and s.reward_max_tokens is not None:  # the framework truncates to the encoder's positions
+        rows = truncated(rows, s.reward_max_tokens)
     n_rep, tp = _replicas(sim, role)
     sp = ex.sp_of(s, role)
     n_rep, width = max(n_rep // sp, 1), tp * sp  # a Ulysses group of sp x TP GPUs per replica
     pool = s.pool_of(role)
-    size, budget, packed = ex.forward_cuts(s, sp)
+    size, budget, packed = ex.forward_cuts(s, sp, role)
+    pad_len = None if packed else ex.pad_length(s)
     model, dtype = s.shapes[role], s.dtypes[role]
     per_call_s = sim.cost.step_scalar("microbatch_forward_s")   # every call is a framework's piece
     phase = phase or ROLE_PHASE[role]
+    exe = s.scenario.execution
+    fsdp_n = ex.fsdp_shards(s, role)
     with sim.locks[pool.name].request() as req:
         yield req
         start = env.now
         durs = []
         tokens = _row_tokens(rows) if budget is None and not packed else None
+        if tokens is not None and pad_len is not None:
+            tokens = np.full(len(rows), pad_len, dtype=np.int64)
         for k in range(n_rep):
             mine = rows[k::n_rep]
             t = active = 0.0
             if tokens is None:
-                calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder")
+                calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder", pad_len)
             else:  # padded pieces of ``size`` rows, on arrays (issue 12): the same pieces as mb.pieces
                 calls = [mb.Piece(n, n * length) for n, length in _padded_microbatches(tokens[k::n_rep], size)]
             for p in calls:
-                total, kernel = sim.cost.forward_parts(model, dtype, p.tokens, p.rows, tp, op="prefill",
-                                                       runtime=sim.forward_runtime(role), head=s.head(role),
-                                                       all_logits=True, attn_pairs=p.attn_pairs, sp=sp)
-                t += total + per_call_s
-                active += kernel
+                # a framework call (rlhfsim.costs.framework): the roofline, the log-prob head, FSDP's
+                # gathers and, on a GPU, the host's dispatch where the call is launch-bound
+                call = sim.cost.call_parts(False, model, dtype, p.tokens, p.rows, tp, s.head(role), p.attn_pairs,
+                                           sp, runtime=sim.forward_runtime(role), logprob=True,
+                                           entropy=exe.entropy and role != "reward", fsdp_n=fsdp_n,
+                                           inter_node=pool.spans_nodes)
+                t += call.total_s + per_call_s
+                active += call.active_s
             if mine:
                 t += ex.offload_s(sim, role, "forward", len(calls))
             durs.append(t)
@@ -191,15 +201,20 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
     model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
     phase = "actor_train" if role == "actor" else "critic_train"
-    size, budget, packed = ex.train_cuts(s, sp)
+    size, budget, packed = ex.train_cuts(s, sp, role)
+    pad_len = None if packed else ex.pad_length(s)
     per_call_s = sim.cost.step_scalar("microbatch_train_s")   # every call is a framework's piece
-    ckpt = 1.0 + sim.cost.step_scalar("checkpoint_extra_frac") if exe.gradient_checkpointing else None
+    ckpt_frac = sim.cost.step_scalar("checkpoint_extra_frac")
+    fsdp_n = ex.fsdp_shards(s, role)
     with sim.locks[pool.name].request() as req:
         yield req
         start = env.now
         t = active = 0.0
-        opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes)
+        # under FSDP every call reduce-scatters its gradients (call_parts): the optimizer step has no all-reduce
+        opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes, grad_allreduce=fsdp_n <= 1)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
+        if tokens is not None and pad_len is not None:
+            tokens = np.full(len(rows), pad_len, dtype=np.int64)
 
         def minibatches(perm):
             """Each minibatch as its ranks' pieces, (tokens, rows, attention pairs) per call."""
@@ -209,7 +224,8 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                 return
             for i in range(0, len(rows), alg.minibatch_size):
                 part = [rows[j] for j in perm[i:i + alg.minibatch_size]]
-                yield [[(p.tokens, p.rows, p.attn_pairs) for p in mb.pieces(part[k::ranks], size, budget, packed)]
+                yield [[(p.tokens, p.rows, p.attn_pairs) for p in mb.pieces(part[k::ranks], size, budget, packed,
+                                                                           pad_len=pad_len)]
                        for k in range(min(ranks, len(part)))]
 
         for _ in range(alg.ppo_epochs):
@@ -219,10 +235,11 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                 for pieces in per_rank:
                     rank = (0.0, 0.0)
                     for n_tokens, n_rows, pairs in pieces:
-                        total, kernel = sim.cost.train_parts(model, dtype, n_tokens, n_rows, tp, head, pairs, sp)
-                        if ckpt is not None:
-                            total, kernel = total * ckpt, kernel * ckpt
-                        rank = (rank[0] + total + per_call_s, rank[1] + kernel)  # 0.0 + x == x: one call, as before
+                        call = sim.cost.call_parts(True, model, dtype, n_tokens, n_rows, tp, head, pairs, sp,
+                                                   logprob=head == "lm", entropy=exe.entropy and role == "actor",
+                                                   checkpointing=exe.gradient_checkpointing, ckpt_frac=ckpt_frac,
+                                                   fsdp_n=fsdp_n, inter_node=pool.spans_nodes)
+                        rank = (rank[0] + call.total_s + per_call_s, rank[1] + call.active_s)  # 0.0 + x == x: one call, as before
                     slowest = max(slowest, rank)
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
@@ -318,6 +335,7 @@ class ChunkScorer:
         self.strategy = STREAMING[s.reward_streaming if role == "reward" else "incremental"]
         self.runtime = sim.forward_runtime(role)
         self.retokenize = role == "reward" and s.retokenize
+        self.cap = s.reward_max_tokens if role == "reward" else None  # an encoder's calls truncated (prefix 0)
         self.prices: dict[tuple, tuple[float, float]] = {}  # _price's, by (tokens, n, prefix)
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.live = self.closing = False  # live beside generation; the step's generation is over
@@ -334,6 +352,8 @@ class ChunkScorer:
         if not self.live and self.sim.slows_decode == "live":
             self._set_live(True)
         tokens, prefix = job
+        if self.cap is not None:
+            tokens = min(tokens, self.cap)
         r.scored[self.role] = r.generated
         self.queue.append((step, tokens, prefix, self.emitted))  # the last: its place in the queue
         self.emitted += 1

@@ -45,7 +45,8 @@ def test_grpo_launch_maps_to_a_colocated_sync_grpo_scenario_that_simulates():
     assert sc["generation"]["engine"] == "continuous" and sc["generation"]["runtime"] == "vllm"
     ex = sc["execution"]
     assert ex["micro_batch"] == {"ppo_micro_batch_size_per_gpu": 16, "log_prob_micro_batch_size_per_gpu": 32,
-                                 "use_remove_padding": True}
+                                 "use_remove_padding": True, "pad_to": "max_length"}
+    assert ex["sharding"] == "fsdp" and ex["entropy"] is True
     assert ex["gradient_checkpointing"] and ex["old_log_prob"] and ex["weight_sync"] == {"kind": "reshard"}
     assert ex["offload"]["reference"] == {"param": True} and not ex["offload"]["actor"]["optimizer"]
     assert ex["ulysses_sequence_parallel_size"] == 1
