@@ -216,6 +216,10 @@ class MicroBatch(Frozen):
         None, description="Token budget of a forward-pass piece with use_dynamic_bsz (verl: log_prob_max_token_len_per_gpu). Default: ppo_max_token_len_per_gpu.")
     use_remove_padding: bool = Field(
         False, description="Sequence packing (verl: use_remove_padding; OpenRLHF: packing_samples): a piece costs the sum of its rows' real tokens and attention over each row's own length, not every row padded to the piece's longest.")
+    critic_use_remove_padding: Optional[bool] = Field(
+        None, description="The critic's own packing flag (verl: critic.model.use_remove_padding, which verl ~0.3 left False while the actor packed). Default: use_remove_padding.")
+    pad_to: Literal["longest", "max_length"] = Field(
+        "longest", description="Rows of an unpacked piece are padded to: `longest`, the piece's longest row; `max_length`, the configured workload.max_prompt_tokens + workload.max_response_tokens (verl: prompts left-padded to data.max_prompt_length, responses padded to the rollout's response_length).")
 
 
 class TrainedOffload(Frozen):
@@ -252,6 +256,10 @@ class Execution(Frozen):
     old_log_prob: bool = Field(False, description="The actor recomputes log-probs of every rollout (prompt + response) in a forward pass on its pool after scoring and before the reference pass (verl: compute_log_prob, phase old_log_prob).")
     advantage: Advantage = Advantage()
     micro_batch: MicroBatch = MicroBatch()
+    sharding: Literal["none", "fsdp"] = Field(
+        "none", description="How the actor, critic and reference parameters are sharded over their pool's data-parallel GPUs: `none`, each rank holds them whole (the gradients all-reduced once per minibatch); `fsdp`, FSDP FULL_SHARD / ZeRO-3 (verl's fsdp and fsdp2 strategies, OpenRLHF's --zero_stage 3): every forward call all-gathers the parameters, every training call gathers them twice and reduce-scatters fp32 gradients (rlhfsim.costs.framework).")
+    entropy: bool = Field(
+        False, description="Every log-prob call (old_log_prob, reference, actor training) also computes the entropy of every position from its logits (verl's entropy_from_logits), priced as element-wise passes over the vocabulary on GPU profiles.")
     gradient_checkpointing: bool = Field(False, description="Activation recomputation in training: one more forward per training piece, priced as the profile's checkpoint_extra_frac of the piece's train time (verl: enable_gradient_checkpointing).")
     offload: Offload = Offload()
     weight_sync: WeightSync = WeightSync()
