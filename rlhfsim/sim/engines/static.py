@@ -39,7 +39,8 @@ input ids, transformers' ``GenerationMixin``). The boundary then costs
                                                        cached call would have decoded in one step
 
 priced by the runtime's own prefill fit (``prefill:RUNTIME``) and decode coefficients; the difference is
-never below the handoff. Summed over a batch of longest response L in chunks of c, the re-prefilled
+never below the handoff. The same holds for a batch's first call: rows carried from an earlier step
+(OPPO's deferred rollouts) are prefilled again whatever ``inter.keep_kv`` says. Summed over a batch of longest response L in chunks of c, the re-prefilled
 tokens are about b (L / c) (ctx0 + L / 2): they fall as 1 / c, which is what makes small chunks slow.
 
 A runtime whose decode loop runs one step per call in the framework's own code
@@ -90,7 +91,8 @@ class StaticEngine(Engine):
         """Process: the batch's generate() call starts: its overhead, then one prefill padded to ``ctx0``
         tokens per row for the rows whose KV is not resident (``padded``: their contexts differ, and the
         padding adds ``pad_prefill_s``). Returns the fresh rows."""
-        need = [r for r in rows if not r.kv_resident]
+        # reprefill: a generate() call gets token ids only, so a carried row's cache is gone too
+        need = list(rows) if self.reprefill else [r for r in rows if not r.kv_resident]
         total = active = 0.0
         if need:
             total, active = self.prefill_parts(ctx0 * len(need), len(need))
