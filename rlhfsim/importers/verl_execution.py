@@ -26,6 +26,7 @@ DEFAULTS: dict[str, object] = {
     f"{AR}.ref.fsdp_config.param_offload": False,
     "critic.model.fsdp_config.param_offload": False,
     "critic.model.fsdp_config.optimizer_offload": False,
+    "critic.ppo_max_token_len_per_gpu": 32768,
 }
 
 MAPPED: dict[str, str] = {
@@ -51,15 +52,18 @@ MAPPED: dict[str, str] = {
     "critic.model.fsdp_config.optimizer_offload": "execution.offload.critic.optimizer",
     f"{AR}.actor.ulysses_sequence_parallel_size": "execution.ulysses_sequence_parallel_size",
     "critic.model.use_remove_padding": "execution.micro_batch.critic_use_remove_padding",
+    f"{AR}.ref.log_prob_micro_batch_size_per_gpu": "execution.micro_batch.ref_log_prob_micro_batch_size_per_gpu",
+    f"{AR}.ref.log_prob_micro_batch_size": "execution.micro_batch.ref_log_prob_micro_batch_size_per_gpu (global size / GPUs)",
+    "critic.ppo_micro_batch_size_per_gpu": "execution.micro_batch.critic_ppo_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size": "execution.micro_batch.critic_ppo_micro_batch_size_per_gpu (global size / GPUs)",
+    "critic.forward_micro_batch_size_per_gpu": "execution.micro_batch.critic_forward_micro_batch_size_per_gpu",
+    "critic.forward_micro_batch_size": "execution.micro_batch.critic_forward_micro_batch_size_per_gpu (global size / GPUs)",
+    "critic.ppo_max_token_len_per_gpu": "execution.micro_batch.critic_ppo_max_token_len_per_gpu",
 }
 
 # Per-model settings the scenario holds once: mapped when equal to the value used, else unmapped.
 SAME_AS = {
-    f"{AR}.ref.log_prob_micro_batch_size_per_gpu": f"{AR}.rollout.log_prob_micro_batch_size_per_gpu",
-    f"{AR}.ref.log_prob_micro_batch_size": f"{AR}.rollout.log_prob_micro_batch_size",
     f"{AR}.ref.log_prob_max_token_len_per_gpu": f"{AR}.rollout.log_prob_max_token_len_per_gpu",
-    "critic.ppo_micro_batch_size_per_gpu": f"{AR}.actor.ppo_micro_batch_size_per_gpu",
-    "critic.forward_micro_batch_size_per_gpu": f"{AR}.rollout.log_prob_micro_batch_size_per_gpu",
     "critic.use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
     "critic.model.enable_gradient_checkpointing": f"{AR}.model.enable_gradient_checkpointing",
     f"{AR}.rollout.log_prob_use_dynamic_bsz": f"{AR}.actor.use_dynamic_bsz",
@@ -121,6 +125,22 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
             mb["log_prob_max_token_len_per_gpu"] = fwd_tokens
         if f"{AR}.actor.ppo_max_token_len_per_gpu" not in seen:
             a.append(f"use_dynamic_bsz without ppo_max_token_len_per_gpu: verl's default {DEFAULTS[f'{AR}.actor.ppo_max_token_len_per_gpu']}")
+    # the reference's and the critic's own sizes (verl has one per model; the critic's values pass defaults to its
+    # training size, as verl's critic.forward_micro_batch_size_per_gpu: ${critic.ppo_micro_batch_size_per_gpu})
+    def per_gpu(key: str) -> int | None:
+        v = _int(cfg, f"{key}_per_gpu")
+        return v if v is not None or _int(cfg, key) is None else max(_int(cfg, key) // ranks, 1)
+    if "reference" in models and per_gpu(f"{AR}.ref.log_prob_micro_batch_size") is not None:
+        mb["ref_log_prob_micro_batch_size_per_gpu"] = per_gpu(f"{AR}.ref.log_prob_micro_batch_size")
+    if "critic" in models:
+        ctrain = per_gpu("critic.ppo_micro_batch_size")
+        cfwd = per_gpu("critic.forward_micro_batch_size") or ctrain
+        if ctrain is not None:
+            mb["critic_ppo_micro_batch_size_per_gpu"] = ctrain
+        if cfwd is not None:
+            mb["critic_forward_micro_batch_size_per_gpu"] = cfwd
+        if mb.get("use_dynamic_bsz"):  # critic.use_dynamic_bsz follows the actor's (SAME_AS)
+            mb["critic_ppo_max_token_len_per_gpu"] = _int(cfg, "critic.ppo_max_token_len_per_gpu")
     mb["use_remove_padding"] = _flag(cfg, f"{AR}.model.use_remove_padding")
     # verl pads unpacked rows to the configured lengths: prompts left-padded to data.max_prompt_length by its
     # dataset, responses to the rollout's response_length

@@ -88,6 +88,13 @@ def _execution(ex: dict) -> list[str]:
             o.append(f"{AR}.{key}={mb[field]}")
     if mb.get("use_dynamic_bsz"):
         o += [f"{AR}.actor.use_dynamic_bsz=True", f"{AR}.actor.ppo_max_token_len_per_gpu={mb['ppo_max_token_len_per_gpu']}"]
+    for key, field in ((f"{AR}.ref.log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu"),
+                       ("critic.ppo_micro_batch_size_per_gpu", "critic_ppo_micro_batch_size_per_gpu"),
+                       ("critic.forward_micro_batch_size_per_gpu", "critic_forward_micro_batch_size_per_gpu"),
+                       ("critic.ppo_max_token_len_per_gpu", "critic_ppo_max_token_len_per_gpu"),
+                       ("critic.model.use_remove_padding", "critic_use_remove_padding")):
+        if mb.get(field) is not None:
+            o.append(f"{key}={mb[field]}")
     if "reference" in off:
         o.append(f"{AR}.ref.fsdp_config.param_offload={off['reference']['param']}")
     if "critic" in off:

@@ -216,6 +216,14 @@ class MicroBatch(Frozen):
         None, description="Token budget of a forward-pass piece with use_dynamic_bsz (verl: log_prob_max_token_len_per_gpu). Default: ppo_max_token_len_per_gpu.")
     use_remove_padding: bool = Field(
         False, description="Sequence packing (verl: use_remove_padding; OpenRLHF: packing_samples): a piece costs the sum of its rows' real tokens and attention over each row's own length, not every row padded to the piece's longest.")
+    ref_log_prob_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="The reference pass's own rows per call (verl: actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu). Default: log_prob_micro_batch_size_per_gpu.")
+    critic_forward_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="The critic's values pass's own rows per call (verl: critic.forward_micro_batch_size_per_gpu, by default the critic's ppo_micro_batch_size_per_gpu). Default: log_prob_micro_batch_size_per_gpu.")
+    critic_ppo_micro_batch_size_per_gpu: Optional[PositiveInt] = Field(
+        None, description="The critic's own rows per training call (verl: critic.ppo_micro_batch_size_per_gpu). Default: ppo_micro_batch_size_per_gpu.")
+    critic_ppo_max_token_len_per_gpu: Optional[Tokens] = Field(
+        None, description="The critic's own token budget per call with use_dynamic_bsz, for its training and its values pass (verl: critic.ppo_max_token_len_per_gpu, default 32768, and critic.forward_max_token_len_per_gpu, by default the same). Default: ppo_max_token_len_per_gpu (training) and log_prob_max_token_len_per_gpu (values).")
     critic_use_remove_padding: Optional[bool] = Field(
         None, description="The critic's own packing flag (verl: critic.model.use_remove_padding, which verl ~0.3 left False while the actor packed). Default: use_remove_padding.")
     pad_to: Literal["longest", "max_length"] = Field(

@@ -19,7 +19,9 @@ def framework_calls(s) -> bool:
     """Are calls cut by ``execution.micro_batch`` (then each pays the profile's per-piece host time)?"""
     m = s.scenario.execution.micro_batch
     return (m.log_prob_micro_batch_size_per_gpu is not None or m.ppo_micro_batch_size_per_gpu is not None
-            or m.use_dynamic_bsz or m.use_remove_padding or bool(m.critic_use_remove_padding))
+            or m.use_dynamic_bsz or m.use_remove_padding or bool(m.critic_use_remove_padding)
+            or any(v is not None for v in (m.ref_log_prob_micro_batch_size_per_gpu, m.critic_forward_micro_batch_size_per_gpu,
+                                           m.critic_ppo_micro_batch_size_per_gpu)))
 
 
 def packed_of(s, role: str) -> bool:
@@ -51,8 +53,11 @@ def forward_cuts(s, sp: int = 1, role: str = "actor") -> tuple[int, int | None, 
     """(rows per call, token budget or None, packed) of a forward pass; a Ulysses group's token budget
     is sp times the per-GPU one (verl multiplies it so)."""
     m = s.scenario.execution.micro_batch
-    size = m.log_prob_micro_batch_size_per_gpu or s.scenario.generation.max_batch
+    own = {"critic": m.critic_forward_micro_batch_size_per_gpu, "reference": m.ref_log_prob_micro_batch_size_per_gpu}
+    size = own.get(role) or m.log_prob_micro_batch_size_per_gpu or s.scenario.generation.max_batch
     budget = (m.log_prob_max_token_len_per_gpu or m.ppo_max_token_len_per_gpu) if m.use_dynamic_bsz else None
+    if budget is not None and role == "critic" and m.critic_ppo_max_token_len_per_gpu:
+        budget = m.critic_ppo_max_token_len_per_gpu
     return size, budget * sp if budget is not None else None, packed_of(s, role)
 
 
@@ -60,7 +65,11 @@ def train_cuts(s, sp: int = 1, role: str = "actor") -> tuple[int | None, int | N
     """(rows per call or None for one call, token budget or None, packed) of training on one rank."""
     m = s.scenario.execution.micro_batch
     budget = m.ppo_max_token_len_per_gpu * sp if m.use_dynamic_bsz else None
-    return m.ppo_micro_batch_size_per_gpu, budget, packed_of(s, role)
+    if budget is not None and role == "critic" and m.critic_ppo_max_token_len_per_gpu:
+        budget = m.critic_ppo_max_token_len_per_gpu * sp
+    size = m.critic_ppo_micro_batch_size_per_gpu if role == "critic" and m.critic_ppo_micro_batch_size_per_gpu else \
+        m.ppo_micro_batch_size_per_gpu
+    return size, budget, packed_of(s, role)
 
 
 def offload_s(sim, role: str, phase: str, calls: int = 1) -> float:

@@ -45,7 +45,8 @@ def test_grpo_launch_maps_to_a_colocated_sync_grpo_scenario_that_simulates():
     assert sc["generation"]["engine"] == "continuous" and sc["generation"]["runtime"] == "vllm"
     ex = sc["execution"]
     assert ex["micro_batch"] == {"ppo_micro_batch_size_per_gpu": 16, "log_prob_micro_batch_size_per_gpu": 32,
-                                 "use_remove_padding": True, "pad_to": "max_length"}
+                                 "use_remove_padding": True, "pad_to": "max_length",
+                                 "ref_log_prob_micro_batch_size_per_gpu": 32}
     assert ex["sharding"] == "fsdp" and ex["entropy"] is True
     assert ex["gradient_checkpointing"] and ex["old_log_prob"] and ex["weight_sync"] == {"kind": "reshard"}
     assert ex["offload"]["reference"] == {"param": True} and not ex["offload"]["actor"]["optimizer"]
@@ -162,9 +163,9 @@ def test_ulysses_and_legacy_global_micro_batches():
     # verl divides a global size by the data-parallel ranks: 8 GPUs / sp 2 = 4
     assert ex["micro_batch"]["ppo_micro_batch_size_per_gpu"] == 16
     assert ex["micro_batch"]["log_prob_micro_batch_size_per_gpu"] == 32
-    # the reference's own per-GPU size has no rollout per-GPU size to equal now: listed
-    assert {s.key for s in res.by_status("unmapped")} == {"trainer.save_freq", "trainer.test_freq",
-                                                          f"{AR}.ref.log_prob_micro_batch_size_per_gpu"}
+    # the reference's own per-GPU size is the scenario's ref_log_prob_micro_batch_size_per_gpu
+    assert ex["micro_batch"]["ref_log_prob_micro_batch_size_per_gpu"] == 32
+    assert {s.key for s in res.by_status("unmapped")} == {"trainer.save_freq", "trainer.test_freq"}
     assert simulate(load_scenario(res.scenario), steps=2).summary["step_time_s"] > 0
 
 
