@@ -8,6 +8,19 @@ from rich.table import Table
 from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
 
 
+def reward_scoring_text(r: dict) -> str:
+    """One line on how the reward model scored (the summary's ``reward_scoring``)."""
+    how = (f"streamed during generation by {r['streaming']} ({r['streaming_source']})" if r["streamed"] else
+           "scored after generation (nothing streamed to it)")
+    text = f"reward model {r['model']} ({r['arch']}): {how}"
+    if r.get("retokenize"):
+        text += "; responses re-tokenized for it"
+    if r.get("truncated_to_tokens"):
+        text += (f"; rows truncated to its {r['truncated_to_tokens']} positions (absolute position table; "
+                 "the frameworks truncate on the right)")
+    return text
+
+
 def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim") -> None:
     """The summary as tables; ``names="verl"``: phases under verl's ``timing_s/*`` names
     (``rlhfsim.contracts.VERL_PHASE_KEYS``), with ``timing_s/step`` last."""
@@ -24,6 +37,8 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
             f"+ {g['handoff_per_row_s'] * 1e3:.2f} ms/row"
             + (f", left padding {g['pad_step_s'] * 1e3:.2f} ms + {g['pad_step_per_row_s'] * 1e3:.3f} ms/row per decode step"
                if g.get("pad_step_s") or g.get("pad_step_per_row_s") else "")))
+    if s.get("reward_scoring"):
+        c.print(reward_scoring_text(s["reward_scoring"]))
     if g and g.get("sampling_logprobs"):
         c.print("sampled tokens' log-probs recorded: " + (
             "priced with the sampling tail measured with the recorder" if g.get("logprobs_priced") else

@@ -61,6 +61,7 @@ class Setup:
     trace: list[tuple[int, int]] | None = None  # replayed (prompt_len, response_len), from a `trace` source
     reward_streaming: str = "incremental"  # how chunks reach the reward model (rlhfsim.sim.streaming)
     retokenize: bool = False  # the reward model reads another tokenizer: responses are decoded and re-tokenized
+    reward_max_tokens: int | None = None  # a reward call's rows are truncated to this many tokens (None: whole)
 
     def pool_of(self, role: str) -> PoolSpec:
         return self.pools[self.role_pool[role]]
@@ -108,18 +109,41 @@ def _check_execution(sc: Scenario, shapes: dict) -> None:
                 raise ScenarioError(f"execution.offload.{role}.{f}", f"expected false without a {role} model (models.{role}), got true")
 
 
-def _check_pairing(sc: Scenario, shapes: dict) -> tuple[str, bool]:
-    """(the reward model's streaming strategy, whether it re-tokenizes), refusing pairs that cannot run:
+# Encoder families without absolute position embeddings: DeBERTa-v2/v3 checkpoints set
+# ``position_biased_input: false`` (microsoft/deberta-v3-large config.json; calibrate/models.py builds them
+# so), and transformers' DebertaV2Embeddings then has no position table: relative attention over log
+# buckets (``position_buckets``) runs any length (measured here: a DeBERTa-v3-configured model with
+# max_position_embeddings 512 scored a 1,024-token row; an ELECTRA of the same size raised on it).
+RELATIVE_POSITION_ENCODERS = ("deberta-v2",)
+
+
+def reward_position_limit(rm: ModelShape) -> int | None:
+    """The tokens a reward model's scoring call can take per row: None without a limit (decoders are
+    checked against ``max_positions`` instead; relative-position encoders run any length), else the
+    encoder's absolute position table (``max_positions``), which the frameworks truncate each row to:
+    verl's RewardModelWorker tokenizes with ``max_length`` (the reward model's own) and
+    ``truncation="right"`` (verl/workers/fsdp_workers.py, ``_switch_chat_template``), as a Hugging Face
+    tokenizer does with ``truncation=True``."""
+    if rm.arch != "encoder" or rm.hf_model_type in RELATIVE_POSITION_ENCODERS:
+        return None
+    return rm.max_positions
+
+
+def _check_pairing(sc: Scenario, shapes: dict) -> tuple[str, bool, int | None]:
+    """(the reward model's streaming strategy, whether it re-tokenizes, the tokens a scoring row is
+    truncated to or None), refusing pairs that cannot run:
 
     * a reward model of another tokenizer than the actor's (``ModelShape.tokenizer_id``) gets the
       responses decoded and tokenized again (``retokenize``);
     * ``models.reward.streaming`` must be one the reward architecture can run (an encoder has no causal
       cache to extend);
-    * the reward model's positions must hold the longest prompt + response (the re-tokenized text keeps
-      the actor's token count: docs/cost-model.md)."""
+    * a decoder reward model's positions must hold the longest prompt + response (the re-tokenized text
+      keeps the actor's token count: docs/cost-model.md); an encoder with absolute positions (ELECTRA,
+      RoBERTa, BERT) scores rows truncated to its positions, as the frameworks run it
+      (``reward_position_limit``); DeBERTa-v3's relative positions take any length."""
     actor = shapes["actor"]
     if "reward" not in shapes:
-        return "incremental", False
+        return "incremental", False, None
     rm = shapes["reward"]
     retokenize = rm.tokenizer_id != actor.tokenizer_id
     name = sc.models.reward.streaming or DEFAULT_STREAMING[rm.arch]
@@ -130,12 +154,15 @@ def _check_pairing(sc: Scenario, shapes: dict) -> tuple[str, bool]:
             f"chunk changes every earlier token, so there is no causal KV cache to prefill onto), got {name}"))
     w = sc.workload
     longest = w.max_prompt_tokens + w.max_response_tokens
+    if rm.arch == "encoder":
+        limit = reward_position_limit(rm)
+        return name, retokenize, (limit if limit is not None and longest > limit else None)
     if longest > rm.max_positions:
         raise ScenarioError("models.reward.model", (
             f"expected a reward model whose {rm.max_positions} positions hold the longest prompt + response "
             f"(workload.max_prompt_tokens + max_response_tokens = {longest}), got {rm.name!r}; lower the caps "
             f"or pick a reward model with more positions"))
-    return name, retokenize
+    return name, retokenize, None
 
 
 def build_setup(sc: Scenario) -> Setup:
@@ -248,7 +275,7 @@ def build_setup(sc: Scenario) -> Setup:
     rollouts = sc.workload.prompts_per_step * sc.algorithm.group_size
     if sc.algorithm.minibatch_size > rollouts:
         raise ScenarioError("algorithm.minibatch_size", f"expected at most the {rollouts} rollouts per step, got {sc.algorithm.minibatch_size}")
-    streaming, retokenize = _check_pairing(sc, shapes)
+    streaming, retokenize, reward_max_tokens = _check_pairing(sc, shapes)
     sc.schedule.check(sc)
     if sc.warmup_steps >= sc.steps:
         raise ScenarioError("warmup_steps", f"expected fewer warm-up steps than steps ({sc.steps}), got {sc.warmup_steps}")
@@ -260,4 +287,5 @@ def build_setup(sc: Scenario) -> Setup:
         response_sampler=sampler_for(w.response_length, w.max_response_tokens, base, "workload.response_length"),
         rule_reward=rule, rollouts_per_step=rollouts, resident_bytes=resident,
         trace=trace_for(w, sc.algorithm.group_size, base), reward_streaming=streaming, retokenize=retokenize,
+        reward_max_tokens=reward_max_tokens,
     )

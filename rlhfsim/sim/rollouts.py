@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,21 @@ class Rollout:
     @property
     def done(self) -> bool:
         return self.generated >= self.response_len
+
+
+def truncated(rows: list[Rollout], cap: int) -> list[Rollout]:
+    """``rows`` as a model that takes at most ``cap`` tokens per row reads them (a reward model with an
+    absolute position table, ``Setup.reward_max_tokens``): a row longer than ``cap`` becomes a copy cut on
+    the right (its prompt first, then as much of its response as fits: the frameworks' ``truncation=
+    "right"``), for pricing only; shorter rows are the same objects."""
+    out = []
+    for r in rows:
+        if r.prompt_len + r.response_len <= cap:
+            out.append(r)
+        else:
+            p = min(r.prompt_len, cap)
+            out.append(replace(r, prompt_len=p, response_len=cap - p))
+    return out
 
 
 class RolloutStream:

@@ -265,6 +265,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "profile": sim.cost.name,
         "profile_source": sim.cost.profile["provenance"].get("source"),
         "generation_runtime": generation_runtime(sim),
+        "reward_scoring": reward_scoring(sim),
         "steps": len(steps),
         "warmup_steps": warm,
         "steady_steps": len(steady),
@@ -282,6 +283,23 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "pools": {p.name: {"gpus": p.gpus, "roles": list(p.roles)} for p in s.pools},
         "schedule_stats": stats,
     }
+
+
+def reward_scoring(sim: Simulation) -> dict | None:
+    """How the reward model scored (None for a rule reward): whether responses streamed to it during
+    generation (``streamed``: a schedule handed it chunks, e.g. OPPO intra-step) and by which strategy
+    (``streaming``, ``rlhfsim.sim.streaming``; ``streaming_source``: named by ``models.reward.streaming``
+    or the default for its architecture: an encoder takes ``final_only``); whether responses are
+    re-tokenized for it; and ``truncated_to_tokens``, the tokens each row is truncated to when prompt +
+    response can exceed an absolute-position encoder's positions (None: rows scored whole)."""
+    s = sim.setup
+    if "reward" not in s.shapes:
+        return None
+    rm = s.shapes["reward"]
+    named = s.scenario.models.reward.streaming is not None
+    return {"model": rm.name, "arch": rm.arch, "streamed": "reward" in sim.scorers, "streaming": s.reward_streaming,
+            "streaming_source": "models.reward.streaming" if named else f"default for an {rm.arch} reward model",
+            "retokenize": s.retokenize, "truncated_to_tokens": s.reward_max_tokens}
 
 
 def generation_runtime(sim: Simulation) -> dict:

@@ -63,8 +63,8 @@ CASES = {
     "encoder-incremental": ({"models": {"reward": {"model": "tiny-deberta", "streaming": "incremental"}},
                              "schedule": {"kind": "oppo", "intra": {"chunk_tokens": 16}, "inter": {"enabled": False}}},
                             "models.reward.streaming", "expected reencode or final_only"),
-    "encoder-positions": ({"models": {"reward": {"model": "tiny-deberta"}}, "workload": {"max_response_tokens": 600}},
-                          "models.reward.model", "512 positions"),
+    # (an encoder's positions are not refused: relative ones run any length, absolute ones truncate)
+    "decoder-positions": ({"workload": {"max_response_tokens": 5000}}, "models.reward.model", "4096 positions"),
 }
 
 

@@ -129,8 +129,8 @@ CASES = [
                                  "got incremental"]),
     ("streaming-name", [_set("models.reward.streaming", "chunked")], "models.reward.streaming",
      ["incremental", "reencode", "final_only", "'chunked'"]),
-    ("reward-positions", [_set("models.reward.model", "deberta-v3-large")], "models.reward.model",
-     ["512 positions hold the longest prompt + response", "'deberta-v3-large'"]),
+    ("reward-positions", [_set("models.reward.model", "tiny-qwen2"), _set("workload.max_response_tokens", 4000)],
+     "models.reward.model", ["4096 positions hold the longest prompt + response", "'tiny-qwen2'"]),  # a decoder's
     ("compare-name", [_set("compare", ["sync", "turbo"])], "compare[1]", ["expected one of", "'turbo'"]),
     ("mixture-inner", [_set("workload.response_length", {"kind": "mixture", "components": [
         {"weight": 1, "dist": {"kind": "fixed", "value": "x"}}]})],
