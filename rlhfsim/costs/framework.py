@@ -16,6 +16,8 @@ One call is one micro-batch (piece) of one data-parallel rank::
     device_s  = max(kernel_s + head_s, comm_s) + comm_s / units                 (gathers prefetched beside the
                 compute; the first unit's gather is exposed)
     host_s    = L x h_fwd  (forward)  or  L x h_train x (checkpoint_mult if gradient checkpointing)  (training)
+                + units x h_fsdp x (1 forward | 3 training: the gathers' pre-forward and pre-backward hooks and the
+                  post-backward reduce-scatter)                                  (execution.sharding: fsdp)
     call_s    = max(device_s, host_s)
 
 CUDA launches are asynchronous, so the host's dispatch overlaps the device's work: a call costs the larger of
@@ -33,7 +35,11 @@ per-logit bytes are counted from verl's code (``verl.utils.torch_functional``: `
 ``logprobs_from_logits`` through flash-attn's fused cross entropy, ``entropy_from_logits`` = logsumexp -
 sum(softmax x logits)) in bf16: 4 (div_) + 2 (fused cross entropy) = 6, and 18 for the entropy (softmax: max,
 read, write; logsumexp: two reads; product: two reads, one write; sum: one read; 2 bytes each). The FSDP
-bytes follow FSDP's FULL_SHARD (reshard after forward) as verl configures it (param bf16, reduce fp32).
+bytes follow FSDP's FULL_SHARD (reshard after forward) as verl configures it (param bf16, reduce fp32). FSDP's
+own host time per unit and collective, h_fsdp (``fsdp_host_per_unit_s``), is the public report of FSDP's
+``pre_forward`` taking about 1 ms per module on a Xeon host (pytorch/pytorch#173680, torch 2.10, FSDP2); FSDP1's
+per-parameter view bookkeeping is of the same order (pytorch/pytorch#96958: unshard 4.3 ms and reshard 2.7 ms for
+400 parameters, about 20 us per parameter and cycle, 12 parameters per Qwen2 layer).
 """
 
 from __future__ import annotations
@@ -49,13 +55,15 @@ PARAM_BYTES = 2.0       # FSDP's gathered parameters (bf16)
 GRAD_REDUCE_BYTES = 4.0  # FSDP's gradient reduce-scatter (fp32 reduce dtype)
 
 FRAMEWORK_KEYS = ("host_forward_per_layer_s", "host_train_per_layer_s", "host_checkpoint_mult")
+OPTIONAL_KEYS = ("fsdp_host_per_unit_s",)  # 0 when absent
+FSDP_TRAIN_COLLECTIVES = 3  # a training call's gathers (forward, backward) and reduce-scatter, per unit
 
 
 def check_framework(doc: dict, where: str) -> str | None:
     """The first problem with ``profile["framework"]`` as a one-line message naming its key, or None."""
     if not isinstance(doc, dict):
         return f"{where}: expected a mapping, got {type(doc).__name__}"
-    for k in FRAMEWORK_KEYS:
+    for k in FRAMEWORK_KEYS + tuple(k for k in OPTIONAL_KEYS if k in doc):
         v = doc.get(k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
             return f"{where}.{k}: expected a finite number >= 0, got {v!r}"
@@ -71,6 +79,7 @@ class FrameworkHost:
     forward_per_layer_s: float
     train_per_layer_s: float
     checkpoint_mult: float
+    fsdp_per_unit_s: float = 0.0
 
     @classmethod
     def of(cls, profile: dict) -> "FrameworkHost | None":
@@ -78,13 +87,14 @@ class FrameworkHost:
         if not doc:
             return None
         return cls(float(doc["host_forward_per_layer_s"]), float(doc["host_train_per_layer_s"]),
-                   float(doc["host_checkpoint_mult"]))
+                   float(doc["host_checkpoint_mult"]), float(doc.get("fsdp_host_per_unit_s") or 0.0))
 
-    def forward_s(self, m: ModelShape) -> float:
-        return m.layers * self.forward_per_layer_s
+    def forward_s(self, m: ModelShape, fsdp: bool = False) -> float:
+        return m.layers * self.forward_per_layer_s + (fsdp_units(m) * self.fsdp_per_unit_s if fsdp else 0.0)
 
-    def train_s(self, m: ModelShape, checkpointing: bool) -> float:
-        return m.layers * self.train_per_layer_s * (self.checkpoint_mult if checkpointing else 1.0)
+    def train_s(self, m: ModelShape, checkpointing: bool, fsdp: bool = False) -> float:
+        return m.layers * self.train_per_layer_s * (self.checkpoint_mult if checkpointing else 1.0) + \
+            (fsdp_units(m) * FSDP_TRAIN_COLLECTIVES * self.fsdp_per_unit_s if fsdp else 0.0)
 
 
 def head_bytes_per_logit(entropy: bool, training: bool) -> float:

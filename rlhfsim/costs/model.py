@@ -693,7 +693,7 @@ class CostModel:
 
     def call_parts(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                    head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
-                   logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 1,
+                   logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
                    inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
         """One framework call (a forward or a training micro-batch on one data-parallel rank) by part
         (``rlhfsim.costs.framework``): the roofline (``forward_parts`` / ``train_parts``; with
@@ -721,7 +721,8 @@ class CostModel:
             comm = fw.fsdp_bytes(m, head, fsdp_n, training) / self.link_bw(inter_node) + \
                 units * (3 if training else 1) * LINK_LATENCY_S
             exposed = comm / units
-        host_s = 0.0 if host is None else host.train_s(m, checkpointing) if training else host.forward_s(m)
+        fsdp = fsdp_n >= 1  # FSDP wraps the model (its hooks run even on one GPU, where nothing is gathered)
+        host_s = 0.0 if host is None else host.train_s(m, checkpointing, fsdp) if training else host.forward_s(m, fsdp)
         return fw.CallParts(kernel, active, head_s, comm, exposed, host_s)
 
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",

@@ -43,9 +43,10 @@ def pad_length(s) -> int | None:
 
 def fsdp_shards(s, role: str) -> int:
     """GPUs ``role``'s parameters are sharded over by FSDP (``execution.sharding: fsdp``): its pool's GPUs
-    over its tensor-parallel degree; 1 (no per-call collectives) otherwise or for the reward model."""
+    over its tensor-parallel degree; 0 (no FSDP: no per-call collectives or hooks) otherwise or for the reward
+    model."""
     if s.scenario.execution.sharding != "fsdp" or role not in ("actor", "critic", "reference"):
-        return 1
+        return 0
     return max(s.pool_of(role).gpus // s.tp[role], 1)
 
 

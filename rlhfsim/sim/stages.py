@@ -211,7 +211,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         start = env.now
         t = active = 0.0
         # under FSDP every call reduce-scatters its gradients (call_parts): the optimizer step has no all-reduce
-        opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes, grad_allreduce=fsdp_n <= 1)
+        opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes, grad_allreduce=fsdp_n == 0)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)
