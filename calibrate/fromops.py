@@ -400,9 +400,12 @@ def build_profile(root: Path, gpu: str, base: dict, commit: str | None = None, n
              for c, v in fit["collectives"].items() if v}
     prof = json.loads(json.dumps({k: v for k, v in base.items() if not k.startswith("_")}))
     base_name = base.get("name", "default")
+    applies = set(section["applies_to"])
     for op, p in prof.get("operations", {}).items():
         p.setdefault("source", "derived")
         p["copied_from"] = f"{base_name}.json"
+        if op.split(":", 1)[0] in applies:
+            p["kernel_terms"] = "compute_eff and memory_eff unused: kernels_by_shape prices this operation's kernels"
     prof.update({
         "name": name or gpu, "gpu": gpu, "dtype": "float16",
         "device": {"kind": "cuda", "name": f"{gpu}: kernel terms from Vidur's {VIDUR_DIRS[gpu][0]} profiling"},

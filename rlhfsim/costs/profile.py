@@ -27,6 +27,11 @@ Layout (``schema_version`` 1)::
                                                           "per_log_params": f}, ...}}}},   # optional
       "generation": {RUNTIME: {...}},    # generation runtimes (rlhfsim.costs.genruntimes), optional
       "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
+      "kernels_by_shape": {"applies_to": [OP base names], "gemm": {"e_max", "m_half", "s_half", "weight_memory_eff",
+                           "t0_gemm_s", ...}, "elementwise": {"memory_eff", "floor_s", ...}, "source": {...}},
+                                         # GPU kernel terms by shape (calibrate.fromops, rlhfsim.costs.byshape), optional
+      "collectives": {"all_reduce"|"send_recv": {"by_workers": {"N": {"latency_s": f, "bus_bw": f, ...}},
+                      "source": {...}}},  # fitted NCCL terms (calibrate.fromops), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
       "points": [ {...one measured point...} ]
     }
@@ -149,6 +154,8 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
                                        f"relative rates in (0, 1], got {curve!r}"[:300])
         _check_page_faults(kernels.get("page_faults"), f"{where}.kernels.page_faults")
     _check_interference(doc.get("interference", {}), f"{where}.interference")
+    _check_by_shape(doc.get("kernels_by_shape"), f"{where}.kernels_by_shape")
+    _check_collectives(doc.get("collectives"), f"{where}.collectives")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")
         if problem:
@@ -226,6 +233,53 @@ def _width_curve(curve) -> bool:
             and all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1 for r in rs))
 
 
+def _check_by_shape(sec, where: str) -> None:
+    """``kernels_by_shape`` (``calibrate.fromops``; priced by ``rlhfsim.costs.byshape``): efficiencies in (0, 1.5],
+    half-points and floors finite >= 0, ``applies_to`` a list of operation names; None or absent: constants."""
+    if sec is None:
+        return
+    if not isinstance(sec, dict):
+        raise ProfileError(f"{where}: expected an object (applies_to, gemm, elementwise) or null, got {type(sec).__name__}")
+    ops = sec.get("applies_to")
+    if not (isinstance(ops, list) and ops and all(isinstance(o, str) and o for o in ops)):
+        raise ProfileError(f"{where}.applies_to: expected a non-empty list of operation names, got {ops!r}"[:300])
+    checks = [("gemm", k, _eff) for k in ("e_max", "weight_memory_eff")] + \
+             [("gemm", k, _non_negative) for k in ("m_half", "s_half", "t0_gemm_s")] + \
+             [("elementwise", "memory_eff", _eff), ("elementwise", "floor_s", _non_negative)]
+    for part, key, ok in checks:
+        sub = sec.get(part)
+        v = sub.get(key) if isinstance(sub, dict) else None
+        if not ok(v):
+            what = "an efficiency in (0, 1.5]" if ok is _eff else "a finite number >= 0"
+            raise ProfileError(f"{where}.{part}.{key}: expected {what}, got {v!r}"[:300])
+
+
+def _check_collectives(sec, where: str) -> None:
+    """``collectives`` (``calibrate.fromops``): per collective, ``by_workers`` keyed by a worker count >= 2, each with
+    ``latency_s`` finite >= 0 and ``bus_bw`` (bytes/s) finite > 0; None or absent: the link constants."""
+    if sec is None:
+        return
+    if not isinstance(sec, dict):
+        raise ProfileError(f"{where}: expected an object keyed by collective (all_reduce, send_recv) or null, got {type(sec).__name__}")
+    for coll, body in sec.items():
+        by = body.get("by_workers") if isinstance(body, dict) else None
+        if not isinstance(by, dict) or not by:
+            raise ProfileError(f"{where}.{coll}.by_workers: expected an object keyed by worker count, got {by!r}"[:300])
+        for n, p in by.items():
+            if not (isinstance(n, str) and n.isdigit() and int(n) >= 2):
+                raise ProfileError(f"{where}.{coll}.by_workers: expected worker counts >= 2 as keys, got {n!r}")
+            for key, ok in (("latency_s", _non_negative), ("bus_bw", _positive)):
+                v = p.get(key) if isinstance(p, dict) else None
+                if not ok(v):
+                    raise ProfileError(f"{where}.{coll}.by_workers.{n}.{key}: expected a finite number "
+                                       f"{'>= 0 (seconds)' if key == 'latency_s' else '> 0 (bytes/s)'}, got {v!r}")
+
+
+def _eff(v) -> bool:
+    """An efficiency: a finite number in (0, 1.5] (not a bool)."""
+    return _positive(v) and v <= 1.5
+
+
 def _positive(v) -> bool:
     """A finite number > 0 (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
@@ -298,42 +352,12 @@ def _check_interference(inter, where: str) -> None:
 
 def load_profile(ref: str) -> dict:
     path = resolve_profile_path(ref)
-    doc = _with_extends(_read_json(path), path, [str(path.resolve())])
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ProfileError(f"profile: expected valid JSON in {str(path)!r}, got {e}") from None
     doc = validate_profile(doc, f"profile {path.name}")
     doc.setdefault("_path", str(path))
     return doc
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ProfileError(f"profile: expected valid JSON in {str(path)!r}, got {e}") from None
-
-
-def _with_extends(doc, path: Path, chain: list[str]) -> dict:
-    """A profile that extends another (``"extends": NAME-or-PATH``, a relative path read from the extending
-    file's directory; ``rlhfsim calibrate --from-run`` writes such overlays): the base loaded the same way, then
-    the overlay merged over it key by key (objects merged, anything else replaced). The result lists the chain
-    under ``extends_chain``; a profile without ``extends`` is returned as it is."""
-    if not isinstance(doc, dict) or "extends" not in doc:
-        return doc
-    ref = doc["extends"]
-    if not isinstance(ref, str) or not ref:
-        raise ProfileError(f"profile {path.name}.extends: expected a profile name or path, got {ref!r}")
-    near = path.parent / ref
-    base_path = resolve_profile_path(str(near) if near.suffix == ".json" and near.is_file() else ref)
-    key = str(base_path.resolve())
-    if key in chain:
-        raise ProfileError(f"profile {path.name}.extends: expected a chain that ends, got a cycle back to {base_path.name}")
-    base = _with_extends(_read_json(base_path), base_path, [*chain, key])
-    merged = _merge(base, {k: v for k, v in doc.items() if k != "extends"})
-    merged["extends_chain"] = [str(base_path), *base.get("extends_chain", [])]
-    return merged
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
