@@ -1,0 +1,107 @@
+"""rlhfsim.fromrun.fit and ``rlhfsim calibrate --from-run``: a log made by the simulator under a known profile
+change is fitted back to that change; a phase no physical term can reach gets a one-line warning naming it; the
+overlay loads as a profile and prices the run as fitted; bad input is one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rlhfsim.cli import main
+from rlhfsim.costs.profile import load_profile
+from rlhfsim.fromrun import terms as T
+from rlhfsim.fromrun.fit import RunSpec, fit, predict, prepare
+from rlhfsim.fromrun.overlay import calibrate_from_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "scenarios" / "examples" / "field" / "playverl-h100-qwen2.5-0.5b-grpo.sh"   # F5: GRPO, no critic
+REAL_LOG = ROOT / "scenarios" / "examples" / "fromrun" / "logs" / "verl_grpo_qwen2.5b_8gpu.log.steps.gz"
+SETS = ("actor_rollout_ref.rollout.max_num_seqs=1024", "actor_rollout_ref.rollout.enforce_eager=True")
+HOST = "operations.decode:vllm_eager.overhead_s"
+
+
+def synthetic_log(path: Path, phases: dict, n: int = 12, noise: float = 0.01, seed: int = 3) -> Path:
+    """A verl console log whose steady steps scatter ``noise`` around ``phases`` (step 1: a slow warm-up)."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for step in range(1, n + 1):
+        f = 3.0 if step == 1 else 1.0
+        vals = {k: v * f * (1 + noise * rng.standard_normal()) for k, v in phases.items() if k != "timing_s/step"}
+        metrics = {"response_length/mean": 141.2, "prompt_length/mean": 103.6, **vals,
+                   "timing_s/step": sum(vals.values())}
+        lines.append(f"(TaskRunner pid=7) step:{step} - " + " - ".join(f"{k}:{v:.4f}" for k, v in metrics.items()))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_profile("default")
+
+
+@pytest.fixture(scope="module")
+def truth_log(tmp_path_factory, base):
+    """F5's launch simulated with the engine's host time per decode step set to 8 ms, written as a log."""
+    probe = prepare(RunSpec("probe", LAUNCH, REAL_LOG, "h100-sxm", SETS))
+    truth = T.with_values(base, {HOST: 0.008})
+    return synthetic_log(tmp_path_factory.mktemp("logs") / "truth.log", predict(probe, truth))
+
+
+def test_fit_recovers_a_known_engine_host_time(truth_log, base):
+    run = prepare(RunSpec("synthetic", LAUNCH, truth_log, "h100-sxm", SETS))
+    assert run.steady.skipped == {1: "warm-up"} and len(run.steady.kept) == 11
+    res = fit([run], base)
+    host = next(t for t in res["terms"] if t["path"] == HOST)
+    assert host["fitted"] == pytest.approx(0.008, rel=0.05)
+    assert host["interval"][0] <= host["fitted"] <= host["interval"][1]
+    assert [d["phase"] for d in host["determined_by"]] == ["timing_s/gen"]
+    assert "lines 2-12" in host["determined_by"][0]["lines"]
+    rec = res["runs"][0]
+    assert abs(rec["fitted_error_pct"]["timing_s/gen"]) < 2.0
+    assert "timing_s/values" not in rec["measured_s"]          # no critic: nothing said about values
+    assert {u["path"] for u in res["unidentified"]} | {t["path"] for t in res["terms"]} >= {HOST, "step.reshard_eff"}
+
+
+def test_a_phase_no_physical_term_reaches_is_named(tmp_path, base):
+    probe = prepare(RunSpec("probe", LAUNCH, REAL_LOG, "h100-sxm", SETS))
+    phases = predict(probe, base)
+    phases["timing_s/update_actor"] *= 0.01      # a hundred times faster than the base prices training
+    run = prepare(RunSpec("fast", LAUNCH, synthetic_log(tmp_path / "fast.log", phases), "h100-sxm", SETS))
+    res = fit([run], base)
+    assert res["warnings"], res["terms"]
+    assert any("timing_s/update_actor of fast" in w and "not physical" in w for w in res["warnings"])
+    assert all("\n" not in w for w in res["warnings"])
+
+
+def test_overlay_extends_the_base_and_prices_the_run_as_fitted(truth_log, tmp_path, base):
+    spec = RunSpec("synthetic", LAUNCH, truth_log, "h100-sxm", SETS)
+    out = calibrate_from_runs([spec], "default", tmp_path / "o" / "overlay.json", "fromrun-test", "test")
+    doc = json.loads(Path(out["path"]).read_text())
+    assert doc["extends"] == "default" and set(doc["operations"]) <= set(base["operations"])
+    prof = load_profile(out["path"])
+    assert prof["operations"]["decode:vllm_eager"]["overhead_s"] == pytest.approx(0.008, rel=0.05)
+    assert prof["operations"]["prefill"] == base["operations"]["prefill"] or "prefill" in doc["operations"]
+    fitted = doc["from_run"]["runs"][0]["fitted_s"]
+    again = predict(prepare(spec), prof)
+    assert again["timing_s/gen"] == pytest.approx(fitted["timing_s/gen"], rel=1e-3)
+
+
+def test_cli_from_run_errors_are_one_line(tmp_path, truth_log):
+    runner = CliRunner()
+    cut = tmp_path / "cut.log"
+    cut.write_text(truth_log.read_text().splitlines()[0] + "\n" + truth_log.read_text().splitlines()[1][:80] + "\n")
+    r = runner.invoke(main, ["calibrate", "--from-run", str(LAUNCH), str(cut), "--gpu", "h100-sxm"])
+    assert r.exit_code == 2 and "cut.log line 2" in r.output and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(main, ["calibrate", "--from-run", str(LAUNCH), str(truth_log)])
+    assert r.exit_code == 2 and "expected --gpu NAME" in r.output
+    r = runner.invoke(main, ["calibrate", "--from-run", str(LAUNCH), str(truth_log), "--gpu", "h100-sxm",
+                             "--min-steps", "50", "-o", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "expected at least 50 steady steps, got 11" in r.output
+    r = runner.invoke(main, ["calibrate", "--warmup", "2"])
+    assert r.exit_code == 2 and "--warmup: used only with --from-run" in r.output
+    r = runner.invoke(main, ["calibrate", "--from-run", str(LAUNCH), str(truth_log), "--gpu", "h100-sxm", "--quick"])
+    assert r.exit_code == 2 and "--quick" in r.output
