@@ -28,6 +28,7 @@ import numpy as np
 
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
+from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
@@ -322,6 +323,9 @@ class CostModel:
         self.logprob_tail = float(((self.page_faults or {}).get("logprob_tail") or {}).get("s_per_logit") or 0.0)
         # a decode step's fixed costs by its weights' footprint (calibrate.coldfixed; None: hot for every model)
         self.cold_overheads = kernels.get("cold_overheads")
+        # the host's dispatch per layer of a framework's forward and training calls (GPU profiles; None: CPU,
+        # where the fitted operations hold the host's time already): rlhfsim.costs.framework
+        self.host = fw.FrameworkHost.of(profile)
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
@@ -532,18 +536,19 @@ class CostModel:
                       cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                       head: str = "value", all_logits: bool = False,
                       gen_runtime: str | None = None, attn_pairs: float | None = None,
-                      sp: int = 1, gen_logprobs: bool = False) -> tuple[float, float]:
+                      sp: int = 1, gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> tuple[float, float]:
         """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``). ``attn_pairs``: attention's
         (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU of a
         Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens);
         ``gen_logprobs``: a generation prefill whose sampled token's log-prob is recorded
-        (``genruntimes.sample_tail``)."""
+        (``genruntimes.sample_tail``); ``head_s_per_logit``: a log-prob pass's head priced after the roofline
+        at this many seconds per logit instead of the profile's measured tail (``call_parts``)."""
         if n_tokens <= 0:
             return 0.0, 0.0
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
-        lp = self.logprob_tail if logprob else 0.0
+        lp = (self.logprob_tail if head_s_per_logit is None else head_s_per_logit) if logprob else 0.0
         if sp > 1:
             total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
         else:
@@ -686,19 +691,54 @@ class CostModel:
             total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_train")
         return total + comm, active + comm
 
+    def call_parts(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                   head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
+                   logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
+                   inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
+        """One framework call (a forward or a training micro-batch on one data-parallel rank) by part
+        (``rlhfsim.costs.framework``): the roofline (``forward_parts`` / ``train_parts``; with
+        ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
+        position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
+        host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
+        (and its own measured log-prob tail), as before."""
+        host = self.host
+        with_head = logprob and head == "lm" and host is not None
+        per_logit = (fw.head_bytes_per_logit(entropy, training) / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
+                     if with_head else 0.0)
+        if training:
+            kernel, active = self.train_parts(m, dtype, n_tokens, n_seqs, tp, head, attn_pairs, sp)
+            if checkpointing:
+                kernel, active = kernel * (1.0 + ckpt_frac), active * (1.0 + ckpt_frac)
+            head_s = per_logit * n_tokens / sp * m.vocab / tp
+        else:
+            kernel, active = self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=runtime,
+                                                head=head, all_logits=logprob, attn_pairs=attn_pairs, sp=sp,
+                                                head_s_per_logit=per_logit if with_head else None)
+            head_s = 0.0  # inside forward_parts' total, after its roofline
+        comm = exposed = 0.0
+        if fsdp_n > 1:
+            units = fw.fsdp_units(m)
+            comm = fw.fsdp_bytes(m, head, fsdp_n, training) / self.link_bw(inter_node) + \
+                units * (3 if training else 1) * LINK_LATENCY_S
+            exposed = comm / units
+        fsdp = fsdp_n >= 1  # FSDP wraps the model (its hooks run even on one GPU, where nothing is gathered)
+        host_s = 0.0 if host is None else host.train_s(m, checkpointing, fsdp) if training else host.forward_s(m, fsdp)
+        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s)
+
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
                     inter_node: bool = False) -> float:
         """Gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard."""
         return self.optimizer_parts(m, dtype, tp, dp, head, inter_node)[0]
 
     def optimizer_parts(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
-                        inter_node: bool = False) -> tuple[float, float]:
-        """(total_s, active_s) of ``optimizer_s``."""
+                        inter_node: bool = False, grad_allreduce: bool = True) -> tuple[float, float]:
+        """(total_s, active_s) of ``optimizer_s``; ``grad_allreduce=False``: the gradients were reduced with
+        every call already (FSDP's reduce-scatter, ``call_parts``), only the AdamW step is left."""
         shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
         grads = m.params(head) / tp * DTYPE_BYTES[dtype]
         total, active = roofline_parts(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
-        comm = self.allreduce_s(grads, dp, inter_node)
+        comm = self.allreduce_s(grads, dp, inter_node) if grad_allreduce else 0.0
         return total + comm, active + comm
 
     def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False,

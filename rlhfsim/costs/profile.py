@@ -352,12 +352,42 @@ def _check_interference(inter, where: str) -> None:
 
 def load_profile(ref: str) -> dict:
     path = resolve_profile_path(ref)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ProfileError(f"profile: expected valid JSON in {str(path)!r}, got {e}") from None
+    doc = _with_extends(_read_json(path), path, [str(path.resolve())])
     doc = validate_profile(doc, f"profile {path.name}")
     doc.setdefault("_path", str(path))
     return doc
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ProfileError(f"profile: expected valid JSON in {str(path)!r}, got {e}") from None
+
+
+def _with_extends(doc, path: Path, chain: list[str]) -> dict:
+    """A profile that extends another (``"extends": NAME-or-PATH``, a relative path read from the extending
+    file's directory; ``rlhfsim calibrate --from-run`` writes such overlays): the base loaded the same way, then
+    the overlay merged over it key by key (objects merged, anything else replaced). The result lists the chain
+    under ``extends_chain``; a profile without ``extends`` is returned as it is."""
+    if not isinstance(doc, dict) or "extends" not in doc:
+        return doc
+    ref = doc["extends"]
+    if not isinstance(ref, str) or not ref:
+        raise ProfileError(f"profile {path.name}.extends: expected a profile name or path, got {ref!r}")
+    near = path.parent / ref
+    base_path = resolve_profile_path(str(near) if near.suffix == ".json" and near.is_file() else ref)
+    key = str(base_path.resolve())
+    if key in chain:
+        raise ProfileError(f"profile {path.name}.extends: expected a chain that ends, got a cycle back to {base_path.name}")
+    base = _with_extends(_read_json(base_path), base_path, [*chain, key])
+    merged = _merge(base, {k: v for k, v in doc.items() if k != "extends"})
+    merged["extends_chain"] = [str(base_path), *base.get("extends_chain", [])]
+    return merged
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
