@@ -69,3 +69,24 @@ def test_cli_reports_the_interval_pair():
     lo, hi = doc["step_time_s_interval"]
     assert lo <= hi and doc["uncertainty"]["level"] == 0.9 and doc["uncertainty"]["source"] in ("prior", "measured", "measured+prior")
     assert set(doc["phases_s_interval"]) == set(doc["phases_s"])
+
+
+def test_gpu_intervals_carry_the_dev_half_model_error_and_cpu_ones_do_not():
+    from rlhfsim.sim.uncertainty import MODEL_ERROR_FILE, interval, model_error
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.sim.run import simulate
+    err = json.loads(MODEL_ERROR_FILE.read_text())
+    assert err["runs"] and err["step_sigma"] > 0 and model_error(load_profile("default")) == err
+    assert model_error(load_profile("cpu")) is None
+    sc = load_scenario(ROOT / "scenarios" / "baseline.yaml")
+    gpu = get_gpu(sc.cluster.gpu)
+    res = interval(lambda c: simulate(sc, steps=3, cost=c, max_work=None), load_profile("default"), gpu, n=4)
+    assert res["model_error"]["step_sigma"] == err["step_sigma"]
+    assert res["ops_by_source"]["prior"] == [] and res["ops_by_source"]["held"]  # the prior is not drawn twice
+    point = simulate(sc, steps=3, cost=CostModel(gpu, load_profile("default"))).summary["step_time_s"]
+    lo, hi = res["step_time_s_interval"]
+    # every parameter draw equals the point (all held), so the interval is the model error's alone: about
+    # point x exp(-/+ 1.645 sigma), within the sampling noise of 4 x 64 draws
+    z = 1.6448536269514722 * err["step_sigma"]
+    assert abs(np.log(lo / point) + z) < 0.25 * z and abs(np.log(hi / point) - z) < 0.25 * z

@@ -8,13 +8,16 @@ error_pct = 100 x (predicted - measured) / measured, per run and per logged phas
 test half by its source (``half``; the rule is fixed in runs.yaml's header): tune and diagnose on the dev half only.
 Run from the repository root:
 
-    python scenarios/examples/field/field_table.py [--json] [--half dev|test|all]   (default: dev, the half to tune on)
+    python scenarios/examples/field/field_table.py [--json] [--half dev|test|all] [--coverage]   (default: dev, the half to tune on)
+    python scenarios/examples/field/field_table.py --write-model-error rlhfsim/profiles/model_error.json
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -24,7 +27,7 @@ import yaml
 from rlhfsim.contracts import VERL_PHASE_KEYS
 from rlhfsim.importers import IMPORTERS, ImportOptions
 from rlhfsim.scenario.loader import load_scenario
-from rlhfsim.sim.run import simulate
+from rlhfsim.sim.run import simulate, simulate_uncertain
 
 HERE = Path(__file__).resolve().parent
 SPLIT_SALT = "rlhfsim field split 2026-12-07|"
@@ -40,7 +43,7 @@ def phase_errors(measured: dict, predicted: dict) -> dict:
     return {k: round(100 * (predicted[k] - v) / v, 1) for k, v in measured.items() if k in predicted and v > 0}
 
 
-def predict(run: dict, gpu: str, execution: bool = True) -> dict:
+def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False) -> dict:
     launch = HERE / run["launch"]
     opts = ImportOptions(gpu=gpu, mean_response_len=run.get("mean_response_len"),
                          mean_prompt_len=run.get("mean_prompt_len"), steps=4, name=run["id"], execution=execution,
@@ -50,7 +53,13 @@ def predict(run: dict, gpu: str, execution: bool = True) -> dict:
     if framework not in IMPORTERS:
         sys.exit(f"runs.yaml: {run['id']}.framework: expected one of {sorted(IMPORTERS)}, got {framework!r}")
     res = IMPORTERS[framework](launch.read_text(), opts, str(launch.relative_to(HERE.parents[2])))
-    summary = simulate(load_scenario(res.scenario, base_dir=HERE)).summary
+    sc = load_scenario(res.scenario, base_dir=HERE)
+    interval = None
+    if coverage:  # the 90% interval of `rlhfsim simulate --uncertainty` (parameters and the dev half's model error)
+        result, unc = simulate_uncertain(sc)
+        summary, interval = result.summary, [round(x, 2) for x in unc["step_time_s_interval"]]
+    else:
+        summary = simulate(sc).summary
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): round(v, 2) for p, v in summary["phases_s"].items()}
     pred = summary["step_time_s"]
     meas = run["measured_step_s"]
@@ -58,7 +67,8 @@ def predict(run: dict, gpu: str, execution: bool = True) -> dict:
             "predicted_step_s": round(pred, 2), "error_pct": round(100 * (pred - meas) / meas, 1),
             "measured_phases_s": run.get("measured_phases_s", {}), "predicted_phases_s": phases,
             "phase_error_pct": phase_errors(run.get("measured_phases_s", {}), phases),
-            "unmapped": [f"{s.key}={s.value}" for s in res.by_status("unmapped")]}
+            "unmapped": [f"{s.key}={s.value}" for s in res.by_status("unmapped")],
+            **({"interval_90_s": interval, "inside": interval[0] <= meas <= interval[1]} if interval else {})}
 
 
 FORWARD_ONLY = ("old_log_prob", "ref", "values")
@@ -76,27 +86,56 @@ def summarize(rows: list[dict]) -> dict:
     fwd = [e for k in FORWARD_ONLY for e in by_phase.get(k, [])]
     return {"runs": len(rows), "median_abs_error_pct": round(statistics.median(errs), 1),
             "max_abs_error_pct": round(max(errs), 1),
+            **({"interval_coverage": f"{sum(r['inside'] for r in rows)}/{len(rows)}"} if "inside" in rows[0] else {}),
             "forward_only_median_abs_error_pct": round(statistics.median(fwd), 1) if fwd else None,
             "phase_median_abs_error_pct": {k: round(statistics.median(v), 1) for k, v in sorted(by_phase.items())}}
 
 
-def table(doc: dict, execution: bool, halves: tuple[str, ...]) -> dict:
-    """Every scored run of the chosen halves predicted, with a summary per half; unscored runs on each GPU."""
-    rows = [predict(r, r["gpu"], execution) for r in doc["runs"] if half(r["source_group"]) in halves]
+def table(doc: dict, execution: bool, halves: tuple[str, ...], coverage: bool = False) -> dict:
+    """Every scored run of the chosen halves predicted, with a summary per half; unscored runs on each GPU.
+    ``coverage``: each scored run's 90% interval too (``simulate --uncertainty``), and how many hold the measure."""
+    rows = [predict(r, r["gpu"], execution, coverage) for r in doc["runs"] if half(r["source_group"]) in halves]
     extra = [predict(r, g, execution) for r in doc.get("unscored", []) for g in r["gpus"]
              if half(r["source_group"]) in halves]
     return {"scored": rows, "unscored": extra,
             "halves": {h: summarize([r for r in rows if r["half"] == h]) for h in halves}}
 
 
+def write_model_error(doc: dict, path: Path) -> dict:
+    """The dev half's model error (rlhfsim.sim.uncertainty): per simulator phase and for the step, the root mean
+    square of ln(predicted / measured) over the dev runs with the execution block (as ``rlhfsim import`` predicts)."""
+    rows = [predict(r, r["gpu"], True) for r in doc["runs"] if half(r["source_group"]) == "dev"]
+    by_verl = {v.removeprefix("timing_s/"): k for k, v in VERL_PHASE_KEYS.items()}
+    logs: dict[str, list[float]] = {}
+    for r in rows:
+        for ph, e in r["phase_error_pct"].items():
+            if ph in by_verl and e > -100:
+                logs.setdefault(by_verl[ph], []).append(math.log1p(e / 100))
+    rms = lambda xs: math.sqrt(sum(x * x for x in xs) / len(xs))  # noqa: E731
+    out = {"source": "python scenarios/examples/field/field_table.py --write-model-error: the public field table's "
+                     "dev half (scenarios/examples/field/runs.yaml), predicted with the execution block on the "
+                     "bundled profiles; sigma = RMS of ln(predicted / measured)",
+           "date": datetime.date.today().isoformat(), "runs": [r["id"] for r in rows],
+           "step_sigma": round(rms([math.log1p(r["error_pct"] / 100) for r in rows]), 4),
+           "phase_sigma": {ph: round(rms(v), 4) for ph, v in sorted(logs.items())},
+           "phase_runs": {ph: len(v) for ph, v in sorted(logs.items())}}
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 def main() -> None:
     """Both tables: the scenario's execution block off (the simulator's plain step) and on (verl's mechanics)."""
     doc = yaml.safe_load((HERE / "runs.yaml").read_text())
+    if "--write-model-error" in sys.argv:
+        path = Path(sys.argv[sys.argv.index("--write-model-error") + 1])
+        print(json.dumps(write_model_error(doc, path), indent=1))
+        return
     choice = sys.argv[sys.argv.index("--half") + 1] if "--half" in sys.argv else "dev"
     if choice not in ("dev", "test", "all"):
         sys.exit(f"--half: expected dev, test or all, got {choice!r}")
     halves = ("dev", "test") if choice == "all" else (choice,)
-    out = {("with_execution" if e else "without_execution"): table(doc, e, halves) for e in (False, True)}
+    coverage = "--coverage" in sys.argv
+    out = {("with_execution" if e else "without_execution"): table(doc, e, halves, coverage and e) for e in (False, True)}
     if "--json" in sys.argv:
         print(json.dumps(out, indent=1))
         return
@@ -104,15 +143,17 @@ def main() -> None:
         print(f"== {label.replace('_', ' ')}")
         for r in tab["scored"] + tab["unscored"]:
             tag = "" if r in tab["scored"] else "  (unscored: GPU not stated)"
+            band = f"  90% [{r['interval_90_s'][0]:.2f}, {r['interval_90_s'][1]:.2f}]" if "interval_90_s" in r else ""
             print(f"{r['id']:4} {r['half']:4} {r['gpu']:10} measured {r['measured_step_s']:8.2f} s  predicted "
-                  f"{r['predicted_step_s']:8.2f} s  error {r['error_pct']:+7.1f}%{tag}")
+                  f"{r['predicted_step_s']:8.2f} s  error {r['error_pct']:+7.1f}%{band}{tag}")
             print(f"    measured phases  {r['measured_phases_s']}")
             print(f"    predicted phases {r['predicted_phases_s']}")
             if r["phase_error_pct"]:
                 print(f"    phase error %    {r['phase_error_pct']}")
         for h, summ in tab["halves"].items():
             if summ["runs"]:
-                print(f"{h}: {summ['runs']} runs, median |step error| {summ['median_abs_error_pct']:.1f}%, max "
+                cov = f", 90% interval holds {summ['interval_coverage']}" if "interval_coverage" in summ else ""
+                print(f"{h}: {summ['runs']} runs{cov}, median |step error| {summ['median_abs_error_pct']:.1f}%, max "
                       f"{summ['max_abs_error_pct']:.1f}%, forward-only phases {summ['forward_only_median_abs_error_pct']}%; "
                       f"per phase {summ['phase_median_abs_error_pct']}")
 
