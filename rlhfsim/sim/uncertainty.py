@@ -20,7 +20,7 @@ percentiles of the steady-state mean step time and of each phase: a 90% interval
 
 The parameters' spread does not cover what the cost model's form leaves out, so on a GPU profile the interval
 also carries **the model's own error as measured on the public field table's dev half**
-(``rlhfsim/profiles/model_error.json``, written by ``python scenarios/examples/field/field_table.py
+(``rlhfsim/profiles/model-error/field-dev.json``, written by ``python scenarios/examples/field/field_table.py
 --write-model-error``): per phase, sigma_p = the root mean square of ln(predicted / measured) over the dev half's
 runs that logged the phase (the bias counts into the spread: the interval stays centred on the prediction), and
 sigma_step for the step and for phases no dev run logged. Operations without a measured uncertainty are then
@@ -45,7 +45,7 @@ DEFAULT_DRAWS = 24
 EFF_MAX = 1.5
 PRIOR_FACTOR = 2.0
 PRIOR_SIGMA = float(np.log(PRIOR_FACTOR) / 1.6448536269514722)
-MODEL_ERROR_FILE = BUNDLED_DIR / "model_error.json"
+MODEL_ERROR_FILE = BUNDLED_DIR / "model-error" / "field-dev.json"  # beside the profiles, not one of them
 MODEL_ERROR_DRAWS = 64  # model-error draws per parameter draw (no re-simulation: a multiplication each)
 
 

@@ -9,7 +9,7 @@ test half by its source (``half``; the rule is fixed in runs.yaml's header): tun
 Run from the repository root:
 
     python scenarios/examples/field/field_table.py [--json] [--half dev|test|all] [--coverage]   (default: dev, the half to tune on)
-    python scenarios/examples/field/field_table.py --write-model-error rlhfsim/profiles/model_error.json
+    python scenarios/examples/field/field_table.py --write-model-error rlhfsim/profiles/model-error/field-dev.json
 """
 
 from __future__ import annotations
