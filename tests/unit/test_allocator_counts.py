@@ -1,5 +1,5 @@
 """The CUDA caching allocator's counters per phase (``calibrate.executor.timing``): none off CUDA, the
-deltas between two readings added to a phase, and validation's per-step summary (docs/validation.md "GPU")."""
+deltas between two readings added to a phase, and validation's per-step summary (``allocator`` per scenario)."""
 
 from __future__ import annotations
 
