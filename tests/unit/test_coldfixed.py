@@ -21,6 +21,8 @@ from rlhfsim.costs.profile import ProfileError, load_profile, validate_profile  
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
+pytestmark = pytest.mark.hw  # the calibrator (calibrate.coldfixed imports torch); the fast loop skips it
+
 CPU = get_gpu("cpu")
 MIB = 2**20
 TABLE = {"footprint_mib": [0.0, 4.0, 16.0, 32.0], "factor": [1.0, 1.0, 1.5, 2.0]}

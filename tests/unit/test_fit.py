@@ -19,6 +19,8 @@ from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
 
+pytestmark = pytest.mark.hw  # the calibrator's fit (calibrate.grid imports torch); the fast loop skips it
+
 PRIOR = OpParams(0.5, 0.7, 1e-3, 0.0)
 
 
@@ -255,7 +257,6 @@ def test_a_deberta_points_work_counts_its_score_traffic_under_eager_only():
     assert eager == fl.forward_work(m, "float32", 256, 1, scoring_runtime="eager")
 
 
-@pytest.mark.hw
 def test_refit_encoders_fits_a_profiles_encoder_operations_from_its_own_points(tmp_path, capsys):
     pytest.importorskip("torch")
     import copy
