@@ -57,6 +57,7 @@ class Intra(Frozen):
     stream_reference_critic: bool = Field(False, description="Also stream chunks to the reference and critic forward passes.")
     max_chunk_batch: PositiveInt = Field(1, description="Chunks (of different sequences) a scorer replica prefills in one call; 1 scores each chunk as it comes.")
     resume: Literal["cached", "reprefill"] = Field("cached", description="How the actor's next generate() call starts after a chunk boundary (static engine, a runtime whose calls return at boundaries, e.g. hf_generate): `cached` continues on the returned KV cache (the boundary costs the runtime's measured handoff); `reprefill` gets the token ids only, as a wrapper around TRL's generate gets them (TRL returns sequences, never the cache), and prefills every row's prompt and tokens so far again, priced by the runtime's prefill fit (rlhfsim.sim.engines.static).")
+    stop_at: Literal["token", "call"] = Field("token", description="When a row that ends inside a chunk counts towards OPPO's first B, and so when the step can stop (static engine, a runtime whose calls return at boundaries): `token` at once (per-step control); `call` when its generate() call returns at the next chunk boundary or the batch's end, as a wrapper around TRL's generate sees rows only between calls (rlhfsim.sim.engines.static).")
 
 
 class RewardCurve(Frozen):

@@ -1,5 +1,7 @@
 """``schedule.intra.resume: reprefill`` (rlhfsim/sim/engines/static.py): each chunk boundary's next
-generate() call prefills the whole batch again, less the decode step its token replaces.
+generate() call prefills the whole batch again, less the decode step its token replaces. And
+``schedule.intra.stop_at: call`` (the tests at the end): rows that end inside a call count towards OPPO's
+first B only when the call returns, so the step stops only between calls.
 
 One replica of 8 rows (a Qwen2.5-7B actor, whose batch prefill costs more than a decode step), every prompt 128 tokens and every response 400 (fixed), chunks of 100: the
 batch's boundaries are at positions 100, 200 and 300 (the batch ends at 400, where nothing restarts).
@@ -95,3 +97,51 @@ def test_resume_is_checked_with_its_path():
     from rlhfsim.errors import ScenarioError
     with pytest.raises(ScenarioError, match=r"schedule.*resume"):
         load_scenario(scenario("keep"))
+
+
+# -- schedule.intra.stop_at: call --------------------------------------------------------------------
+def overcommitted(stop_at: str, chunk: int, seed: int = 0) -> dict:
+    """8 prompts trained per step, 4 more in flight (OPPO's delta), one replica whose one batch holds all
+    12; lognormal responses (median 200, p99 2,000), so the first 8 end well before the longest."""
+    d = scenario("cached", chunk)
+    d["workload"].update({"response_length": {"kind": "lognormal", "median": 200, "p99": 2000},
+                          "max_response_tokens": 2048})
+    d["generation"]["max_batch"] = 16
+    d["schedule"] = {"kind": "oppo", "intra": {"chunk_tokens": chunk, "stop_at": stop_at},
+                     "inter": {"delta": 4}}
+    d["seed"] = seed
+    return d
+
+
+def step_records(d: dict, steps: int = 1):
+    setup = build_setup(load_scenario({**d, "steps": steps}))
+    return Simulation(setup, CostModel(get_gpu(GPU), profile())).run(steps)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stop_at_call_cannot_cut_a_call_that_never_returns(seed):
+    # A chunk longer than every response: the batch's one call returns only when its longest row ends,
+    # so under stop_at: call the step decodes every row to its end and waits for the batch; under token
+    # it stops once 8 rows have ended, the other 4 unfinished. Either way the first 8 to end are trained.
+    call = step_records(overcommitted("call", 4096, seed))[0]
+    token = step_records(overcommitted("token", 4096, seed))[0]
+    assert call.trained_rollouts == token.trained_rollouts == 8
+    assert call.generated_tokens > token.generated_tokens
+    assert call.step_time_s > token.step_time_s
+    # ...and the whole batch ran: as many tokens as with no overcommitment stop at all (delta 0, 12 prompts)
+    d = overcommitted("call", 4096, seed)
+    d["workload"]["prompts_per_step"] = 12
+    d["algorithm"]["minibatch_size"] = 12
+    d["schedule"]["inter"] = {"enabled": False}
+    assert call.generated_tokens == step_records(d)[0].generated_tokens
+
+
+def test_stop_at_call_stops_at_a_chunk_boundary_and_rows_count_when_their_call_returns():
+    # With chunks of 64 the stop comes at the first boundary by which 8 rows have ended: the step still
+    # trains 8 and leaves rows unfinished, having decoded up to that boundary: more tokens than stopping
+    # at the 8th row's last token, fewer than running the batch out.
+    call = step_records(overcommitted("call", 64))[0]
+    token = step_records(overcommitted("token", 64))[0]
+    whole = step_records(overcommitted("call", 4096))[0]
+    assert call.trained_rollouts == 8 and call.deferred > 0
+    assert token.generated_tokens < call.generated_tokens < whole.generated_tokens

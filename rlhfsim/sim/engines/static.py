@@ -43,6 +43,16 @@ never below the handoff. The same holds for a batch's first call: rows carried f
 (OPPO's deferred rollouts) are prefilled again whatever ``inter.keep_kv`` says. Summed over a batch of longest response L in chunks of c, the re-prefilled
 tokens are about b (L / c) (ctx0 + L / 2): they fall as 1 / c, which is what makes small chunks slow.
 
+When the step can stop (``schedule.intra.stop_at``): ``token`` (default), a row that ends inside a chunk counts
+towards OPPO's first B at once and the stop cuts every replica at that step, as an engine with per-step
+control would. ``call``: it counts when its call returns (the next boundary, or the batch's end), so the
+stop too comes only between calls: a wrapper around TRL's generate sees the rows only when generate()
+returns (transformers' generate runs its loop to the end of the call; TRL's ``PPOTrainer.generate`` hands
+back finished sequences). Replicas are taken to reach their boundaries together (same chunk, lockstep
+decode), so a stop seen at one replica's return ends the others' calls there too, and their rows that
+ended inside the call count as finished. With chunks as long as the responses the step can stop only
+when batches end: overcommitment (the first B) loses its grip, which is what makes large chunks slow.
+
 A runtime whose decode loop runs one step per call in the framework's own code
 (``genruntimes.ROW_HANDOVER``: ``kv_decoder``) has no call to return: each row hands its new tokens over
 at its own chunk boundaries (every ``chunk`` generated tokens, as continuous batching does) and its last
@@ -79,6 +89,9 @@ class StaticEngine(Engine):
         intra = getattr(sim.setup.scenario.schedule, "intra", None)
         self.reprefill = (bool(req.stream) and not self.per_row
                           and getattr(intra, "resume", "cached") == "reprefill")
+        # rows that end inside a chunk are seen (and can stop the step) only when the call returns
+        self.stop_at_call = (bool(req.stream) and not self.per_row
+                             and getattr(intra, "stop_at", "token") == "call")
         self.queues: list[deque] = []
         for i in range(self.n_rep):
             share = req.rollouts[i::self.n_rep]
@@ -143,13 +156,25 @@ class StaticEngine(Engine):
             raise RuntimeError("a detached replica waited for an event")
         self._close(clock, st)
 
-    def _finish(self, clock: Clock, r: Rollout, waiting: list[Rollout]) -> None:
-        """A row ended: its last tokens go downstream now (``per_row``), or when the call returns."""
+    def _finish(self, clock: Clock, r: Rollout, st: "_Batch") -> None:
+        """A row ended: its last tokens go downstream now (``per_row``), or when the call returns; under
+        ``stop_at: call`` it also counts as finished only then (``_returned``)."""
         if self.per_row:
             self.finish(clock, r)
+            return
+        st.waiting.append(r)
+        if self.stop_at_call:
+            st.unseen.append(r)
         else:
-            waiting.append(r)
             self.finish(clock, r, emit=False)
+
+    def _returned(self, clock: Clock, st: "_Batch") -> None:
+        """The generate() call returns (a chunk boundary, the batch's end, or a stop): under ``stop_at:
+        call`` the rows that ended inside it are finished now, so OPPO's first-B count (and its stop)
+        moves only between calls."""
+        for r in st.unseen:
+            self.finish(clock, r, emit=False)
+        st.unseen.clear()
 
     def _close(self, clock: Clock, st: "_Batch") -> None:
         """The replica ends (its queue is done, or a stop ended the call): rows still in the batch leave
@@ -158,6 +183,7 @@ class StaticEngine(Engine):
         for r in st.rows:
             if r.generated < r.response_len:
                 self.leave(clock, r)
+        self._returned(clock, st)
         self._hand_over(st.P, (), st.waiting, final=True)  # a stop ends the call
 
     def _loop(self, clock: Clock, queue: deque, st: "_Batch"):
@@ -167,12 +193,13 @@ class StaticEngine(Engine):
         while not self.stopped:
             if not live:
                 # The batch ends when its longest member ends.
+                self._returned(clock, st)
                 self._hand_over(st.P, (), waiting, final=True)
                 for r in st.rows:
                     if r.paused and r.generated < r.response_len:
                         self.leave(clock, r)
                 st.rows = []
-                if not queue:
+                if not queue or self.stopped:
                     break
                 rows = st.rows = list(queue.popleft())
                 for r in rows:
@@ -195,7 +222,7 @@ class StaticEngine(Engine):
                     if clock.activate(r):
                         live[r.id] = r
                     elif r.generated >= r.response_len:
-                        self._finish(clock, r, waiting)
+                        self._finish(clock, r, st)
                     else:
                         r.paused = True
                 if self.stopped:
@@ -216,7 +243,7 @@ class StaticEngine(Engine):
                     del live[r.id]
                     if what == "done":
                         # Rows that finish exactly at a stop (the interrupted segment) count as finished.
-                        self._finish(clock, r, waiting)
+                        self._finish(clock, r, st)
                 if self.stopped:
                     break
                 if self.per_row and crossed and not (yield from self.handoff(clock, crossed)):
@@ -225,7 +252,10 @@ class StaticEngine(Engine):
             if not self.per_row and P and live and chunks and any(P % c == 0 for c in chunks):
                 for r in live.values():
                     clock.sync(r)
+                self._returned(clock, st)
                 self._hand_over(P, live.values(), waiting, final=False)
+                if self.stopped:   # this call's rows completed the first B (stop_at: call)
+                    break
                 if not (yield from self.handoff(clock, len(st.rows))):
                     break
                 if self.reprefill and not (yield from self._reprefill(clock, st)):
@@ -259,5 +289,6 @@ class _Batch:
         self.rows: list[Rollout] = []
         self.live: dict[int, Rollout] = {}
         self.waiting: list[Rollout] = []
+        self.unseen: list[Rollout] = []   # ended inside the current call, not counted yet (stop_at: call)
         self.ctx0 = 0
         self.P = 0
