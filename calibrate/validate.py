@@ -71,6 +71,11 @@ def exec_config(sc, setup, device: str, steps: int, rollouts: list[tuple[int, in
     if runtime not in EXECUTOR_RUNTIMES:
         raise ScenarioError("generation.runtime", f"expected a runtime the executor runs ({', '.join(EXECUTOR_RUNTIMES)}; "
                             f"set it explicitly: the {sc.generation.engine} engine's default is {runtime}), got {runtime!r}")
+    if setup.reward_max_tokens is not None:   # the simulator truncates as the frameworks do; the executor does not
+        w = sc.workload
+        raise ScenarioError("workload.max_response_tokens", (
+            f"expected prompt + response within the reward model's {setup.reward_max_tokens} positions for validation "
+            f"(the executor scores rows whole, it does not truncate them), got {w.max_prompt_tokens} + {w.max_response_tokens}"))
     if len(setup.pools) != 1 or setup.pools[0].gpus != 1:
         raise ScenarioError("placement", f"expected every role colocated on one device for validation, got {len(setup.pools)} pool(s) of {[p.gpus for p in setup.pools]} GPUs")
     m = sc.models

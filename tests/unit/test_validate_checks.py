@@ -97,3 +97,19 @@ def test_the_table_says_inconclusive(capsys):
     print_table(doc)
     out = " ".join(capsys.readouterr().out.split())
     assert "inconclusive" in out and "x0.57" in out and "1 inconclusive" in out
+
+
+@pytest.mark.hw   # builds the executor's config (calibrate.executor imports torch)
+def test_a_truncating_reward_model_is_refused_for_validation_only(scenario_dict):
+    """The simulator prices an ELECTRA's rows truncated to its 512 positions; the executor scores rows
+    whole, so validation says which cap to lower instead of failing inside the executor."""
+    from calibrate.validate import exec_config
+    from rlhfsim.scenario import build_setup
+
+    d = scenario_dict("cpu", {"models": {"reward": {"model": "tiny-electra", "dtype": "float32"}},
+                              "workload": {"max_prompt_tokens": 256, "max_response_tokens": 512}})
+    sc = load_scenario(d)
+    setup = build_setup(sc)
+    assert setup.reward_max_tokens == 512
+    with pytest.raises(ScenarioError, match=r"^workload.max_response_tokens: .*512 positions.*got 256 \+ 512"):
+        exec_config(sc, setup, "cpu", sc.steps, [], 1)
