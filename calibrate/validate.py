@@ -106,11 +106,14 @@ EXEC_PATHS = {"dtype": "models.actor.dtype", "algorithm": "algorithm.kind", "gro
 def check_exec_config(cfg) -> None:
     """The executor's own checks of its config (``calibrate.executor.config.validate``), run now rather
     than when the executor starts (after any calibration), their ``ExecConfig.<field>`` named by the
-    scenario path it comes from (``EXEC_PATHS``)."""
+    scenario path it comes from (``EXEC_PATHS``). The rollouts are drawn after (``prepare``): until then
+    placeholders stand in for them (the executor checks the real ones when it starts)."""
+    import dataclasses
+
     from calibrate.executor.config import validate as validate_exec
 
     try:
-        validate_exec(cfg)
+        validate_exec(dataclasses.replace(cfg, rollouts=cfg.rollouts or [(1, 1)] * cfg.rollouts_needed))
     except RlhfsimError as e:
         text = str(e)
         field, sep, rest = text.partition(": ")

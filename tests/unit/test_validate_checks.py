@@ -113,3 +113,22 @@ def test_a_truncating_reward_model_is_refused_for_validation_only(scenario_dict)
     assert setup.reward_max_tokens == 512
     with pytest.raises(ScenarioError, match=r"^workload.max_response_tokens: .*512 positions.*got 256 \+ 512"):
         exec_config(sc, setup, "cpu", sc.steps, [], 1)
+
+
+@pytest.mark.hw   # builds the executor's config (calibrate.executor imports torch)
+def test_validate_prepares_a_continuous_scenario_naming_no_runtime(tmp_path, capsys):
+    """`validate` on a copy of scenarios/validate/sync-continuous.yaml without its runtime line: the
+    executor and the simulator both take kv_decoder, and stderr says so (it was refused: vllm)."""
+    import shutil
+    from pathlib import Path
+
+    from calibrate.validate import prepare
+
+    src = Path(__file__).resolve().parents[2] / "scenarios" / "validate"
+    shutil.copy(src / "_cpu_small.yaml", tmp_path / "_cpu_small.yaml")
+    text = (src / "sync-continuous.yaml").read_text().replace(", runtime: kv_decoder", "")
+    assert "runtime" not in text
+    (tmp_path / "s.yaml").write_text(text)
+    sc, setup, cfg, _ = prepare(tmp_path / "s.yaml", "cpu", 2, 1)
+    assert sc.generation.runtime == "kv_decoder" and cfg.gen_runtime == "kv_decoder" and cfg.engine == "continuous"
+    assert "validating with kv_decoder" in " ".join(capsys.readouterr().err.split())
