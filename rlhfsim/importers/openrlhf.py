@@ -189,8 +189,6 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
     if est in ("reinforce", "reinforce_baseline", "dr_grpo"):
         a.append(f"advantage_estimator={est} priced as grpo (critic-free)")
     n = _int(cfg, "n_samples_per_prompt")
-    if kind == "ppo" and n != 1:
-        raise ImportError_(f"--n_samples_per_prompt: expected 1 with advantage_estimator=gae (PPO has no groups), got {n}")
     if "pretrain" not in cfg:
         raise ImportError_("--pretrain: expected the actor's model, got nothing (the launch must set it)")
     actor, how = model_ref("--pretrain", str(cfg["pretrain"]))

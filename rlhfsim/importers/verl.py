@@ -317,8 +317,6 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         raise ImportError_(f"algorithm.adv_estimator: expected gae, grpo, rloo or another verl estimator "
                            f"({', '.join(sorted(CRITIC_FREE))}), got {est!r}")
     n = _int(cfg, f"{AR}.rollout.n")
-    if kind == "ppo" and n != 1:
-        raise ImportError_(f"{AR}.rollout.n: expected 1 with algorithm.adv_estimator=gae (PPO has no groups), got {n}")
     if f"{AR}.model.path" not in cfg:
         raise ImportError_(f"{AR}.model.path: expected the actor's model, got nothing (the launch must set it)")
     actor, how = model_ref(f"{AR}.model.path", str(cfg[f"{AR}.model.path"]))

@@ -188,8 +188,6 @@ def build_setup(sc: Scenario) -> Setup:
             raise ScenarioError(f"models.{role}.model", f"expected a decoder model, got encoder {shapes[role].name!r}")
     if sc.algorithm.kind in ("grpo", "rloo") and "critic" in shapes:
         raise ScenarioError("models.critic", f"expected no critic with algorithm.kind {sc.algorithm.kind} (group-relative advantages: GRPO's group-normalized, RLOO's leave-one-out baseline), got a critic")
-    if sc.algorithm.kind == "ppo" and sc.algorithm.group_size != 1:
-        raise ScenarioError("algorithm.group_size", f"expected 1 for ppo (use kind: grpo or rloo for groups), got {sc.algorithm.group_size}")
 
     _check_execution(sc, shapes)
 

@@ -159,7 +159,7 @@ Placement = Annotated[Union[Colocated, DedicatedReward, CustomPlacement], Field(
 # --- algorithm, workload, generation ---------------------------------------------------------------
 class Algorithm(Frozen):
     kind: Literal["ppo", "grpo", "rloo"] = "ppo"
-    group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt (GRPO, RLOO); 1 for PPO.")
+    group_size: int = Field(1, ge=1, le=1024, description="Rollouts per prompt: GRPO's and RLOO's groups; with PPO, several samples per prompt each with its own GAE advantages (verl: rollout.n with adv_estimator gae; OpenRLHF: n_samples_per_prompt).")
     ppo_epochs: int = Field(1, ge=1, le=1000, description="Passes over the batch per step.")
     minibatch_size: PositiveInt = Field(16, description="Sequences per optimizer step (global, over data-parallel ranks).")
 

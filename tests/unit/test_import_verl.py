@@ -175,9 +175,13 @@ def test_scenario_check_failures_name_the_launch_setting():
         import_verl(GRPO.read_text(), ImportOptions(gpu="h100-sxm", sets=(f"{AR}.rollout.tensor_model_parallel_size=3",)), "t")
 
 
-def test_ppo_with_groups_and_missing_model_are_errors():
-    with pytest.raises(ImportError_, match=f"^{AR}.rollout.n: expected 1 with algorithm.adv_estimator=gae"):
-        import_verl(f"{AR}.model.path=qwen2.5-0.5b {AR}.rollout.n=4", ImportOptions(gpu="h100-sxm"), "t")
+def test_ppo_with_groups_imports_and_a_missing_model_is_an_error():
+    # PPO with several samples per prompt (verl's rollout.n with GAE): a PPO scenario with groups
+    sc = import_verl(f"{AR}.model.path=qwen2.5-0.5b {AR}.rollout.n=4 data.train_batch_size=64 "
+                     f"{AR}.actor.ppo_mini_batch_size=16 critic.ppo_mini_batch_size=16",
+                     ImportOptions(gpu="h100-sxm"), "t").scenario
+    assert sc["algorithm"]["kind"] == "ppo" and sc["algorithm"]["group_size"] == 4 and "critic" in sc["models"]
+    assert simulate(load_scenario(sc), steps=2).summary["step_time_s"] > 0
     with pytest.raises(ImportError_, match=f"^{AR}.model.path: expected the actor's model, got nothing"):
         import_verl("algorithm.adv_estimator=grpo", ImportOptions(gpu="h100-sxm"), "t")
 

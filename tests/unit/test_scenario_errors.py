@@ -114,7 +114,6 @@ CASES = [
     ("dedicated-with-rule", [_set("models.reward", {"kind": "rule"})], "placement.kind", ["expected a reward model"]),
     ("grpo-with-critic", [_set("algorithm", {"kind": "grpo", "group_size": 4})], "models.critic",
      ["expected no critic"]),
-    ("ppo-with-groups", [_set("algorithm.group_size", 4)], "algorithm.group_size", ["expected 1 for ppo", "4"]),
     ("minibatch", [_set("algorithm.minibatch_size", 64)], "algorithm.minibatch_size",
      ["at most the 16 rollouts", "64"]),
     ("warmup", [_set("warmup_steps", 4)], "warmup_steps", ["fewer warm-up steps than steps (4)", "4"]),

@@ -5,11 +5,9 @@
 #   log logs/verl_qwen2_7b_recommended.log (70 steps). GPU: the README's "8x NVIDIA H100 (80GB)"; the logged
 #   perf/mfu/actor (0.256 at step 3: 7.6e9 params x 6 x 1.506e6 tokens in 34.4 s on 8 GPUs is about 252 TFLOPS
 #   a GPU) fits the H100's 989 TFLOPS peak and is impossible on an A100 (312).
-# Restated for the scenario, passed as set: in runs.yaml (inferred, not in the script): the scenario has no PPO
-#   groups (PPO takes group_size 1), so n=5 responses to each of 1024 prompts are priced as 5120 prompts x 1 with
-#   ppo_mini_batch_size 320 (verl multiplies the mini-batch by n: 64 x 5 = 320 responses, 16 updates a step, as
-#   here). The same rollouts, tokens and updates; what is lost is vLLM sharing each prompt's prefill among its 5
-#   samples (a small part of a 94-token prompt).
+# n=5 with GAE is PPO with groups of 5 samples per prompt (algorithm.group_size 5; it was restated
+#   as 5120 prompts x 1, when the scenario had no PPO groups). vLLM's sharing of each prompt's prefill among its 5
+#   samples is not priced (a small part of a 94-token prompt).
 # Settings not in the script, read from the log's resolved config (verl ~0.3 defaults), also passed as set:
 #   rollout.max_num_seqs=1024, critic.model.use_remove_padding=False (unmapped: the critic trained on padded rows),
 #   rollout.enforce_eager=True and rollout.free_cache_engine=True (unmapped).
