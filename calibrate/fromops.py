@@ -379,8 +379,8 @@ def _source(root: Path, commit: str | None, files: list[str]) -> dict:
 
 def build_profile(root: Path, gpu: str, base: dict, commit: str | None = None, name: str | None = None,
                   command: str = "") -> tuple[dict, dict]:
-    """(profile, fit): ``base`` (the default profile) with ``kernels_by_shape`` and ``collectives`` fitted from
-    ``root`` for ``gpu``; every term base gives is copied with ``source`` saying so."""
+    """(profile, fit): an overlay that ``extends`` ``base`` (the default profile: every term it gives is inherited,
+    never copied, so it cannot go stale) with ``kernels_by_shape`` and ``collectives`` fitted from ``root`` for ``gpu``."""
     fit = fit_all(root, gpu)
     src = _source(root, commit, fit["files"])
     g, e = fit["gemm"], fit["elementwise"]
@@ -398,25 +398,18 @@ def build_profile(root: Path, gpu: str, base: dict, commit: str | None = None, n
     }
     colls = {c: {"by_workers": v, "source": {**src, "files": [f for f in fit["files"] if f.endswith(f"{c}.csv")]}}
              for c, v in fit["collectives"].items() if v}
-    prof = json.loads(json.dumps({k: v for k, v in base.items() if not k.startswith("_")}))
     base_name = base.get("name", "default")
-    applies = set(section["applies_to"])
-    for op, p in prof.get("operations", {}).items():
-        p.setdefault("source", "derived")
-        p["copied_from"] = f"{base_name}.json"
-        if op.split(":", 1)[0] in applies:
-            p["kernel_terms"] = "compute_eff and memory_eff unused: kernels_by_shape prices this operation's kernels"
-    prof.update({
+    prof = {
+        "schema_version": base.get("schema_version", 1), "extends": base_name,
         "name": name or gpu, "gpu": gpu, "dtype": "float16",
         "device": {"kind": "cuda", "name": f"{gpu}: kernel terms from Vidur's {VIDUR_DIRS[gpu][0]} profiling"},
         "provenance": {"source": "public", "date": datetime.date.today().isoformat(), "command": command,
-                       "fitted": "kernels_by_shape, collectives (calibrate.fromops, from " + f"{VIDUR_REPO}@{commit or '?'})",
-                       "copied": f"every other term from the bundled {base_name} profile (its own provenance: "
-                                 f"{base.get('provenance', {}).get('command', '')})"[:400]},
+                       "fitted": f"kernels_by_shape, collectives (calibrate.fromops, from {VIDUR_REPO}@{commit or '?'})",
+                       "inherited": f"every other term from the bundled {base_name} profile (extends), with its own "
+                                    f"provenance; the operations in kernels_by_shape.applies_to keep its overheads, "
+                                    f"their compute_eff and memory_eff are not used"},
         "kernels_by_shape": section, "collectives": colls,
-    })
-    prof.setdefault("runtimes", {})
-    prof.setdefault("points", [])
+    }
     return prof, fit
 
 
@@ -476,8 +469,6 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    from rlhfsim.costs.profile import BUNDLED_DIR, validate_profile
-
     ap = argparse.ArgumentParser(prog="python -m calibrate.fromops")
     ap.add_argument("dir")
     ap.add_argument("--gpu", required=True)
@@ -485,16 +476,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--commit")
     a = ap.parse_args(argv)
     try:
-        base = json.loads((BUNDLED_DIR / "default.json").read_text())
-        prof, fit = build_profile(Path(a.dir), a.gpu, base, a.commit, command=" ".join(["python -m calibrate.fromops", *sys.argv[1:]]))
-        validate_profile(prof, "fromops")
+        prof, fit, lines = run(Path(a.dir), a.gpu, a.out, a.commit, " ".join(["python -m calibrate.fromops", *sys.argv[1:]]))
     except RlhfsimError as e:
         sys.exit(f"error: {e}")
-    for line in summary_lines(prof, fit, ratios(fit, base["operations"])):
-        print(line)
-    if a.out:
-        Path(a.out).write_text(json.dumps(prof, indent=1) + "\n")
-        print(f"wrote {a.out}")
+    print("\n".join(lines))
+
+
+def run(root: Path, gpu: str, out: str | None, commit: str | None = None, command: str = "") -> tuple[dict, dict, list[str]]:
+    """Fit, write ``out`` (when given; then read back and checked as any profile is) and the summary lines."""
+    from rlhfsim.costs.profile import BUNDLED_DIR, load_profile
+
+    base = json.loads((BUNDLED_DIR / "default.json").read_text())
+    prof, fit = build_profile(Path(root), gpu, base, commit, command=command)
+    lines = summary_lines(prof, fit, ratios(fit, base["operations"]))
+    if out:
+        Path(out).write_text(json.dumps(prof, indent=1) + "\n")
+        load_profile(str(Path(out).resolve()))
+        lines.append(f"wrote {out}")
+    return prof, fit, lines
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
-from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, load_profile
+from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
@@ -347,6 +347,13 @@ class CostModel:
             # until a calibrated profile is given with --profile.
             bundled_cpu = BUNDLED_DIR / "cpu.json"
             profile_ref = str(bundled_cpu) if gpu.kind == "cpu" and bundled_cpu.is_file() else DEFAULT_PROFILE
+        if profile_ref == AUTO_PROFILE:
+            # the GPU's bundled profile fitted from public per-operation data (profile.default_profile_for)
+            doc = load_profile(default_profile_for(gpu.name))
+            if doc["gpu"] not in ("any", gpu.name):   # another GPU's curves, as fractions of this GPU's peaks: say so
+                doc["provenance"] = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: {doc['gpu']}'s "
+                                     f"kernel curves on {gpu.name}'s datasheet peaks"}
+            return cls(gpu, doc)
         return cls(gpu, load_profile(profile_ref))
 
     @property

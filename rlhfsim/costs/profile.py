@@ -54,6 +54,22 @@ OPERATIONS = ("prefill", "decode", "chunk_prefill", "train", "optimizer")
 EFF_KEYS = ("compute_eff", "memory_eff", "overhead_s", "overhead_per_layer_s")
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 DEFAULT_PROFILE = "default"
+# ``--profile auto``: the bundled profile of the scenario's GPU (``default_profile_for``; ``CostModel.load``)
+AUTO_PROFILE = "auto"
+# The bundled profile a GPU scenario gets with ``--profile auto`` (``default_profile_for``): the kernel terms fitted from
+# public per-operation data (calibrate.fromops; calibrate/public/vidur) for the GPUs measured there, and for GPUs of
+# the same architecture and NVLink generation without data of their own, that GPU's curves, which are fractions of
+# each GPU's own datasheet peaks (H200 and GH200: H100's Hopper tensor cores and NVLink 4; A100 40GB: the A100 80GB's
+# SXM4 board). H100 PCIe is not mapped: its GPUs talk over PCIe, not the NVSwitch of Vidur's collectives.
+GPU_PROFILES = {"h100-sxm": "h100-sxm", "h200": "h100-sxm", "gh200": "h100-sxm",
+                "a100-80gb": "a100-80gb", "a100-40gb": "a100-80gb"}
+
+
+def default_profile_for(gpu_name: str) -> str:
+    """The profile ``--profile auto`` prices a scenario on ``gpu_name`` with: its bundled profile (``GPU_PROFILES``)
+    where that file ships, else ``default``."""
+    ref = GPU_PROFILES.get(gpu_name)
+    return ref if ref is not None and (BUNDLED_DIR / f"{ref}.json").is_file() else DEFAULT_PROFILE
 
 
 def user_profile_dir() -> Path:
