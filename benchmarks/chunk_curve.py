@@ -4,6 +4,7 @@ generation). Not a speed benchmark: it regenerates the table in docs/schedules.m
 
     python benchmarks/chunk_curve.py                         # scenarios/oppo.yaml, bundled profile
     python benchmarks/chunk_curve.py scenarios/paper/se-3b.yaml --steps 10 --inter
+    python benchmarks/chunk_curve.py scenarios/paper/se-7b.yaml --inter --steps 20 --resume cached --stop-at token
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main() -> None:
     ap.add_argument("--chunks", default=None, help="comma-separated chunk sizes (default: %s)" % ",".join(map(str, CHUNKS)))
     ap.add_argument("--resume", choices=("cached", "reprefill"), default=None,
                     help="schedule.intra.resume for every point (default: the scenario's own)")
+    ap.add_argument("--stop-at", choices=("token", "call"), default=None,
+                    help="schedule.intra.stop_at for every point (default: the scenario's own)")
     ap.add_argument("--format", choices=("table", "json"), default="table")
     a = ap.parse_args()
     chunks = tuple(int(x) for x in a.chunks.split(",")) if a.chunks else CHUNKS
@@ -37,6 +40,8 @@ def main() -> None:
         intra = {**sched.get("intra", {}), "enabled": True, "chunk_tokens": k, "adaptive": None}
         if a.resume:
             intra["resume"] = a.resume
+        if a.stop_at:
+            intra["stop_at"] = a.stop_at
         v = rebuild(sc, {"schedule": {**sched, "intra": intra}})
         r = simulate(v, profile=a.profile, steps=a.steps)
         s = r.summary
@@ -50,7 +55,9 @@ def main() -> None:
     if a.format == "json":
         print(json.dumps({"scenario": sc.name, "steps": a.steps, "best_chunk_tokens": best["chunk_tokens"], "rows": rows}, indent=1))
         return
-    print(f"{sc.name}: {a.steps} steps, profile {a.profile or 'bundled'}, runtime {rows[0]['runtime']}, inter {'on' if a.inter else 'off'}")
+    it = v.schedule.intra
+    print(f"{sc.name}: {a.steps} steps, profile {a.profile or 'bundled'}, runtime {rows[0]['runtime']}, "
+          f"inter {'on' if a.inter else 'off'}, resume {it.resume}, stop_at {it.stop_at}")
     print(f"{'chunk':>6} {'step s':>8} {'generate s':>10} {'reward s':>9} {'chunks/step':>11}  busy/active per pool")
     for x in rows:
         util = "  ".join(f"{p} {x['gpu_busy'][p]:.0%}/{x['gpu_active'][p]:.0%}" for p in x["gpu_busy"])

@@ -10,7 +10,7 @@ line gives the median |error| over every number the paper states.
 
     python benchmarks/oppo_paper.py                       # bundled default profile, 20 steps
     python benchmarks/oppo_paper.py --profile h200-measured --steps 20
-    python benchmarks/oppo_paper.py --resume cached      # every chunk continues on the actor's KV cache
+    python benchmarks/oppo_paper.py --resume cached --stop-at token   # as before the TRL call mechanisms
 """
 
 from __future__ import annotations
@@ -38,16 +38,18 @@ SETTINGS = (
 
 
 def run(profile: str | None, steps: int, only: list[str] | None = None, resume: str | None = None,
-        chunk: int | None = None) -> list[dict]:
+        chunk: int | None = None, stop_at: str | None = None) -> list[dict]:
     rows = []
     for fname, paper in SETTINGS:
         if only and fname.removesuffix(".yaml") not in only:
             continue
         sc = load_scenario(PAPER / fname)
-        if resume or chunk:   # overrides of the scenarios' own schedule.intra (a diagnostic)
+        if resume or chunk or stop_at:   # overrides of the scenarios' own schedule.intra (a diagnostic)
             sched = sc.schedule.model_dump(mode="json")
             if resume:
                 sched["intra"]["resume"] = resume
+            if stop_at:
+                sched["intra"]["stop_at"] = stop_at
             if chunk:
                 sched["intra"].update({"chunk_tokens": chunk, "adaptive": None})
             sc = rebuild(sc, {"schedule": sched})
@@ -69,19 +71,22 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma-separated settings (file stems), e.g. se-7b,se-3b")
     ap.add_argument("--resume", choices=("cached", "reprefill"), default=None,
                     help="schedule.intra.resume for every setting (default: the scenarios' own)")
+    ap.add_argument("--stop-at", choices=("token", "call"), default=None,
+                    help="schedule.intra.stop_at for every setting (default: the scenarios' own)")
     ap.add_argument("--chunk", type=int, default=None,
                     help="a fixed chunk size instead of the scenarios' adaptive candidates (a diagnostic)")
     ap.add_argument("--format", choices=("table", "json"), default="table")
     a = ap.parse_args()
-    rows = run(a.profile, a.steps, a.only.split(",") if a.only else None, a.resume, a.chunk)
+    rows = run(a.profile, a.steps, a.only.split(",") if a.only else None, a.resume, a.chunk, a.stop_at)
     errs = [abs(r["error"]) for r in rows if r["error"] is not None]
     med = statistics.median(errs) if errs else None
     if a.format == "json":
-        print(json.dumps({"profile": a.profile or "bundled", "steps": a.steps, "resume": a.resume, "chunk": a.chunk, "median_abs_error": med,
+        print(json.dumps({"profile": a.profile or "bundled", "steps": a.steps, "resume": a.resume, "stop_at": a.stop_at, "chunk": a.chunk, "median_abs_error": med,
                           "rows": rows}, indent=1))
         return
     print(f"OPPO paper settings: {a.steps} steps, profile {a.profile or 'bundled'}, "
-          f"intra.resume {a.resume or 'as in the scenarios'}, chunk {a.chunk or 'as in the scenarios'}")
+          f"intra.resume {a.resume or 'as in the scenarios'}, stop_at {a.stop_at or 'as in the scenarios'}, "
+          f"chunk {a.chunk or 'as in the scenarios'}")
     print(f"{'setting':<14} {'variant':<11} {'sync s':>8} {'step s':>8} {'paper':>6} {'predicted':>9} {'error':>7}")
     for r in rows:
         paper = f"{r['paper_speedup']:.2f}x" if r["paper_speedup"] else "-"
