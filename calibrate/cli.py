@@ -81,11 +81,17 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--launches", type=click.IntRange(min=1), help="Measure each scoring shape in N separate process "
               "launches (each with the grid's interleaved rounds), pooled (default 1: in this process).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Interleaved rounds per scoring shape (grid field rounds).")
+@click.option("--from-ops", "from_ops", type=click.Path(file_okay=False), metavar="DIR", help="Measure nothing: fit "
+              "the GPU kernel terms of --gpu (kernels_by_shape, collectives) from published per-operation measurements in "
+              "Vidur's data/profiling layout (calibrate/public/vidur is a copy) and write a profile that extends the "
+              "default one (calibrate.fromops).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: the profile's name, path, seconds taken, quality and runtime summary as one JSON object.")
 def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
-                      cache_dir, grid_json, no_progress, name, launches, rounds, fmt, from_journal):
+                      cache_dir, grid_json, no_progress, name, launches, rounds, fmt, from_journal, from_ops=None):
     """Measure this machine's costs and write a calibration profile."""
+    if from_ops:
+        return _from_ops(from_ops, gpu_name, out, fmt)
     if gpu_name and device == "cpu":
         raise click.UsageError("--gpu and --device cpu contradict each other; give one")
     device = device or ("cuda" if gpu_name else "cpu")  # the same default as `rlhfsim validate`
@@ -177,6 +183,28 @@ def _rich_runtime_table(profile: dict) -> None:
         click.echo(notes[1])
 
 
+def _from_ops(root: str, gpu_name: str | None, out: str | None, fmt: str) -> None:
+    """``calibrate --from-ops DIR --gpu GPU [-o OUT]``: ``calibrate.fromops.run`` (no torch, no device)."""
+    from calibrate.fromops import run
+    from rlhfsim.contracts import PROFILE_FILE
+    from rlhfsim.files import out_path
+
+    if not gpu_name:
+        raise click.UsageError("--from-ops: expected --gpu, the catalog GPU whose measurements to fit (h100-sxm, a100-80gb)")
+    target = out_path(out, PROFILE_FILE)
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        prof, _, lines = run(Path(root), gpu_name, str(target) if target else None, command=_command_line())
+    except RlhfsimError as e:
+        _fail(str(e))
+    if fmt == "json":
+        click.echo(json.dumps({"profile": prof["name"], "path": str(target) if target else None,
+                               "kernels_by_shape": prof["kernels_by_shape"], "collectives": prof["collectives"]}))
+        return
+    click.echo("\n".join(lines))
+
+
 @click.command("runtimes")
 @click.option("--profile", "profile_ref", required=True, metavar="NAME|PATH", help="A profile name or JSON path.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -262,6 +290,11 @@ def runtimes_command(profile_ref, fmt):
                   f"ln(actor parameters)") if line else ""
             click.echo(f"co-running, {rt} beside an intra-step scorer (calibrate.corun.overlap_fit, {ov['n_configs']} "
                        f"actors): x{ov['idle_x']:.2f} while it waits, x{ov['busy_x']:.2f} while a call runs (medians){by}")
+    if profile.get("kernels_by_shape") or profile.get("collectives"):
+        from calibrate.fromops import term_lines
+
+        click.echo("\nGPU kernel terms from public per-operation measurements (calibrate.fromops), with provenance:")
+        click.echo("\n".join(term_lines(profile)))
     dev = profile.get("device") or {}
     probe = dev.get("state_probe_at_start")
     if probe:

@@ -443,6 +443,44 @@ def collective_ratios(fit: dict, intra_bw: float, link_eff: float, latency_s: fl
     return out
 
 
+def term_lines(prof: dict) -> list[str]:
+    """The fitted terms of a profile with their provenance (``rlhfsim runtimes --profile NAME``)."""
+    out = []
+    sec = prof.get("kernels_by_shape")
+    if sec:
+        g, e, src = sec["gemm"], sec["elementwise"], sec.get("source") or {}
+        where = f"{src.get('repository', '?')}@{(src.get('commit') or '?')[:12]} ({src.get('license', '?')}), {src.get('dir', '?')}"
+        out += [f"  applies to: {', '.join(sec['applies_to'])} (their compute_eff and memory_eff are not used)",
+                f"  GEMM compute efficiency e_c = {g['e_max']:.2f} x M/(M + {g['m_half']:g}) x S/(S + {g['s_half']:.3g}) "
+                f"(M tokens per call, S layer params per GPU); weights stream at {g['weight_memory_eff']:.3f} of the "
+                f"bandwidth; {g['t0_gemm_s'] * 1e6:.2f} us floor per GEMM; leave-one-model-out MAPE "
+                f"{_pct(g.get('heldout_mape'))} ({g.get('n_points', '?')} points)  [source: {where}]",
+                f"  element-wise ops: {e['memory_eff']:.3f} of the bandwidth, {e['floor_s'] * 1e6:.2f} us of floors per "
+                f"layer; leave-one-model-out MAPE {_pct(e.get('heldout_mape'))}  [source: {where}]"]
+    for coll, body in (prof.get("collectives") or {}).items():
+        src = body.get("source") or {}
+        for n, p in body["by_workers"].items():
+            out.append(f"  {coll} over {n} GPUs: {p['latency_s'] * 1e6:.1f} us + wire bytes / {p['bus_bw'] / 1e9:.1f} GB/s; "
+                       f"5-fold MAPE {_pct(p.get('heldout_mape'))}  [source: {src.get('repository', '?')}@"
+                       f"{(src.get('commit') or '?')[:12]}, {', '.join(src.get('files') or [])}]")
+    prov = prof.get("provenance") or {}
+    out.append(f"  {prov.get('inherited') or prov.get('copied') or 'every other term: the profile own'}")
+    return out
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def commit_of(root: Path) -> str | None:
+    """The source commit a copy's README.md names (the first 40-hex word), else None."""
+    import re
+
+    readme = Path(root) / "README.md"
+    m = re.search(r"\b[0-9a-f]{40}\b", readme.read_text()) if readme.is_file() else None
+    return m.group(0) if m else None
+
+
 def summary_lines(prof: dict, fit: dict, rat: dict) -> list[str]:
     g, e = prof["kernels_by_shape"]["gemm"], prof["kernels_by_shape"]["elementwise"]
     lines = [f"{prof['name']}: {len(fit['models'])} models ({', '.join(m.split('/')[-1] for m in fit['models'])})",
@@ -487,7 +525,7 @@ def run(root: Path, gpu: str, out: str | None, commit: str | None = None, comman
     from rlhfsim.costs.profile import BUNDLED_DIR, load_profile
 
     base = json.loads((BUNDLED_DIR / "default.json").read_text())
-    prof, fit = build_profile(Path(root), gpu, base, commit, command=command)
+    prof, fit = build_profile(Path(root), gpu, base, commit or commit_of(root), command=command)
     lines = summary_lines(prof, fit, ratios(fit, base["operations"]))
     if out:
         Path(out).write_text(json.dumps(prof, indent=1) + "\n")
