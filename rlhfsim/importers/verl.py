@@ -48,6 +48,7 @@ DEFAULTS: dict[str, object] = {
     f"{AR}.rollout.max_num_seqs": 256,
     f"{AR}.rollout.dtype": "bfloat16",
     f"{AR}.rollout.enforce_eager": False,
+    f"{AR}.rollout.free_cache_engine": True,
     f"{AR}.hybrid_engine": True,
     "critic.megatron.tensor_model_parallel_size": 1,
     "reward_model.enable": False,
@@ -89,6 +90,7 @@ MAPPED: dict[str, str] = {
     f"{AR}.rollout.name": "generation.engine and generation.runtime",
     f"{AR}.rollout.max_num_seqs": "generation.max_batch",
     f"{AR}.rollout.enforce_eager": "generation.runtime (True with vLLM: vllm_eager, vLLM without CUDA graphs)",
+    f"{AR}.rollout.free_cache_engine": "execution.weight_sync.engine_sleep (vLLM's sleep and wake_up, verl >= 0.3)",
     f"{AR}.rollout.gpu_memory_utilization": "generation.kv_cache_fraction (vLLM's share of the whole GPU, turned into the share of what the resident models leave)",
     f"{AR}.rollout.dtype": "models.*.dtype",
     f"{AR}.actor.strategy": "placement.tp (megatron reads its tensor-parallel degrees; fsdp/fsdp2 shard data-parallel)",
@@ -136,7 +138,6 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"enable_activation_offload", "activation offload (no scenario field)"),
     (r"ulysses_sequence_parallel_size", "sequence parallelism of a model the scenario does not set separately"),
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
-    (r"free_cache_engine", "KV cache freed and rebuilt around training (not modelled)"),
     (r"max_num_batched_tokens|enable_chunked_prefill|enable_prefix_caching",
      "engine prefill scheduling (not modelled)"),
     (r"^trainer\.test_freq$", "validation every N steps adds its time to those steps (not simulated; compare steps without it)"),
@@ -430,6 +431,13 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         raise ImportError_(f"{AR}.rollout.gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
     if opts.execution:
         scenario["execution"] = verl_execution.execution(cfg, seen, total, models, a)
+        # verl >= 0.3 puts vLLM (>= 0.7) to sleep around training (level 1: its weights offloaded to host memory)
+        # and wakes it before the next rollout; verl 0.2's patched vLLM freed the weights with no host copy
+        old = opts.verl_version is not None and parse_version(opts.verl_version) < (0, 3)
+        if _bool(cfg, f"{AR}.rollout.free_cache_engine") and runtime in ("vllm", "vllm_eager") and not old:
+            scenario["execution"]["weight_sync"]["engine_sleep"] = True
+            a.append("rollout.free_cache_engine with vLLM: the engine sleeps around training (weights to host memory "
+                     "and back: execution.weight_sync.engine_sleep)")
     try:
         scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
     except ScenarioError as e:

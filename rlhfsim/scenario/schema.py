@@ -249,6 +249,8 @@ class Offload(Frozen):
 
 
 class WeightSync(Frozen):
+    engine_sleep: bool = Field(
+        False, description="With reshard on a shared pool: the engine offloads its weights to host memory while training runs and loads them back before the next rollout (vLLM's sleep level 1 and wake_up, verl >= 0.3's free_cache_engine with vLLM >= 0.7), W / rollout TP each way over the host link, priced beside the KV cache's reallocation (part sleep_wake_s).")
     kind: Literal["copy", "reshard"] = Field(
         "copy", description="`copy`: the trained weights are copied through device memory (shared pool) or broadcast over the link (separate pools), nothing else; `reshard`: as verl's hybrid engine does it: the training layout's shards are gathered into the engine's tensor-parallel layout (intra-node link), loaded into the engine (a copy through device memory) and, on a shared pool, the engine's KV cache is freed and allocated again.")
 

@@ -304,6 +304,16 @@ def test_ulysses_groups_share_pieces():
     assert want != alone  # not the same as 4 replicas with half the rows each
 
 
+def test_engine_sleep_moves_the_engine_weights_to_host_and_back():
+    sim = _run(_tiny({"weight_sync": {"kind": "reshard", "engine_sleep": True}}))
+    parts = summarize(sim, sim.rec.steps)["weight_sync_parts_s"]
+    s = sim.setup
+    w = s.shapes["actor"].params("lm") * {"float32": 4, "bfloat16": 2}[s.dtypes["actor"]] / s.tp["rollout"]  # the engine's shard
+    assert parts["sleep_wake_s"] == pytest.approx(2 * w / (s.gpu.host_link_bw * sim.cost.step_scalar("host_copy_eff")))
+    plain = summarize(_run(_tiny({"weight_sync": {"kind": "reshard"}})), sim.rec.steps)["weight_sync_parts_s"]
+    assert "sleep_wake_s" not in plain
+
+
 def test_ulysses_must_divide_the_pool():
     with pytest.raises(ScenarioError) as e:
         build_setup(load_scenario(make_dict("gpu", {"execution": {"ulysses_sequence_parallel_size": 2}})))

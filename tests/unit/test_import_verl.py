@@ -48,7 +48,7 @@ def test_grpo_launch_maps_to_a_colocated_sync_grpo_scenario_that_simulates():
                                  "use_remove_padding": True, "pad_to": "max_length",
                                  "ref_log_prob_micro_batch_size_per_gpu": 32}
     assert ex["sharding"] == "fsdp" and ex["entropy"] is True
-    assert ex["gradient_checkpointing"] and ex["old_log_prob"] and ex["weight_sync"] == {"kind": "reshard"}
+    assert ex["gradient_checkpointing"] and ex["old_log_prob"] and ex["weight_sync"] == {"kind": "reshard", "engine_sleep": True}
     assert ex["offload"]["reference"] == {"param": True} and not ex["offload"]["actor"]["optimizer"]
     assert ex["ulysses_sequence_parallel_size"] == 1
     summary = simulate(load_scenario(sc), steps=2).summary
@@ -77,7 +77,7 @@ def test_every_setting_of_the_launch_is_accounted_for(path):
 def test_unmapped_settings_and_assumptions_are_listed_in_the_header():
     res = _import(GRPO, sets=(f"{AR}.rollout.free_cache_engine=True", f"{AR}.ref.ulysses_sequence_parallel_size=2", "foo.bar=1"))
     unmapped = {s.key: s.target for s in res.by_status("unmapped")}
-    assert "KV cache freed" in unmapped[f"{AR}.rollout.free_cache_engine"]
+    assert f"{AR}.rollout.free_cache_engine" not in unmapped and res.scenario["execution"]["weight_sync"]["engine_sleep"]
     assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size's is used" in unmapped[f"{AR}.ref.ulysses_sequence_parallel_size"]
     assert unmapped["foo.bar"] == "not recognised by the importer"
     assert "trainer.test_freq" in unmapped
