@@ -77,6 +77,7 @@ MAPPED = {
     "micro_train_batch_size": "execution.micro_batch.ppo_micro_batch_size_per_gpu",
     "micro_rollout_batch_size": "execution.micro_batch.log_prob_micro_batch_size_per_gpu",
     "packing_samples": "execution.micro_batch.use_remove_padding",
+    "zero_stage": "execution.sharding (3: fsdp, ZeRO-3's per-call parameter gathers; 0-2: none)",
     "use_dynamic_batch": "execution.micro_batch.use_dynamic_bsz",
     "max_tokens_per_gpu": "execution.micro_batch.ppo_max_token_len_per_gpu",
     "gradient_checkpointing": "execution.gradient_checkpointing",
@@ -102,7 +103,6 @@ NO_COST = [
 
 UNMAPPED = [
     (r"offload", "host offload of another kind (not read)"),
-    (r"zero_stage", "DeepSpeed ZeRO stage (the model shards optimizer state over the pool)"),
     (r"lora", "LoRA adapters (not modelled)"),
     (r"enable_sleep", "engine sleep between phases (not modelled)"),
     (r"enable_prefix_caching|vllm_generate_batch_size", "engine batching detail (not modelled)"),
@@ -284,7 +284,11 @@ def _execution(cfg: dict, models: dict, colocated: bool, a: list[str]) -> dict:
         offload["reference"] = {"param": _flag(cfg, "ref_reward_offload")}
     a.append("OpenRLHF mechanics on (execution): the actor's log-prob pass in make_experience, advantages on the "
              "driver, weight sync " + ("by resharding into the colocated engines" if colocated else "by broadcast to the vLLM engines"))
-    return {"old_log_prob": True, "advantage": {"enabled": True}, "micro_batch": mb,
+    zero = _int(cfg, "zero_stage", lo=0) if "zero_stage" in cfg else 2
+    if "zero_stage" not in cfg:
+        a.append("--zero_stage not set: OpenRLHF's default 2 (optimizer state and gradients sharded, parameters whole: "
+                 "no per-call gathers)")
+    return {"sharding": "fsdp" if zero == 3 else "none", "old_log_prob": True, "advantage": {"enabled": True}, "micro_batch": mb,
             "gradient_checkpointing": _flag(cfg, "gradient_checkpointing"), "offload": offload,
             "weight_sync": {"kind": "reshard" if colocated else "copy"}}
 

@@ -80,7 +80,8 @@ def test_every_flag_is_accounted_for():
     res = _import(BASE + " --actor_learning_rate 5e-7 --zero_stage 3 --mystery_flag 1")
     assert len(res.settings) == BASE.count("--") + 3
     unmapped = {s.key: s.target for s in res.by_status("unmapped")}
-    assert unmapped["mystery_flag"] == "not recognised by the importer" and "zero_stage" in unmapped
+    assert unmapped["mystery_flag"] == "not recognised by the importer" and "zero_stage" not in unmapped
+    assert res.scenario["execution"]["sharding"] == "fsdp"  # ZeRO-3: per-call parameter gathers
     assert {s.key for s in res.by_status("no_cost")} == {"actor_learning_rate"}
 
 
