@@ -32,7 +32,7 @@ from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.hardware.catalog import GpuSpec
+from rlhfsim.hardware.catalog import GpuSpec, stack_factor
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
@@ -292,6 +292,19 @@ class _Decode:
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
 
 
+def with_stack_rate(doc: dict, gpu: GpuSpec) -> dict:
+    """A derived profile (``gpu: any``: typical fractions of NVIDIA peaks under CUDA, no kernel terms of its own)
+    priced on a GPU of another software stack: every operation's compute_eff times ``catalog.stack_factor`` (MI300X
+    under ROCm 6.3: 0.64, ``catalog.SUSTAINED``), the provenance saying so; any other profile as it is."""
+    f = stack_factor(gpu.name)
+    if f == 1.0 or doc.get("gpu") != "any" or doc.get("kernels_by_shape"):
+        return doc
+    ops = {op: {**p, "compute_eff": p["compute_eff"] * f} for op, p in doc["operations"].items()}
+    prov = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: compute x{f:.2f}, {gpu.name}'s stack "
+            f"(catalog.SUSTAINED)"}
+    return {**doc, "operations": ops, "provenance": prov}
+
+
 class CostModel:
     """Costs of an RLHF step's operations on one device type, parameterized by a Profile.
 
@@ -353,8 +366,8 @@ class CostModel:
             if doc["gpu"] not in ("any", gpu.name):   # another GPU's curves, as fractions of this GPU's peaks: say so
                 doc["provenance"] = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: {doc['gpu']}'s "
                                      f"kernel curves on {gpu.name}'s datasheet peaks"}
-            return cls(gpu, doc)
-        return cls(gpu, load_profile(profile_ref))
+            return cls(gpu, with_stack_rate(doc, gpu))
+        return cls(gpu, with_stack_rate(load_profile(profile_ref), gpu))
 
     @property
     def name(self) -> str:

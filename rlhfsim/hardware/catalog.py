@@ -44,6 +44,11 @@ Prices are rough on-demand dollars per GPU-hour for plans to start from (overrid
 
 The ``cpu`` entry describes a generic 2-core AVX2 machine like the CI runner; a calibrated CPU profile
 replaces its efficiencies with measured ones.
+
+Sustained rates (``SUSTAINED``): what a software stack reached against these peaks, each with its source (dense
+BF16 GEMM, FLOP/s). A derived profile (the bundled ``default``, whose efficiencies are typical fractions of NVIDIA
+peaks under CUDA) prices a GPU of another stack with its compute efficiencies times ``stack_factor`` (MI300X under
+the ROCm of early 2025: 0.64); a profile with kernel terms fitted for the GPU (``kernels_by_shape``) is not changed.
 """
 
 from __future__ import annotations
@@ -108,6 +113,56 @@ GPUS: dict[str, GpuSpec] = {
 
 ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "h100-80gb": "h100-sxm", "h200-141gb": "h200",
            "b200-180gb": "b200", "mi300x-192gb": "mi300x", "h20-96gb": "h20", "a10": "a10g"}
+
+
+@dataclass(frozen=True)
+class Sustained:
+    """What a software stack reached on a GPU: the dense BF16/FP16 GEMM rate (FLOP/s) of its BLAS library on
+    large, well-shaped matrices, against the datasheet peak (``GPUS``). ``source``: where the number is published."""
+
+    stack: str
+    gemm_flops: float
+    source: str
+
+    def fraction(self, gpu: str) -> float:
+        return self.gemm_flops / GPUS[gpu].peak("bfloat16")
+
+
+# Sustained rates per GPU and stack (issue 47 item 4). MAMF: the "Maximum Achievable Matmul FLOPS" table of Stas
+# Bekman's ml-engineering (github.com/stas00/ml-engineering, compute/accelerator/README.md at commit 744d01e, lines
+# 344-361: BF16 matmul, mean of 100 iterations after 50 warm-up, best shape of a brute-force search). Vidur: the
+# large-token limit e_max of the GEMM curve fitted from Vidur's fp16 per-layer GEMMs (calibrate.fromops; bundled
+# profiles h100-sxm and a100-80gb), which is what cuBLAS reached on LLM layer shapes rather than on the best shape.
+SUSTAINED: dict[str, Sustained] = {
+    "h100-sxm": Sustained("CUDA 12.6, torch 2.7.0 (cuBLAS)", 794.5 * TFLOPS,
+                          "MAMF, ml-engineering@744d01e compute/accelerator/README.md:354 (80.3% of 989); LLM layer "
+                          "shapes: 0.78 x 989 (Vidur fp16 GEMMs, microsoft/vidur@7d47513, calibrate.fromops)"),
+    "a100-80gb": Sustained("CUDA 12.6, torch 2.6.0 (cuBLAS)", 271.2 * TFLOPS,
+                           "MAMF, ml-engineering@744d01e compute/accelerator/README.md:351 (86.9% of 312); LLM layer "
+                           "shapes: 0.75 x 312 (Vidur fp16 GEMMs, microsoft/vidur@7d47513, calibrate.fromops)"),
+    "gh200": Sustained("CUDA 12.6, torch 2.6.0 (cuBLAS)", 828.6 * TFLOPS,
+                       "MAMF, ml-engineering@744d01e compute/accelerator/README.md:352 (83.8% of 989; the 900 W 141 GiB "
+                       "HBM3e GH200, the same Hopper tensor cores as the catalog's 96 GiB part)"),
+    "mi300x": Sustained("ROCm 6.3 (torch 2.5.1+rocm6.3.42131, hipBLASLt, PYTORCH_TUNABLEOP_ENABLED=1), early 2025",
+                        668.4 * TFLOPS,
+                        "MAMF, ml-engineering@744d01e compute/accelerator/README.md:361 (51.4% of 1300; the row was "
+                        "measured and committed on 2025-01-06, faa7ddf); the same table's notes (line 389) record 450 "
+                        "TFLOPS under ROCm 6.1"),
+}
+# The stack the default profile's efficiencies describe (typical fractions of NVIDIA datasheet peaks under CUDA):
+# other stacks' kernels run at their sustained fraction over this one's (``stack_factor``).
+REFERENCE_STACK_GPU = "h100-sxm"
+
+
+def stack_factor(name: str) -> float:
+    """How much of the reference stack's GEMM efficiency (H100 under CUDA, ``REFERENCE_STACK_GPU``) the GPU's own
+    stack reaches, as a fraction of each one's datasheet peak: MAMF fraction over the reference's for a GPU driven by
+    another stack (MI300X under ROCm: 0.514 / 0.803 = 0.64), else 1 (CUDA GPUs: the default profile describes them)."""
+    key = ALIASES.get(name.lower(), name.lower())
+    s = SUSTAINED.get(key)
+    if s is None or s.stack.startswith("CUDA"):
+        return 1.0
+    return s.fraction(key) / SUSTAINED[REFERENCE_STACK_GPU].fraction(REFERENCE_STACK_GPU)
 
 
 def get_gpu(name: str, yaml_path: str = "cluster.gpu") -> GpuSpec:
