@@ -24,7 +24,9 @@ b = 2 bytes, peak and bw the datasheet fp16 tensor peak and memory bandwidth of 
 * Element-wise operations (input/post-attention norms, rotary embedding, activation, residual add):
       t_ew = t0_ew + bytes / (bw x e_ew)
   bytes per call: norm 4 M h, add 6 M h, gated activation 6 M I / tp (GELU 4 M I / tp), rope
-  4 M (n_head + n_kv_head) d / tp (read + write, 2-byte elements); linear least squares in relative error.
+  4 M (n_head + n_kv_head) d / tp (read + write, 2-byte elements); linear least squares in relative error, one
+  (e_ew, t0_ew) per operation; the profile's ``memory_eff`` is their bytes-weighted harmonic mean and ``floor_s``
+  the sum of the five floors (one kernel of each per layer).
 * Collectives, per collective and worker count n (a topology directory, e.g. ``h100_dgx``):
       t = latency_s + wire_bytes / bus_bw,  wire_bytes = 2 (n - 1) / n x size (all-reduce, a ring), size (send/recv)
   linear least squares in relative error over message sizes; each size's time is the slowest rank's median.
@@ -37,9 +39,10 @@ token range for this fit and for the profile the fit replaces (``before``).
 
 The cost model's use (``rlhfsim.costs.model``; ``kernels_by_shape`` and ``collectives`` in the profile):
 a forward pass's compute efficiency becomes e_c(tokens per call, layer_params / tp), its weights stream at
-e_w and its other bytes at e_ew, and L x (4 t0_gemm + 5 t0_ew) of kernel floors is added (five
-element-wise kernels per layer: Vidur's Llama layer); the tensor-parallel all-reduce takes latency_s and
-bus_bw of the fitted worker count.
+e_w and its other bytes at e_ew, and L x (4 t0_gemm + floor_s) of kernel floors is added (Vidur's Llama
+layer: four GEMMs and five element-wise kernels); the tensor-parallel all-reduce takes latency_s and bus_bw
+of the fitted worker count. The bundled profiles h100-sxm and a100-80gb are this fit's output; they extend
+``default`` (every other term is inherited).
 """
 
 from __future__ import annotations
@@ -359,7 +362,7 @@ def fit_all(root: Path, gpu: str) -> dict:
     spec = get_gpu(gpu, "--gpu")
     peak, bw = spec.peak("float16"), spec.mem_bw
     compute, net, used = read_dir(root, gpu)
-    gw, ew = gemm_work(compute), {}
+    gw = gemm_work(compute)
     gemm = fit_gemm(gw, peak, bw)
     g_ho, g_by = heldout(lambda d: fit_gemm(d, peak, bw), lambda d, p: predict_gemm(d, p, peak, bw), gw)
     ew = ew_work(compute)
