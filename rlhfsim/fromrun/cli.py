@@ -15,7 +15,7 @@ import click
 
 from rlhfsim.errors import RlhfsimError
 
-FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps")
+FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps", "lengths")
 SHARED = ("gpu_name", "out", "name", "fmt")   # the measuring command's options --from-run reads too
 
 
@@ -35,6 +35,9 @@ def _extra() -> list[click.Option]:
                      help="--from-run: leading steps skipped as warm-up."),
         click.Option(["--min-steps"], type=click.IntRange(min=1), default=3, show_default=True,
                      help="--from-run: fewer steady steps than this is an error."),
+        click.Option(["--lengths"], type=click.Choice(["logged", "mean"]), default="logged", show_default=True,
+                     help="--from-run: response lengths from the log's mean, longest and clipped responses (logged), "
+                          "or from its mean alone with the importer's assumed shape (mean)."),
     ]
 
 
@@ -83,7 +86,7 @@ def from_run_command(mine: dict, kw: dict) -> None:
         raise RlhfsimError("calibrate --from-run: expected --gpu NAME (the run's GPU, from `rlhfsim gpus`), got none")
     specs = [RunSpec(id=run_id(Path(log)), launch=Path(launch), log=Path(log), gpu=gpu,
                      sets=tuple(mine["run_sets"]), verl_version=mine["verl_version"], warmup=mine["warmup"],
-                     min_steps=mine["min_steps"]) for launch, log in mine["from_run"]]
+                     min_steps=mine["min_steps"], lengths=mine["lengths"]) for launch, log in mine["from_run"]]
     name = kw.get("name") or f"fromrun-{specs[0].id}"
     out = Path(kw["out"]) if kw.get("out") else user_profile_dir() / f"{name}.json"
     command = " ".join(["rlhfsim", *map(shlex.quote, sys.argv[1:])])

@@ -1,7 +1,8 @@
 """Fit a profile's terms to one or more real runs' logged phases (``rlhfsim calibrate --from-run``).
 
 Each run is its launch (read by ``rlhfsim import verl``, with the GPU, the verl release and any ``--set``
-the user gives, and the mean prompt and response lengths of its own steady steps) and its log's steady steps
+the user gives, and the mean prompt and response lengths of its own steady steps; by default the response
+lengths' shape too, matched to the log's longest and clipped responses: ``rlhfsim.fromrun.lengths``) and its log's steady steps
 (``rlhfsim.fromrun.logs``). Its measured phases are the means over those steps of verl's ``timing_s/*``
 metrics; verl releases that log no ``timing_s/update_weights`` time the weight sync inside ``timing_s/gen``,
 so there the simulator's ``weight_sync`` is added to its ``generate`` before comparing.
@@ -46,8 +47,11 @@ from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_PROMPT_LENGTH_KEY, VERL_RESP
 from rlhfsim.costs.model import CostModel
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.fromrun import terms as T
+from rlhfsim.fromrun.lengths import logged_shape
 from rlhfsim.fromrun.logs import DEFAULT_MIN_STEPS, DEFAULT_WARMUP, Steady, read_log, steady_steps
 
+LENGTHS = ("logged", "mean")
+WEIGHTINGS = ("equal", "share")
 MIN_SIN = 0.3
 RELEVANT = 0.02
 BOOTSTRAP = 200
@@ -74,6 +78,7 @@ class RunSpec:
     verl_version: str | None = None
     warmup: int = DEFAULT_WARMUP
     min_steps: int = DEFAULT_MIN_STEPS
+    lengths: str = "logged"    # "logged": the log's mean, max and clip ratio (fromrun.lengths); "mean": the mean only
 
 
 @dataclass
@@ -111,6 +116,14 @@ def prepare(spec: RunSpec) -> Run:
                          steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
     res = import_verl(text, opts, spec.launch.name)
     sc = load_scenario(res.scenario, base_dir=spec.launch.parent)
+    if spec.lengths not in LENGTHS:
+        raise FitError(f"lengths: expected one of {', '.join(LENGTHS)}, got {spec.lengths!r}")
+    shape = logged_shape(steady, sc.workload.max_response_tokens, sc.workload.prompts_per_step * sc.algorithm.group_size) \
+        if spec.lengths == "logged" else None
+    if shape is not None:
+        sc = load_scenario(res.scenario, base_dir=spec.launch.parent,
+                           overrides=[("workload.response_length", shape["block"])])
+        lengths["response_shape"] = shape
     return Run(spec, steady, samples, {k: float(v.mean()) for k, v in samples.items()}, sc, get_gpu(spec.gpu),
                sc.generation.resolved_runtime, UPDATE_WEIGHTS not in samples, lengths,
                [f"{s.key}={s.value}" for s in res.by_status("unmapped")])
@@ -149,7 +162,9 @@ class Param:
 class Problem:
     """The fit's residual function over a set of runs and a base profile."""
 
-    def __init__(self, runs: list[Run], base: dict):
+    def __init__(self, runs: list[Run], base: dict, weighting: str = "equal"):
+        if weighting not in WEIGHTINGS:
+            raise FitError(f"weighting: expected one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
         self.runs, self.base = runs, base
         base_pred = [predict(r, base) for r in runs]
         self.rows = [(i, k) for i, r in enumerate(runs) for k in residual_keys(r, base_pred[i])]
@@ -157,6 +172,8 @@ class Problem:
             raise FitError("fit: expected logged phases the simulator prices (timing_s/gen, timing_s/update_actor, ...), "
                            "got none")
         self.log_meas = np.array([math.log(runs[i].measured[k]) for i, k in self.rows])
+        self.w = np.ones(len(self.rows)) if weighting == "equal" else \
+            np.sqrt([runs[i].measured[k] / runs[i].measured[VERL_STEP_KEY] for i, k in self.rows])
         seen: dict[str, Param] = {}
         for t in T.TERMS:
             for r in runs:
@@ -175,7 +192,7 @@ class Problem:
 
     def residuals_of(self, preds: list[dict[str, float]]) -> np.ndarray:
         p = np.array([max(preds[i].get(k, 0.0), PRED_FLOOR_S) for i, k in self.rows])
-        return np.log(p) - self.log_meas
+        return self.w * (np.log(p) - self.log_meas)
 
     def residuals(self, params: list[Param], x: np.ndarray) -> np.ndarray:
         return self.residuals_of(self.predictions(params, x))
@@ -220,11 +237,14 @@ def identify(prob: Problem) -> tuple[list[Param], dict[str, str]]:
     return [cands[j] for j in chosen], why
 
 
-def fit(runs: list[Run], base: dict, seed: int = 0) -> dict:
-    """Fit the identified terms; the result holds everything the overlay records (see the module docstring)."""
+def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", prior: float = 0.0) -> dict:
+    """Fit the identified terms; the result holds everything the overlay records (see the module docstring).
+    ``weighting``: each phase's residual as it is (equal) or times sqrt(phase / step) of its run (share);
+    ``prior`` > 0: add the rows prior x (x_j - x_base_j) / u_j (u_j one unit of ``terms.plausible_dx``), which
+    keep a term near its base value unless the phases move it."""
     from scipy.optimize import least_squares
 
-    prob = Problem(runs, base)
+    prob = Problem(runs, base, weighting)
     params, unidentified = identify(prob)
     if not params:
         raise FitError("fit: expected at least one term the logged phases identify, got none (" +
@@ -232,16 +252,19 @@ def fit(runs: list[Run], base: dict, seed: int = 0) -> dict:
     lo = np.array([T.x_bounds(p.term)[0] for p in params])
     hi = np.array([T.x_bounds(p.term)[1] for p in params])
     x0 = np.clip(prob.x0(params), lo, hi)
-    sol = least_squares(lambda x: prob.residuals(params, x), x0, bounds=(lo, hi), method="trf",
-                        diff_step=0.02, x_scale=1.0, max_nfev=60 * len(params))
-    x = sol.x
+    xb = prob.x0(params)
+    u = np.array([T.plausible_dx(p.term) for p in params])
+    sol = least_squares(lambda x: np.concatenate([prob.residuals(params, x), prior * (x - xb) / u]), x0,
+                        bounds=(lo, hi), method="trf", diff_step=0.02, x_scale=1.0, max_nfev=60 * len(params))
+    x = np.where(sol.x - lo < 1e-9, lo, np.where(hi - sol.x < 1e-9, hi, sol.x))   # a term at its bound: exactly there
     r = prob.residuals(params, x)
     J = prob.jacobian(params, x, r)
     warnings = _bound_warnings(prob, params, x, r, J, lo, hi)
-    free = [j for j in range(len(params)) if lo[j] + 1e-9 < x[j] < hi[j] - 1e-9]
+    free = [j for j in range(len(params)) if lo[j] < x[j] < hi[j]]
     pinv = np.zeros((len(params), len(r)))
     if free:
-        pinv[free, :] = np.linalg.pinv(J[:, free])
+        aug = np.vstack([J[:, free], prior * np.diag(1 / u[free])])
+        pinv[free, :] = np.linalg.pinv(aug)[:, :len(r)]
     draws = _bootstrap(prob, x, pinv, lo, hi, seed)
     # the misfit's own spread, linearised: cov = s^2 (J^T J)^-1 over the free terms, s^2 = RSS / (n - k)
     dof = len(r) - len(free)
@@ -275,9 +298,9 @@ def _bound_warnings(prob: Problem, params, x, r, J, lo, hi) -> list[str]:
     out = []
     for j, p in enumerate(params):
         contrib = J[:, j] * r      # d(cost/2)/dx_j by residual; negative: pulls x_j up
-        if x[j] >= hi[j] - 1e-9 and contrib.sum() < 0:
+        if x[j] >= hi[j] and contrib.sum() < 0:
             i, what = int(np.argmin(contrib)), "above 1 (not physical)"
-        elif x[j] <= lo[j] + 1e-9 and contrib.sum() > 0:
+        elif x[j] <= lo[j] and contrib.sum() > 0:
             i, what = int(np.argmax(contrib)), ("below 0 (not physical)" if p.term.kind == "seconds" else "below 0.001")
         else:
             continue
@@ -309,7 +332,7 @@ def _bootstrap(prob: Problem, x, pinv, lo, hi, seed: int) -> np.ndarray:
     for b in range(BOOTSTRAP):
         idx = [rng.integers(0, len(r.steady.kept), len(r.steady.kept)) for r in prob.runs]
         lm = np.array([math.log(max(float(prob.runs[i].samples[k][idx[i]].mean()), PRED_FLOOR_S)) for i, k in prob.rows])
-        draws[b] = np.clip(x + pinv @ (lm - prob.log_meas), lo, hi)
+        draws[b] = np.clip(x + pinv @ (prob.w * (lm - prob.log_meas)), lo, hi)
     return draws
 
 

@@ -21,28 +21,25 @@ from rlhfsim.fromrun.fit import RunSpec, fit, prepare
 
 def overlay_doc(result: dict, base_ref: str, base: dict, name: str, gpu: str, command: str, out_dir: Path) -> dict:
     """The overlay JSON of a fit (module docstring), ``extends`` written relative to ``out_dir`` for a path."""
-    ops: dict[str, dict] = {}
-    step: dict[str, float] = {}
+    changed: dict = {}
     for t in result["terms"]:
-        section, _, rest = t["path"].partition(".")
-        if section == "step":
-            step[rest] = t["fitted"]
-        else:
-            op, _, key = rest.rpartition(".")
-            entry = ops.setdefault(op, {"source": "fitted-from-run"})
-            entry[key] = t["fitted"]
-            # the base's own uncertainty draws describe the old values: without them, draws use the prior
-            for k in ("samples", "covariance"):
-                if base["operations"][op].get(k) is not None:
-                    entry[k] = None
+        *parents, key = t["path"].split(".")
+        node = changed
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[key] = t["fitted"]
+    for op, entry in changed.get("operations", {}).items():
+        entry["source"] = "fitted-from-run"
+        # the base's own uncertainty draws describe the old values: without them, draws use the prior
+        for k in ("samples", "covariance"):
+            if base["operations"][op].get(k) is not None:
+                entry[k] = None
     p = Path(base_ref)
     extends = base_ref if not (p.suffix == ".json" or os.sep in base_ref) else os.path.relpath(p.resolve(), out_dir.resolve())
     doc = {"schema_version": SCHEMA_VERSION, "name": name, "gpu": gpu, "extends": extends,
            "provenance": {"source": "fitted-from-run", "date": _dt.date.today().isoformat(), "command": command,
                           "base": str(base.get("_path", base_ref))},
-           "operations": ops}
-    if step:
-        doc["step"] = step
+           "operations": {}, **changed}
     doc["from_run"] = {k: result[k] for k in ("terms", "unidentified", "warnings", "runs", "rms_log_residual",
                                                "evaluations")}
     return doc

@@ -43,12 +43,20 @@ TERMS: tuple[Term, ...] = (
          "engine host time per decode step (scheduling, input preparation, output processing) beyond the roofline"),
     Term("train_eff", ("operations.train.compute_eff",), "eff", 1.0,
          "sustained training efficiency: fraction of the datasheet peak a training pass reaches"),
+    Term("host_train_per_layer_s", ("framework.host_train_per_layer_s",), "seconds", 1e-3,
+         "host dispatch per layer of a training call (micro-batch), overlapping its device work"),
     Term("microbatch_train_s", ("step.microbatch_train_s",), "seconds", 1e-2,
          "framework time per training micro-batch beyond the fitted pass"),
     Term("forward_eff", ("operations.forward.compute_eff", "operations.prefill.compute_eff"), "eff", 1.0,
          "sustained forward efficiency of the log-prob / value passes"),
+    Term("host_forward_per_layer_s", ("framework.host_forward_per_layer_s",), "seconds", 1e-3,
+         "host dispatch per layer of a forward call (micro-batch), overlapping its device work"),
     Term("microbatch_forward_s", ("step.microbatch_forward_s",), "seconds", 1e-2,
          "framework time per forward micro-batch beyond the fitted pass"),
+    Term("gemm_e_max", ("kernels_by_shape.gemm.e_max",), "eff", 1.0,
+         "the GEMM efficiency ceiling of a profile with kernel terms by shape"),
+    Term("fsdp_host_per_unit_s", ("framework.fsdp_host_per_unit_s",), "seconds", 1e-3,
+         "FSDP's host time per unit and collective (unshard / reshard hooks)"),
     Term("adv_per_token_s", ("step.adv_per_token_s",), "seconds", 5e-9,
          "advantage computation on the driver per response token"),
     Term("decode_memory_eff", ("operations.decode:{gen}.memory_eff", "operations.decode.memory_eff"), "eff", 1.0,
@@ -61,15 +69,24 @@ TERMS: tuple[Term, ...] = (
 TERM_NAMES = tuple(t.name for t in TERMS)
 
 
+def _walk(profile: dict, path: str):
+    """The object holding ``path``'s last key, and that key (None where a step on the way is missing).
+    Paths are dotted; operation names hold colons, never dots (``operations.decode:vllm.overhead_s``)."""
+    *parents, key = path.split(".")
+    node = profile
+    for k in parents:
+        node = node.get(k) if isinstance(node, dict) else None
+    return (node if isinstance(node, dict) else None), key
+
+
 def has_path(profile: dict, path: str) -> bool:
-    """Whether ``path`` names a value the profile has (a step scalar always has one: its default)."""
+    """Whether ``path`` names a number the profile has (a step scalar always has one: its default)."""
     section, _, rest = path.partition(".")
     if section == "step":
         return rest in STEP_DEFAULTS
-    if section == "operations":
-        op, _, key = rest.rpartition(".")
-        return isinstance(profile.get("operations", {}).get(op), dict) and key in profile["operations"][op]
-    return False
+    node, key = _walk(profile, path)
+    v = node.get(key) if node is not None else None
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def get_value(profile: dict, path: str) -> float:
@@ -78,21 +95,20 @@ def get_value(profile: dict, path: str) -> float:
     if section == "step":
         v = (profile.get("step") or {}).get(rest)
         return float(STEP_DEFAULTS[rest] if v is None else v)
-    op, _, key = rest.rpartition(".")
-    return float(profile["operations"][op][key])
+    node, key = _walk(profile, path)
+    return float(node[key])
 
 
 def with_values(profile: dict, values: dict[str, float]) -> dict:
     """A copy of ``profile`` with ``values`` (path -> number) set; only the objects on those paths are copied."""
     out = dict(profile)
     for path, v in values.items():
-        section, _, rest = path.partition(".")
-        if section == "step":
-            out["step"] = {**(out.get("step") or {}), rest: float(v)}
-        else:
-            op, _, key = rest.rpartition(".")
-            out["operations"] = dict(out["operations"])
-            out["operations"][op] = {**out["operations"][op], key: float(v)}
+        *parents, key = path.split(".")
+        node = out
+        for k in parents:
+            node[k] = dict(node.get(k) or {})
+            node = node[k]
+        node[key] = float(v)
     return out
 
 

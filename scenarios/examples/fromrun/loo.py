@@ -13,7 +13,11 @@ script counts the settings each pair of the group's launches differs in and repo
 
 Run from the repository root (about a minute or two on two shared cores):
 
-    python scenarios/examples/fromrun/loo.py [--json] [--group NAME]
+    python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean]
+
+``--lengths mean`` gives each run only its logged mean response length (the importer's assumed shape, as
+field_table.py does); ``logged`` (default) also matches the shape to the log's longest and clipped responses
+(rlhfsim.fromrun.lengths).
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ HERE = Path(__file__).resolve().parent
 FIELD = HERE.parent / "field"
 
 
-def specs(group: dict) -> list[RunSpec]:
+def specs(group: dict, lengths: str = "logged") -> list[RunSpec]:
     field = {r["id"]: r for r in yaml.safe_load((FIELD / "runs.yaml").read_text())["runs"]}
     out = []
     for g in group["runs"]:
         r = field[g["id"]]
         out.append(RunSpec(g["id"], FIELD / r["launch"], HERE / g["log"], r["gpu"], tuple(r.get("set", ())),
-                           r.get("verl_version")))
+                           r.get("verl_version"), lengths=lengths))
     return out
 
 
@@ -70,24 +74,24 @@ def differing_settings(a: RunSpec, b: RunSpec) -> list[str]:
     return sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
 
 
-def loo(group: dict) -> dict:
+def loo(group: dict, lengths: str = "logged", **fit_kw) -> dict:
     t0 = time.perf_counter()
     base = load_profile("default")
-    runs = [prepare(s) for s in specs(group)]
+    runs = [prepare(s) for s in specs(group, lengths)]
     rows = []
     for i, held in enumerate(runs):
         t = time.perf_counter()
-        res = fit([r for j, r in enumerate(runs) if j != i], base)
+        res = fit([r for j, r in enumerate(runs) if j != i], base, **fit_kw)
         pred, bpred = predict(held, res["profile"]), predict(held, base)
         rows.append({"held_out": held.spec.id, "fit_s": round(time.perf_counter() - t, 1),
                      "measured_s": {k: round(v, 3) for k, v in held.measured.items()},
                      "predicted_s": {k: round(v, 3) for k, v in pred.items() if k in held.measured},
                      "error_pct": errors(held, pred), "base_error_pct": errors(held, bpred),
                      "terms": {t["term"]: t["fitted"] for t in res["terms"]}, "warnings": res["warnings"]})
-    full = fit(runs, base)
+    full = fit(runs, base, **fit_kw)
     pairs = sorted((len(d), a.spec.id, b.spec.id, d) for a, b in combinations(runs, 2)
                    for d in [differing_settings(a.spec, b.spec)])
-    return {"group": group["name"], "source": group["source"], "runs": [r.spec.id for r in runs], "loo": rows,
+    return {"group": group["name"], "source": group["source"], "lengths": lengths, "runs": [r.spec.id for r in runs], "loo": rows,
             "loo_median_abs_error_pct": medians([r["error_pct"] for r in rows]),
             "base_median_abs_error_pct": medians([r["base_error_pct"] for r in rows]),
             "in_sample_median_abs_error_pct": medians([r["fitted_error_pct"] for r in full["runs"]]),
@@ -96,7 +100,7 @@ def loo(group: dict) -> dict:
 
 
 def show(out: dict) -> None:
-    print(f"== group {out['group']} ({out['source']}): runs {', '.join(out['runs'])}")
+    print(f"== group {out['group']} ({out['source']}): runs {', '.join(out['runs'])}; response lengths: {out['lengths']}")
     for r in out["loo"]:
         e, b = r["error_pct"], r["base_error_pct"]
         print(f"{r['held_out']}: step measured {r['measured_s'][VERL_STEP_KEY]:.2f} s, LOO predicted "
@@ -124,7 +128,10 @@ def main() -> None:
     chosen = [g for g in groups if name in (None, g["name"])]
     if not chosen:
         sys.exit(f"--group: expected one of {', '.join(g['name'] for g in groups)}, got {name!r}")
-    outs = [loo(g) for g in chosen]
+    lengths = sys.argv[sys.argv.index("--lengths") + 1] if "--lengths" in sys.argv else "logged"
+    kw = {"weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv else "equal",
+          "prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else 0.0}
+    outs = [loo(g, lengths, **kw) for g in chosen]
     if "--json" in sys.argv:
         print(json.dumps(outs, indent=1))
         return
