@@ -233,6 +233,25 @@ def report(ctx, run_dir, out_html, trace, fmt):
         click.echo(f"wrote {p}")
 
 
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--steps", type=click.IntRange(min=1), help="Steps to simulate (default: the scenario's).")
+@click.option("--profile", "profile", help="Calibration profile name or JSON path (default: bundled).")
+@set_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def explain(scenario, steps, profile, sets, fmt):
+    """Which cost terms SCENARIO's step time is made of: each phase's seconds by named term (rlhfsim.costs.terms)."""
+    from rlhfsim.scenario.loader import load_scenario, parse_set
+    from rlhfsim.sim.explain import explain as run_explain, render
+
+    sc = load_scenario(scenario, overrides=[parse_set(s) for s in sets])
+    doc = run_explain(sc, profile=profile, steps=steps)
+    if fmt == "json":
+        click.echo(to_json(doc))
+    else:
+        click.echo("\n".join(render(doc)))
+
+
 def _missing(name: str, err: ImportError) -> click.Command:
     @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
     def cmd():

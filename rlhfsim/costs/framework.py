@@ -143,8 +143,9 @@ class CallParts:
         """Device-busy seconds: the roofline's kernels, the head and the communication not hidden by them."""
         return self.kernel_active_s + (self.device_s - self.kernel_s)
 
-    def as_dict(self) -> dict[str, float]:
-        """The parts by name, for a breakdown (``host_s`` counts only where it exceeds the device's time)."""
-        return {"kernel_s": self.kernel_s, "logprob_head_s": self.head_s,
-                "fsdp_exposed_s": self.device_s - self.kernel_s - self.head_s,
-                "host_launch_bound_s": max(self.host_s - self.device_s, 0.0)}
+    def terms(self) -> dict[str, float]:
+        """Seconds by cost term (``rlhfsim.costs.terms``), summing to ``total_s``: the host counts only where it
+        exceeds the device's time."""
+        return {"kernels": self.kernel_active_s, "op_overhead": self.kernel_s - self.kernel_active_s,
+                "logprob_head": self.head_s, "fsdp_exposed": max(self.device_s - self.kernel_s - self.head_s, 0.0),
+                "host_launch_bound": max(self.host_s - self.device_s, 0.0)}

@@ -277,15 +277,27 @@ class _Decode:
         self.ws = fl.stream_factor(fl.footprint_rate(cost.gemm_passes_by_footprint, self.shape.decode_weight_bytes / tp),
                                    cost.gpu.mem_bw * (p.memory_eff if ks is None else ks.weight_memory_eff))
 
-    def coeffs(self, batch, kv0, overhead_s: float | None):
+    def _lines(self, batch, kv0):
+        """(c0, cs, u0, us): F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step i."""
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
         if self.ks is not None:
             peak = peak * self.ks.compute_eff(batch, self.shard)
-        # F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step index i
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
         cs = k.f_attn * batch / peak
         u0 = (k.decode_weights(batch, self.wp) * self.ws + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
-        us = kv_b * batch / bw
+        return c0, cs, u0, kv_b * batch / bw
+
+    def terms(self, batch: int, kv0: float) -> dict[str, float]:
+        """The segment's first decode step by cost term (``rlhfsim.costs.terms``); they sum to
+        ``decode_sum(coeffs(batch, kv0, None), 1)``."""
+        c0, _, u0, _ = self._lines(batch, kv0)
+        kern = max(c0, u0)
+        return {"decode_kernels": kern + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp),
+                "engine_step": self.over, "sampling_tail": self.tail0 + self.tail_row * batch,
+                "host_launch_bound": max(self.hfloor - kern, 0.0)}
+
+    def coeffs(self, batch, kv0, overhead_s: float | None):
+        c0, cs, u0, us = self._lines(batch, kv0)
         if self.hfloor:
             c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch

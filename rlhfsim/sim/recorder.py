@@ -65,6 +65,17 @@ class Recorder:
         self.intervals: list[Interval] = []
         self.steps: list[StepRecord] = []
         self._spans: dict[tuple[int, str], list[float]] = {}
+        # seconds by cost term per (step, phase), kept only when asked for (rlhfsim explain: ``record_terms``)
+        self.terms: dict[tuple[int, str], dict[str, float]] | None = None
+
+    def record_terms(self) -> None:
+        """Keep each forward and training phase's seconds by cost term (``rlhfsim.costs.terms``)."""
+        self.terms = {}
+
+    def add_terms(self, step: int, phase: str, parts: dict[str, float]) -> None:
+        acc = self.terms.setdefault((step, phase), {})
+        for k, v in parts.items():
+            acc[k] = acc.get(k, 0.0) + v
 
     def busy(self, step: int, pool: str, gpu0: int, n_gpus: int, role: str, phase: str, start: float, end: float,
              active_s: float | None = None) -> None:

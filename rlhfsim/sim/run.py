@@ -22,9 +22,11 @@ from rlhfsim.sim.simulation import SimResult, Simulation, summarize
 
 def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = None, seed: int | None = None,
              rollouts: list[tuple[int, int]] | None = None, cost: CostModel | None = None,
-             max_work: float | None = DEFAULT_MAX_WORK) -> SimResult:
+             max_work: float | None = DEFAULT_MAX_WORK, terms: bool = False) -> SimResult:
     """Run the scenario's schedule for ``steps`` steps and summarize it. A run whose estimated work
-    (``rlhfsim.sim.budget``) exceeds ``max_work`` is refused before it starts (None or 0: no limit)."""
+    (``rlhfsim.sim.budget``) exceeds ``max_work`` is refused before it starts (None or 0: no limit).
+    ``terms``: also keep each forward and training phase's seconds by cost term (``rlhfsim explain``), in the
+    summary as ``phase_terms_s`` (mean over the steady steps)."""
     if steps is not None or seed is not None:
         upd = {}
         if steps is not None:
@@ -40,8 +42,19 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
         raise ScenarioError("models.reward.runtime", f"expected a scoring runtime of profile {cost.name!r} "
                             f"({', '.join(cost.runtimes) or 'it has none'}), got {sc.models.reward.runtime!r}")
     sim = Simulation(setup, cost, rollouts=rollouts)
+    if terms:
+        sim.rec.record_terms()
     records = sim.run(sc.steps)
-    return SimResult(setup, records, sim.rec.intervals, summarize(sim, records))
+    summary = summarize(sim, records)
+    if terms:
+        steady = [r.step for r in records[summary["warmup_steps"]:]]
+        acc: dict[str, dict[str, float]] = {}
+        for (st, ph), parts in sim.rec.terms.items():
+            if st in steady:
+                for k, v in parts.items():
+                    acc.setdefault(ph, {})[k] = acc.setdefault(ph, {}).get(k, 0.0) + v / len(steady)
+        summary["phase_terms_s"] = acc
+    return SimResult(setup, records, sim.rec.intervals, summary, cost)
 
 
 def simulate_uncertain(sc: Scenario, *, profile: str | None = None, steps: int | None = None,

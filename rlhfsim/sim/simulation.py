@@ -222,6 +222,7 @@ class SimResult:
     steps: list[StepRecord]
     intervals: list
     summary: dict
+    cost: CostModel | None = None  # the cost model that priced it
 
 
 def _step_costs(sim) -> dict:

@@ -114,9 +114,12 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
         tokens = _row_tokens(rows) if budget is None and not packed else None
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)
+        terms = sim.rec.terms is not None   # rlhfsim explain: the slowest replica's seconds by cost term
+        worst: tuple[float, dict] = (-1.0, {})
         for k in range(n_rep):
             mine = rows[k::n_rep]
             t = active = 0.0
+            mine_terms: dict[str, float] = {}
             if tokens is None:
                 calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder", pad_len)
             else:  # padded pieces of ``size`` rows, on arrays (issue 12): the same pieces as mb.pieces
@@ -130,12 +133,28 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
                                            inter_node=pool.spans_nodes)
                 t += call.total_s + per_call_s
                 active += call.active_s
+                if terms:
+                    _add(mine_terms, call.terms(), framework_piece=per_call_s)
             if mine:
-                t += ex.offload_s(sim, role, "forward", len(calls))
+                off = ex.offload_s(sim, role, "forward", len(calls))
+                t += off
+                if terms:
+                    _add(mine_terms, {"offload": off})
+            if terms and t > worst[0]:
+                worst = (t, mine_terms)
             durs.append(t)
             if t > 0:
                 sim.rec.busy(step, pool.name, k * width, width, role, phase, start, start + t, active_s=active)
+        if terms:
+            sim.rec.add_terms(step, phase, worst[1])
         yield env.timeout(max(durs))
+
+
+def _add(acc: dict[str, float], parts: dict[str, float], **more: float) -> None:
+    """Add seconds by term into ``acc`` (``rlhfsim explain``)."""
+    for name, v in (*parts.items(), *more.items()):
+        if v:
+            acc[name] = acc.get(name, 0.0) + v
 
 
 def advantage(env, sim, step: int, rows: list[Rollout]):
@@ -229,25 +248,38 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                                                                            pad_len=pad_len)]
                        for k in range(min(ranks, len(part)))]
 
+        terms = sim.rec.terms is not None   # rlhfsim explain: the slowest rank's seconds by cost term
+        phase_terms: dict[str, float] = {}
         for _ in range(alg.ppo_epochs):
             # PPO trainers shuffle the batch each epoch; padding per rank depends on who lands together.
             for per_rank in minibatches(sim.shuffle_rng.permutation(len(rows))):
                 slowest = (0.0, 0.0)
+                slowest_terms: dict[str, float] = {}
                 for pieces in per_rank:
                     rank = (0.0, 0.0)
+                    rank_terms: dict[str, float] = {}
                     for n_tokens, n_rows, pairs in pieces:
                         call = sim.cost.call_parts(True, model, dtype, n_tokens, n_rows, tp, head, pairs, sp,
                                                    logprob=head == "lm", entropy=exe.entropy and role == "actor",
                                                    checkpointing=exe.gradient_checkpointing, ckpt_frac=ckpt_frac,
                                                    fsdp_n=fsdp_n, inter_node=pool.spans_nodes)
                         rank = (rank[0] + call.total_s + per_call_s, rank[1] + call.active_s)  # 0.0 + x == x: one call, as before
-                    slowest = max(slowest, rank)
+                        if terms:
+                            _add(rank_terms, call.terms(), framework_piece=per_call_s)
+                    if rank > slowest:
+                        slowest, slowest_terms = rank, rank_terms
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
-        t += ex.offload_s(sim, role, "train")
+                if terms:
+                    _add(phase_terms, slowest_terms, optimizer=opt)
+        off = ex.offload_s(sim, role, "train")
+        t += off
         yield env.timeout(t)
         if t > 0:
             sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now, active_s=active)
+            if terms:
+                _add(phase_terms, {"offload": off})
+                sim.rec.add_terms(step, phase, phase_terms)
 
 
 def weight_sync(env, sim, step: int):

@@ -1,0 +1,108 @@
+"""The named cost terms a step's price is made of: one registry (``TERMS``), read by the simulator's per-phase
+breakdown (``rlhfsim explain``), by ``CostModel.breakdown`` and by the docs' term table
+(``python -m rlhfsim.costs.terms`` prints it as Markdown: docs/reference/cost-terms.md).
+
+Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
+(``any``; ``gpu``: priced only from a GPU profile's sections, a CPU profile never reaches it; ``cpu``: a host
+effect measured on a CPU, absent from GPU profiles) and what measures or sources it. The equations are in
+docs/cost-model.md; the module that computes each term is named.
+
+A forward or training piece's breakdown (``CallParts.terms``) sums exactly to the piece's price:
+kernels + op_overhead + logprob_head + fsdp_exposed + host_launch_bound (+ framework_piece and offload in a
+phase). A decode step's (``CostModel.breakdown("decode_step", ...)``) sums to the step: decode_kernels +
+engine_step + sampling_tail + host_launch_bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CostTerm:
+    """One named term of the cost model."""
+
+    name: str
+    prices: str
+    key: str          # profile (or scenario) key holding its numbers
+    devices: str      # any | gpu | cpu
+    measured_by: str  # what measures or sources it
+    module: str       # where the formula lives
+
+
+TERMS: tuple[CostTerm, ...] = (
+    CostTerm("kernels", "an operation's device work: max(FLOPs / (peak x compute_eff), bytes / (bandwidth x "
+             "memory_eff)), plus tensor-parallel and Ulysses communication, and a forward log-prob pass's head",
+             "operations.OP.compute_eff, memory_eff; kernels_by_shape (GPU profiles built from public measurements)",
+             "any", "rlhfsim calibrate (fit of measured points); rlhfsim calibrate --from-ops (Vidur's per-operation "
+             "GPU data)", "rlhfsim.costs.model.roofline_parts"),
+    CostTerm("op_overhead", "an operation's fitted fixed time per call and per layer beside its kernels",
+             "operations.OP.overhead_s, overhead_per_layer_s", "any", "rlhfsim calibrate (fit)",
+             "rlhfsim.costs.model.with_overheads_s"),
+    CostTerm("logprob_head", "a training piece's element-wise passes over its logits (temperature, log-probs, "
+             "entropy and their backward), after the GEMMs", "framework (present: GPU profile); execution.entropy",
+             "gpu", "bytes per logit counted from verl's code (rlhfsim.costs.framework)", "rlhfsim.costs.framework"),
+    CostTerm("fsdp_exposed", "FSDP/ZeRO-3 parameter gathers and gradient reduce-scatters of a piece, where they "
+             "outlast its compute (the first unit's gather always)", "execution.sharding; the GPU's link bandwidth",
+             "any", "bytes from FSDP FULL_SHARD's mixed precision; hardware catalog link bandwidth",
+             "rlhfsim.costs.framework"),
+    CostTerm("host_launch_bound", "host dispatch beyond the device's time in a launch-bound piece or decode step "
+             "(a max, not a sum: launches run ahead of the device)", "framework.host_forward_per_layer_s, "
+             "host_train_per_layer_s, host_checkpoint_mult, fsdp_host_per_unit_s; operations.decode:RT.host_overlap",
+             "gpu", "H200 measurement of Qwen2.5-0.5B pieces (h200-measured step.samples); pytorch/pytorch#173680",
+             "rlhfsim.costs.framework, rlhfsim.costs.model._Decode"),
+    CostTerm("framework_piece", "a framework's host time per piece beyond the fitted call (slicing, the loss)",
+             "step.microbatch_forward_s, microbatch_train_s", "any", "calibrate.stepbench", "rlhfsim.costs.stepcosts"),
+    CostTerm("offload", "parameters, gradients and optimizer state crossing the host link",
+             "execution.offload; step.host_copy_eff; hardware host_link_bw", "any", "calibrate.stepbench (host_copy_eff)",
+             "rlhfsim.sim.execution.offload_s"),
+    CostTerm("optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
+             "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.optimizer_parts"),
+    CostTerm("decode_kernels", "a decode step's device work: weights and KV cache streamed, attention and "
+             "GEMM FLOPs, TP all-reduces", "operations.decode:RT; kernels_by_shape", "any",
+             "rlhfsim calibrate; --from-ops", "rlhfsim.costs.model._Decode"),
+    CostTerm("engine_step", "an engine's fixed host time per decode step (scheduling, input preparation, output "
+             "processing), serial with the device", "operations.decode:RT.overhead_s (and per layer without "
+             "host_overlap)", "any", "rlhfsim calibrate; derived from vLLM/SGLang performance posts",
+             "rlhfsim.costs.model._Decode"),
+    CostTerm("sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
+             "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes"),
+    CostTerm("weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
+             "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
+             "calibrate.stepbench", "rlhfsim.costs.model.reshard_parts"),
+    CostTerm("advantage", "advantages on the driver's CPU (GAE's loop over positions, group statistics)",
+             "step.adv_per_token_s, adv_per_row_s, adv_per_position_s", "any", "calibrate.stepbench",
+             "rlhfsim.costs.model.advantage_s"),
+    CostTerm("interference", "decode and prefill slowed while they share GPUs (OPPO intra-step)",
+             "interference.decode_slowdown, prefill_slowdown, handover", "any", "calibrate.corun",
+             "rlhfsim.costs.model.corun"),
+    CostTerm("page_faults", "minor page faults of logits-sized tensors above glibc's mmap threshold",
+             "kernels.page_faults", "cpu", "calibrate.pagefaults", "rlhfsim.costs.flops.page_fault_s"),
+    CostTerm("logprob_tail_cpu", "a log-prob pass's log-softmax and gather measured on a CPU, after its roofline",
+             "kernels.page_faults.logprob_tail.s_per_logit", "cpu", "calibrate.pagefaults.measure_logprob_tail",
+             "rlhfsim.costs.model._Forward.parts"),
+    CostTerm("cold_overheads", "a decode step's fixed costs after its weights swept the CPU caches",
+             "kernels.cold_overheads", "cpu", "calibrate.coldfixed", "rlhfsim.costs.flops.cold_factor"),
+    CostTerm("gemm_footprint", "weight passes of a multi-row decode GEMM by the weights' cache footprint",
+             "kernels.gemm_weight_passes, gemm_passes_by_footprint", "cpu", "calibrate.gemm",
+             "rlhfsim.costs.flops.footprint_passes"),
+    CostTerm("width_rate", "training rate by model width", "kernels.width_efficiency", "cpu", "calibrate.widths",
+             "rlhfsim.costs.flops.width_rate"),
+)
+
+BY_NAME = {t.name: t for t in TERMS}
+
+
+def markdown() -> str:
+    """The registry as the docs' table."""
+    rows = ["| term | what it prices | profile / scenario key | devices | measured or sourced by | module |",
+            "|---|---|---|---|---|---|"]
+    rows += [f"| `{t.name}` | {t.prices} | {t.key} | {t.devices} | {t.measured_by} | `{t.module}` |" for t in TERMS]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print("# Cost terms\n\nGenerated from `rlhfsim/costs/terms.py` (`python -m rlhfsim.costs.terms`); the equations "
+          "are in [cost-model.md](../cost-model.md). `rlhfsim explain SCENARIO` shows which of them a step's "
+          "phases are made of.\n")
+    print(markdown())
