@@ -105,3 +105,30 @@ def test_cli_from_run_errors_are_one_line(tmp_path, truth_log):
     assert r.exit_code == 2 and "--warmup: used only with --from-run" in r.output
     r = runner.invoke(main, ["calibrate", "--from-run", str(LAUNCH), str(truth_log), "--gpu", "h100-sxm", "--quick"])
     assert r.exit_code == 2 and "--quick" in r.output
+
+
+def test_whatif_beside_the_run_unchanged_and_changed(truth_log, tmp_path):
+    import yaml
+
+    from rlhfsim.fromrun.compare import side_by_side
+    from rlhfsim.importers import ImportOptions, import_verl
+
+    spec = RunSpec("synthetic", LAUNCH, truth_log, "h100-sxm", SETS)
+    out = calibrate_from_runs([spec], "default", tmp_path / "overlay.json", "fromrun-test", "test")
+
+    def whatif(name: str, extra: tuple[str, ...]) -> str:
+        res = import_verl(LAUNCH.read_text(), ImportOptions(gpu="h100-sxm", mean_response_len=141.2,
+                                                            mean_prompt_len=103.6, sets=SETS + extra))
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(res.scenario))
+        return str(path)
+
+    same = {r["phase"]: r for r in side_by_side(out["path"], whatif("same", ()))["rows"]}
+    assert all(abs(r["change_pct"]) < 0.5 for r in same.values() if r["change_pct"] is not None)
+    assert same["timing_s/gen"]["measured_s"] == pytest.approx(json.loads(Path(out["path"]).read_text())
+                                                               ["from_run"]["runs"][0]["measured_s"]["timing_s/gen"])
+    more = {r["phase"]: r for r in side_by_side(out["path"], whatif("n4", ("actor_rollout_ref.rollout.n=4",)))["rows"]}
+    # twice the rollouts: each GPU's engine batch (64 -> 128 rows) still decodes in one host-bound wave, while
+    # the log-prob and training passes see twice the tokens
+    assert more["timing_s/gen"]["change_pct"] >= 0 and more["timing_s/update_actor"]["change_pct"] > 10
+    assert more["timing_s/old_log_prob"]["change_pct"] > 50
