@@ -12,6 +12,12 @@ a Profile: datasheet-derived defaults (the bundled ``default`` profile) or value
 (``rlhfsim calibrate``). Because F and B carry the model size, fitted parameters carry over to model
 sizes that were never measured. Units: seconds, FLOP, bytes, FLOP/s, bytes/s.
 
+A profile with kernel terms fitted by shape from public per-operation data (``kernels_by_shape``, ``collectives``:
+``calibrate.fromops``) replaces, for the operations it names, the constant compute_eff by a curve in the tokens per
+call and the shard, the memory_eff by the GEMMs' and element-wise ops' efficiencies plus per-layer kernel floors, and
+the TP all-reduce's LINK_EFF / LINK_LATENCY_S by the fitted bus bandwidth and latency (``rlhfsim.costs.byshape``). A
+derived profile on a GPU of another software stack has its compute_eff scaled by ``catalog.stack_factor``.
+
 One home per formula: the roofline is ``roofline_kernel_s`` plus ``with_overheads_s`` (the calibration
 fit, ``calibrate.fit``, calls the same two functions), F and B come from ``rlhfsim.costs.flops.ShapeCoeffs``
 (decode included: ``decode_coeffs`` is that decode work divided by the roofline's denominators). The
