@@ -288,6 +288,9 @@ def free_reward_cost(sc: Scenario) -> FreeRewardCost:
     profile = {**base.profile, "generation": {rt: {**g, "handoff_s": 0.0, "handoff_per_row_s": 0.0}
                                               for rt, g in base.profile.get("generation", {}).items()},
                "interference": inter}
+    # a free scorer's call would still pay the framework's host dispatch (rlhfsim.costs.framework): priced
+    # without it, as every other role then is, so sync and intra-step differ by the scoring's placement only
+    profile.pop("framework", None)
     return FreeRewardCost(setup.gpu, profile, setup.shapes["reward"])
 
 

@@ -43,6 +43,7 @@ def _cost(sc, generation: dict | None = None) -> CostModel:
     setup = build_setup(sc)
     prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
     prof["generation"] = generation if generation is not None else {}
+    prof.pop("framework", None)  # the engines' own costs: no framework host time on the forward and training calls
     return CostModel(setup.gpu, prof)
 
 

@@ -33,8 +33,10 @@ SEPARATE = {"kind": "pools", "pools": [
 
 
 def _profile(**ops) -> dict:
-    """The bundled default profile with operation parameters replaced: ``train={"overhead_s": 1.0}``."""
+    """The bundled default profile with operation parameters replaced: ``train={"overhead_s": 1.0}``, without
+    its framework section (these tests check the roofline's active/busy split, not the host's dispatch)."""
     doc = copy.deepcopy(CostModel.load(get_gpu("a100-80gb")).profile)
+    doc.pop("framework", None)
     for op, values in ops.items():
         doc["operations"][op].update(values)
     return doc
@@ -63,7 +65,7 @@ def separate(scenario_dict):
 
 def _run(d: dict, profile: dict | None = None, steps: int = 4):
     sc = load_scenario(d)
-    cost = CostModel(build_setup(sc).gpu, profile) if profile is not None else None
+    cost = CostModel(build_setup(sc).gpu, profile if profile is not None else _profile())
     return simulate(sc, steps=steps, cost=cost)
 
 
@@ -170,7 +172,7 @@ def test_weight_sync_copies_only_when_generation_holds_other_weights(scenario_di
 
 def _sim(d: dict) -> Simulation:
     setup = build_setup(load_scenario(d))
-    return Simulation(setup, CostModel.load(setup.gpu))
+    return Simulation(setup, CostModel(setup.gpu, _profile()))
 
 
 def _rows(lengths: list[tuple[int, int]]) -> list[Rollout]:
