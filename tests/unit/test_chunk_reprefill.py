@@ -145,3 +145,29 @@ def test_stop_at_call_stops_at_a_chunk_boundary_and_rows_count_when_their_call_r
     whole = step_records(overcommitted("call", 4096))[0]
     assert call.trained_rollouts == 8 and call.deferred > 0
     assert token.generated_tokens < call.generated_tokens < whole.generated_tokens
+
+
+def test_reprefill_passes_only_the_rows_still_generating(monkeypatch):
+    # Given a row that already ended, generate() would continue it past its EOS, so the next call of a
+    # reprefill boundary takes only the rows still generating, left-padded to the longest of them.
+    from rlhfsim.sim.engines.static import StaticEngine
+
+    seen = []
+    real = StaticEngine._reprefill
+
+    def spy(self, clock, st):
+        seen.append((st.P, st.ctx0, [(r.prompt_len, r.generated, r.response_len) for r in st.rows]))
+        return real(self, clock, st)
+
+    monkeypatch.setattr(StaticEngine, "_reprefill", spy)
+    d = overcommitted("token", 64)
+    d["schedule"] = {"kind": "oppo", "intra": {"chunk_tokens": 64, "resume": "reprefill"}, "inter": {"enabled": False}}
+    d["workload"]["prompt_length"] = {"kind": "lognormal", "median": 100, "p99": 400}
+    d["workload"]["max_prompt_tokens"] = 512
+    step_records(d)
+    assert len(seen) >= 2
+    sizes = [len(rows) for _, _, rows in seen]
+    assert sizes[0] < ROWS and sizes == sorted(sizes, reverse=True)   # rows leave as they end
+    for P, ctx0, rows in seen:
+        assert all(g < n for _, g, n in rows)                          # none of them has ended
+        assert ctx0 + P == max(p + g for p, g, _ in rows)              # padded to the longest of them

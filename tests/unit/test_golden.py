@@ -71,6 +71,13 @@ and say here which values moved and why (``FIXED`` lists them). Changes so far:
   variant of ``encoder-streaming.yaml``, ``validate/grpo-retokenize.yaml``, ``validate/oppo-encoder-final.yaml``
   and ``validate/oppo-encoder-reencode.yaml``) moved: step times +0.05% to +2.2% (the fixture profile's
   encoder fits were made under the old work model and are kept); they are in ``FIXED``.
+* Issue 47, the OPPO paper's settings wrap TRL's generate (``scenarios/paper/_paper.yaml``:
+  ``schedule.intra.resume: reprefill``, ``stop_at: call``, ``inter.keep_kv: false``; the static engine's
+  new knobs, whose defaults leave every other case unchanged): each chunk's next generate() call
+  re-prefills the rows still generating, a row counts towards the first B when its call returns, and a
+  carried rollout loses its cache. The 14 cases ``paper/*.yaml`` under ``oppo``, ``oppo-intra`` and
+  ``oppo-inter`` (not ``gsm8k-7b.yaml::oppo-intra``: a rule reward streams nothing) moved, recorded at
+  75a66b6 with only that change applied (every other value matched there); they are in ``FIXED``.
 """
 
 from __future__ import annotations
@@ -198,6 +205,10 @@ for _k in [f"{sc}::{v}" for sc in ("oppo.yaml", "paper/se-7b.yaml", "paper/gsm8k
 for _k in [f"{sc}::{v}" for sc in ("encoder-streaming.yaml", "validate/grpo-retokenize.yaml", "validate/oppo-encoder-final.yaml",
                                    "validate/oppo-encoder-reencode.yaml") for v in VARIANTS]:
     FIXED[_k] = "; ".join(filter(None, (FIXED.get(_k), "DeBERTa-v2's disentangled attention priced (issue 16)")))
+
+for _k in [f"paper/{sc}.yaml::{v}" for sc in ("a100-2node-7b", "gsm8k-7b", "opencoder-3b", "se-3b", "se-7b")
+           for v in ("oppo", "oppo-intra", "oppo-inter") if (sc, v) != ("gsm8k-7b", "oppo-intra")]:
+    FIXED[_k] = "; ".join(filter(None, (FIXED.get(_k), "the paper's settings wrap TRL's generate: reprefill, stop at calls (issue 47)")))
 
 
 def _load() -> dict:

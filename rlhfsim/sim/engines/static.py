@@ -256,10 +256,20 @@ class StaticEngine(Engine):
                 self._hand_over(P, live.values(), waiting, final=False)
                 if self.stopped:   # this call's rows completed the first B (stop_at: call)
                     break
+                if self.reprefill:
+                    self._drop_finished(clock, st)
                 if not (yield from self.handoff(clock, len(st.rows))):
                     break
                 if self.reprefill and not (yield from self._reprefill(clock, st)):
                     break
+
+    def _drop_finished(self, clock: Clock, st: "_Batch") -> None:
+        """reprefill: the next generate() call takes only the rows still generating (given a finished row
+        again, generate() would continue it past its EOS), left-padded to the longest of them."""
+        st.rows = [r for r in st.rows if r.generated < r.response_len]
+        ctx = {r.prompt_len + r.generated for r in st.rows}
+        st.ctx0 = max(ctx) - st.P
+        clock.step_extra_s = self.cost.pad_step_s(self.rt, len(st.rows)) if len(ctx) > 1 else 0.0
 
     def _reprefill(self, clock: Clock, st: "_Batch"):
         """Process: the next generate() call of a ``reprefill`` boundary prefills every row of the batch
