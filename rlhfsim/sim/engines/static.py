@@ -28,20 +28,24 @@ pause: the batch is done), or when a stop ends the call.
 How the next call resumes (``schedule.intra.resume``): ``cached`` (default), the next ``generate()`` continues
 on the cache the last one returned, and the boundary costs the handoff above (measured that way:
 ``calibrate.genbench`` ``handoff`` points). ``reprefill``: the next call gets the token ids only and no cache,
-as a wrapper around TRL's generate gets them (TRL's ``PPOTrainer.generate``/``batch_generation`` return
-sequences, never the cache; a ``generate()`` call without ``past_key_values`` runs a prefill over all of its
-input ids, transformers' ``GenerationMixin``). The boundary then costs
+as a wrapper around TRL's generate gets them (TRL's ``PPOTrainer.generate`` returns sequences, never the
+cache; a ``generate()`` call without ``past_key_values`` runs a prefill over all of its input ids, and it
+continues every row it is given, one whose last token is EOS included: transformers' ``GenerationMixin``).
+So the next call takes the b rows still generating (the finished ones leave the batch; ctx0 becomes the
+longest of theirs) and the boundary costs
 
     handoff_s(runtime, b)                              the call ending and the next starting (measured)
-    + prefill(b x (ctx0 + P) tokens, b sequences)      every row of the batch again, left-padded to the longest
-      (+ pad_prefill_s(runtime) when the rows' contexts differ)
+    + prefill(b x (ctx0 + P) tokens, b sequences)      those rows again, left-padded to the longest
+      (+ pad_prefill_s(runtime) when their contexts differ)
     - one decode step of the b rows at ctx0 + P        the prefill's logits give the next token, which the
                                                        cached call would have decoded in one step
 
 priced by the runtime's own prefill fit (``prefill:RUNTIME``) and decode coefficients; the difference is
-never below the handoff. The same holds for a batch's first call: rows carried from an earlier step
-(OPPO's deferred rollouts) are prefilled again whatever ``inter.keep_kv`` says. Summed over a batch of longest response L in chunks of c, the re-prefilled
-tokens are about b (L / c) (ctx0 + L / 2): they fall as 1 / c, which is what makes small chunks slow.
+never below the handoff. The later chunks of the batch decode only those b rows (a synchronous call
+decodes its finished rows as padding to its end). A batch's first call prefills every row, rows carried
+from an earlier step (OPPO's deferred rollouts) included, whatever ``inter.keep_kv`` says. Summed over a
+batch of longest response L in chunks of c, the re-prefilled tokens are at most b (L / c) (ctx0 + L / 2):
+they fall as 1 / c, which is what makes small chunks slow.
 
 When the step can stop (``schedule.intra.stop_at``): ``token`` (default), a row that ends inside a chunk counts
 towards OPPO's first B at once and the stop cuts every replica at that step, as an engine with per-step
