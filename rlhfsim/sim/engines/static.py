@@ -276,9 +276,9 @@ class StaticEngine(Engine):
         clock.step_extra_s = self.cost.pad_step_s(self.rt, len(st.rows)) if len(ctx) > 1 else 0.0
 
     def _reprefill(self, clock: Clock, st: "_Batch"):
-        """Process: the next generate() call of a ``reprefill`` boundary prefills every row of the batch
-        at its width ctx0 + P, less the decode step its token replaces (module docstring; the handoff was
-        paid before). Returns False if a stop interrupted it."""
+        """Process: the next generate() call of a ``reprefill`` boundary prefills the batch's rows (those
+        still generating: ``_drop_finished``) at its width ctx0 + P, less the decode step its token
+        replaces (module docstring; the handoff was paid before). Returns False if a stop interrupted it."""
         b, width = len(st.rows), st.ctx0 + st.P
         total, active = self.prefill_parts(width * b, b)
         if clock.step_extra_s:   # the rows' contexts differ: left-padded
