@@ -15,7 +15,8 @@ import click
 
 from rlhfsim.errors import RlhfsimError
 
-FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps", "lengths")
+FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps", "lengths", "weighting",
+                   "prior")
 SHARED = ("gpu_name", "out", "name", "fmt")   # the measuring command's options --from-run reads too
 
 
@@ -38,6 +39,10 @@ def _extra() -> list[click.Option]:
         click.Option(["--lengths"], type=click.Choice(["logged", "mean"]), default="logged", show_default=True,
                      help="--from-run: response lengths from the log's mean, longest and clipped responses (logged), "
                           "or from its mean alone with the importer's assumed shape (mean)."),
+        click.Option(["--weighting"], type=click.Choice(["equal", "share"]), default="equal", show_default=True,
+                     help="--from-run: each logged phase's log residual as it is, or weighted by sqrt(its share of the step)."),
+        click.Option(["--prior"], type=click.FloatRange(min=0), default=0.0, show_default=True,
+                     help="--from-run: weight of rows keeping each term near its base value (0: none)."),
     ]
 
 
@@ -90,7 +95,7 @@ def from_run_command(mine: dict, kw: dict) -> None:
     name = kw.get("name") or f"fromrun-{specs[0].id}"
     out = Path(kw["out"]) if kw.get("out") else user_profile_dir() / f"{name}.json"
     command = " ".join(["rlhfsim", *map(shlex.quote, sys.argv[1:])])
-    res = calibrate_from_runs(specs, mine["base"], out, name, command)
+    res = calibrate_from_runs(specs, mine["base"], out, name, command, weighting=mine["weighting"], prior=mine["prior"])
     if kw.get("fmt") == "json":
         click.echo(json.dumps({"path": res["path"], **res["doc"]["from_run"]}))
         return

@@ -291,6 +291,7 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
                              for p in prob.candidates if p.path in unidentified],
             "runs": [_run_record(r, prob.base_pred[i], preds[i]) for i, r in enumerate(runs)],
             "rms_log_residual": float(np.sqrt(np.mean(r ** 2))), "evaluations": int(sol.nfev),
+            "options": {"weighting": weighting, "prior": prior},
             "profile": prob.profile(params, x)}
 
 

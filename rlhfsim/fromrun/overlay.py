@@ -41,15 +41,16 @@ def overlay_doc(result: dict, base_ref: str, base: dict, name: str, gpu: str, co
                           "base": str(base.get("_path", base_ref))},
            "operations": {}, **changed}
     doc["from_run"] = {k: result[k] for k in ("terms", "unidentified", "warnings", "runs", "rms_log_residual",
-                                               "evaluations")}
+                                               "evaluations", "options")}
     return doc
 
 
-def calibrate_from_runs(specs: list[RunSpec], base_ref: str, out: Path, name: str | None, command: str) -> dict:
+def calibrate_from_runs(specs: list[RunSpec], base_ref: str, out: Path, name: str | None, command: str,
+                        **fit_kw) -> dict:
     """Prepare and fit the runs, write the overlay to ``out`` (a .json path, or a directory for profile.json)."""
     base = load_profile(base_ref)
     runs = [prepare(s) for s in specs]
-    result = fit(runs, base)
+    result = fit(runs, base, **fit_kw)
     path = out if out.suffix == ".json" else out / "profile.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = overlay_doc(result, base_ref, base, name or f"fromrun-{specs[0].id}", specs[0].gpu, command, path.parent)
