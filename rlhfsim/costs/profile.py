@@ -46,6 +46,7 @@ from pathlib import Path
 
 from rlhfsim.costs.flops import FAULT_PATTERNS
 from rlhfsim.costs.genruntimes import GEN_SCALARS
+from rlhfsim.costs.framework import check_framework
 from rlhfsim.costs.stepcosts import check_step
 from rlhfsim.errors import ProfileError
 
@@ -174,6 +175,10 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
     _check_collectives(doc.get("collectives"), f"{where}.collectives")
     if "step" in doc:
         problem = check_step(doc["step"], f"{where}.step")
+        if problem:
+            raise ProfileError(problem)
+    if doc.get("framework") is not None:
+        problem = check_framework(doc["framework"], f"{where}.framework")
         if problem:
             raise ProfileError(problem)
     return doc
