@@ -133,6 +133,8 @@ def print_fit(fr: dict, path: str) -> None:
                  f"{r['fitted_s'][k]:9.3f} s  ({r['fitted_error_pct'].get(k, float('nan')):+.1f}%)")
         if r["unobserved_phases"]:
             echo(f"  priced but not in the log: {', '.join(r['unobserved_phases'])}")
+        if r.get("whatif_command"):
+            echo(f"  what-if: {r['whatif_command']}")
 
 
 def _load() -> click.Command:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shlex
 from pathlib import Path
 
 from rlhfsim.costs.profile import SCHEMA_VERSION, load_profile
@@ -45,6 +46,19 @@ def overlay_doc(result: dict, base_ref: str, base: dict, name: str, gpu: str, co
     return doc
 
 
+def whatif_command(rec: dict, overlay_path: str) -> str:
+    """The commands that simulate a run "with this changed" under the overlay: its launch imported again with the
+    lengths and settings it was fitted with (CHANGE: the user's --set), and the fitted response shape set."""
+    q = shlex.quote
+    sets = "".join(f" --set {q(s)}" for s in rec["sets"])
+    ver = f" --verl-version {q(rec['verl_version'])}" if rec["verl_version"] else ""
+    shape = (rec["lengths"].get("response_shape") or {}).get("block")
+    after = "".join(f" --set workload.response_length.{k}={shape[k]}" for k in ("median", "p99")) if shape else ""
+    return (f"rlhfsim import verl {q(rec['launch'])} --gpu {rec['gpu']}{ver} --mean-prompt-len {rec['lengths']['prompt']:.1f} "
+            f"--mean-response-len {rec['lengths']['response']:.1f}{sets} --set CHANGE -o WHATIF && rlhfsim simulate "
+            f"WHATIF/scenario.yaml --profile {q(overlay_path)}{after} --names verl")
+
+
 def calibrate_from_runs(specs: list[RunSpec], base_ref: str, out: Path, name: str | None, command: str,
                         **fit_kw) -> dict:
     """Prepare and fit the runs, write the overlay to ``out`` (a .json path, or a directory for profile.json)."""
@@ -54,6 +68,8 @@ def calibrate_from_runs(specs: list[RunSpec], base_ref: str, out: Path, name: st
     path = out if out.suffix == ".json" else out / "profile.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = overlay_doc(result, base_ref, base, name or f"fromrun-{specs[0].id}", specs[0].gpu, command, path.parent)
+    for rec in doc["from_run"]["runs"]:
+        rec["whatif_command"] = whatif_command(rec, str(path))
     path.write_text(json.dumps(doc, indent=1) + "\n")
     load_profile(str(path))   # what was written loads (extends resolved, merged profile valid)
     return {"path": str(path), "doc": doc}

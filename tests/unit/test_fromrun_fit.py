@@ -132,3 +132,20 @@ def test_whatif_beside_the_run_unchanged_and_changed(truth_log, tmp_path):
     # the log-prob and training passes see twice the tokens
     assert more["timing_s/gen"]["change_pct"] >= 0 and more["timing_s/update_actor"]["change_pct"] > 10
     assert more["timing_s/old_log_prob"]["change_pct"] > 50
+
+
+def test_whatif_command_reproduces_the_fitted_run_when_nothing_changes(tmp_path):
+    import shlex
+
+    spec = RunSpec("F5", LAUNCH, REAL_LOG, "h100-sxm", SETS)   # the real log: its lengths' shape is fitted too
+    out = calibrate_from_runs([spec], "default", tmp_path / "overlay.json", "fromrun-f5", "test")
+    rec = json.loads(Path(out["path"]).read_text())["from_run"]["runs"][0]
+    assert rec["lengths"]["response_shape"]["matched"].keys() == {"mean", "clip_ratio"}
+    first, second = rec["whatif_command"].replace("CHANGE", "trainer.nnodes=1").replace(
+        "WHATIF", str(tmp_path / "w")).split(" && ")
+    runner = CliRunner()
+    r = runner.invoke(main, shlex.split(first)[1:])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, [*shlex.split(second)[1:], "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["step_time_s"] == pytest.approx(rec["fitted_s"]["timing_s/step"], rel=1e-3)
