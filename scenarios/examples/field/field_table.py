@@ -8,7 +8,8 @@ error_pct = 100 x (predicted - measured) / measured, per run and per logged phas
 test half by its source (``half``; the rule is fixed in runs.yaml's header): tune and diagnose on the dev half only.
 Run from the repository root:
 
-    python scenarios/examples/field/field_table.py [--json] [--half dev|test|all] [--coverage]   (default: dev, the half to tune on)
+    python scenarios/examples/field/field_table.py [--json] [--half dev|test|all] [--coverage] [--profile NAME]
+        (default: the dev half, the half to tune on; the bundled default profile)
     python scenarios/examples/field/field_table.py --write-model-error rlhfsim/profiles/model-error/field-dev.json
 """
 
@@ -31,6 +32,9 @@ from rlhfsim.sim.run import simulate, simulate_uncertain
 
 HERE = Path(__file__).resolve().parent
 SPLIT_SALT = "rlhfsim field split 2026-12-07|"
+
+
+PROFILE = [None]  # --profile NAME (default: the scenario's bundled default; `auto`: the GPU's own bundled profile)
 
 
 def half(source_group: str) -> str:
@@ -56,10 +60,10 @@ def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False)
     sc = load_scenario(res.scenario, base_dir=HERE)
     interval = None
     if coverage:  # the 90% interval of `rlhfsim simulate --uncertainty` (parameters and the dev half's model error)
-        result, unc = simulate_uncertain(sc)
+        result, unc = simulate_uncertain(sc, profile=PROFILE[0])
         summary, interval = result.summary, [round(x, 2) for x in unc["step_time_s_interval"]]
     else:
-        summary = simulate(sc).summary
+        summary = simulate(sc, profile=PROFILE[0]).summary
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): v for p, v in summary["phases_s"].items()}
     # verl times the hybrid engine's weight update inside gen (its sharding manager wraps generate_sequences)
     phases["gen"] = phases.get("gen", 0.0) + phases.pop("update_weights", 0.0)
@@ -133,6 +137,8 @@ def main() -> None:
         path = Path(sys.argv[sys.argv.index("--write-model-error") + 1])
         print(json.dumps(write_model_error(doc, path), indent=1))
         return
+    if "--profile" in sys.argv:
+        PROFILE[0] = sys.argv[sys.argv.index("--profile") + 1]
     choice = sys.argv[sys.argv.index("--half") + 1] if "--half" in sys.argv else "dev"
     if choice not in ("dev", "test", "all"):
         sys.exit(f"--half: expected dev, test or all, got {choice!r}")
