@@ -1,4 +1,4 @@
-"""Measured against predicted for the public runs in runs.yaml (docs/validation.md, "Public runs").
+"""Measured against predicted for the public runs in runs.yaml (docs/accuracy.md, "GPU: public runs").
 
 Each launch is imported with `rlhfsim import verl` (the GPU, the logged mean lengths and the verl release the run
 used passed as options, and a run's `set` list, when it has one, as `--set`: settings its launch file's header
