@@ -86,7 +86,7 @@ def main():
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--steps", type=click.IntRange(min=1), help="Steps to simulate (default: the scenario's).")
 @click.option("--seed", type=click.IntRange(min=0), help="Random seed (default: the scenario's).")
-@click.option("--profile", "profile", help="Calibration profile name or JSON path (default: bundled).")
+@click.option("--profile", "profile", help="Calibration profile name or JSON path; `auto`: the bundled profile of the scenario's GPU built from public per-operation measurements where there is one (default: the bundled `default`).")
 @click.option("--compare", "compare_", cls=RegistryHelp, help="Comma-separated schedule variants.")
 @set_option
 @click.option("--max-work", type=click.FloatRange(min=0), metavar="UNITS",
@@ -236,7 +236,7 @@ def report(ctx, run_dir, out_html, trace, fmt):
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--steps", type=click.IntRange(min=1), help="Steps to simulate (default: the scenario's).")
-@click.option("--profile", "profile", help="Calibration profile name or JSON path (default: bundled).")
+@click.option("--profile", "profile", help="Calibration profile name or JSON path; `auto`: the bundled profile of the scenario's GPU built from public per-operation measurements where there is one (default: the bundled `default`).")
 @set_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def explain(scenario, steps, profile, sets, fmt):
