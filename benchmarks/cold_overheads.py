@@ -28,14 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibrate.coldfixed import SWEEP  # noqa: E402  (the calibration's probe sweeps the same matrices)
+from calibrate.cpu.coldfixed import SWEEP  # noqa: E402  (the calibration's probe sweeps the same matrices)
 from decode_rows import CONTEXT, shape_of  # noqa: E402
 
 
 def sweep_weights(foot_mib: float):
     import torch
 
-    from calibrate.coldfixed import sweep_weights as weights
+    from calibrate.cpu.coldfixed import sweep_weights as weights
 
     return weights(foot_mib, "cpu", torch.float32, torch.Generator().manual_seed(1))
 

@@ -26,7 +26,7 @@ round after round so that a shared machine's drift falls on all of them alike:
   in the peer: that sets the thread count of every thread that has not yet run a parallel region, and MKL's
   for all.) In both peer conditions the main thread runs one matrix product before the peer starts.
 * ``t2-peer-1t``: the executor's scorer thread as it runs now: the peer sets itself (alone) to one OpenMP
-  thread (``calibrate.threadpool.one_thread_here``) and then runs the same matrix product, on one thread, so it
+  thread (``calibrate.cpu.threadpool.one_thread_here``) and then runs the same matrix product, on one thread, so it
   owns no team either.
 
 Each cell is the median over ``--iters`` timed calls (``calibrate.measure.time_calls``, after 10 untimed) of
@@ -89,7 +89,7 @@ def child(cond: str) -> None:
             if cond == "t2-peer":
                 region()
             elif cond == "t2-peer-1t":
-                from calibrate.threadpool import one_thread_here
+                from calibrate.cpu.threadpool import one_thread_here
 
                 one_thread_here()
                 region()                                      # on one thread: no team

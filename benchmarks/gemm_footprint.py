@@ -1,5 +1,5 @@
 """A linear layer's time at 2, 4 and 8 rows against 1 row, by the working set it streams from: one weight
-matrix called again and again (what ``calibrate.gemm`` measures, the matrix stays in cache) against
+matrix called again and again (what ``calibrate.cpu.gemm`` measures, the matrix stays in cache) against
 distinct copies of it cycled until their bytes add up to a footprint, as a decode step cycles through its
 layers' weights. Not a speed benchmark: it measures the cache cliff that the scalar
 ``gemm_weight_passes`` of a CPU profile cannot express.
@@ -21,7 +21,7 @@ import sys
 import time
 
 MATRICES = ((768, 256), (1536, 384), (384, 1536))
-FOOTPRINTS_MIB = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0)   # 0: one matrix called again and again (calibrate.gemm)
+FOOTPRINTS_MIB = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0)   # 0: one matrix called again and again (calibrate.cpu.gemm)
 ROWS = (2, 4, 8)
 
 

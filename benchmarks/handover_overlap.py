@@ -1,7 +1,7 @@
 """What a waiting and a computing intra-step scorer cost the actor, per (actor, scorer) pair (issue 16, item 2).
 
-Runs ``calibrate.corun``'s own hand-over rounds (``kv_decoder`` actor, one OpenMP thread in the scorer thread,
-as the executor and the calibration run it on a CPU) for each pair and fits ``calibrate.corun.overlap_fit`` on
+Runs ``calibrate.cpu.corun``'s own hand-over rounds (``kv_decoder`` actor, one OpenMP thread in the scorer thread,
+as the executor and the calibration run it on a CPU) for each pair and fits ``calibrate.cpu.corun.overlap_fit`` on
 their stamps: ``idle_x`` (the actor's time per decode step, relative to alone, while the scorer waits),
 ``busy_x`` (while one of its calls runs) and the share of a call's time the actor loses,
 ``lost = 1 - idle_x / busy_x``; plus the scorer's busy share and its calls beside the actor against alone
@@ -30,7 +30,8 @@ def _shape(ref: str):
 
 
 class _Session:
-    """What ``calibrate.corun._Actor`` / ``_Scorer`` ask of a calibration session: random-weight models on the CPU."""
+    """What ``calibrate.cpu.corun._Actor`` / ``_Scorer`` ask of a calibration session: random-weight models on
+    the CPU."""
 
     device, dtype = "cpu", "float32"
 
@@ -44,7 +45,7 @@ class _Session:
 
 
 def measure(actor_ref: str, scorer_ref: str, batch: int, prompt: int, chunk: int, rounds: int) -> dict:
-    from calibrate.corun import handover_rounds
+    from calibrate.cpu.corun import handover_rounds
 
     alone, beside, _, fit = handover_rounds(_Session(), "kv_decoder", _shape(actor_ref), _shape(scorer_ref),
                                             batch, prompt, chunk, rounds)

@@ -19,7 +19,7 @@ comparison tables), ``device_info``, ``progress``, ``cli`` (click commands).
 # 3 = fits use each point's trimmed mean (tmean_s) instead of its median; 4 = a decode point is one
 # iteration of the executor's decode loop (Generator._decode); 5 = generation runtimes (calibrate.genbench:
 # prefill/decode/handoff points with a runtime field; the plain fits exclude them); 6 = co-running in the
-# hand-over pattern per generation runtime (calibrate.corun: interference points of strategy handover);
+# hand-over pattern per generation runtime (calibrate.cpu.corun: interference points of strategy handover);
 # 7 = sampling tails (calibrate.sampling: sample points; generation prefill/decode fitted less the tail)
-# and GEMM weight passes (calibrate.gemm: gemm points; decode work counts the weights that many times at >= 2 rows).
+# and GEMM weight passes (calibrate.cpu.gemm: gemm points; decode work counts the weights that many times at >= 2 rows).
 MEASUREMENT_VERSION = 7

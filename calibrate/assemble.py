@@ -7,7 +7,7 @@
   are kept under ``runtimes.RUNTIME.fits``. An operation with no points keeps the bundled ``default``
   profile's values with ``"source": "default"`` so the simulator still finds it.
 * ``interference``: median decode and prefill slowdowns over the measured co-running configurations, and
-  per generation runtime those measured in the hand-over pattern (``handover``, ``calibrate.corun``).
+  per generation runtime those measured in the hand-over pattern (``handover``, ``calibrate.cpu.corun``).
 * ``runtimes``: per runtime, validity, max abs difference to eager, setup and first-call costs per model.
 * ``batching``: padded / bucketed / packed medians per (model, batch, max length); ``chunked_scoring``:
   chunk-on-prefix against one-shot prefill of the same total length.
@@ -37,12 +37,12 @@
   executor's log-prob recorder (``sample`` points with ``logprobs``) is fitted alike and kept as
   ``generation[RT].sampling_logprobs``; it prices a scenario with ``generation.sampling_logprobs`` and is
   subtracted from no point (the generation points run ``generate()`` as TRL does, without the recorder).
-* ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.gemm``), passes over the weights
+* ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.cpu.gemm``), passes over the weights
   of a matrix product of two rows or more against one row, and ``gemm_passes_by_footprint`` where the
   grid measured them by working-set footprint, which each decode point's work counts at its model's
   weight footprint (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``), no faster than
   the footprint's measured one-row streaming rate (field ``stream_gb_s``, ``fitted``); ``width_efficiency``
-  (``calibrate.widths``), the training rate by model width relative to the fastest, by which each
+  (``calibrate.cpu.widths``), the training rate by model width relative to the fastest, by which each
   training point's body FLOPs are divided (field ``width_rate``).
 """
 
@@ -54,10 +54,10 @@ import numpy as np
 
 import rlhfsim
 from calibrate import MEASUREMENT_VERSION
-from calibrate.coldfixed import cold_summary
+from calibrate.cpu.coldfixed import cold_summary
 from calibrate.fit import fit_operation, point_value
-from calibrate.gemm import gemm_summary
-from calibrate.widths import width_summary
+from calibrate.cpu.gemm import gemm_summary
+from calibrate.cpu.widths import width_summary
 from calibrate.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
 from rlhfsim.costs import flops as fl
@@ -188,8 +188,8 @@ def _plain_copy(ops: dict, op: str) -> str:
 
 
 def kernels_summary(points: list[dict]) -> dict | None:
-    """``kernels``: the GEMM weight passes (``calibrate.gemm``) and the training rate by width
-    (``calibrate.widths``) where their points were measured; None when neither was."""
+    """``kernels``: the GEMM weight passes (``calibrate.cpu.gemm``) and the training rate by width
+    (``calibrate.cpu.widths``) where their points were measured; None when neither was."""
     gemm, widths = gemm_summary(points, point_value), width_summary(points, point_value)
     cold = cold_summary(points, point_value)
     out: dict = {}
@@ -210,7 +210,7 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
     vocabulary, which the fit takes off (``fitted_value``); with ``kernels``, each decode point
     ``gemm_weight_passes`` and each training point ``width_rate`` (its model width's relative training
     rate), which its work counts (``point_work``), and each training point of an LM head ``fault_s``, the
-    page faults of its loss's logits-sized tensors (``calibrate.pagefaults``, pattern ``labels_train``),
+    page faults of its loss's logits-sized tensors (``calibrate.cpu.pagefaults``, pattern ``labels_train``),
     which the fit takes off. Without any, the points as they are."""
     passes = (kernels or {}).get("gemm_weight_passes")
     by_footprint = (kernels or {}).get("gemm_passes_by_footprint")
@@ -401,7 +401,7 @@ def runtime_summary(points: list[dict], records: list[dict]) -> dict:
 def interference_summary(points: list[dict], default: dict) -> dict:
     """Median decode and prefill slowdowns of the busy-loop points (``decode_slowdown``,
     ``prefill_slowdown``), and per generation runtime those of the hand-over points (``handover``:
-    ``calibrate.corun``), each with the configurations it pools."""
+    ``calibrate.cpu.corun``), each with the configurations it pools."""
     pts = _measured(points, op="interference")
     busy = [p for p in pts if p.get("corun_pattern") != "handover"]
     med = _slowdowns(busy)
@@ -415,7 +415,7 @@ def interference_summary(points: list[dict], default: dict) -> dict:
             configs = [{**_corun_config(p), "chunk": p["chunk"], **_size(p)} for p in mine]
             threads = {p.get("scorer_threads") for p in mine}
             handover[rt] = {**med, "configs": configs,
-                            "scorer_threads": threads.pop() if len(threads) == 1 else None}   # calibrate.threadpool
+                            "scorer_threads": threads.pop() if len(threads) == 1 else None}   # calibrate.cpu.threadpool
             added = {side: fit for side in ("decode", "prefill") if (fit := handover_added_fit(configs, side))}
             if len(added) == 2:
                 handover[rt]["added"] = added
@@ -428,7 +428,7 @@ def interference_summary(points: list[dict], default: dict) -> dict:
 
 
 def handover_overlap(points: list[dict]) -> dict | None:
-    """The actor's speed beside an idle and beside a computing scorer (``calibrate.corun.overlap_fit``) over
+    """The actor's speed beside an idle and beside a computing scorer (``calibrate.cpu.corun.overlap_fit``) over
     a runtime's hand-over decode points that have it: the medians of ``idle_x`` and ``busy_x``, each
     configuration's fit, and ``lost``: the share of a scorer call's time the actor loses,
     ``1 - idle_x / busy_x``, as a line in the log of the actor's parameters (least squares over the
@@ -629,7 +629,7 @@ def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
 def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command: str, quick: bool,
                   points: list[dict], records: list[dict], grid: dict, page_faults: dict | None = None) -> dict:
     """The Profile dict of a calibration (validated with ``rlhfsim.costs.profile.validate_profile``);
-    ``page_faults``: ``calibrate.pagefaults.measure_page_faults`` where it was measured (not journaled)."""
+    ``page_faults``: ``calibrate.cpu.pagefaults.measure_page_faults`` where it was measured (not journaled)."""
     default = load_profile("default")
     priors = {op: OpParams.from_dict(v) for op, v in default["operations"].items()}
     points = [{k: v for k, v in p.items() if k != "kind"} for p in points]

@@ -288,8 +288,8 @@ def runtimes_command(profile_ref, fmt):
             line = ov.get("lost")
             by = (f"; share of a call's time the actor loses: {line['intercept']:.3f} {line['per_log_params']:+.4f} x "
                   f"ln(actor parameters)") if line else ""
-            click.echo(f"co-running, {rt} beside an intra-step scorer (calibrate.corun.overlap_fit, {ov['n_configs']} "
-                       f"actors): x{ov['idle_x']:.2f} while it waits, x{ov['busy_x']:.2f} while a call runs (medians){by}")
+            click.echo(f"co-running, {rt} beside an intra-step scorer (calibrate.cpu.corun.overlap_fit, "
+                       f"{ov['n_configs']} actors): x{ov['idle_x']:.2f} while it waits, x{ov['busy_x']:.2f} while a call runs (medians){by}")
     if profile.get("kernels_by_shape") or profile.get("collectives"):
         from calibrate.fromops import term_lines
 

@@ -195,7 +195,7 @@ def compare(profile: dict, now: list[dict]) -> dict:
                                    f"this run has {_env_text(now_env)}: a decode step of two rows or more can take "
                                    "several times as long when the pool's workers sleep between parallel regions "
                                    "(benchmarks/decode_threadpool.py; calibrate again with the same settings)")
-    from calibrate.threadpool import scorer_threads
+    from calibrate.cpu.threadpool import scorer_threads
 
     mine_threads = scorer_threads(False)   # the executor's scorer thread on this CPU (1 since 2026-12-03)
     stale = sorted(rt for rt, h in ((profile.get("interference") or {}).get("handover") or {}).items()
@@ -204,7 +204,7 @@ def compare(profile: dict, now: list[dict]) -> dict:
         then = "a scorer thread that owned an OpenMP team" if mine_threads == 1 else "a one-thread scorer"
         out["warnings"].append(f"profile {name!r} measured its hand-over points ({', '.join(stale)}) with {then}, "
                                f"unlike this run's executor: its intra-step scenarios' co-running is priced from another "
-                               "pattern (calibrate.threadpool; calibrate again)")
+                               "pattern (calibrate.cpu.threadpool; calibrate again)")
     theirs = [_rates(p) for p in profile_probes(profile)]
     mine = [_rates(p) for p in now]
     if not theirs:

@@ -15,15 +15,15 @@ already had is changed::
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json [--models tiny-deberta] [--runtimes eager,...]
 
-``--handover``: co-running in the hand-over pattern (``calibrate.corun``), ``kv_decoder`` and
+``--handover``: co-running in the hand-over pattern (``calibrate.cpu.corun``), ``kv_decoder`` and
 ``hf_generate``, each decoder model given (default tiny-qwen2 and small-qwen2) as actor and as its own
 scorer, batch 4, 64-token prompts, 32-token chunks; sets ``interference.handover``::
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json --handover
 
 ``--cost-terms``: the sampling tails of the generation runtimes (``calibrate.sampling``), the GEMM
-weight passes (``calibrate.gemm``), the training rate by width (``calibrate.widths``) and, on a CPU, the
-page faults of large tensors (``calibrate.pagefaults``), then the profile's generation prefill/decode and
+weight passes (``calibrate.cpu.gemm``), the training rate by width (``calibrate.cpu.widths``) and, on a CPU, the
+page faults of large tensors (``calibrate.cpu.pagefaults``), then the profile's generation prefill/decode and
 training operations fitted again with them (``calibrate.assemble.refit_cost_terms``)::
 
     python -m calibrate.extend rlhfsim/profiles/cpu.json --cost-terms
@@ -152,13 +152,13 @@ def _finish(path: Path, doc: dict, issue: int, started: str, load_start, threads
 
 def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4, prompt: int = 64, chunk: int = 32,
                     runtimes: tuple[str, ...] = ("kv_decoder", "hf_generate"), resume: bool = False) -> dict:
-    """Add co-running in the hand-over pattern (``calibrate.corun``) to a measured profile: for each
+    """Add co-running in the hand-over pattern (``calibrate.cpu.corun``) to a measured profile: for each
     generation runtime and decoder model, the model as actor and as its own scorer at (batch, prompt,
     chunk). A runtime other than ``kv_decoder`` is measured where the profile's own correctness check
     found it valid on that model (copied into the journal as such). Sets ``interference.handover`` and
     appends the points; nothing else the profile had is changed."""
     from calibrate.assemble import interference_summary
-    from calibrate.corun import measure_handover
+    from calibrate.cpu.corun import measure_handover
     from calibrate.genbench import runtime_key
 
     doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "handover", threads, models,
@@ -197,15 +197,15 @@ def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: 
     """Add the cost terms the roofline cannot carry to a measured profile: the sampling tails
     (``calibrate.sampling``: the ``sample`` points of each generation runtime the profile prices with a
     sampler of its own, ``kv_decoder`` and ``hf_generate``, at the default grid's ``sampling``), the GEMM
-    weight passes (``calibrate.gemm``, the grid's ``gemm`` and ``gemm_footprints_mib``), the decode step's fixed
-    costs by footprint (``calibrate.coldfixed``, on the profile's smallest decoder) and the training rate by width
-    (``calibrate.widths``, the grid's ``widths``); then its generation and training operations fitted
+    weight passes (``calibrate.cpu.gemm``, the grid's ``gemm`` and ``gemm_footprints_mib``), the decode step's fixed
+    costs by footprint (``calibrate.cpu.coldfixed``, on the profile's smallest decoder) and the training rate by width
+    (``calibrate.cpu.widths``, the grid's ``widths``); then its generation and training operations fitted
     again, from its own points, with them (``calibrate.assemble.refit_cost_terms``). Nothing else the
     profile had is changed."""
     from calibrate.assemble import refit_cost_terms
-    from calibrate.coldfixed import measure_cold, plan_size as cold_plan_size
-    from calibrate.gemm import measure_gemm, plan_size as gemm_plan_size
-    from calibrate.widths import measure_widths, plan_size as widths_plan_size
+    from calibrate.cpu.coldfixed import measure_cold, plan_size as cold_plan_size
+    from calibrate.cpu.gemm import measure_gemm, plan_size as gemm_plan_size
+    from calibrate.cpu.widths import measure_widths, plan_size as widths_plan_size
     from calibrate.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
 
     doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "cost_terms", threads, [],
@@ -254,19 +254,19 @@ def _profile_decoders(doc: dict) -> list:
 
 
 def _page_faults(doc: dict, device: str, threads: int) -> dict | None:
-    """``calibrate.pagefaults`` on a CPU profile with decoders (counted on a one-layer model of the first
+    """``calibrate.cpu.pagefaults`` on a CPU profile with decoders (counted on a one-layer model of the first
     one's family, ``count_shape``); None elsewhere."""
-    from calibrate.pagefaults import count_shape, measure_page_faults
+    from calibrate.cpu.pagefaults import count_shape, measure_page_faults
 
     decoders = _profile_decoders(doc)
     if device != "cpu" or not decoders:
         return None
-    print("page faults of large tensors (calibrate.pagefaults)", flush=True)
+    print("page faults of large tensors (calibrate.cpu.pagefaults)", flush=True)
     return measure_page_faults(count_shape(decoders), threads)
 
 
 def extend_page_faults(path: Path, threads: int) -> dict:
-    """Add the page faults of large tensors (``calibrate.pagefaults``) to a measured CPU profile and fit
+    """Add the page faults of large tensors (``calibrate.cpu.pagefaults``) to a measured CPU profile and fit
     its ``train`` operation again with them (``calibrate.assemble.refit_train``, the profile's own
     points); nothing else changes."""
     from calibrate.assemble import refit_train
@@ -306,14 +306,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--handover", action="store_true",
-                    help="add only co-running in the hand-over pattern (calibrate.corun) for --models (decoders; "
+                    help="add only co-running in the hand-over pattern (calibrate.cpu.corun) for --models (decoders; "
                          "default tiny-qwen2,small-qwen2) as actor and scorer")
     ap.add_argument("--page-faults", action="store_true",
-                    help="add only the page faults of large tensors (calibrate.pagefaults; CPU) and refit training")
+                    help="add only the page faults of large tensors (calibrate.cpu.pagefaults; CPU) and refit training")
     ap.add_argument("--cost-terms", action="store_true",
-                    help="add only the sampling tails (calibrate.sampling), the GEMM weight passes (calibrate.gemm), "
-                         "the training rate by width (calibrate.widths) and, on a CPU, the page faults of large tensors "
-                         "(calibrate.pagefaults), and refit the generation and training operations")
+                    help="add only the sampling tails (calibrate.sampling), the GEMM weight passes "
+                         "(calibrate.cpu.gemm), the training rate by width (calibrate.cpu.widths) and, on a CPU, "
+                         "the page faults of large tensors "
+                         "(calibrate.cpu.pagefaults), and refit the generation and training operations")
     ap.add_argument("--refit-encoders", action="store_true",
                     help="measure nothing: fit the encoder operations (encode:RT, reencode:RT, the runtimes' encoder "
                          "fits) again from the profile's own points under the current work model")

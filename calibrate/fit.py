@@ -64,13 +64,13 @@ def point_work(p: dict) -> fl.Work:
     if op == "prefill":
         return fl.forward_work(m, dtype, p["tokens"], b, 0.0, b, "lm")
     if op == "decode":   # a generation runtime's decode point moves its own K/V passes (KV_PASSES), and
-        # the weights gemm_weight_passes times at two rows or more (calibrate.gemm; set by calibrate.assemble),
+        # the weights gemm_weight_passes times at two rows or more (calibrate.cpu.gemm; set by calibrate.assemble),
         # stream_x times where its footprint streams slower than the fitted bandwidth (calibrate.assemble.fitted)
         return fl.decode_step_work(m, dtype, b, b * p["prefix_len"], kv_passes(p.get("runtime")),
                                    float(p.get("gemm_weight_passes") or 1.0) * float(p.get("stream_x") or 1.0))
     if op == "chunk_prefill":
         return fl.forward_work(m, dtype, b * p["seq_len"], b, b * p["prefix_len"], 0.0, "value")
-    if op == "train":   # the width's relative training rate (calibrate.widths; set by calibrate.assemble)
+    if op == "train":   # the width's relative training rate (calibrate.cpu.widths; set by calibrate.assemble)
         return fl.train_work(m, dtype, p["tokens"], b, p["head"], float(p.get("width_rate") or 1.0))
     if op == "optimizer":
         return fl.optimizer_work(m, 1, p["head"])
@@ -93,7 +93,7 @@ def fitted_value(p: dict) -> float:
     """The time the roofline is fitted to: ``point_value`` less the point's sampling tail
     (``sampling_tail_s``, set by ``calibrate.assemble.with_tails`` on generation prefill/decode points:
     the simulator adds the measured tail back, ``calibrate.sampling``) and its page faults (``fault_s``,
-    on training points whose logits exceed the allocator's threshold: ``calibrate.pagefaults``), never
+    on training points whose logits exceed the allocator's threshold: ``calibrate.cpu.pagefaults``), never
     below ``TAIL_FLOOR`` of it."""
     t = point_value(p)
     tail = float(p.get("sampling_tail_s") or 0.0) * cold_x(p)
@@ -102,7 +102,7 @@ def fitted_value(p: dict) -> float:
 
 def cold_x(p: dict) -> float:
     """The factor on a point's fixed costs and sampling tail (field ``cold_x``, set on decode points by
-    ``calibrate.assemble.with_tails`` from ``kernels.cold_overheads``: ``calibrate.coldfixed``); 1 without it."""
+    ``calibrate.assemble.with_tails`` from ``kernels.cold_overheads``: ``calibrate.cpu.coldfixed``); 1 without it."""
     return float(p.get("cold_x") or 1.0)
 
 

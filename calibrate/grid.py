@@ -30,7 +30,7 @@ points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_comp
 models (None: all).
 ``kv_decoder``'s costs are the plain ``prefill``/``decode`` points; it is only checked for correctness.
 
-Co-running in the hand-over pattern (``calibrate.corun``): ``handover`` entries (runtime, actor, reward
+Co-running in the hand-over pattern (``calibrate.cpu.corun``): ``handover`` entries (runtime, actor, reward
 model, batch, prompt, chunk), the actor generating with the runtime and handing each row's chunk to a
 scorer thread at its boundary. The quick CPU grid measures ``kv_decoder`` and ``hf_generate`` at one
 shape; the GPU grids measure none yet (a reward model sharing the actor's GPU is the exception there:
@@ -41,11 +41,11 @@ one step's logits into tokens, per generation runtime of the grid that has a sam
 (``kv_decoder``, ``hf_generate``); vocabularies span the catalog's (CPU: 1,024-16,384; GPU: up to
 Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range.
 
-GEMM weight passes (``calibrate.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
+GEMM weight passes (``calibrate.cpu.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
 1 row and more, whose time ratio is the passes over the weights a decode step of two rows or more makes;
 on a CPU again with each matrix cycled through copies adding up to ``gemm_footprints_mib`` (the passes
 by the weights' footprint, in cache and beyond it).
-Training rate by width (``calibrate.widths``): ``widths``, each a forward + backward of 1 and 3 layers of
+Training rate by width (``calibrate.cpu.widths``): ``widths``, each a forward + backward of 1 and 3 layers of
 that width (MLP ratio ``width_mlp_ratio``, ``width_tokens`` tokens), whose per-layer rates relative to the
 fastest divide a training pass's body FLOPs.
 
@@ -114,22 +114,22 @@ class Grid:
     reencode_static_lengths: tuple[int, ...] = (32, 128, 224, 352, 480)  # ... those runtimes compiled per shape take
     actor_models: tuple[str, ...] | None = None     # decoders measured as actors (generation, LM training); None: all
     critic_models: tuple[str, ...] | None = None    # decoders measured with value-head training; None: all
-    # co-running in the hand-over pattern (calibrate.corun): (generation runtime, actor, reward model,
+    # co-running in the hand-over pattern (calibrate.cpu.corun): (generation runtime, actor, reward model,
     # batch, prompt tokens, chunk tokens); "" names the first actor decoder / the first decoder
     handover: tuple[tuple[str, str, str, int, int, int], ...] = ()
     # sampling tails (calibrate.sampling): (rows, vocabulary) of each point, per runtime measured
     sampling: tuple[Shape2, ...] = ()
-    # GEMM weight passes (calibrate.gemm): (rows, out features, in features) of each linear-layer point
+    # GEMM weight passes (calibrate.cpu.gemm): (rows, out features, in features) of each linear-layer point
     gemm: tuple[tuple[int, int, int], ...] = ()
     # ... and again with each matrix cycled through distinct copies adding up to these footprints, MiB
-    # (a decode step's weights stay in cache only while the model fits there; calibrate.gemm)
+    # (a decode step's weights stay in cache only while the model fits there; calibrate.cpu.gemm)
     gemm_footprints_mib: tuple[int, ...] = ()
-    # training rate by width (calibrate.widths): widths, their MLP ratio and the tokens of each point
+    # training rate by width (calibrate.cpu.widths): widths, their MLP ratio and the tokens of each point
     widths: tuple[int, ...] = ()
     width_mlp_ratio: int = 3
     width_tokens: int = 512
     width_mlp_ratios: tuple[int, ...] = ()   # further MLP ratios the widths are measured at (issue 16)
-    # page faults of large tensors (calibrate.pagefaults): measured on a CPU with decoders
+    # page faults of large tensors (calibrate.cpu.pagefaults): measured on a CPU with decoders
     page_faults: bool = False
 
     def chunk_points(self) -> list[tuple[int, int, int]]:
@@ -257,7 +257,7 @@ def default_grid(kind: str, quick: bool) -> Grid:
             ("cuda", False): FULL_GPU}[(kind, quick)]
 
 
-# the measured cost terms' point fields (calibrate.sampling, calibrate.gemm): what each entry names
+# the measured cost terms' point fields (calibrate.sampling, calibrate.cpu.gemm): what each entry names
 COST_TERM_POINTS = {"sampling": ("rows", "vocabulary"), "gemm": ("rows", "out features", "in features")}
 
 

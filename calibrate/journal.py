@@ -184,7 +184,7 @@ def merge_passes(points: list[dict]) -> list[dict]:
             rec["max_abs_diff"] = max(r["max_abs_diff"] for r in measured)
         if "alone_samples_s" in first:
             rec.update(alone_fields(Measurement([x for r in measured for x in r["alone_samples_s"]], first["first_call_s"])))
-            # hand-over points (calibrate.corun): medians, as they are measured
+            # hand-over points (calibrate.cpu.corun): medians, as they are measured
             rec["slowdown"] = (rec["median_s"] / rec["alone_median_s"] if first.get("corun_pattern") == "handover"
                                else rec["tmean_s"] / rec["alone_tmean_s"])
         out.append(rec)

@@ -25,7 +25,7 @@ import torch
 from calibrate.assemble import build_profile
 from calibrate.quality import assess_quality
 from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
-from calibrate.corun import handover_plan, measure_handover
+from calibrate.cpu.corun import handover_plan, measure_handover
 from calibrate.device_info import catalog_gpu, contention_probe, contention_ratio, cpu_model, describe, load_avg, \
     resolve_cuda_gpu, usable_cores
 from calibrate.devstate import state_probe
@@ -36,19 +36,19 @@ from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, w
 from calibrate.journal import Journal, PassView, journal_path, profile_inputs, read_journal
 from calibrate.measure import spread
 from calibrate.models import dtype_name
-from calibrate.pagefaults import count_shape, measure_page_faults
+from calibrate.cpu.pagefaults import count_shape, measure_page_faults
 from calibrate.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
 from calibrate.reencode import measure_reencode
-from calibrate.coldfixed import measure_cold
-from calibrate.coldfixed import plan_size as cold_plan_size
-from calibrate.gemm import measure_gemm
-from calibrate.gemm import plan_size as gemm_plan_size
+from calibrate.cpu.coldfixed import measure_cold
+from calibrate.cpu.coldfixed import plan_size as cold_plan_size
+from calibrate.cpu.gemm import measure_gemm
+from calibrate.cpu.gemm import plan_size as gemm_plan_size
 from calibrate.sampling import measure_sampling
 from calibrate.sampling import plan_size as sampling_plan_size
-from calibrate.widths import measure_widths
-from calibrate.widths import plan_size as widths_plan_size
+from calibrate.cpu.widths import measure_widths
+from calibrate.cpu.widths import plan_size as widths_plan_size
 from calibrate.reencode import plan_size as reencode_plan_size
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
@@ -206,7 +206,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
         if kind == "cpu" and g.page_faults and decoders:
             # timed directly, not journaled (a few seconds): measured again on a resumed run
             if progress:
-                prog.note("page faults of large tensors (calibrate.pagefaults)")
+                prog.note("page faults of large tensors (calibrate.cpu.pagefaults)")
             page_faults = measure_page_faults(count_shape(decoders), threads)
     profile = build_profile(name=name, gpu=spec, dtype=dtype, device=info, quick=quick,
                             command=command or shlex.join(["python", *sys.argv]), points=points,

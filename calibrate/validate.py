@@ -309,7 +309,7 @@ def _lean_roles(prepared, base) -> dict:
     first_actor = prepared[0][1].shapes["actor"].name
     out = {"actor_models": sorted(actors), "critic_models": sorted(critics) or [first_actor],
            "strategies": [min(base.strategies)]}
-    # The measured cost terms (calibrate.sampling, calibrate.gemm, calibrate.widths), leanly: the sampling
+    # The measured cost terms (calibrate.sampling, calibrate.cpu.gemm, calibrate.cpu.widths), leanly: the sampling
     # tail at the base grid's three spanning points plus each actor's (max_batch, vocab); two matrices at
     # 1 and 2 rows, alone and cycled through the base grid's footprints; the widths of the trained models
     # between the base grid's narrowest and widest.
@@ -339,7 +339,7 @@ def corun_shape(sc, rollouts: list[tuple[int, int]]) -> tuple[int, int, int, int
 
 def handover_shape(sc, setup, rollouts: list[tuple[int, int]]) -> tuple | None:
     """The hand-over co-running point of a scenario that streams chunks into a reward model while
-    decoding (``Grid.handover``, ``calibrate.corun``): its generation runtime, actor and reward shapes,
+    decoding (``Grid.handover``, ``calibrate.cpu.corun``): its generation runtime, actor and reward shapes,
     the decode batch (max_batch), the mean prompt and the chunk size."""
     if not _streams_to_reward_model(sc):
         return None
@@ -536,7 +536,7 @@ FAULT_PATTERNS = {"reference": ("reference", "logprob_forward"), "actor_train": 
 def page_faults(setup, cost, steps: list) -> dict:
     """Fresh pages touched per step by the minibatches of the sequential phases (the executor's
     ``StepLog.faults``) next to what the profile's page-fault term prices for the same minibatches
-    (``calibrate.pagefaults``: logits-sized tensors above the threshold; value-head phases price none),
+    (``calibrate.cpu.pagefaults``: logits-sized tensors above the threshold; value-head phases price none),
     in MiB per step, with the measured bytes' cost at the profile's ``fault_s_per_byte``."""
     from rlhfsim.costs.flops import page_fault_s
 
@@ -1045,7 +1045,7 @@ def _print_block(c, doc: dict) -> None:
                                "error of a phase's first call / of the others)", g, split=True))
         pf = s.get("page_faults")
         if pf:
-            t = Table(title="fresh pages faulted in by the minibatches (per step; calibrate.pagefaults)")
+            t = Table(title="fresh pages faulted in by the minibatches (per step; calibrate.cpu.pagefaults)")
             for col in ("phase", "minibatches", "measured MiB", "priced MiB", "measured at the profile's rate s"):
                 t.add_column(col, justify="left" if col == "phase" else "right")
             for ph, v in pf.items():

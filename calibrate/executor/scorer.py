@@ -36,7 +36,7 @@ import torch
 
 from calibrate.decoder import StaticKVDecoder
 from calibrate.executor.timing import Clock, StepLog
-from calibrate.threadpool import one_thread_here, scorer_threads
+from calibrate.cpu.threadpool import one_thread_here, scorer_threads
 
 
 def rule_reward(prompt: list[int], tokens: list[int], cost_s: float) -> float:
@@ -111,7 +111,7 @@ class Scorer:
         in for, does not have. (The idle team used no CPU: it put libgomp's count of workers past the CPUs, and
         libgomp then lets every worker spin only 100 times before it sleeps, so each of the main thread's parallel
         regions woke a sleeping worker; ``benchmarks/decode_threadpool.py``.) On a CPU the thread now runs one
-        OpenMP thread and owns no team (``_run``, ``calibrate.threadpool``); it still ends here, so nothing of a
+        OpenMP thread and owns no team (``_run``, ``calibrate.cpu.threadpool``); it still ends here, so nothing of a
         step's scoring outlives its reward phase."""
         self.q.join()
         self.close()

@@ -69,7 +69,7 @@ class StepLog:
         # (operation, seconds, shape), e.g. ("decode", 0.004, {"batch": 4, "kv0": 412}) or ("train_call", 0.02,
         # {"role": "actor", "phase": "actor_train", "rows": 2, "width": 96, "index": 0}); see ``op``.
         self.ops: list[tuple[str, float, dict]] = []
-        # Pages faulted in by each minibatch of the main thread's sequential phases (calibrate.pagefaults):
+        # Pages faulted in by each minibatch of the main thread's sequential phases (calibrate.cpu.pagefaults):
         # (phase, bytes faulted, rows, padded width); see ``minor_faults``.
         self.faults: list[tuple[str, int, int, int]] = []
         # Per phase, the caching allocator's counters it moved (``device_allocs``; CUDA only, device-wide: under

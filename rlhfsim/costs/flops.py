@@ -10,7 +10,7 @@ Forward of n tokens whose attention spans c cached + the new tokens (causal):
     F_head   = 2 x h x V x n_logits                            (LM head; n_logits = 0 for scoring heads)
 
 Bytes a forward pass moves: weights once (P x b; a decode step of two rows or more ``gemm_weight_passes``
-times, a device property measured by ``calibrate.gemm``: GEMM kernels pack the weights, GEMV does not;
+times, a device property measured by ``calibrate.cpu.gemm``: GEMM kernels pack the weights, GEMV does not;
 on a CPU, by the weights' footprint: ``footprint_passes``; a decode step streams every weight but an untied
 LM's input embedding, whose rows it only gathers: ``decode_weight_bytes``), plus K/V cache read (2 x L x d_kv x b per visible cached
 token) plus activations written/read (approx. 2 x L x h x b x 12 per token, the usual transformer
@@ -174,7 +174,7 @@ class ShapeCoeffs:
 
 def width_rate(width_eff: dict | None, hidden: int, mlp_ratio: float | None = None) -> float:
     """r(h), a model width's relative training rate (``kernels.width_efficiency``, measured by
-    ``calibrate.widths``: widths and their rates relative to the fastest), interpolated in log width and
+    ``calibrate.cpu.widths``: widths and their rates relative to the fastest), interpolated in log width and
     held at the ends; with ``mlp_ratio`` (intermediate / hidden) and rates measured at several MLP ratios
     (``by_ratio``), each ratio's r(h) interpolated linearly in the ratio and held at the ends; 1 without a
     measurement."""
@@ -219,7 +219,7 @@ TAIL_LOGIT_BYTES = LOGIT_BYTES - FP32_LOGIT_BYTES
 def page_fault_s(page_faults: dict | None, logits_tokens, vocab: int, pattern: str):
     """Seconds a call spends faulting in fresh pages for its logits-sized tensors (CPU: glibc serves
     allocations above its threshold with fresh pages every time; ``kernels.page_faults``, measured by
-    ``calibrate.pagefaults``): ``tensors[pattern] x bytes x fault_s_per_byte`` when one float32 logits
+    ``calibrate.cpu.pagefaults``): ``tensors[pattern] x bytes x fault_s_per_byte`` when one float32 logits
     tensor of ``logits_tokens`` x ``vocab`` is larger than ``threshold_bytes``, else 0. ``pattern``:
     ``logprob_forward``, ``logprob_train`` or ``labels_train``; ``logits_tokens`` may be a numpy array.
     0 without a measurement."""
@@ -235,7 +235,7 @@ def page_fault_s(page_faults: dict | None, logits_tokens, vocab: int, pattern: s
 def gemm_passes(batch, weight_passes):
     """Passes over the weights of a decode step of ``batch`` rows: 1 for one row (a matrix-vector
     product); for two or more (a matrix-matrix product whose kernel packs the weights first; measured per
-    device, ``calibrate.gemm``) either ``weight_passes`` at every row count (a number) or, with a table
+    device, ``calibrate.cpu.gemm``) either ``weight_passes`` at every row count (a number) or, with a table
     ``(rows, passes)`` from ``footprint_passes`` (rows 1, 2, 4 ... with passes 1, p2, p4 ...), the passes
     interpolated linearly in rows and held beyond the last row measured: on a CPU a GEMM's time grows
     with its rows from two on (1.7-2.0x one row at 2 rows, 2.1-3.0x at 4, in cache), so one number for
@@ -255,7 +255,7 @@ def gemm_passes(batch, weight_passes):
 
 def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_bytes: float):
     """The weight passes of a decode step of two rows or more for a model whose weights take
-    ``weight_bytes``: from ``kernels.gemm_passes_by_footprint`` (``calibrate.gemm``: the passes measured
+    ``weight_bytes``: from ``kernels.gemm_passes_by_footprint`` (``calibrate.cpu.gemm``: the passes measured
     with the weights cycled through distinct copies adding up to each footprint, as a decode step cycles
     through its layers; a CPU's GEMM packs a matrix that sits in cache at about its GEMV's time, one
     streamed from memory at a fraction of it) interpolated in log footprint and held at the ends;
@@ -278,7 +278,7 @@ def footprint_rate(by_footprint: dict | None, weight_bytes: float) -> float | No
     device: the footprint sweep's one-row rate (``kernels.gemm_passes_by_footprint.gb_s_1row``, the median
     per footprint over its matrices; for a table without it, the same medians of its ``ratios``),
     interpolated in log footprint and held at the ends; None without a sweep. On the 2-vCPU VM, 45-75 GB/s
-    while the weights sit in cache (4-8 MiB), 10-20 GB/s from 32 MiB on (``calibrate.gemm``)."""
+    while the weights sit in cache (4-8 MiB), 10-20 GB/s from 32 MiB on (``calibrate.cpu.gemm``)."""
     rates = footprint_rates(by_footprint)
     if not rates:
         return None
@@ -315,7 +315,7 @@ def stream_factor(rate: float | None, bandwidth: float) -> float:
 
 def cold_factor(table: dict | None, weight_bytes: float) -> float:
     """How many times its hot cost a decode step's fixed work (the overheads and the sampling tail) takes at a
-    decode-weight footprint of ``weight_bytes`` per device: ``kernels.cold_overheads`` (``calibrate.coldfixed``:
+    decode-weight footprint of ``weight_bytes`` per device: ``kernels.cold_overheads`` (``calibrate.cpu.coldfixed``:
     a small model's step timed right after F MiB of other weights streamed, over the same with none),
     interpolated linearly in MiB and held at the ends; 1 without a table. In a real step each layer's fixed
     work follows the rest of the model's weights through the caches (docs/cost-model.md)."""

@@ -259,7 +259,7 @@ class _Decode:
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
         # the step's fixed work runs after the model's own weights have swept the caches: the overheads and the
-        # sampling tail cost cold_factor times their hot values at its footprint (calibrate.coldfixed; 1 without
+        # sampling tail cost cold_factor times their hot values at its footprint (calibrate.cpu.coldfixed; 1 without
         # kernels.cold_overheads), in the fit (calibrate.fit) as here
         self.cold = fl.cold_factor(cost.cold_overheads, self.shape.decode_weight_bytes / tp)
         self.over = self.cold * (p.overhead_s + p.overhead_per_layer_s * m.layers)
@@ -337,22 +337,22 @@ class CostModel:
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
         self.generation = profile.get("generation", {})
         kernels = profile.get("kernels") or {}
-        # passes over the weights of a decode step of two rows or more (calibrate.gemm; 1: not measured)
+        # passes over the weights of a decode step of two rows or more (calibrate.cpu.gemm; 1: not measured)
         self.gemm_weight_passes = float(kernels.get("gemm_weight_passes") or 1.0)
         # GPU kernel terms by shape and fitted collectives (calibrate.fromops, rlhfsim.costs.byshape; None and {}:
         # the constant efficiencies and LINK_EFF / LINK_LATENCY_S)
         self.by_shape = ShapeKernels.of(profile)
         self.collectives = profile.get("collectives") or {}
-        # the same by the weights' footprint (calibrate.gemm; None: the scalar above for every model)
+        # the same by the weights' footprint (calibrate.cpu.gemm; None: the scalar above for every model)
         self.gemm_passes_by_footprint = kernels.get("gemm_passes_by_footprint")
-        # training rate by model width relative to the fastest (calibrate.widths; None: one rate for all)
+        # training rate by model width relative to the fastest (calibrate.cpu.widths; None: one rate for all)
         self.width_eff = kernels.get("width_efficiency")
-        # page faults of logits-sized tensors above the allocator's threshold (calibrate.pagefaults; CPU)
+        # page faults of logits-sized tensors above the allocator's threshold (calibrate.cpu.pagefaults; CPU)
         self.page_faults = kernels.get("page_faults")
-        # a log-prob pass's log-softmax and gather after its LM head, seconds per logit (calibrate.pagefaults.
+        # a log-prob pass's log-softmax and gather after its LM head, seconds per logit (calibrate.cpu.pagefaults.
         # measure_logprob_tail; 0: not measured, their bytes stay inside the roofline)
         self.logprob_tail = float(((self.page_faults or {}).get("logprob_tail") or {}).get("s_per_logit") or 0.0)
-        # a decode step's fixed costs by its weights' footprint (calibrate.coldfixed; None: hot for every model)
+        # a decode step's fixed costs by its weights' footprint (calibrate.cpu.coldfixed; None: hot for every model)
         self.cold_overheads = kernels.get("cold_overheads")
         # the host's dispatch per layer of a framework's forward and training calls (GPU profiles; None: CPU,
         # where the fitted operations hold the host's time already): rlhfsim.costs.framework
@@ -364,7 +364,7 @@ class CostModel:
         inter = profile.get("interference", {})
         self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
         self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
-        # Measured in the hand-over pattern per generation runtime (calibrate.corun), where the profile has it.
+        # Measured in the hand-over pattern per generation runtime (calibrate.cpu.corun), where the profile has it.
         self.handover = inter.get("handover") or {}
         # Constants per (model, dtype, ...): computed on first use, then reused (the profile is fixed).
         self._forward: dict[tuple, _Forward] = {}
@@ -443,11 +443,11 @@ class CostModel:
                       reward: ModelShape | None) -> tuple[float, float] | None:
         """(idle_x, busy_x): how much slower the actor decodes beside a live scorer that waits and beside one
         that computes a call, measured in the hand-over pattern for ``gen_runtime`` with each decode step's
-        overlap with the scorer's calls (``interference.handover.RT.overlap``, ``calibrate.corun.overlap_fit``).
+        overlap with the scorer's calls (``interference.handover.RT.overlap``, ``calibrate.cpu.corun.overlap_fit``).
         ``busy_x`` is ``idle_x / (1 - lost)`` with ``lost``, the share of a call's time the actor loses, at
         the actor's size on the profile's line (``lost``, ``calibrate.assemble.handover_overlap``; held
         within [0, OVERLAP_LOST_MAX]), else the configurations' median. A ``generate()`` runtime's fit is over
-        the decode steps inside its calls (``calibrate.corun.call_steps``). None where the profile has no such
+        the decode steps inside its calls (``calibrate.cpu.corun.call_steps``). None where the profile has no such
         fit for the runtime (a GPU; a profile from before 2026-12-06 for a ``generate()`` runtime, whose calls
         were stamped whole), or without a reward model; decode then follows ``corun``."""
         h = self.handover.get(gen_runtime)
@@ -725,7 +725,7 @@ class CostModel:
         else:
             comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
         if head == "lm" and self.page_faults:
-            # the log-prob loss's logits-sized tensors and their gradients (calibrate.pagefaults)
+            # the log-prob loss's logits-sized tensors and their gradients (calibrate.cpu.pagefaults)
             total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_train")
         return total + comm, active + comm
 

@@ -202,12 +202,12 @@ def _at_least_one(xs, n: int) -> bool:
 
 
 def _cold_table(t) -> bool:
-    """``kernels.cold_overheads`` (``calibrate.coldfixed``): increasing footprints >= 0, a factor >= 1 each."""
+    """``kernels.cold_overheads`` (``calibrate.cpu.coldfixed``): increasing footprints >= 0, a factor >= 1 each."""
     return _footprint_column(t, "factor", _non_negative) is not None
 
 
 def _check_page_faults(pf, where: str) -> None:
-    """``kernels.page_faults`` (``calibrate.pagefaults``; priced by ``flops.page_fault_s``): a mapping with a
+    """``kernels.page_faults`` (``calibrate.cpu.pagefaults``; priced by ``flops.page_fault_s``): a mapping with a
     ``fault_s_per_byte`` and a ``threshold_bytes`` (finite numbers >= 0), ``tensors`` giving each priced pattern's
     count (finite >= 0) and, where measured, ``logprob_tail.s_per_logit`` (seconds per logit, >= 0 and below 1e-6);
     None or absent prices no faults."""
@@ -312,7 +312,7 @@ def _non_negative(v) -> bool:
 
 
 ADDED_TERMS = ("const_s", "per_layer_s", "per_alone")   # interference.handover.RT.added.SIDE (calibrate.assemble)
-OVERLAP_TERMS = ("idle_x", "busy_x")   # interference.handover.RT.overlap (calibrate.corun.overlap_fit)
+OVERLAP_TERMS = ("idle_x", "busy_x")   # interference.handover.RT.overlap (calibrate.cpu.corun.overlap_fit)
 
 
 def _check_interference(inter, where: str) -> None:

@@ -87,7 +87,7 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     by = prof["kernels"]["gemm_passes_by_footprint"]
     assert prof["kernels"]["gemm_weight_passes"] >= 1.0 and by["footprint_mib"] == [1.0, 2.0]
     assert sorted(r["copies"] for r in by["ratios"]) == [4, 8] and all(p >= 1.0 for p in by["passes"])
-    # the decode step's fixed costs after the weights stream (calibrate.coldfixed): one point per footprint, 0 first
+    # the decode step's fixed costs after the weights stream (calibrate.cpu.coldfixed): one point per footprint, 0 first
     co = prof["kernels"]["cold_overheads"]
     assert co["footprint_mib"] == [0.0, 1.0, 2.0] and co["factor"][0] == 1.0 and all(x >= 1.0 for x in co["factor"])
     assert len([p for p in prof["points"] if p["op"] == "cold_step"]) == 3
@@ -102,7 +102,7 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert cm.decode_steps_s(m, "float32", 4, 256, 10) > 0
     assert prof["interference"]["source"] == "measured"
     assert prof["interference"]["decode_slowdown"] > 0 and prof["interference"]["prefill_slowdown"] > 0
-    # co-running in the hand-over pattern, per generation runtime (calibrate.corun); an encoder scorer too
+    # co-running in the hand-over pattern, per generation runtime (calibrate.cpu.corun); an encoder scorer too
     ho = prof["interference"]["handover"]
     assert set(ho) == {"kv_decoder", "hf_generate"}
     for rt, h in ho.items():
@@ -111,7 +111,8 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
         assert set(sides) == {"decode", "prefill"} and sides["decode"]["model"] == "tiny-qwen2"
         assert sides["prefill"]["model"] == ("tiny-deberta" if rt == "hf_generate" else "tiny-qwen2")
         assert sides["decode"]["slowdown"] == pytest.approx(sides["decode"]["corun_median_s"] / sides["decode"]["alone_median_s"])
-    # the actor's speed beside a waiting and a computing scorer, from the rounds' stamps (calibrate.corun.overlap_fit):
+    # the actor's speed beside a waiting and a computing scorer, from the rounds' stamps
+    # (calibrate.cpu.corun.overlap_fit):
     # kept where the scorer's calls covered the span it needs; one actor size, so no line by size
     for h in ho.values():
         ov = h.get("overlap")
@@ -330,7 +331,7 @@ def test_passes_measure_every_point_again_and_pool_the_samples(tmp_path):
             continue
         a, b = first[p["key"]], second[p["key"]]
         assert p["passes"] == 2 and p["samples_s"] == a["samples_s"] + b["samples_s"]
-        if p["op"] == "interference" and p.get("corun_pattern") == "handover":   # medians (calibrate.corun)
+        if p["op"] == "interference" and p.get("corun_pattern") == "handover":   # medians (calibrate.cpu.corun)
             assert p["slowdown"] == pytest.approx(p["median_s"] / p["alone_median_s"])
         elif p["op"] == "interference":
             assert p["slowdown"] == pytest.approx(p["tmean_s"] / p["alone_tmean_s"])

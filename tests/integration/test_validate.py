@@ -35,7 +35,7 @@ def test_sync_real_run_generates_scores_and_trains_what_the_scenario_says(doc):
     assert c["measured_chunks_scored"] == 0
     assert c["measured_deferred"] == c["predicted_deferred"] == [0, 0]
     # Fresh pages of the sequential phases' minibatches, recorded in the step and priced beside
-    # (calibrate.pagefaults): tiny logits, so the profile prices none.
+    # (calibrate.cpu.pagefaults): tiny logits, so the profile prices none.
     pf = s["page_faults"]
     assert {"reference", "actor_train", "critic_train"} <= set(pf)
     for ph, v in pf.items():

@@ -1,4 +1,4 @@
-"""A decode step's fixed costs after its weights stream (``calibrate.coldfixed``): the probe's points become a
+"""A decode step's fixed costs after its weights stream (``calibrate.cpu.coldfixed``): the probe's points become a
 table of factors by footprint, the cost model multiplies a decode step's overheads and sampling tail by the
 factor at the model's footprint (its weights and bandwidth untouched), the fit takes the same factor off each
 decode point and so recovers the hot overheads, and a bad table is refused with its path."""
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("scipy")
 
 from calibrate.assemble import fitted, kernels_summary, with_tails  # noqa: E402
-from calibrate.coldfixed import cold_summary, feet, probe_shape  # noqa: E402
+from calibrate.cpu.coldfixed import cold_summary, feet, probe_shape  # noqa: E402
 from calibrate.fit import arrays, fitted_value, overhead_x, point_value, predict  # noqa: E402
 from rlhfsim.costs import flops as fl  # noqa: E402
 from rlhfsim.costs.model import CostModel, OpParams  # noqa: E402
@@ -21,7 +21,7 @@ from rlhfsim.costs.profile import ProfileError, load_profile, validate_profile  
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
-pytestmark = pytest.mark.hw  # the calibrator (calibrate.coldfixed imports torch); the fast loop skips it
+pytestmark = pytest.mark.hw  # the calibrator (calibrate.cpu.coldfixed imports torch); the fast loop skips it
 
 CPU = get_gpu("cpu")
 MIB = 2**20

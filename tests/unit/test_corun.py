@@ -1,4 +1,4 @@
-"""Co-running in the hand-over pattern (calibrate.corun): the grid field, the plan of points, the points'
+"""Co-running in the hand-over pattern (calibrate.cpu.corun): the grid field, the plan of points, the points'
 fields and the profile's summary. The measurement itself runs in tests/integration/test_calibrate_cli.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch")
 
 from calibrate.assemble import interference_summary  # noqa: E402
-from calibrate.corun import handover_plan  # noqa: E402
+from calibrate.cpu.corun import handover_plan  # noqa: E402
 from calibrate.grid import QUICK_CPU, QUICK_GPU, with_overrides  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
@@ -71,7 +71,7 @@ def test_each_pairing_has_its_own_points():
     # The same actor beside two scorers is two measurements on both sides (the journal skips a key it has).
     from types import SimpleNamespace
 
-    from calibrate.corun import handover_keys
+    from calibrate.cpu.corun import handover_keys
 
     s = SimpleNamespace(dtype="float32", device="cpu")
     a = handover_keys(s, "hf_generate", SMALL, SMALL, 4, 48, 32)
@@ -112,7 +112,7 @@ def test_extend_adds_hand_over_to_a_measured_profile(tmp_path):
     ({"valid": False, "reason": ""}, "generation runtime hf_generate invalid on tiny-qwen2"),
 ])
 def test_a_runtime_not_valid_on_the_actor_is_journaled_skipped(tmp_path, record, why):
-    from calibrate.corun import handover_keys, measure_handover
+    from calibrate.cpu.corun import handover_keys, measure_handover
     from calibrate.genbench import runtime_key
     from calibrate.journal import Journal
     from calibrate.progress import Progress
@@ -185,7 +185,7 @@ def test_overlap_fit_recovers_the_actors_speed_beside_a_waiting_and_a_computing_
     # speed while the scorer waits and 1/2.5 while one of its calls runs. The fit must give both back.
     import numpy as np
 
-    from calibrate.corun import overlap_fit
+    from calibrate.cpu.corun import overlap_fit
 
     rng = np.random.default_rng(0)
     alone = [(i * 1e-3, (i + 1) * 1e-3) for i in range(40)]
@@ -235,7 +235,7 @@ def test_summary_keeps_the_overlap_fits_medians():
 def test_call_steps_splits_a_generate_call_at_its_forwards():
     # a call of 3 new tokens: its three forwards' starts split it into three decode steps, the last one to the
     # call's end; the setup before the first forward is in none. Forwards not seen one per token: the whole call.
-    from calibrate.corun import call_steps
+    from calibrate.cpu.corun import call_steps
 
     assert call_steps(0.0, [0.1, 0.3, 0.6], 1.0, 3) == [(0.1, 0.3), (0.3, 0.6), (0.6, 1.0)]
     assert call_steps(0.0, [0.1, 0.3], 1.0, 3) == [(0.0, 1.0)]
@@ -244,12 +244,12 @@ def test_call_steps_splits_a_generate_call_at_its_forwards():
 
 @pytest.mark.parametrize("rt", ["hf_generate", "kv_decoder"])
 def test_the_actors_operations_are_its_decode_steps(tmp_path, rt):
-    # calibrate.corun._Actor.interval: c operations per interval for either runtime (a generate() call's
+    # calibrate.cpu.corun._Actor.interval: c operations per interval for either runtime (a generate() call's
     # decode steps come from forward hooks), in order and back to back for a generate() call; every row is
     # handed over once per interval; the hook is removed with the actor.
     import torch
 
-    from calibrate.corun import _Actor
+    from calibrate.cpu.corun import _Actor
     from calibrate.journal import Journal
     from calibrate.progress import Progress
     from calibrate.session import Session
@@ -280,7 +280,7 @@ def test_generate_runtimes_points_are_measured_again_with_their_steps():
     # a journal's hand-over points of a generate() runtime from before the per-step stamps have other keys
     from types import SimpleNamespace
 
-    from calibrate.corun import handover_keys
+    from calibrate.cpu.corun import handover_keys
 
     s = SimpleNamespace(dtype="float32", device="cpu")
     hf = handover_keys(s, "hf_generate", SMALL, SMALL, 4, 48, 32)

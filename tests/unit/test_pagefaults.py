@@ -1,4 +1,4 @@
-"""Page faults of large tensors (``calibrate.pagefaults``): the threshold rule, the priced term (only
+"""Page faults of large tensors (``calibrate.cpu.pagefaults``): the threshold rule, the priced term (only
 logits-sized tensors above the threshold, only passes with every logit or an LM-head loss, the array form
 equal to the scalar one), the fit taking the calibration's own faults off its training points, a real
 measurement on this CPU, the extension of a measured profile, and the executor's in-step record that
@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from calibrate.assemble import refit_train, with_tails  # noqa: E402
 from calibrate.fit import fitted_value, point_value  # noqa: E402
-from calibrate.pagefaults import PATTERNS, count_shape, measure_page_faults, threshold_of  # noqa: E402
+from calibrate.cpu.pagefaults import PATTERNS, count_shape, measure_page_faults, threshold_of  # noqa: E402
 from rlhfsim.costs.flops import page_fault_s  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402
 from rlhfsim.costs.profile import load_profile  # noqa: E402

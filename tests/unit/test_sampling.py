@@ -2,9 +2,9 @@
 its points are journaled per runtime and resumed, its fit recovers a line, the roofline fits take it off
 each generation point and keep the whole time in their held-out error, the simulator adds it back per
 decode step and per prefill call (and never to a scoring pass), a runtime without a tail of its own takes
-the right one. The GEMM weight passes (``calibrate.gemm``): measured as a ratio, counted by decode steps of
+the right one. The GEMM weight passes (``calibrate.cpu.gemm``): measured as a ratio, counted by decode steps of
 two rows or more only, in the fit and the simulator alike. The training rate by width
-(``calibrate.widths``): measured per layer, dividing the body FLOPs of a training pass. ``calibrate.extend
+(``calibrate.cpu.widths``): measured per layer, dividing the body FLOPs of a training pass. ``calibrate.extend
 --cost-terms`` upgrades a measured profile with all three."""
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def test_grid_sampling_override_is_checked():
 
 
 def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_path):
-    from calibrate.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
+    from calibrate.cpu.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
     from rlhfsim.costs import flops as fl
 
     grid = with_overrides(QUICK_CPU, {**GRID, "gemm": [[1, 256, 64], [2, 256, 64], [4, 256, 64]], "gemm_footprints_mib": []})
@@ -224,7 +224,7 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
     the table is the per-footprint median ratio, interpolated in log footprint and held at the ends, and a
     decode step of >= 2 rows counts the weights at its model's footprint (fit points alike)."""
     from calibrate.assemble import kernels_summary, with_tails
-    from calibrate.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
+    from calibrate.cpu.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.profile import ProfileError, validate_profile
 
@@ -270,7 +270,7 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     import numpy as np
 
     from calibrate.assemble import kernels_summary, with_tails
-    from calibrate.gemm import gemm_summary
+    from calibrate.cpu.gemm import gemm_summary
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.profile import ProfileError, validate_profile
 
@@ -320,7 +320,7 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
 
     from calibrate.assemble import fitted
     from calibrate.fit import arrays, predict
-    from calibrate.gemm import gemm_summary
+    from calibrate.cpu.gemm import gemm_summary
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.profile import ProfileError, validate_profile
     from rlhfsim.models.catalog import ModelShape
@@ -382,7 +382,7 @@ def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
     """Widths measured at further MLP ratios (``width_mlp_ratios``): keys of their own (the grid's own
     ratio keeps its keys, so older journals resume), one normalization over every (ratio, width), and
     r(h, ratio) interpolated linearly between the measured ratios and held at the ends."""
-    from calibrate.widths import measure_widths, plan_size as widths_size, width_summary
+    from calibrate.cpu.widths import measure_widths, plan_size as widths_size, width_summary
     from rlhfsim.costs import flops as fl
 
     grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64, "width_mlp_ratios": [2, 4]})
@@ -406,7 +406,7 @@ def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
 
 
 def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops(tmp_path):
-    from calibrate.widths import measure_widths, plan_size as widths_size, width_summary
+    from calibrate.cpu.widths import measure_widths, plan_size as widths_size, width_summary
     from rlhfsim.costs import flops as fl
 
     grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64, "width_mlp_ratios": []})

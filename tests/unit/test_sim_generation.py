@@ -252,7 +252,7 @@ def test_decode_slows_only_while_chunks_are_scored(engine, scenario_dict):
 
 @pytest.mark.parametrize("engine", ["static", "continuous"])
 def test_handover_slowdown_holds_from_first_handover_to_drain(engine, scenario_dict):
-    # Measured in the hand-over pattern (calibrate.corun), the decode slowdown holds over the whole window
+    # Measured in the hand-over pattern (calibrate.cpu.corun), the decode slowdown holds over the whole window
     # a scorer is live beside generation, busy or not: from the step's first chunk to the drain after
     # generation. Before the first chunk decode runs at full speed, so the generation stretches by
     # exactly (s - 1) x the time it had left then (decode alone fills the window up to its end).

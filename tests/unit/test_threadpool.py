@@ -1,4 +1,4 @@
-"""``calibrate.threadpool``: a thread set to one OpenMP thread runs torch on one thread and opens no OpenMP team
+"""``calibrate.cpu.threadpool``: a thread set to one OpenMP thread runs torch on one thread and opens no OpenMP team
 of its own, while the other threads keep their count; the executor's scorer thread and the hand-over
 calibration's run so on a CPU, the points say so, and the device check names a profile measured otherwise."""
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibrate.assemble import interference_summary  # noqa: E402
-from calibrate.threadpool import one_thread_here, scorer_threads  # noqa: E402
+from calibrate.cpu.threadpool import one_thread_here, scorer_threads  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
 

@@ -12,7 +12,7 @@ Points (op ``cold_step``; one per footprint in 0 + ``Grid.gemm_footprints_mib``)
 (``Generator._decode``: a ``StaticKVDecoder`` step and ``sample_next``, one row at ``CONTEXT`` cached tokens,
 rewound before each call) of the smallest actor decoder, its weights a few MiB and its step almost all fixed
 cost, each timed right after an untimed sweep of one-row products (``F.linear`` of a [1, 256] row by each of
-``ceil(F MiB / 0.75 MiB)`` distinct [768, 256] weights in the calibration dtype), as ``calibrate.gemm``'s
+``ceil(F MiB / 0.75 MiB)`` distinct [768, 256] weights in the calibration dtype), as ``calibrate.cpu.gemm``'s
 footprint sweep streams them. ``kernels.cold_overheads`` (``cold_summary``) holds, per footprint, the step's
 time over the same step with no sweep, at least 1: the factor by which a model of that decode-weight footprint
 pays its fixed costs and sampling tail (``rlhfsim.costs.flops.cold_factor``), in the decode fit
@@ -116,5 +116,5 @@ def cold_summary(points: list[dict], value) -> dict | None:
             "step_us": [1e6 * by[f] for f in feet_], "model": model, "source": "measured",
             "method": "per footprint F, the smallest actor's one-row decode step (Generator._decode) timed right "
                       "after one-row products over F MiB of distinct weights, over the same step with no sweep "
-                      "(at least 1); interpolated linearly in F, held at the ends (calibrate.coldfixed)"}
+                      "(at least 1); interpolated linearly in F, held at the ends (calibrate.cpu.coldfixed)"}
 

@@ -8,7 +8,7 @@ thread wake a sleeping worker (``benchmarks/decode_threadpool.py`` measures it).
 executor's scorer thread stands in for, costs the actor nothing while it waits. A scorer thread that runs
 its operations on one OpenMP thread opens no team, so while it waits the actor's pool keeps its own spin
 policy, and while it computes it takes one core (the executor's ``Scorer`` and the hand-over calibration,
-``calibrate.corun``, both run their scorer thread so on a CPU).
+``calibrate.cpu.corun``, both run their scorer thread so on a CPU).
 
 ``one_thread_here()`` sets, for the calling thread only: OpenMP's ``nthreads-var`` (``omp_set_num_threads``
 acts on the calling thread's task) and MKL's thread-local count (``MKL_Set_Num_Threads_Local``; torch's

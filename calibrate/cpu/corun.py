@@ -11,7 +11,7 @@ loops say (``benchmarks/corun_pattern.py``: a ``generate()`` call 1.45x, a chunk
 2.81x in this pattern against 1.65x for the busy loops, with a scorer thread that owned an OpenMP team
 of its own: that team, idle or not, put libgomp's workers past the CPUs, so every worker slept between
 parallel regions). So the scorer thread runs one OpenMP thread on a CPU
-(``calibrate.threadpool``), as the executor's does: it owns no team and costs the actor nothing while it
+(``calibrate.cpu.threadpool``), as the executor's does: it owns no team and costs the actor nothing while it
 waits; the two still share the cores while it computes, and the host's Python interpreter.
 
 A point ``(runtime, batch b, prompt p, chunk c)``, actor and reward shapes from ``Grid.handover_models``
@@ -63,7 +63,7 @@ from calibrate.genbench import runtime_key
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, left_pad
 from calibrate.measure import Clock, Measurement, alone_fields, summarize
 from calibrate.session import Session, point_key
-from calibrate.threadpool import one_thread_here, scorer_threads
+from calibrate.cpu.threadpool import one_thread_here, scorer_threads
 from rlhfsim.models.catalog import ModelShape
 
 HANDOVER_ROUNDS = 3
