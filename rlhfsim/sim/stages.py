@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from rlhfsim.contracts import CPU_POOL
+from rlhfsim.costs import price
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
@@ -102,10 +103,10 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
     pool = s.pool_of(role)
     size, budget, packed = ex.forward_cuts(s, sp, role)
     pad_len = None if packed else ex.pad_length(s)
-    model, dtype = s.shapes[role], s.dtypes[role]
-    per_call_s = sim.cost.step_scalar("microbatch_forward_s")   # every call is a framework's piece
+    model = s.shapes[role]
+    per_call_s = price.piece_s(sim.cost, False)   # every call is a framework's piece
     phase = phase or ROLE_PHASE[role]
-    exe = s.scenario.execution
+    runtime = sim.forward_runtime(role)
     fsdp_n = ex.fsdp_shards(s, role)
     with sim.locks[pool.name].request() as req:
         yield req
@@ -127,10 +128,8 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
             for p in calls:
                 # a framework call (rlhfsim.costs.framework): the roofline, the log-prob head, FSDP's
                 # gathers and, on a GPU, the host's dispatch where the call is launch-bound
-                call = sim.cost.call_parts(False, model, dtype, p.tokens, p.rows, tp, s.head(role), p.attn_pairs,
-                                           sp, runtime=sim.forward_runtime(role), logprob=True,
-                                           entropy=exe.entropy and role != "reward", fsdp_n=fsdp_n,
-                                           inter_node=pool.spans_nodes)
+                call = price.forward_call(sim.cost, s, role, p.tokens, p.rows, runtime=runtime, tp=tp,
+                                          attn_pairs=p.attn_pairs, sp=sp, fsdp_n=fsdp_n, inter_node=pool.spans_nodes)
                 t += call.total_s + per_call_s
                 active += call.active_s
                 if terms:
@@ -213,17 +212,15 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     host-link traffic once per phase (``execution.offload_s``); a Ulysses group of sp GPUs is one rank."""
     s = sim.setup
     alg = s.scenario.algorithm
-    exe = s.scenario.execution
     pool = s.pool_of(role)
     tp = s.tp[role]
     dp = max(pool.gpus // tp, 1)
     sp = ex.sp_of(s, role)
     ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
-    model, dtype, head = s.shapes[role], s.dtypes[role], s.head(role)
     phase = "actor_train" if role == "actor" else "critic_train"
     size, budget, packed = ex.train_cuts(s, sp, role)
     pad_len = None if packed else ex.pad_length(s)
-    per_call_s = sim.cost.step_scalar("microbatch_train_s")   # every call is a framework's piece
+    per_call_s = price.piece_s(sim.cost, True)   # every call is a framework's piece
     ckpt_frac = sim.cost.step_scalar("checkpoint_extra_frac")
     fsdp_n = ex.fsdp_shards(s, role)
     with sim.locks[pool.name].request() as req:
@@ -231,7 +228,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         start = env.now
         t = active = 0.0
         # under FSDP every call reduce-scatters its gradients (call_parts): the optimizer step has no all-reduce
-        opt, opt_active = sim.cost.optimizer_parts(model, dtype, tp, dp, head, pool.spans_nodes, grad_allreduce=fsdp_n == 0)
+        opt, opt_active = price.optimizer_step(sim.cost, s, role, tp, dp, pool.spans_nodes, fsdp_n)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)
@@ -259,10 +256,8 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                     rank = (0.0, 0.0)
                     rank_terms: dict[str, float] = {}
                     for n_tokens, n_rows, pairs in pieces:
-                        call = sim.cost.call_parts(True, model, dtype, n_tokens, n_rows, tp, head, pairs, sp,
-                                                   logprob=head == "lm", entropy=exe.entropy and role == "actor",
-                                                   checkpointing=exe.gradient_checkpointing, ckpt_frac=ckpt_frac,
-                                                   fsdp_n=fsdp_n, inter_node=pool.spans_nodes)
+                        call = price.train_call(sim.cost, s, role, n_tokens, n_rows, tp=tp, attn_pairs=pairs, sp=sp,
+                                                fsdp_n=fsdp_n, inter_node=pool.spans_nodes, ckpt_frac=ckpt_frac)
                         rank = (rank[0] + call.total_s + per_call_s, rank[1] + call.active_s)  # 0.0 + x == x: one call, as before
                         if terms:
                             _add(rank_terms, call.terms(), framework_piece=per_call_s)
@@ -504,11 +499,8 @@ class ChunkScorer:
         key = (tokens, n, prefix)
         parts = self.prices.get(key)
         if parts is None:
-            total, active = self.strategy.price(self.sim.cost, self.model, self.dtype, tokens, n, prefix, self.tp,
-                                                self.head, self.runtime)
-            if self.retokenize:
-                total += self.sim.cost.retokenize_s(n, tokens)
-            parts = self.prices[key] = (total, active)
+            parts = self.prices[key] = price.scorer_call(self.sim.cost, self.strategy, self.model, self.dtype, tokens, n,
+                                                         prefix, self.tp, self.head, self.runtime, self.retokenize)
         return parts
 
     def _slow(self, rep: "_Chain") -> tuple[float, float]:
