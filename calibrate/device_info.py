@@ -56,7 +56,7 @@ def _driver_version() -> str | None:
 
 # Environment variables that change how torch's CPU thread pools behave: their size, and whether a worker
 # spins or sleeps between parallel regions. On the 2-vCPU VM a two-row decode step of a 0.6M-parameter model
-# took 0.95 ms with the default policy and 3.86 ms with OMP_WAIT_POLICY=PASSIVE (benchmarks/decode_threadpool.py),
+# took 0.95 ms with the default policy and 3.86 ms with OMP_WAIT_POLICY=PASSIVE (lab/diagnostics/decode_threadpool.py),
 # so a profile records the ones that were set.
 THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "KMP_AFFINITY",
               "MKL_NUM_THREADS", "OMP_PROC_BIND")

@@ -194,7 +194,7 @@ def compare(profile: dict, now: list[dict]) -> dict:
             out["warnings"].append(f"profile {name!r} was measured with thread-pool settings {_env_text(then_env)}, "
                                    f"this run has {_env_text(now_env)}: a decode step of two rows or more can take "
                                    "several times as long when the pool's workers sleep between parallel regions "
-                                   "(benchmarks/decode_threadpool.py; calibrate again with the same settings)")
+                                   "(lab/diagnostics/decode_threadpool.py; calibrate again with the same settings)")
     from calibrate.cpu.threadpool import scorer_threads
 
     mine_threads = scorer_threads(False)   # the executor's scorer thread on this CPU (1 since 2026-12-03)

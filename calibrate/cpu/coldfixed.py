@@ -6,7 +6,7 @@ norms, one-row attention, the cache writes, the sampling tail). The decode fit p
 number for every model size. In a real step each layer's fixed work runs right after the other layers' weights
 (this step's and the last one's) have swept the caches, so it costs more the larger the model: on the AMD EPYC
 2-vCPU VM a small in-cache model's whole step took 1.25-1.8x as long after 12-48 MiB of other weights had
-streamed, its sampling call 1.1-2.9x (``benchmarks/cold_overheads.py``).
+streamed, its sampling call 1.1-2.9x (``lab/diagnostics/cold_overheads.py``).
 
 Points (op ``cold_step``; one per footprint in 0 + ``Grid.gemm_footprints_mib``): the executor's decode step
 (``Generator._decode``: a ``StaticKVDecoder`` step and ``sample_next``, one row at ``CONTEXT`` cached tokens,

@@ -7,7 +7,7 @@ with its runtime (HF ``generate()`` calls of one chunk each, or our decoder's st
 row's new chunk to a scorer thread at the chunk boundary; the scorer wakes for one short call at a time
 and sleeps in between, from the step's first hand-over until the end of its generation (the executor's
 ``Scorer``: one thread per step's scoring). On a shared CPU both sides slow by more than the busy
-loops say (``benchmarks/corun_pattern.py``: a ``generate()`` call 1.45x, a chunk call
+loops say (``lab/diagnostics/corun_pattern.py``: a ``generate()`` call 1.45x, a chunk call
 2.81x in this pattern against 1.65x for the busy loops, with a scorer thread that owned an OpenMP team
 of its own: that team, idle or not, put libgomp's workers past the CPUs, so every worker slept between
 parallel regions). So the scorer thread runs one OpenMP thread on a CPU
@@ -303,7 +303,7 @@ def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, flo
     (B / A, (T - B) / A), in seconds, so that the operations' total time weighs as a step's does. On the
     2-core VM the actor took 1.00-1.11x its alone time while the scorer waited and lost 0.56-0.89 of each
     call's time while it computed, more the smaller the actor (tiny-qwen2 0.75-0.89 beside scorers of
-    0.6-4.8M parameters, small-qwen2 0.56; ``benchmarks/handover_overlap.py``): the scorer's
+    0.6-4.8M parameters, small-qwen2 0.56; ``lab/diagnostics/handover_overlap.py``): the scorer's
     busy time, not its mere presence, is what costs the actor.
 
     Returns ``{idle_x, busy_x, duty, n_ops, alone_op_s}`` (both factors at least 1, ``busy_x`` at least

@@ -23,13 +23,13 @@ decode step cycles through its layers' weights. One matrix called again and agai
 decode step's weights do only while the model fits there. On the AMD EPYC 2-vCPU VM (32 MiB L3 of which
 a VM sees less) one thread's 1-row product streamed 40-56 GB/s up to 9 MiB of weights and 9-16 GB/s from
 16 MiB on, and the ratio at 2 rows fell from 1.6-2.5 to 1.0-1.6 across that cliff
-(``benchmarks/gemm_footprint.py``). ``kernels.gemm_passes_by_footprint``
+(``lab/diagnostics/gemm_footprint.py``). ``kernels.gemm_passes_by_footprint``
 is, per footprint, the median ratio over matrices and rows >= 2 (at least 1), and (``by_rows``) the median
 ratio per row count: the cost model takes a model's passes at its weight footprint
 (``rlhfsim.costs.flops.footprint_passes``) and, where the row counts are there, at its step's rows,
 interpolated linearly from one pass at one row (``gemm_passes``). One number for every row count priced a
 two-row decode step at the passes of 2 and 4 rows alike, while a GEMM's time keeps growing with its rows
-(``benchmarks/decode_rows.py``).
+(``lab/diagnostics/decode_rows.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ torch's CPU wheel runs its parallel regions on GNU OpenMP, and every Python thre
 OpenMP team of its own. libgomp counts every team's workers in one process-wide number; once it exceeds the
 CPUs, every waiting worker spins 100 times instead of 300,000 before it sleeps (``gomp_throttled_spin_count_var``;
 libgomp ``env.c``, ``wait.h``), so a second thread's team, even idle, makes each parallel region of the main
-thread wake a sleeping worker (``benchmarks/decode_threadpool.py`` measures it). A scorer on its own GPU, which the
+thread wake a sleeping worker (``lab/diagnostics/decode_threadpool.py`` measures it). A scorer on its own GPU, which the
 executor's scorer thread stands in for, costs the actor nothing while it waits. A scorer thread that runs
 its operations on one OpenMP thread opens no team, so while it waits the actor's pool keeps its own spin
 policy, and while it computes it takes one core (the executor's ``Scorer`` and the hand-over calibration,

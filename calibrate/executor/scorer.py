@@ -106,11 +106,11 @@ class Scorer:
 
         The thread lives for one step's scoring only. Until 2026-12-03 a scorer thread that ran torch ops kept its own
         OpenMP team while it waited, and on a CPU that idle team slowed the main thread's training that followed by
-        9-31% (median 15%; ``benchmarks/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that had
+        9-31% (median 15%; ``lab/diagnostics/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that had
         ended left no such cost (median 1.4%): a CPU artifact that a scorer on its own GPU, which this thread stands
         in for, does not have. (The idle team used no CPU: it put libgomp's count of workers past the CPUs, and
         libgomp then lets every worker spin only 100 times before it sleeps, so each of the main thread's parallel
-        regions woke a sleeping worker; ``benchmarks/decode_threadpool.py``.) On a CPU the thread now runs one
+        regions woke a sleeping worker; ``lab/diagnostics/decode_threadpool.py``.) On a CPU the thread now runs one
         OpenMP thread and owns no team (``_run``, ``calibrate.cpu.threadpool``); it still ends here, so nothing of a
         step's scoring outlives its reward phase."""
         self.q.join()

@@ -122,7 +122,7 @@ CATALOG: dict[str, ModelShape] = {
         ModelShape("tiny-deberta", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "deberta-v2", 512),
         # The encoders' other width (hidden 256, head_dim 64 as DeBERTa's), at tiny-deberta's depth so that width moves
         # alone: fitted on hidden 128 alone, the encoder forward priced drawn DeBERTa models of hidden 256 at 1.6-2.6x
-        # their time (``benchmarks/encoder_price.py`` measures it), as the decoders needed both widths.
+        # their time (``lab/diagnostics/encoder_price.py`` measures it), as the decoders needed both widths.
         ModelShape("small-deberta", "encoder", 2, 256, 1024, 4, 4, 4096, True, False, "deberta-v2", 512),
         ModelShape("tiny-electra", "encoder", 2, 128, 512, 4, 4, 1024, True, False, "electra", 512),
     ]

@@ -1,4 +1,4 @@
-"""benchmarks/decode_parts.py: its price parts add up to the simulator's price of the step, and its clocks time one
+"""lab/diagnostics/decode_parts.py: its price parts add up to the simulator's price of the step, and its clocks time one
 LM-head product and one sampling call per decode step, then put the executor's names back."""
 
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "diagnostics"))  # decode_parts and _common
 
 from decode_parts import part_clocks, price_parts  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402

@@ -4,7 +4,7 @@ before DeBERTa was priced apart: a BERT layer's FLOPs and bytes) and once with t
 small-deberta and each HF config given (e.g. the drawn ``models/gen-deberta-*.json`` of ``validate --generate``
 directories) timed once per shape (padded rows, the median of 15 calls after 3) and priced by both fits.
 
-    python benchmarks/encoder_workmodel.py CALIBRATION.journal.jsonl [MODEL_CONFIG.json ...]
+    python lab/diagnostics/encoder_workmodel.py CALIBRATION.journal.jsonl [MODEL_CONFIG.json ...]
 
 Per model and shape: the time and price / measured under each work model. Last lines, per work model: the
 drawn (given) models' price / measured, and the same divided by the in-grid models' median (tiny-deberta and

@@ -3,8 +3,8 @@
 size (Qwen2.5-0.5B), on ``scenarios/encoder-streaming.yaml`` with a bundled profile. Not a speed
 benchmark: it regenerates the tables of docs/schedules.md ("Reward models of another family").
 
-    python benchmarks/encoder_streaming.py                       # default (H200) profile, markdown
-    python benchmarks/encoder_streaming.py --format json
+    python examples/encoder_streaming.py                       # default (H200) profile, markdown
+    python examples/encoder_streaming.py --format json
 
 Per reward model: ``sync`` (no streaming: score after generation), ``final_only`` and the streaming
 strategy it can run (``reencode`` for the encoder, ``incremental`` for the decoder) at every chunk size.

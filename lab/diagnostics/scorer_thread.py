@@ -18,7 +18,7 @@ Rounds alternate the conditions (none, idle, idle-1, none, ...); each process ti
 3 warm-ups and reports their median. The paired ratio idle/none per round is the slowdown (medians over
 rounds; rounds let a shared machine's load fall on every condition alike).
 
-    python benchmarks/scorer_thread.py [--rounds 6] [--json]
+    python lab/diagnostics/scorer_thread.py [--rounds 6] [--json]
 """
 
 from __future__ import annotations

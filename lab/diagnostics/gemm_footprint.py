@@ -4,8 +4,8 @@ distinct copies of it cycled until their bytes add up to a footprint, as a decod
 layers' weights. Not a speed benchmark: it measures the cache cliff that the scalar
 ``gemm_weight_passes`` of a CPU profile cannot express.
 
-    python benchmarks/gemm_footprint.py                       # 1 thread, the default matrices and footprints
-    python benchmarks/gemm_footprint.py --threads 2 --format json --profile cpu
+    python lab/diagnostics/gemm_footprint.py                       # 1 thread, the default matrices and footprints
+    python lab/diagnostics/gemm_footprint.py --threads 2 --format json --profile cpu
 
 Each cell is the median of the timed rounds (after two warm-up rounds) of one call per copy, divided by
 the copies; the ratio is t(rows) / t(1 row) at the same footprint; GB/s is the 1-row call's weight bytes

@@ -8,9 +8,9 @@ check, never a fit: nothing in scenarios/paper/ or in the cost model reads these
 Error of one speedup: predicted / paper - 1 (negative: the simulator predicts less gain). The summary
 line gives the median |error| over every number the paper states.
 
-    python benchmarks/oppo_paper.py                       # bundled default profile, 20 steps
-    python benchmarks/oppo_paper.py --profile h200-measured --steps 20
-    python benchmarks/oppo_paper.py --resume cached --stop-at token   # as before the TRL call mechanisms
+    python examples/oppo_paper.py                       # bundled default profile, 20 steps
+    python examples/oppo_paper.py --profile h200-measured --steps 20
+    python examples/oppo_paper.py --resume cached --stop-at token   # as before the TRL call mechanisms
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a GPU step's time goes: the calibration's own operations against the executor's, one process.
 
-``python benchmarks/gpu_parts.py --device cuda --model qwen2.5-0.5b --out parts.json``
+``python lab/diagnostics/gpu_parts.py --device cuda --model qwen2.5-0.5b --out parts.json``
 
 The first H200 validation (docs/accuracy.md, "H200") measured every phase 1.4-10x its price from the
 bundled ``h200-measured`` profile, calibrated on another lease with another transformers. This measures,
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from calibrate.decoder import StaticKVDecoder, sample_next  # noqa: E402
 from calibrate.executor import training as T  # noqa: E402

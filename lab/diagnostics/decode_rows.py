@@ -5,8 +5,8 @@ with ``by_rows``, interpolated in rows; ``rlhfsim.costs.flops.gemm_passes``). No
 speed benchmark: it measures the mechanism behind decode errors on a CPU whose cache holds some models and
 not others (actors decoding at most two rows were priced 27-78% high on drawn validation scenarios).
 
-    python benchmarks/decode_rows.py --profile GENERIC.json                          # the default shapes
-    python benchmarks/decode_rows.py --profile P --models tiny-qwen2,l2-h256-a4-kv2-i768-v4096 --rounds 5 --json
+    python lab/diagnostics/decode_rows.py --profile GENERIC.json                          # the default shapes
+    python lab/diagnostics/decode_rows.py --profile P --models tiny-qwen2,l2-h256-a4-kv2-i768-v4096 --rounds 5 --json
 
 ``--models``: catalog names, or drawn shapes written as ``rlhfsim.validate_gen`` names them without the
 ``gen-qwen2-`` prefix (``l{layers}-h{hidden}-a{heads}-kv{kv heads}-i{intermediate}-v{vocab}[-tied]``). One
@@ -29,7 +29,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 ROWS = (1, 2, 3, 4, 6, 8)
 CONTEXT = 64

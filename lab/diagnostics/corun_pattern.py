@@ -14,7 +14,7 @@ process, rounds alternating:
 
 Reported: the median generate() call and the median chunk call per condition, as ratios to alone.
 
-    python benchmarks/corun_pattern.py [--rounds 4] [--json]
+    python lab/diagnostics/corun_pattern.py [--rounds 4] [--json]
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ sampling tail (``sample_next``), each timed inside the step, next to the same th
 Where ``decode_rows.py`` says by how much a shape's decode step is mispriced, this says in which part. Not a speed
 benchmark: it measures one source of decode error on a CPU whose cache holds some models and not others.
 
-    python benchmarks/decode_parts.py --profile GENERIC.json
-    python benchmarks/decode_parts.py --profile P --models l4-h256-a8-kv2-i768-v8192,tiny-qwen2 --rows 1,2,4 --json
+    python lab/diagnostics/decode_parts.py --profile GENERIC.json
+    python lab/diagnostics/decode_parts.py --profile P --models l4-h256-a8-kv2-i768-v8192,tiny-qwen2 --rows 1,2,4 --json
 
 ``--models`` as in ``decode_rows.py`` (catalog names, or drawn shapes ``l{L}-h{H}-a{A}-kv{K}-i{I}-v{V}[-tied]``).
 One process, torch's default threads, float32, 64 cached tokens per row. Each cell runs ``_common.decode_step_ms``
@@ -33,7 +33,7 @@ import time
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from decode_rows import CONTEXT, cell_args, decoders, shape_of, shuffled_cells  # noqa: E402
 

@@ -2,9 +2,9 @@
 with the parts that make it (the actor's handoff pauses, the scorer's calls, the drain after
 generation). Not a speed benchmark: it regenerates the table in docs/schedules.md.
 
-    python benchmarks/chunk_curve.py                         # scenarios/oppo.yaml, bundled profile
-    python benchmarks/chunk_curve.py scenarios/paper/se-3b.yaml --steps 10 --inter
-    python benchmarks/chunk_curve.py scenarios/paper/se-7b.yaml --inter --steps 20 --resume cached --stop-at token
+    python examples/chunk_curve.py                         # scenarios/oppo.yaml, bundled profile
+    python examples/chunk_curve.py scenarios/paper/se-3b.yaml --steps 10 --inter
+    python examples/chunk_curve.py scenarios/paper/se-7b.yaml --inter --steps 20 --resume cached --stop-at token
 """
 
 from __future__ import annotations

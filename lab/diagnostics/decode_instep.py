@@ -5,8 +5,8 @@ unequal context) or from the price of that shape; the CPU counterpart of ``gpu_i
 the price. Not a speed benchmark: it measures one source of decode error on a CPU whose cache holds some
 models and not others.
 
-    python benchmarks/decode_instep.py SCENARIO.yaml --profile GENERIC.json
-    python benchmarks/decode_instep.py DIR/gen-S-08.yaml --profile DIR/generic-profile.json --json
+    python lab/diagnostics/decode_instep.py SCENARIO.yaml --profile GENERIC.json
+    python lab/diagnostics/decode_instep.py DIR/gen-S-08.yaml --profile DIR/generic-profile.json --json
 
 The scenario (a ``--generate`` set's YAML, or any the executor runs with ``kv_decoder``) runs its steps on the
 executor (``calibrate.executor.run_steps``, torch's default threads); its ``decode`` calls after the first step
@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def apart_s(shape, dtype: str, rows: int, context: int, iters: int = 25) -> float:

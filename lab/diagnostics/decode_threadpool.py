@@ -4,8 +4,8 @@ Not a speed benchmark: it measures why a decode step's price at two rows or more
 the thread pool on a CPU, which a calibration point and a real step need not share, and what a second
 thread's OpenMP team does to it.
 
-    python benchmarks/decode_threadpool.py                    # tiny-qwen2 and small-qwen2, 3 rounds
-    python benchmarks/decode_threadpool.py --models tiny-qwen2 --rounds 5 --json
+    python lab/diagnostics/decode_threadpool.py                    # tiny-qwen2 and small-qwen2, 3 rounds
+    python lab/diagnostics/decode_threadpool.py --models tiny-qwen2 --rounds 5 --json
 
 Conditions, each in a fresh process (the policy is read when torch loads its OpenMP runtime), alternating
 round after round so that a shared machine's drift falls on all of them alike:

@@ -4,7 +4,7 @@ simulator and ``rlhfsim validate`` charge a reward call of an encoder). Not a sp
 profile's encoder fit carries to shapes it did not measure (on drawn validation scenarios: fitted on
 tiny-deberta alone, drawn DeBERTa models of hidden 256 were priced at 1.6-2.6x their time).
 
-    python benchmarks/encoder_price.py --profiles a.json,b.json [MODEL_CONFIG.json ...]
+    python lab/diagnostics/encoder_price.py --profiles a.json,b.json [MODEL_CONFIG.json ...]
 
 Models: ``tiny-deberta`` and ``small-deberta`` from the catalog, then each HF config given (e.g. the drawn
 ``models/gen-deberta-*.json`` of a ``validate --generate`` directory). Per model and shape: the median of 15 calls

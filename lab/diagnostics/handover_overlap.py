@@ -8,8 +8,8 @@ their stamps: ``idle_x`` (the actor's time per decode step, relative to alone, w
 (the calibration's ``prefill`` side). Pairs given as ``ACTOR:SCORER`` (catalog names or config.json paths);
 the calibration measures each decoder beside itself, this says whether the scorer or the actor sets the loss.
 
-    python benchmarks/handover_overlap.py                                   # the default pairs
-    python benchmarks/handover_overlap.py tiny-qwen2:small-qwen2 --batch 4 --chunk 16 --json
+    python lab/diagnostics/handover_overlap.py                                   # the default pairs
+    python lab/diagnostics/handover_overlap.py tiny-qwen2:small-qwen2 --batch 4 --chunk 16 --json
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The executor's decode steps inside a real step against the same decoder's steps alone, one process.
 
-``python benchmarks/gpu_instep.py --device cuda --out DIR``
+``python lab/diagnostics/gpu_instep.py --device cuda --out DIR``
 
 On the H200 the first validation's ``kv_decoder`` decode calls took 46-53 ms in the step where the same
-decode step alone took 26 ms (``benchmarks/gpu_parts.py``). This runs, in one process: (1) two real steps
+decode step alone took 26 ms (``lab/diagnostics/gpu_parts.py``). This runs, in one process: (1) two real steps
 of a GPU-sized scenario (``--scenario``, by default ``scenarios/validate/h200/sync-continuous.yaml`` with
 shorter responses), keeping every decode call's seconds, rows and KV positions; (2) right after, a fresh
 ``StaticKVDecoder`` decoding ``--alone`` steps back to back at the step's typical rows and context, each
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from calibrate.decoder import StaticKVDecoder, sample_next  # noqa: E402
 from calibrate.executor import run_steps  # noqa: E402

@@ -5,8 +5,8 @@ its per-op work (dispatch, norms, attention on one row, the cache writes, the sa
 weights have just swept; the calibration measures that work mostly on models that fit in cache. Not a speed
 benchmark: it measures one source of decode error on a CPU whose cache holds some models and not others.
 
-    python benchmarks/cold_overheads.py
-    python benchmarks/cold_overheads.py --model tiny-qwen2 --vocab 8192 --feet 0,4,8,16,32 --rounds 3 --json
+    python lab/diagnostics/cold_overheads.py
+    python lab/diagnostics/cold_overheads.py --model tiny-qwen2 --vocab 8192 --feet 0,4,8,16,32 --rounds 3 --json
 
 Per round, footprints in a shuffled order; per footprint ``--iters`` timed repetitions (after 10 untimed) of: the
 sweep (``F.linear`` of a [1, 256] row by each of ceil(F MiB / 0.75 MiB) distinct [768, 256] float32 weights),
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from calibrate.cpu.coldfixed import SWEEP  # noqa: E402  (the calibration's probe sweeps the same matrices)
 from decode_rows import CONTEXT, shape_of  # noqa: E402
