@@ -16,7 +16,7 @@ from rlhfsim.errors import RlhfsimError, ScenarioError
 LAZY = {
     "calibrate": "rlhfsim.fromrun.cli:calibrate_command",   # calibrate.cli's, plus --from-run (rlhfsim/fromrun)
     "runtimes": "calibrate.cli:runtimes_command",
-    "validate": "calibrate.validate:validate_command",
+    "validate": "calibrate.validation.cli:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
     "lengths": "rlhfsim.lengths.cli:lengths_group",
     "import": "rlhfsim.importers.cli:import_group",

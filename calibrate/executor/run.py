@@ -24,7 +24,7 @@ forward). Reward model, reference, critic and actor all run through HF transform
 
 Every forward call of the reward, reference and critic phases (``forward_call``) and every training
 minibatch (``train_call``) is also recorded with its shape (``StepLog.piece``: role, phase, rows, padded
-width, its index in the phase), so validate prices each at its own shape (``calibrate.validate.phase_operations``).
+width, its index in the phase), so validate prices each at its own shape (``calibrate.validation.compare.phase_operations``).
 """
 
 from __future__ import annotations

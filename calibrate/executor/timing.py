@@ -78,7 +78,7 @@ class StepLog:
         self._lock = threading.Lock()
 
     def op(self, name: str, seconds: float, **shape) -> None:
-        """One timed operation and its shape (``calibrate.validate.OP_PRICES`` prices it)."""
+        """One timed operation and its shape (``calibrate.validation.compare`` prices it)."""
         with self._lock:
             self.ops.append((name, seconds, shape))
 

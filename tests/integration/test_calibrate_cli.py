@@ -196,7 +196,7 @@ def test_gpu_on_a_cpu_machine_fails_with_one_line(tmp_path):
 
 
 def test_device_defaults_to_cpu_as_in_validate():
-    from calibrate.validate import validate_command
+    from calibrate.validation.cli import validate_command
 
     for cmd in (calibrate_command, validate_command):
         res = CliRunner().invoke(cmd, ["--help"])

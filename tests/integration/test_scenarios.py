@@ -61,7 +61,7 @@ def test_oppo_scenario_beats_sync():
 @pytest.mark.parametrize("path", validation_files(), ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
 def test_validation_scenarios_build_the_executor_config(path):
     pytest.importorskip("torch")
-    from calibrate.validate import prepare
+    from calibrate.validation.scenario import prepare
 
     device = "cuda" if path.parent.name == "h200" else "cpu"
     sc, setup, cfg, rollouts = prepare(path, device, None, 1)

@@ -127,7 +127,7 @@ def test_calibrate_imports_without_trl():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules.update(trl=None, datasets=None); import calibrate.validate, calibrate.validate_trl; "
+    code = ("import sys; sys.modules.update(trl=None, datasets=None); import calibrate.validation.cli, calibrate.validation.trl; "
             "from calibrate.frameworks import FRAMEWORKS; from calibrate.frameworks.trl import run_trl; "
             "from calibrate.frameworks.base import FrameworkSpec; from rlhfsim.models.catalog import load_model; "
             "from rlhfsim.errors import RlhfsimError\n"

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.validate import validate  # noqa: E402
+from calibrate.validation.run import validate  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
 
@@ -86,7 +86,8 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path):
 
 def test_quick_calibration_covers_the_scenarios_operating_points():
     from calibrate.grid import QUICK_CPU
-    from calibrate.validate import OPERATING_SAMPLE, draw_rollouts, operating_points, prepare
+    from calibrate.validation.calibration import OPERATING_SAMPLE, operating_points
+    from calibrate.validation.scenario import draw_rollouts, prepare
 
     prepared = [prepare(FIX / n, "cpu", 3, 1) for n in ("tiny-sync.yaml", "tiny-oppo.yaml")]
     pts = operating_points(prepared, "cpu")
@@ -109,7 +110,7 @@ def test_quick_calibration_covers_the_scenarios_operating_points():
     mid = sum(p + r / 2 for p, r in used) / len(used)
     assert any(b == sc.generation.max_batch and abs(c - mid) <= 8 for b, c in pts["gen_decode"])
     # co-running in the hand-over pattern at the streaming scenario's own point, none for the other
-    from calibrate.validate import handover_shape
+    from calibrate.validation.calibration import handover_shape
 
     sync, oppo = prepared
     assert handover_shape(sync[0], sync[1], draw_rollouts(sync[1], OPERATING_SAMPLE)) is None
@@ -121,18 +122,19 @@ def test_quick_calibration_covers_the_scenarios_operating_points():
 
 
 def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, monkeypatch):
-    import calibrate.validate as V
+    import calibrate.validation.calibration as C
+    import calibrate.validation.run as R
     from calibrate.executor import RoundRobin
     from calibrate.journal import journal_path, read_journal
 
     monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path))
     tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],
             "train": [[1, 16], [2, 32]], "passes": 2, "point_budget_s": 0.01, "gen_runtimes": []}
-    monkeypatch.setattr(V, "operating_points", lambda prepared, kind, lean=False: tiny)
-    monkeypatch.setattr(V, "corun_shape", lambda sc, rollouts: None)
+    monkeypatch.setattr(C, "operating_points", lambda prepared, kind, lean=False: tiny)
+    monkeypatch.setattr(C, "corun_shape", lambda sc, rollouts: None)
     order = []
-    real_cal, real_run = V.calibrate_passes, RoundRobin.run
-    monkeypatch.setattr(V, "calibrate_passes", lambda *a, **k: (order.append(("calibrate", a[5])), real_cal(*a, **k)))
+    real_cal, real_run = R.calibrate_passes, RoundRobin.run
+    monkeypatch.setattr(R, "calibrate_passes", lambda *a, **k: (order.append(("calibrate", a[5])), real_cal(*a, **k)))
     monkeypatch.setattr(RoundRobin, "run", lambda self, until=None: (order.append(("steps", self.done, until)), real_run(self, until)))
     grid_extra = {"strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
                   "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05}

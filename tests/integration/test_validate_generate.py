@@ -71,7 +71,8 @@ def test_bad_generate_values_are_one_line_exit_2(args, where, tmp_path):
 
 def test_lean_calibration_of_new_shapes_keeps_every_operating_point_and_measures_roles(tmp_path):
     from calibrate.grid import QUICK_CPU
-    from calibrate.validate import is_new_shape, operating_points, prepare
+    from calibrate.validation.calibration import is_new_shape, operating_points
+    from calibrate.validation.scenario import prepare
     from rlhfsim.models.catalog import CATALOG
     from rlhfsim.validate_gen import draw, write_set
 
@@ -119,7 +120,8 @@ def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):
 
 
 def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_same_steps(tmp_path, monkeypatch):
-    import calibrate.validate as V
+    import calibrate.validation.calibration as C
+    import calibrate.validation.run as V
     from rlhfsim.validate_gen import draw, write_set
 
     monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path / "cache"))
@@ -127,7 +129,7 @@ def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_sa
             "train": [[1, 16], [2, 32]], "passes": 1, "point_budget_s": 0.01, "gen_runtimes": [],
             "strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
             "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05, "step_iters": 0}
-    monkeypatch.setattr(V, "operating_points", lambda prepared, kind, lean=False: tiny)
+    monkeypatch.setattr(C, "operating_points", lambda prepared, kind, lean=False: tiny)
     ranges = json.loads(TINY.read_text())
     paths = write_set(draw(2, 8, tmp_path / "gen", ranges), tmp_path / "gen", ranges)
     doc = V.validate(paths, "cpu", "cpu,quick", 2, threads=1, progress=False)
@@ -143,7 +145,7 @@ def test_generic_profile_is_measured_in_passes_around_the_steps_and_predicts_the
     """``--profile generic``: a quick generic calibration of this CPU (here on a tiny grid, one catalog
     decoder) is measured in passes alternating with the steps, extended with the hand-over pattern of its
     decoders, and predicts the steps; the document names its path."""
-    import calibrate.validate as V
+    import calibrate.validation.run as V
     from rlhfsim.costs.profile import load_profile
     from rlhfsim.models.catalog import CATALOG
 
@@ -184,14 +186,14 @@ def test_generic_profile_is_measured_in_passes_around_the_steps_and_predicts_the
 
 
 def test_generate_defaults_to_a_generic_profile_measured_now_and_the_bundled_one():
-    from calibrate.validate import GENERIC, profile_list
-    from calibrate.validate_generated import BLIND_PROFILE
+    from calibrate.validation.calibration import GENERIC, profile_list
+    from calibrate.validation.generated import BLIND_PROFILE
 
     assert profile_list(BLIND_PROFILE) == [GENERIC, "cpu"]
 
 
 def test_generic_profile_needs_a_cpu(tmp_path):
-    from calibrate.validate import measure_generic
+    from calibrate.validation.calibration import measure_generic
 
     with pytest.raises(Exception, match="--profile generic: expected --device cpu"):
         measure_generic("cuda", 1, tmp_path / "g.json", False)
@@ -200,11 +202,11 @@ def test_generic_profile_needs_a_cpu(tmp_path):
 def test_steps_blocks_around_calibration_passes():
     """One scenario after another: P calibration passes sit between P + 1 blocks of whole scenarios, one
     block before the first pass and one after the last, every scenario once, in order."""
-    from calibrate.validate import step_blocks
+    from calibrate.validation.run import step_blocks
 
     assert [list(b) for b in step_blocks(10, 3)] == [[0, 1], [2, 3, 4], [5, 6, 7], [8, 9]]
     # with visits: every (scenario, visit) once, visit-major; one visit per block puts every scenario in every block
-    from calibrate.validate import visit_blocks
+    from calibrate.validation.run import visit_blocks
 
     assert visit_blocks(3, 4, 3) == [[(0, v), (1, v), (2, v)] for v in range(4)]
     assert visit_blocks(10, 1, 3) == [[(j, 0) for j in b] for b in step_blocks(10, 3)]

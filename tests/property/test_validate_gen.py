@@ -89,7 +89,7 @@ def test_every_draw_loads_fits_the_ranges_and_the_run_time_bound(seed):
 def test_the_executor_accepts_every_drawn_scenario(tmp_path):
     pytest.importorskip("torch")
     from calibrate.executor.config import validate as exec_validate
-    from calibrate.validate import prepare
+    from calibrate.validation.scenario import prepare
 
     for seed in (1, 2):
         d = tmp_path / str(seed)
@@ -149,7 +149,7 @@ def test_ranges_that_leave_a_reward_no_schedule_redraw_it(tmp_path):
     ({"kv_heads": {"choices": [1]}}, r"--ranges kv_heads\.choices: expected no override"),
 ])
 def test_bad_ranges_entries_name_the_field(tmp_path, entry, message):
-    from calibrate.validate_generated import read_ranges
+    from calibrate.validation.generated import read_ranges
     from rlhfsim.errors import RlhfsimError
 
     f = tmp_path / "ranges.json"

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from calibrate.executor.timing import ALLOC_KEYS, StepLog, device_allocs  # noqa: E402
-from calibrate.validate import allocator  # noqa: E402
+from calibrate.validation.compare import allocator  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
 

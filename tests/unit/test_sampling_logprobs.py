@@ -115,7 +115,7 @@ def _static(scenario_dict, logprobs: bool) -> dict:
 @pytest.mark.hw
 def test_a_flagged_static_call_is_what_validate_prices_and_costs_its_recorder_per_step(scenario_dict, tracked):
     pytest.importorskip("torch")
-    from calibrate.validate import price_op
+    from calibrate.validation.compare import price_op
     from rlhfsim.scenario import load_scenario
     from rlhfsim.scenario.checks import build_setup
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.validate import error_block, executor_runtime, mark_inconclusive
+from calibrate.validation.compare import error_block
+from calibrate.validation.devcheck import mark_inconclusive
+from calibrate.validation.scenario import executor_runtime
 from rlhfsim.errors import ScenarioError
 from rlhfsim.scenario import load_scenario
 
@@ -32,7 +34,7 @@ def test_a_runnable_or_named_runtime_is_kept(scenario_dict, generation):
 
 @pytest.mark.hw   # builds the executor's config (calibrate.executor imports torch)
 def test_hf_generate_with_keep_kv_is_refused_by_scenario_path(scenario_dict):
-    from calibrate.validate import exec_config
+    from calibrate.validation.scenario import exec_config
     from rlhfsim.scenario import build_setup
 
     d = scenario_dict("cpu", {"generation": {"engine": "static", "runtime": "hf_generate"}})
@@ -86,7 +88,7 @@ def test_each_scenario_is_judged_by_its_own_probes_and_profile():
 
 
 def test_the_table_says_inconclusive(capsys):
-    from calibrate.validate import print_table
+    from calibrate.validation.tables import print_table
 
     row = {**_row("a", -23.0), "steps": 3, "warmup_steps": 1, "profile": "quick", "measured_step_time_s": 1.0,
            "predicted_step_time_s": 0.77, "predicted_step_time_s_interval": [0.7, 0.8], "interval_level": 0.9,
@@ -103,7 +105,7 @@ def test_the_table_says_inconclusive(capsys):
 def test_a_truncating_reward_model_is_refused_for_validation_only(scenario_dict):
     """The simulator prices an ELECTRA's rows truncated to its 512 positions; the executor scores rows
     whole, so validation says which cap to lower instead of failing inside the executor."""
-    from calibrate.validate import exec_config
+    from calibrate.validation.scenario import exec_config
     from rlhfsim.scenario import build_setup
 
     d = scenario_dict("cpu", {"models": {"reward": {"model": "tiny-electra", "dtype": "float32"}},
@@ -122,7 +124,7 @@ def test_validate_prepares_a_continuous_scenario_naming_no_runtime(tmp_path, cap
     import shutil
     from pathlib import Path
 
-    from calibrate.validate import prepare
+    from calibrate.validation.scenario import prepare
 
     src = Path(__file__).resolve().parents[2] / "scenarios" / "validate"
     shutil.copy(src / "_cpu_small.yaml", tmp_path / "_cpu_small.yaml")

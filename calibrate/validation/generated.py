@@ -24,7 +24,7 @@ from rlhfsim.errors import RlhfsimError
 
 MAX_GENERATE = 100
 # The default --profile with --generate: the quick generic calibration measured now, its passes between blocks of the steps
-# (calibrate.validate.measure_generic), then the bundled cpu profile, both blind to the drawn scenarios.
+# (calibrate.validation.calibration.measure_generic), then the bundled cpu profile, both blind to the drawn scenarios.
 # The bundled one alone prices the machine as it was when it was measured; on this project's shared VM the
 # same steps ran 30-35% faster at one hour than at another.
 BLIND_PROFILE = "generic,cpu"
@@ -107,7 +107,7 @@ def _check_range_entry(name: str, entry: dict, default: dict) -> None:
 
 
 def out_dir_for(out: Path | None, seed: int, n: int) -> Path:
-    from calibrate.validate import cache_dir
+    from calibrate.validation.calibration import cache_dir
 
     if out is None:
         base = cache_dir() / "generated"
