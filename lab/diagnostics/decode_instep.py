@@ -13,7 +13,7 @@ executor (``calibrate.executor.run_steps``, torch's default threads); its ``deco
 are grouped by rows. Per row count: the median call in the steps; the same step timed apart (a fresh
 ``StaticKVDecoder`` of the actor's shape and dtype, that many rows all at the group's median padded context per
 row: ``_common.decode_step_ms``, the median of 25 calls after 10 untimed); and the price of one step at the calls'
-median cached tokens (``calibrate.validate.price_op``, what validate prices). The totals
+median cached tokens (``calibrate.validation.compare.price_op``, what validate prices). The totals
 weight each row count by its calls.
 """
 
@@ -46,7 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args(argv)
     from calibrate.executor.run import run_steps
-    from calibrate.validate import prepare, price_op
+    from calibrate.validation.compare import price_op
+    from calibrate.validation.scenario import prepare
     import rlhfsim.costs.flops as fl
     from rlhfsim.costs.model import CostModel
     from rlhfsim.errors import RlhfsimError
