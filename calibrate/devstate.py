@@ -7,7 +7,7 @@ speeds wrong for a run elsewhere, and neither shows in the profile's own held-ou
   development VM was an Intel Xeon, then an AMD EPYC, then an Intel Xeon with a 480 MiB L3 again);
 - **another memory state on the same processor**: on a shared host the memory of the same VM was measured
   22-42% faster for 8-20 MB weight matrices one evening than 2 hours earlier, while 2 MB ones (in cache)
-  stayed within 7% (docs/validation.md, "Seeds drawn after the width rate").
+  stayed within 7% (measured on this project's development VM).
 
 ``state_probe`` measures the two rates the cost model's roofline rests on, in the shapes the decode and
 training operations have: a one-row GEMV over float32 weight matrices of 2, 8 and 32 MiB (bytes per
@@ -19,7 +19,7 @@ validates are small enough that most of a call is this per-operator host work (P
 autograd, thread hand-offs), and on a shared host it moves on its own: on this project's VM the
 calibration's own training points re-timed 2 hours after the calibration took 1.10-1.29x as long, and the
 host's dispatch rate went from 104-123 to 67-86 thousand operator calls per second within the next 90
-minutes of continuous work (docs/validation.md, "2026-12-01, later"). A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
+minutes of continuous work. A calibration stores it at its start and end (``device.state_probe_at_start``/``_at_end``);
 ``rlhfsim validate`` takes it again before and after the real steps and compares (``device_check``): a
 different CPU model, or a rate that moved by more than ``TOLERANCE``, is printed as a warning and kept in
 the document, so that a prediction's error can be read against the state it was made in. Nothing here
@@ -117,7 +117,7 @@ def host_probe(device: str, calls: int = 15) -> dict:
     """The host's speed beside a GPU: the dispatch chain on the CPU and on ``device`` (``dispatch_rate``),
     thousands of operator calls per second. On the H200 a small model's step was host-bound (utilization
     4-15% at full clock) and the same decode call moved between 20 and 105 ms from one stretch of seconds to
-    the next (docs/validation.md "GPU"); a GPU validation records this before and after its steps, and the
+    the next; a GPU validation records this before and after its steps, and the
     GPU session's ``env.json`` at calibration, so a later comparison can tell a slower host from a model
     miss. Nothing here changes a prediction."""
     from calibrate.device_info import cpu_model, load_avg, usable_cores
@@ -186,7 +186,7 @@ def compare(profile: dict, now: list[dict]) -> dict:
         out["warnings"].append(f"profile {name!r} was measured on {prof_model!r}, this machine is {local_model!r}: "
                                "its predictions price another processor (calibrate this one: rlhfsim calibrate --device cpu --quick)")
     then_env = dev.get("thread_env")
-    if isinstance(then_env, dict):   # recorded since 2026-12-02 (calibrate.device_info.THREAD_ENV)
+    if isinstance(then_env, dict):   # absent from profiles older than the record (calibrate.device_info.THREAD_ENV)
         from calibrate.device_info import thread_env
 
         now_env = thread_env()
@@ -197,7 +197,7 @@ def compare(profile: dict, now: list[dict]) -> dict:
                                    "(lab/diagnostics/decode_threadpool.py; calibrate again with the same settings)")
     from calibrate.cpu.threadpool import scorer_threads
 
-    mine_threads = scorer_threads(False)   # the executor's scorer thread on this CPU (1 since 2026-12-03)
+    mine_threads = scorer_threads(False)   # the executor's scorer thread on this CPU (older profiles measured another count)
     stale = sorted(rt for rt, h in ((profile.get("interference") or {}).get("handover") or {}).items()
                    if isinstance(h, dict) and h.get("scorer_threads") != mine_threads)
     if stale:
