@@ -210,11 +210,12 @@ def _from_ops(root: str, gpu_name: str | None, out: str | None, fmt: str) -> Non
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def runtimes_command(profile_ref, fmt):
     """Compare the scoring runtimes, batching strategies and generation runtimes a profile measured."""
+    from calibrate.journal import with_points
     from calibrate.report import batching_table, chunk_table, generation_table, runtime_json, sampling_table
     from rlhfsim.costs.profile import load_profile
 
     try:
-        profile = load_profile(profile_ref)
+        profile = with_points(load_profile(profile_ref))   # the bundled cpu profile keeps them beside it
         for key in ("runtimes", "points"):
             if key not in profile:
                 raise RlhfsimError(f"profile {profile['name']}.{key}: expected a measured profile from `rlhfsim calibrate`, got none")

@@ -54,7 +54,7 @@ import torch
 from calibrate.assemble import encoder_score_ops, reencode_summary
 from calibrate.device_info import load_avg, usable_cores
 from calibrate.grid import default_grid, with_overrides
-from calibrate.journal import Journal, journal_path
+from calibrate.journal import Journal, journal_path, with_points, write_profile
 from calibrate.progress import Progress
 from calibrate.reencode import measure_reencode, plan_size
 from calibrate.runtimes import RUNTIMES
@@ -64,7 +64,6 @@ from calibrate.stepbench import _retokenize
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import load_profile, validate_profile
 from rlhfsim.errors import RlhfsimError
-from rlhfsim.files import write_json_atomic
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
 
@@ -78,7 +77,7 @@ def _begin(path: Path, what: str, threads: int, models: list[str], runtimes: lis
     """An extension's start: the profile, its device kind and dtype, the journal beside it
     (``STEM.WHAT.journal.jsonl``) and its meta, the start time and load, and the thread count to restore
     once the caller has set ``threads`` for its measurements."""
-    doc = json.loads(Path(path).read_text())
+    doc = with_points(json.loads(Path(path).read_text()), path)
     device, dtype = doc["device"].get("kind", "cpu"), doc.get("dtype", "float32")
     device = "cuda" if device == "cuda" else "cpu"
     old_threads = torch.get_num_threads()
@@ -146,7 +145,7 @@ def _finish(path: Path, doc: dict, issue: int, started: str, load_start, threads
                           if (e.get("issue"), e.get("what")) != (issue, what)] + [ext]
     doc["provenance"] = prov
     validate_profile(doc, str(path))
-    write_json_atomic(Path(path), doc)
+    write_profile(Path(path), doc)
     return doc
 
 
@@ -287,7 +286,7 @@ def extend_refit_encoders(path: Path) -> dict:
     (``calibrate.assemble.refit_encoder_ops``); nothing is measured and nothing else changes."""
     from calibrate.assemble import refit_encoder_ops
 
-    doc = json.loads(Path(path).read_text())
+    doc = with_points(json.loads(Path(path).read_text()), path)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     changed = refit_encoder_ops(doc, get_gpu(doc["gpu"], "profile.gpu"))
     if not changed:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from rlhfsim.errors import RlhfsimError
-from rlhfsim.files import write_atomic
+from rlhfsim.files import write_atomic, write_json_atomic
 
 META_KEYS = ("device_kind", "device_name", "dtype", "threads")
 
@@ -118,6 +118,35 @@ def read_journal(path: Path, repair: bool = False) -> list[dict]:
         pos += len(raw) + 1
     return records
 
+
+
+def points_path(profile: Path) -> Path:
+    """``cpu.json`` -> ``cpu.points.jsonl`` beside it: where a profile kept without its raw measured points
+    holds them, one point per line. The bundled ``cpu`` profile is kept so: the simulator never reads the
+    points, only the calibrator's reports and refits do (``with_points``), and they are not package data."""
+    profile = Path(profile)
+    return profile.with_name(profile.stem + ".points.jsonl")
+
+
+def with_points(doc: dict, path: Path | str | None = None) -> dict:
+    """``doc`` with its ``points``: its own, else those of ``points_path`` beside its file (``path``, default
+    the ``_path`` that ``load_profile`` records), else ``doc`` unchanged (a profile that has none)."""
+    src = path if path is not None else doc.get("_path")
+    if "points" in doc or src is None or not points_path(src).is_file():
+        return doc
+    pts = [r for r in read_journal(points_path(src)) if r.get("kind", "point") == "point"]
+    return {**doc, "points": pts}
+
+
+def write_profile(path: Path, doc: dict) -> None:
+    """Write a profile atomically; where a points file sits beside it (``points_path``: the profile is kept
+    without its points), its ``points`` are written there, one per line, and the profile without them."""
+    path = Path(path)
+    beside = points_path(path)
+    if beside.is_file() and "points" in doc:
+        write_atomic(beside, "".join(json.dumps(p, allow_nan=True) + "\n" for p in doc["points"]), fsync=True)
+        doc = {k: v for k, v in doc.items() if k != "points"}
+    write_json_atomic(path, doc)
 
 class PassView:
     """The journal as one measuring pass sees it (``Grid.passes``): pass ``k > 0`` journals its points

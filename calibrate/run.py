@@ -33,7 +33,7 @@ from calibrate.genbench import measure_gen_runtimes
 from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
-from calibrate.journal import Journal, PassView, journal_path, profile_inputs, read_journal
+from calibrate.journal import Journal, PassView, journal_path, profile_inputs, read_journal, write_profile
 from calibrate.measure import spread
 from calibrate.models import dtype_name
 from calibrate.cpu.pagefaults import count_shape, measure_page_faults
@@ -53,7 +53,6 @@ from calibrate.reencode import plan_size as reencode_plan_size
 from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
 from calibrate.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import bundled_names, user_profile_dir
-from rlhfsim.files import write_json_atomic
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import CATALOG, ModelShape
@@ -226,7 +225,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
 
 def _write(profile: dict, out: Path) -> dict:
     profile["quality"] = assess_quality(profile)
-    write_json_atomic(out, profile)
+    write_profile(out, profile)   # its points beside it where they are kept so (the bundled cpu profile)
     profile["_path"] = str(out)
     return profile
 

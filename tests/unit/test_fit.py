@@ -11,7 +11,7 @@ import pytest
 
 from calibrate.fit import fit_operation, point_work
 from calibrate.grid import QUICK_CPU, with_overrides
-from calibrate.journal import Journal, journal_path, read_journal
+from calibrate.journal import Journal, journal_path, read_journal, with_points
 from calibrate.progress import Progress
 from calibrate.session import Session, point_key
 from rlhfsim.costs.model import OpParams, roofline_s
@@ -265,7 +265,7 @@ def test_refit_encoders_fits_a_profiles_encoder_operations_from_its_own_points(t
     from calibrate.assemble import _measured
     from rlhfsim.costs.profile import load_profile
 
-    doc = copy.deepcopy(load_profile("cpu"))
+    doc = copy.deepcopy(with_points(load_profile("cpu")))   # the bundled profile keeps its points beside it
     doc["operations"]["encode:eager"] = {**doc["operations"]["encode:eager"], "compute_eff": 0.01}   # a stale fit
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps(doc))

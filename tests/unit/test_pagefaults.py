@@ -18,6 +18,7 @@ pytest.importorskip("transformers")
 
 from calibrate.assemble import refit_train, with_tails  # noqa: E402
 from calibrate.fit import fitted_value, point_value  # noqa: E402
+from calibrate.journal import with_points  # noqa: E402
 from calibrate.cpu.pagefaults import PATTERNS, count_shape, measure_page_faults, threshold_of  # noqa: E402
 from rlhfsim.costs.flops import page_fault_s  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402
@@ -190,7 +191,7 @@ def test_count_shape_keeps_the_family_and_makes_the_logits_dominate():
 
 
 def test_refit_train_uses_the_term(tmp_path, measured):
-    doc = copy.deepcopy(load_profile("cpu"))
+    doc = copy.deepcopy(with_points(load_profile("cpu")))   # the bundled profile keeps its points beside it
     doc["kernels"]["page_faults"] = {**measured, "threshold_bytes": 0}   # every lm training point faults
     before = doc["operations"]["train"]
     assert refit_train(doc, get_gpu("cpu"))

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 from calibrate.assemble import sampling_summary, with_tails  # noqa: E402
 from calibrate.fit import TAIL_FLOOR, fit_operation, fitted_value, point_value  # noqa: E402
 from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
-from calibrate.journal import Journal  # noqa: E402
+from calibrate.journal import Journal, with_points  # noqa: E402
 from calibrate.progress import Progress  # noqa: E402
 from calibrate.sampling import fit_tail, measure_sampling, plan_size, sampled_runtimes  # noqa: E402
 from calibrate.session import Session  # noqa: E402
@@ -443,7 +443,7 @@ def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
     from calibrate import extend as ext
 
     path = tmp_path / "cpu.json"
-    doc = _without_tails(load_profile("cpu"))
+    doc = _without_tails(with_points(load_profile("cpu")))   # the bundled profile keeps its points beside it
     doc["points"] = [p for p in doc["points"] if p["op"] not in ("sample", "gemm", "width_train")]
     path.write_text(json.dumps(doc))
     monkeypatch.setattr(ext, "usable_cores", lambda: 1)
