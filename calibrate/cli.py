@@ -210,15 +210,19 @@ def _from_ops(root: str, gpu_name: str | None, out: str | None, fmt: str) -> Non
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def runtimes_command(profile_ref, fmt):
     """Compare the scoring runtimes, batching strategies and generation runtimes a profile measured."""
-    from calibrate.journal import with_points
+    from calibrate.journal import points_path, with_points
     from calibrate.report import batching_table, chunk_table, generation_table, runtime_json, sampling_table
     from rlhfsim.costs.profile import load_profile
 
     try:
         profile = with_points(load_profile(profile_ref))   # the bundled cpu profile keeps them beside it
-        for key in ("runtimes", "points"):
-            if key not in profile:
-                raise RlhfsimError(f"profile {profile['name']}.{key}: expected a measured profile from `rlhfsim calibrate`, got none")
+        if "runtimes" not in profile:
+            raise RlhfsimError(f"profile {profile['name']}.runtimes: expected a measured profile from "
+                               f"`rlhfsim calibrate`, got none")
+        if "points" not in profile:
+            raise RlhfsimError(f"profile {profile['name']}.points: expected them in the profile or beside it in "
+                               f"{points_path(profile['_path']).name}, got neither (the bundled cpu profile's are in "
+                               f"the repository, not in an installed package)")
     except RlhfsimError as e:
         _fail(str(e))
     if fmt == "json":
@@ -252,7 +256,7 @@ def runtimes_command(profile_ref, fmt):
             click.echo("  by weight footprint: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], by["passes"])))
             for n, per in zip((by.get("by_rows") or {}).get("rows", []), (by.get("by_rows") or {}).get("passes", [])):
                 click.echo(f"  at {n} rows: " + ", ".join(f"{f:g} MiB {p:.2f}" for f, p in zip(by["footprint_mib"], per)))
-            from rlhfsim.costs.flops import footprint_rates
+            from rlhfsim.costs.cpuhost import footprint_rates
             from rlhfsim.hardware.catalog import get_gpu
 
             rates = footprint_rates(by)
