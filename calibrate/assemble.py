@@ -60,8 +60,7 @@ from calibrate.cpu.gemm import gemm_summary
 from calibrate.cpu.widths import width_summary
 from calibrate.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
-from rlhfsim.costs import flops as fl
-from rlhfsim.costs.flops import page_fault_s, width_rate
+from rlhfsim.costs.cpuhost import CpuHostEffects, stream_factor
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import ADDED_TERMS, OPERATIONS, SCHEMA_VERSION, load_profile, validate_profile
 from rlhfsim.hardware.catalog import GpuSpec
@@ -81,7 +80,7 @@ STREAM_ROUNDS = 6   # at most this many fits of a decode operation whose points 
 def fitted(pts: list[dict], gpu: GpuSpec, prior: OpParams) -> dict:
     """An operation fitted to its points, with ``source`` measured or underdetermined. Decode points with
     ``stream_gb_s`` (their footprint's measured streaming rate, ``with_tails``) count their weights
-    ``stream_x = flops.stream_factor(rate, mem_bw x memory_eff)`` times, as the simulator does
+    ``stream_x = cpuhost.stream_factor(rate, mem_bw x memory_eff)`` times, as the simulator does
     (``rlhfsim.costs.model._Decode``); since the factor depends on the fitted ``memory_eff``, the fit is
     repeated with the factors of the last one until they stop moving (``STREAM_ROUNDS`` fits at most). No
     point below the crossover changes: a fit without such a point is the plain fit."""
@@ -90,7 +89,7 @@ def fitted(pts: list[dict], gpu: GpuSpec, prior: OpParams) -> dict:
         xs = [1.0] * len(pts)
         for _ in range(STREAM_ROUNDS - 1):
             bw = gpu.mem_bw * float(fit["memory_eff"])
-            new = [fl.stream_factor(1e9 * p["stream_gb_s"], bw) if p.get("stream_gb_s") else 1.0 for p in pts]
+            new = [stream_factor(1e9 * p["stream_gb_s"], bw) if p.get("stream_gb_s") else 1.0 for p in pts]
             if max(abs(a / b - 1.0) for a, b in zip(new, xs)) < 1e-3:
                 break
             xs = new
@@ -204,20 +203,18 @@ def kernels_summary(points: list[dict]) -> dict | None:
     return out or None
 
 
-def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None = None) -> list[dict]:
+def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None = None, kind: str = "cpu") -> list[dict]:
     """The points, with the measured terms their fits count (``calibrate.fit``): each generation
     prefill/decode point (LM head) ``sampling_tail_s``, its runtime's tail at its rows (batch) and
-    vocabulary, which the fit takes off (``fitted_value``); with ``kernels``, each decode point
-    ``gemm_weight_passes`` and each training point ``width_rate`` (its model width's relative training
-    rate), which its work counts (``point_work``), and each training point of an LM head ``fault_s``, the
-    page faults of its loss's logits-sized tensors (``calibrate.cpu.pagefaults``, pattern ``labels_train``),
-    which the fit takes off. Without any, the points as they are."""
-    passes = (kernels or {}).get("gemm_weight_passes")
-    by_footprint = (kernels or {}).get("gemm_passes_by_footprint")
-    widths = (kernels or {}).get("width_efficiency")
-    faults = (kernels or {}).get("page_faults")
-    cold = (kernels or {}).get("cold_overheads")
-    if not tails and passes is None and widths is None and not faults and not cold:
+    vocabulary, which the fit takes off (``fitted_value``); on a CPU (``kind``: the device's catalog kind), the
+    fields of the host effects ``kernels`` holds (``rlhfsim.costs.cpuhost.CpuHostEffects.point_fields``, the
+    formulas the simulator prices them with): each decode point ``gemm_weight_passes`` (and ``stream_gb_s``,
+    ``cold_x``) and each training point ``width_rate`` (its model width's relative training rate), which its work
+    counts (``point_work``), and each training point of an LM head ``fault_s``, the page faults of its loss's
+    logits-sized tensors (``calibrate.cpu.pagefaults``, pattern ``labels_train``), which the fit takes off. On a
+    GPU, none of those. Without any, the points as they are."""
+    cpu = CpuHostEffects.of({"kernels": kernels}, kind)
+    if not tails and cpu is None:
         return points
     out = []
     for p in points:
@@ -225,22 +222,8 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
         tail = _tail_of(p, tails) if gen else None
         if tail is not None:
             p = {**p, "sampling_tail_s": tail["sample_s"] + tail["sample_per_logit_s"] * p["batch"] * p["shape"]["vocab"]}
-        decode = gen and p["op"] == "decode"
-        wbytes = fl.ShapeCoeffs.of(ModelShape(**p["shape"]), p["dtype"], "lm").decode_weight_bytes \
-            if decode and (passes is not None or cold) else None
-        if passes is not None and decode:   # at the model's footprint where measured by it
-            p = {**p, "gemm_weight_passes": fl.passes_at(fl.footprint_passes(by_footprint, passes, wbytes), p["batch"])}
-            rate = fl.footprint_rate(by_footprint, wbytes)
-            if rate:   # the fastest its weights stream (calibrate.assemble.fitted)
-                p = {**p, "stream_gb_s": rate / 1e9}
-        if cold and decode:   # its fixed costs and tail after its weights streamed
-            p = {**p, "cold_x": fl.cold_factor(cold, wbytes)}
-        if widths is not None and p["op"] == "train":
-            p = {**p, "width_rate": width_rate(widths, p["shape"]["hidden"], p["shape"]["intermediate"] / p["shape"]["hidden"])}
-        if faults and p["op"] == "train" and p.get("head") == "lm":
-            f = page_fault_s(faults, p["batch"] * p["seq_len"], p["shape"]["vocab"], "labels_train")
-            if f:
-                p = {**p, "fault_s": f}
+        if cpu is not None:
+            p = {**p, **cpu.point_fields(p)}
         out.append(p)
     return out
 
@@ -259,7 +242,7 @@ def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: d
         kernels = {**(kernels or {}), "page_faults": page_faults}
     if kernels is not None:
         doc["kernels"] = kernels
-    pts = with_tails(points, tails, kernels)
+    pts = with_tails(points, tails, kernels, gpu.kind)
     priors = {op: OpParams.from_dict(v) for op, v in load_profile("default")["operations"].items()}
     ops, gen, changed = doc["operations"], doc.setdefault("generation", {}), []
     for op in ("prefill", "decode"):
@@ -287,7 +270,7 @@ def refit_train(doc: dict, gpu: GpuSpec, points: list[dict] | None = None) -> bo
     """A measured profile's ``train`` fitted again from ``points`` (default: its own) with the cost terms
     its ``kernels`` hold (the width rate, the page faults: ``with_tails``); nothing else changes. False
     when there are no training points or the profile's ``train`` was not measured."""
-    pts = with_tails(doc.get("points", []) if points is None else points, {}, doc.get("kernels"))
+    pts = with_tails(doc.get("points", []) if points is None else points, {}, doc.get("kernels"), gpu.kind)
     train = _plain(pts, "train")
     if not train or doc["operations"].get("train", {}).get("source") not in ("measured", "underdetermined"):
         return False
@@ -434,7 +417,7 @@ def handover_overlap(points: list[dict]) -> dict | None:
     ``1 - idle_x / busy_x``, as a line in the log of the actor's parameters (least squares over the
     configurations, with two actor sizes or more). On the 2-core VM that share followed the actor, not the
     scorer: 0.75-0.89 for tiny-qwen2 beside scorers of 0.6-4.8M parameters, 0.61-0.62 for small-qwen2-l2
-    beside tiny-qwen2 and itself, 0.56 for small-qwen2 (``benchmarks/handover_overlap.py`` measures it):
+    beside tiny-qwen2 and itself, 0.56 for small-qwen2 (``lab/diagnostics/handover_overlap.py`` measures it):
     the smaller the actor, the more of its step is the host's, which a call on the other core holds up.
     None where no point has a fit (a GPU, a journal older than the overlap fit, or for a ``generate()`` runtime
     a journal whose calls were stamped whole, so that the scorer's calls never covered one by half)."""
@@ -637,7 +620,7 @@ def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command:
     kernels = kernels_summary(points)
     if page_faults:
         kernels = {**(kernels or {}), "page_faults": page_faults}
-    raw, points = points, with_tails(points, tails, kernels)
+    raw, points = points, with_tails(points, tails, kernels, gpu.kind)
     ops: dict[str, dict] = {}
     for op in OPERATIONS:
         pts = _plain(points, op)

@@ -41,9 +41,10 @@ one step's logits into tokens, per generation runtime of the grid that has a sam
 (``kv_decoder``, ``hf_generate``); vocabularies span the catalog's (CPU: 1,024-16,384; GPU: up to
 Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range.
 
-GEMM weight passes (``calibrate.cpu.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
+CPU host effects (``rlhfsim.costs.cpuhost``; the CPU grids only, ``CPU_ONLY_FIELDS``: a GPU price never applies
+them). GEMM weight passes (``calibrate.cpu.gemm``): ``gemm`` (rows, out features, in features) linear-layer points at
 1 row and more, whose time ratio is the passes over the weights a decode step of two rows or more makes;
-on a CPU again with each matrix cycled through copies adding up to ``gemm_footprints_mib`` (the passes
+again with each matrix cycled through copies adding up to ``gemm_footprints_mib`` (the passes
 by the weights' footprint, in cache and beyond it).
 Training rate by width (``calibrate.cpu.widths``): ``widths``, each a forward + backward of 1 and 3 layers of
 that width (MLP ratio ``width_mlp_ratio``, ``width_tokens`` tokens), whose per-layer rates relative to the
@@ -214,9 +215,6 @@ QUICK_GPU = Grid(
     handoff=((8, 256, 256, 32), (64, 256, 256, 32), (256, 256, 256, 32), (64, 256, 256, 64)),
     gen_compiled_batch=64, gen_compiled_models=1,
     sampling=((8, 32768), (64, 32768), (256, 32768), (8, 151936), (64, 151936), (256, 151936)),
-    gemm=tuple((r, o, i) for o, i in ((4096, 1024), (1536, 8960), (8960, 1536), (4096, 4096), (18944, 3584))
-               for r in (1, 2, 4)),
-    widths=(512, 1024, 2048, 3584, 5120), width_tokens=4096,
 )
 
 FULL_GPU = replace(
@@ -236,6 +234,17 @@ FULL_GPU = replace(
     handoff=QUICK_GPU.handoff + ((16, 1024, 512, 64), (128, 1024, 512, 64), (64, 256, 256, 16)),
     gen_compiled_models=None,
 )
+
+# The fields of the CPU-only sweeps: the host effects a GPU price never applies (GEMM weight passes and footprints,
+# cold fixed costs, training rate by width, page faults: rlhfsim.costs.cpuhost) and co-running in the hand-over
+# pattern (calibrate.cpu.corun); the GPU grids leave them empty.
+CPU_ONLY_FIELDS = ("gemm", "gemm_footprints_mib", "widths", "width_mlp_ratios", "page_faults", "handover")
+
+
+def cpu_only_sweeps(grid: Grid) -> list[str]:
+    """The CPU-only fields (``CPU_ONLY_FIELDS``) that ``grid`` sets: none for a GPU's grid."""
+    return [f for f in CPU_ONLY_FIELDS if getattr(grid, f)]
+
 
 def within(shapes, max_positions: int) -> tuple[Shape2, ...]:
     """The (batch, length) shapes a model with ``max_positions`` positions can take (DeBERTa: 512)."""

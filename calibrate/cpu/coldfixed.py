@@ -15,7 +15,7 @@ cost, each timed right after an untimed sweep of one-row products (``F.linear`` 
 ``ceil(F MiB / 0.75 MiB)`` distinct [768, 256] weights in the calibration dtype), as ``calibrate.cpu.gemm``'s
 footprint sweep streams them. ``kernels.cold_overheads`` (``cold_summary``) holds, per footprint, the step's
 time over the same step with no sweep, at least 1: the factor by which a model of that decode-weight footprint
-pays its fixed costs and sampling tail (``rlhfsim.costs.flops.cold_factor``), in the decode fit
+pays its fixed costs and sampling tail (``rlhfsim.costs.cpuhost.cold_factor``), in the decode fit
 (``calibrate.fit``: each decode point's overheads and tail times its factor, field ``cold_x``) and in the
 simulator alike (``rlhfsim.costs.model._Decode``). On a GPU the sweep streams device memory and the fixed work
 is the host's, so the factors there come out near 1.

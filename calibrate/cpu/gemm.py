@@ -26,7 +26,7 @@ a VM sees less) one thread's 1-row product streamed 40-56 GB/s up to 9 MiB of we
 (``lab/diagnostics/gemm_footprint.py``). ``kernels.gemm_passes_by_footprint``
 is, per footprint, the median ratio over matrices and rows >= 2 (at least 1), and (``by_rows``) the median
 ratio per row count: the cost model takes a model's passes at its weight footprint
-(``rlhfsim.costs.flops.footprint_passes``) and, where the row counts are there, at its step's rows,
+(``rlhfsim.costs.cpuhost.footprint_passes``) and, where the row counts are there, at its step's rows,
 interpolated linearly from one pass at one row (``gemm_passes``). One number for every row count priced a
 two-row decode step at the passes of 2 and 4 rows alike, while a GEMM's time keeps growing with its rows
 (``lab/diagnostics/decode_rows.py``).
@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from calibrate.session import Session, point_key
-from rlhfsim.costs.flops import rates_from_ratios
+from rlhfsim.costs.cpuhost import rates_from_ratios
 
 
 def _name(out_f: int, in_f: int, foot: float | None) -> str:
@@ -134,7 +134,7 @@ def footprint_summary(points: list[dict], value) -> dict | None:
     out = {"footprint_mib": [float(f) for f in feet],
            "passes": [max(1.0, float(np.median([r["ratio"] for r in ratios if r["footprint_mib"] == f]))) for f in feet],
            # the one-row product's streaming rate per footprint: the fastest a decode step's weights of that
-           # footprint can stream (rlhfsim.costs.flops.footprint_rate)
+           # footprint can stream (rlhfsim.costs.cpuhost.footprint_rate)
            "gb_s_1row": rates_from_ratios(ratios, feet),
            "ratios": ratios, "source": "measured",
            "method": "per footprint, median over matrices and rows >= 2 of t(rows) / t(1 row), the weight cycled "

@@ -50,7 +50,7 @@ import statistics
 import torch
 
 from calibrate.devstate import median_call_s
-from rlhfsim.costs.flops import FAULT_PATTERNS
+from rlhfsim.costs.cpuhost import FAULT_PATTERNS
 from rlhfsim.models.catalog import ModelShape
 
 LADDER_MIB = (8, 16, 24, 32, 40, 48, 64, 96, 128)

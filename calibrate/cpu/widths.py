@@ -19,7 +19,7 @@ one KV head for an odd head count, else two). A layer's time is (t(3) - t(1)) / 
 fixed per-call costs; its rate is the layer's training FLOPs (``rlhfsim.costs.flops``) over that time.
 ``kernels.width_efficiency``: the widths, their relative rates (the fastest 1) and the points
 (``width_summary``); r(h) of a model is interpolated in log width and held at the ends
-(``rlhfsim.costs.flops.width_rate``).
+(``rlhfsim.costs.cpuhost.width_rate``).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def width_summary(points: list[dict], value) -> dict | None:
     seconds), or None without two widths measured at both layer counts. Rates are per (MLP ratio, width),
     relative to the fastest of all; ``widths``/``relative_rate`` are the grid's own ratio's (``mlp_ratio``:
     the points without a ``-r`` tag), and with two ratios or more ``by_ratio`` has each one's
-    (``rlhfsim.costs.flops.width_rate`` interpolates between them)."""
+    (``rlhfsim.costs.cpuhost.width_rate`` interpolates between them)."""
     t: dict[tuple[int, int], dict[int, tuple[float, dict]]] = {}
     primary = None
     for p in points:

@@ -178,7 +178,7 @@ def page_faults(setup, cost, steps: list) -> dict:
     ``StepLog.faults``) next to what the profile's page-fault term prices for the same minibatches
     (``calibrate.cpu.pagefaults``: logits-sized tensors above the threshold; value-head phases price none),
     in MiB per step, with the measured bytes' cost at the profile's ``fault_s_per_byte``."""
-    from rlhfsim.costs.flops import page_fault_s
+    from rlhfsim.costs.cpuhost import page_fault_s
 
     pf = cost.page_faults
     n = max(len(steps), 1)

@@ -115,7 +115,7 @@ def main() -> None:
             cell = {"model": m.name, "weights_mib": k.decode_weight_bytes / 2**20, "rows": b, "measured_ms": meas,
                     "rounds_ms": ms[(m.name, b)], "measured_over_first_row": meas / one, "profiles": {}}
             for name, cost in costs.items():
-                wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, k.decode_weight_bytes)
+                wp = cost.decoder(m, "float32", runtime="kv_decoder").wp   # the passes its decode steps are priced with
                 price = 1e3 * cost.decode_steps_s(m, "float32", b, b * CONTEXT, 1, runtime="kv_decoder")
                 cell["profiles"][name] = {"passes": fl.gemm_passes(float(b), wp), "priced_ms": price,
                                           "price_over_measured": price / meas}

@@ -11,7 +11,7 @@ Forward of n tokens whose attention spans c cached + the new tokens (causal):
 
 Bytes a forward pass moves: weights once (P x b; a decode step of two rows or more ``gemm_weight_passes``
 times, a device property measured by ``calibrate.cpu.gemm``: GEMM kernels pack the weights, GEMV does not;
-on a CPU, by the weights' footprint: ``footprint_passes``; a decode step streams every weight but an untied
+on a CPU, by the weights' footprint: ``rlhfsim.costs.cpuhost.footprint_passes``; a decode step streams every weight but an untied
 LM's input embedding, whose rows it only gathers: ``decode_weight_bytes``), plus K/V cache read (2 x L x d_kv x b per visible cached
 token) plus activations written/read (approx. 2 x L x h x b x 12 per token, the usual transformer
 activation traffic), plus the logits of an LM head: float32 logits written, then read and written by the
@@ -37,7 +37,7 @@ B_scores is counted under PyTorch eager only (``materializes_scores``): a runtim
 
 with S = DEBERTA_SPAN and pairs = sum_i n_i^2 (every token sees every token). An encoder's forward time
 is dominated by these at a few hundred tokens: tiny-deberta (hidden 128) and small-deberta (256), both
-with 4 heads, took the same time at 512 tokens (``benchmarks/encoder_workmodel.py`` measures it).
+with 4 heads, took the same time at 512 tokens (``lab/diagnostics/encoder_workmodel.py`` measures it).
 
 Training (forward + backward) is 3x the forward FLOPs (backward = 2x forward). The optimizer (AdamW,
 fp32 master weights and moments) moves 16 bytes read + 16 bytes written per parameter shard.
@@ -65,6 +65,11 @@ SCORE_PASSES = 22
 # "+ span", clamp (2 each): 10 passes of 8 bytes; the mask's bool() and ~ about 11 bytes more
 INDEX_BYTES_PER_PAIR = 91
 LOGIT_BYTES = 16                       # bytes moved per LM-head logit (fp32 write, log-softmax r/w, read)
+FP32_LOGIT_BYTES = 4   # log-probs are taken in float32 (logits.float()), whatever the model's dtype
+# of LOGIT_BYTES, those of the log-prob tail after the head's write (the log-softmax's read and write, the gather's
+# read): taken out of a pass's roofline where the tail is priced after it (a CPU's measured tail, cpuhost; a GPU
+# framework's log-prob head, rlhfsim.costs.framework)
+TAIL_LOGIT_BYTES = LOGIT_BYTES - FP32_LOGIT_BYTES
 
 
 class Work(NamedTuple):
@@ -155,7 +160,7 @@ class ShapeCoeffs:
 
     def train(self, n_tokens, n_seqs, attn_pairs=None, body_rate: float = 1.0) -> Work:
         """``train_work``: 3x the forward (logits of every token with an LM head). ``body_rate``: the
-        model width's relative training rate (``width_rate``): the body's matmul FLOPs count 1/body_rate
+        model width's relative training rate (``cpuhost.width_rate``): the body's matmul FLOPs count 1/body_rate
         times."""
         fwd = self.forward(n_tokens, n_seqs, 0.0, n_tokens if self.lm else 0.0, attn_pairs)
         flops = fwd.flops if body_rate == 1.0 else fwd.flops + self.f_linear * n_tokens * (1.0 / body_rate - 1.0)
@@ -170,24 +175,6 @@ class ShapeCoeffs:
     def decode_weights(self, batch, weight_passes=1.0):
         """Weight bytes a decode step of ``batch`` rows moves: the streamed weights ``gemm_passes`` times."""
         return self.decode_weight_bytes * gemm_passes(batch, weight_passes)
-
-
-def width_rate(width_eff: dict | None, hidden: int, mlp_ratio: float | None = None) -> float:
-    """r(h), a model width's relative training rate (``kernels.width_efficiency``, measured by
-    ``calibrate.cpu.widths``: widths and their rates relative to the fastest), interpolated in log width and
-    held at the ends; with ``mlp_ratio`` (intermediate / hidden) and rates measured at several MLP ratios
-    (``by_ratio``), each ratio's r(h) interpolated linearly in the ratio and held at the ends; 1 without a
-    measurement."""
-    if not width_eff or not width_eff.get("widths"):
-        return 1.0
-    by = width_eff.get("by_ratio")
-    if mlp_ratio is None or not by or len(by) < 2:
-        ws, rs = width_eff["widths"], width_eff["relative_rate"]
-        return float(np.interp(np.log(hidden), np.log(np.asarray(ws, dtype=np.float64)), rs))
-    ratios = sorted(by, key=float)
-    at = [float(np.interp(np.log(hidden), np.log(np.asarray(by[r]["widths"], dtype=np.float64)), by[r]["relative_rate"]))
-          for r in ratios]
-    return float(np.interp(mlp_ratio, [float(r) for r in ratios], at))
 
 
 def materializes_scores(scoring_runtime: str | None) -> bool:
@@ -208,39 +195,15 @@ def _deberta_rel(m: ModelShape, b: int, materialized: bool = True) -> dict:
     return out
 
 
-FP32_LOGIT_BYTES = 4   # log-probs are taken in float32 (logits.float()), whatever the model's dtype
-# the call patterns whose logits-sized tensors ``kernels.page_faults.tensors`` counts (``page_fault_s``'s ``pattern``)
-FAULT_PATTERNS = ("logprob_forward", "logprob_train", "labels_train")
-# of LOGIT_BYTES, those of the log-prob tail after the head's write (the log-softmax's read and write, the gather's
-# read): taken out of a pass's roofline where the tail is measured (kernels.page_faults.logprob_tail) and added after it
-TAIL_LOGIT_BYTES = LOGIT_BYTES - FP32_LOGIT_BYTES
-
-
-def page_fault_s(page_faults: dict | None, logits_tokens, vocab: int, pattern: str):
-    """Seconds a call spends faulting in fresh pages for its logits-sized tensors (CPU: glibc serves
-    allocations above its threshold with fresh pages every time; ``kernels.page_faults``, measured by
-    ``calibrate.cpu.pagefaults``): ``tensors[pattern] x bytes x fault_s_per_byte`` when one float32 logits
-    tensor of ``logits_tokens`` x ``vocab`` is larger than ``threshold_bytes``, else 0. ``pattern``:
-    ``logprob_forward``, ``logprob_train`` or ``labels_train``; ``logits_tokens`` may be a numpy array.
-    0 without a measurement."""
-    if not page_faults:
-        return 0.0
-    nbytes = logits_tokens * (vocab * FP32_LOGIT_BYTES)
-    k = page_faults["tensors"][pattern] * page_faults["fault_s_per_byte"]
-    if isinstance(nbytes, np.ndarray):
-        return np.where(nbytes > page_faults["threshold_bytes"], k * nbytes, 0.0)
-    return k * nbytes if nbytes > page_faults["threshold_bytes"] else 0.0
-
-
 def gemm_passes(batch, weight_passes):
     """Passes over the weights of a decode step of ``batch`` rows: 1 for one row (a matrix-vector
     product); for two or more (a matrix-matrix product whose kernel packs the weights first; measured per
     device, ``calibrate.cpu.gemm``) either ``weight_passes`` at every row count (a number) or, with a table
-    ``(rows, passes)`` from ``footprint_passes`` (rows 1, 2, 4 ... with passes 1, p2, p4 ...), the passes
+    ``(rows, passes)`` from ``cpuhost.footprint_passes`` (rows 1, 2, 4 ... with passes 1, p2, p4 ...), the passes
     interpolated linearly in rows and held beyond the last row measured: on a CPU a GEMM's time grows
     with its rows from two on (1.7-2.0x one row at 2 rows, 2.1-3.0x at 4, in cache), so one number for
-    every row count prices a two-row step at the four-row step's passes (``benchmarks/gemm_footprint.py`` and
-    ``benchmarks/decode_rows.py`` measure it).
+    every row count prices a two-row step at the four-row step's passes (``lab/diagnostics/gemm_footprint.py`` and
+    ``lab/diagnostics/decode_rows.py`` measure it).
     ``batch`` may be a numpy array."""
     if isinstance(weight_passes, tuple):
         rows, passes = weight_passes
@@ -251,83 +214,6 @@ def gemm_passes(batch, weight_passes):
     if isinstance(batch, np.ndarray):
         return np.where(batch > 1, weight_passes, 1.0)
     return weight_passes if batch > 1 else 1.0
-
-
-def footprint_passes(by_footprint: dict | None, weight_passes: float, weight_bytes: float):
-    """The weight passes of a decode step of two rows or more for a model whose weights take
-    ``weight_bytes``: from ``kernels.gemm_passes_by_footprint`` (``calibrate.cpu.gemm``: the passes measured
-    with the weights cycled through distinct copies adding up to each footprint, as a decode step cycles
-    through its layers; a CPU's GEMM packs a matrix that sits in cache at about its GEMV's time, one
-    streamed from memory at a fraction of it) interpolated in log footprint and held at the ends;
-    without that table, the scalar ``weight_passes``. Where the table has the passes by row count too
-    (``by_rows``: ``rows`` and, per row count, the passes per footprint), the table ``(rows, passes)`` of
-    ``gemm_passes`` at this footprint: rows ``(1, *by_rows.rows)``, passes ``(1, p(rows) ...)``."""
-    if not by_footprint:
-        return weight_passes
-    mib = np.log2(np.asarray(by_footprint["footprint_mib"], dtype=np.float64))
-    at = np.log2(max(weight_bytes, 1.0) / 2**20)
-    by_rows = by_footprint.get("by_rows")
-    if by_rows:
-        passes = [max(1.0, float(np.interp(at, mib, per_foot))) for per_foot in by_rows["passes"]]
-        return (1.0, *(float(r) for r in by_rows["rows"])), (1.0, *passes)
-    return float(np.interp(at, mib, by_footprint["passes"]))
-
-
-def footprint_rate(by_footprint: dict | None, weight_bytes: float) -> float | None:
-    """Bytes per second at which a one-row decode step's weights of ``weight_bytes`` can stream on this
-    device: the footprint sweep's one-row rate (``kernels.gemm_passes_by_footprint.gb_s_1row``, the median
-    per footprint over its matrices; for a table without it, the same medians of its ``ratios``),
-    interpolated in log footprint and held at the ends; None without a sweep. On the 2-vCPU VM, 45-75 GB/s
-    while the weights sit in cache (4-8 MiB), 10-20 GB/s from 32 MiB on (``calibrate.cpu.gemm``)."""
-    rates = footprint_rates(by_footprint)
-    if not rates:
-        return None
-    at = np.log2(max(weight_bytes, 1.0) / 2**20)
-    return 1e9 * float(np.interp(at, np.log2(np.asarray(by_footprint["footprint_mib"], dtype=np.float64)), rates))
-
-
-def footprint_rates(by_footprint: dict | None) -> list[float] | None:
-    """The one-row rates (GB/s) of a footprint table, one per ``footprint_mib``: its ``gb_s_1row``, or for a
-    table from before they were kept, the same medians of its ``ratios`` (``rates_from_ratios``); None
-    without them."""
-    if not by_footprint:
-        return None
-    return by_footprint.get("gb_s_1row") or rates_from_ratios(by_footprint.get("ratios") or [], by_footprint["footprint_mib"])
-
-
-def rates_from_ratios(ratios: list[dict], feet) -> list[float] | None:
-    """Per footprint, the median over its matrices of the one-row rate (GB/s) in the footprint sweep's
-    ``ratios`` (one entry per matrix and row count, each with its matrix's ``gb_s_1row``); None where a
-    footprint has none."""
-    per = [list({(r.get("out"), r.get("in"), r.get("copies")): r["gb_s_1row"] for r in ratios
-                 if r.get("footprint_mib") == f and r.get("gb_s_1row")}.values()) for f in feet]
-    return [float(np.median(x)) for x in per] if all(per) else None
-
-
-def stream_factor(rate: float | None, bandwidth: float) -> float:
-    """How many times longer a decode step's weights take than the fitted ``bandwidth`` (bytes/s: the device's
-    memory bandwidth times the decode fit's memory efficiency) says, where the footprint's measured streaming
-    ``rate`` (``footprint_rate``) is below it: ``max(1, bandwidth / rate)``; 1 without a rate. The decode fit's
-    one bandwidth is a compromise over the calibration's models, mostly in cache; a model too large for the
-    cache cannot stream faster than the sweep measured at its footprint (docs/cost-model.md)."""
-    return max(1.0, bandwidth / rate) if rate else 1.0
-
-
-def cold_factor(table: dict | None, weight_bytes: float) -> float:
-    """How many times its hot cost a decode step's fixed work (the overheads and the sampling tail) takes at a
-    decode-weight footprint of ``weight_bytes`` per device: ``kernels.cold_overheads`` (``calibrate.cpu.coldfixed``:
-    a small model's step timed right after F MiB of other weights streamed, over the same with none),
-    interpolated linearly in MiB and held at the ends; 1 without a table. In a real step each layer's fixed
-    work follows the rest of the model's weights through the caches (docs/cost-model.md)."""
-    if not table:
-        return 1.0
-    return max(1.0, float(np.interp(max(weight_bytes, 0.0) / 2**20, np.asarray(table["footprint_mib"], dtype=np.float64),
-                                    np.asarray(table["factor"], dtype=np.float64))))
-
-
-def passes_at(weight_passes, batch: float) -> float:
-    """The passes of ``gemm_passes`` at one row count, as one number (a decode point's field in the fit)."""
-    return float(gemm_passes(float(batch), weight_passes)) if isinstance(weight_passes, tuple) else float(weight_passes)
 
 
 def forward_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, cached_tokens: float = 0.0,
@@ -358,7 +244,7 @@ def decode_steps_arrays(m: ModelShape, dtype: str, batch: float, kv_tokens0: flo
 def train_work(m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str = "lm",
                body_rate: float = 1.0) -> Work:
     """Forward + backward over a minibatch (activation recomputation off): 3x forward FLOPs, and weights
-    plus gradients moved about 3x; ``body_rate``: the width's relative training rate (``width_rate``)."""
+    plus gradients moved about 3x; ``body_rate``: the width's relative training rate (``cpuhost.width_rate``)."""
     return ShapeCoeffs.of(m, dtype, head).train(n_tokens, n_seqs, body_rate=body_rate)
 
 
@@ -401,3 +287,4 @@ def ulysses_bytes(m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: i
     if sp <= 1:
         return 0.0
     return passes * 4 * m.layers * (n_tokens / sp) * m.hidden * DTYPE_BYTES[dtype] * (sp - 1) / sp
+

@@ -34,6 +34,7 @@ import numpy as np
 
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
+from rlhfsim.costs.cpuhost import CpuHostEffects
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
@@ -240,7 +241,7 @@ class _Decode:
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
-                 "cold", "hfloor")
+                 "cold", "hfloor", "cpu")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
                  logprobs: bool = False):
@@ -258,10 +259,14 @@ class _Decode:
         # bytes per cached token per step: K and V read by attention, times the runtime's passes over
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
-        # the step's fixed work runs after the model's own weights have swept the caches: the overheads and the
-        # sampling tail cost cold_factor times their hot values at its footprint (calibrate.cpu.coldfixed; 1 without
-        # kernels.cold_overheads), in the fit (calibrate.fit) as here
-        self.cold = fl.cold_factor(cost.cold_overheads, self.shape.decode_weight_bytes / tp)
+        # a CPU's host effects (rlhfsim.costs.cpuhost; a GPU: none): the step's fixed work runs after the model's own
+        # weights have swept the caches (the overheads and the sampling tail cost ``cold`` times their hot values at
+        # its footprint), a step of >= 2 rows passes over the weights ``wp`` times at their footprint, and the weights
+        # stream ``ws`` times slower than the fitted bandwidth where the footprint sweep measured them slower
+        self.cpu, self.cold, self.wp, self.ws = cost.cpu, 1.0, 1.0, 1.0
+        if cost.cpu is not None:
+            self.cold, self.wp, self.ws = cost.cpu.decode_factors(
+                self.shape.decode_weight_bytes, tp, cost.gpu.mem_bw * (p.memory_eff if ks is None else ks.weight_memory_eff))
         self.over = self.cold * (p.overhead_s + p.overhead_per_layer_s * m.layers)
         # an eager engine's launches overlap the device's work (OpParams.host_overlap): the per-layer host time
         # is a floor under the step's device time instead of an addition. It is folded into the compute line's
@@ -276,12 +281,6 @@ class _Decode:
         a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops,
                            logprobs)
         self.tail0, self.tail_row = self.cold * a, self.cold * b * m.vocab
-        # weight passes of a step of >= 2 rows (flops.gemm_passes), at this model's weight footprint
-        self.wp = fl.footprint_passes(cost.gemm_passes_by_footprint, cost.gemm_weight_passes, self.shape.decode_weight_bytes)
-        # the weights stream no faster than the footprint sweep measured at their footprint on one device
-        # (flops.stream_factor; 1 without a sweep or below the fitted bandwidth)
-        self.ws = fl.stream_factor(fl.footprint_rate(cost.gemm_passes_by_footprint, self.shape.decode_weight_bytes / tp),
-                                   cost.gpu.mem_bw * (p.memory_eff if ks is None else ks.weight_memory_eff))
 
     def _lines(self, batch, kv0):
         """(c0, cs, u0, us): F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step i."""
@@ -290,7 +289,8 @@ class _Decode:
             peak = peak * self.ks.compute_eff(batch, self.shard)
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
         cs = k.f_attn * batch / peak
-        u0 = (k.decode_weights(batch, self.wp) * self.ws + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
+        weights = k.decode_weight_bytes if self.cpu is None else self.cpu.decode_weight_bytes(k, batch, self.wp, self.ws)
+        u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
         return c0, cs, u0, kv_b * batch / bw
 
     def terms(self, batch: int, kv0: float) -> dict[str, float]:
@@ -336,24 +336,12 @@ class CostModel:
         self.profile = profile
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
         self.generation = profile.get("generation", {})
-        kernels = profile.get("kernels") or {}
-        # passes over the weights of a decode step of two rows or more (calibrate.cpu.gemm; 1: not measured)
-        self.gemm_weight_passes = float(kernels.get("gemm_weight_passes") or 1.0)
+        # the CPU host effects (rlhfsim.costs.cpuhost): None unless this device is a CPU whose profile measured any
+        self.cpu = CpuHostEffects.of(profile, gpu.kind)
         # GPU kernel terms by shape and fitted collectives (calibrate.fromops, rlhfsim.costs.byshape; None and {}:
         # the constant efficiencies and LINK_EFF / LINK_LATENCY_S)
         self.by_shape = ShapeKernels.of(profile)
         self.collectives = profile.get("collectives") or {}
-        # the same by the weights' footprint (calibrate.cpu.gemm; None: the scalar above for every model)
-        self.gemm_passes_by_footprint = kernels.get("gemm_passes_by_footprint")
-        # training rate by model width relative to the fastest (calibrate.cpu.widths; None: one rate for all)
-        self.width_eff = kernels.get("width_efficiency")
-        # page faults of logits-sized tensors above the allocator's threshold (calibrate.cpu.pagefaults; CPU)
-        self.page_faults = kernels.get("page_faults")
-        # a log-prob pass's log-softmax and gather after its LM head, seconds per logit (calibrate.cpu.pagefaults.
-        # measure_logprob_tail; 0: not measured, their bytes stay inside the roofline)
-        self.logprob_tail = float(((self.page_faults or {}).get("logprob_tail") or {}).get("s_per_logit") or 0.0)
-        # a decode step's fixed costs by its weights' footprint (calibrate.cpu.coldfixed; None: hot for every model)
-        self.cold_overheads = kernels.get("cold_overheads")
         # the host's dispatch per layer of a framework's forward and training calls (GPU profiles; None: CPU,
         # where the fitted operations hold the host's time already): rlhfsim.costs.framework
         self.host = fw.FrameworkHost.of(profile)
@@ -390,6 +378,11 @@ class CostModel:
     @property
     def name(self) -> str:
         return self.profile["name"]
+
+    @property
+    def page_faults(self) -> dict | None:
+        """A CPU profile's ``kernels.page_faults`` (``rlhfsim.costs.cpuhost``); None on a GPU or without them."""
+        return self.cpu.page_faults if self.cpu is not None else None
 
     def corun_factors(self, gen_runtime: str | None, actor: ModelShape | None = None,
                       reward: ModelShape | None = None) -> tuple[float, float, str]:
@@ -586,14 +579,18 @@ class CostModel:
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
-        lp = (self.logprob_tail if head_s_per_logit is None else head_s_per_logit) if logprob else 0.0
+        lp = 0.0   # a log-prob head priced after the roofline, seconds per logit: a GPU framework's, a CPU's measured tail
+        if logprob and head_s_per_logit is not None:
+            lp = head_s_per_logit
+        elif logprob and self.cpu is not None:
+            lp = self.cpu.logprob_tail
         if sp > 1:
             total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
         else:
             total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp)
-        if logprob and self.page_faults:
+        if logprob and self.cpu is not None and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
-            total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_forward")
+            total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward")
         return total, active
 
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
@@ -605,10 +602,11 @@ class CostModel:
         n_tokens = np.asarray(n_tokens, dtype=np.float64)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         logprob = all_logits and head == "lm"
+        lp = self.cpu.logprob_tail if logprob and self.cpu is not None else 0.0
         total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs).parts(
-            n_tokens, n_seqs, cached_tokens, logits, None, self.logprob_tail if logprob else 0.0)
-        if logprob and self.page_faults:
-            total = total + fl.page_fault_s(self.page_faults, n_tokens, m.vocab / tp, "logprob_forward")
+            n_tokens, n_seqs, cached_tokens, logits, None, lp)
+        if logprob and self.cpu is not None and self.cpu.page_faults:
+            total = total + self.cpu.fault_s(n_tokens, m.vocab / tp, "logprob_forward")
         return total, active
 
     def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False) -> _Forward:
@@ -713,8 +711,8 @@ class CostModel:
             return 0.0, 0.0
         key = (m, dtype, head)
         got = self._shapes.get(key)
-        if got is None:   # the shape's constants and its width's training rate (flops.width_rate), once
-            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), fl.width_rate(self.width_eff, m.hidden, m.intermediate / m.hidden))
+        if got is None:   # the shape's constants and, on a CPU, its width's training rate (cpuhost.width_rate), once
+            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), 1.0 if self.cpu is None else self.cpu.body_rate(m))
         shape, rate = got
         w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
         if sp > 1:
@@ -724,9 +722,9 @@ class CostModel:
             comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
         else:
             comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
-        if head == "lm" and self.page_faults:
+        if head == "lm" and self.cpu is not None and self.cpu.page_faults:
             # the log-prob loss's logits-sized tensors and their gradients (calibrate.cpu.pagefaults)
-            total = total + fl.page_fault_s(self.page_faults, n_tokens / sp, m.vocab / tp, "logprob_train")
+            total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_train")
         return total + comm, active + comm
 
     def call_parts(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,

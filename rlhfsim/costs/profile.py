@@ -44,7 +44,7 @@ import os
 import warnings
 from pathlib import Path
 
-from rlhfsim.costs.flops import FAULT_PATTERNS
+from rlhfsim.costs.cpuhost import FAULT_PATTERNS
 from rlhfsim.costs.genruntimes import GEN_SCALARS
 from rlhfsim.costs.framework import check_framework
 from rlhfsim.costs.stepcosts import check_step
@@ -207,7 +207,7 @@ def _cold_table(t) -> bool:
 
 
 def _check_page_faults(pf, where: str) -> None:
-    """``kernels.page_faults`` (``calibrate.cpu.pagefaults``; priced by ``flops.page_fault_s``): a mapping with a
+    """``kernels.page_faults`` (``calibrate.cpu.pagefaults``; priced by ``cpuhost.page_fault_s``): a mapping with a
     ``fault_s_per_byte`` and a ``threshold_bytes`` (finite numbers >= 0), ``tensors`` giving each priced pattern's
     count (finite >= 0) and, where measured, ``logprob_tail.s_per_logit`` (seconds per logit, >= 0 and below 1e-6);
     None or absent prices no faults."""

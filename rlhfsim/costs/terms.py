@@ -4,7 +4,7 @@ breakdown (``rlhfsim explain``), by ``CostModel.breakdown`` and by the docs' ter
 
 Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
 (``any``; ``gpu``: priced only from a GPU profile's sections, a CPU profile never reaches it; ``cpu``: a host
-effect measured on a CPU, absent from GPU profiles) and what measures or sources it. The equations are in
+effect measured on a CPU, priced only where the device is a CPU: ``rlhfsim.costs.cpuhost``) and what measures or sources it. The equations are in
 docs/cost-model.md; the module that computes each term is named.
 
 A forward or training piece's breakdown (``CallParts.terms``) sums exactly to the piece's price:
@@ -77,17 +77,17 @@ TERMS: tuple[CostTerm, ...] = (
              "interference.decode_slowdown, prefill_slowdown, handover", "any", "calibrate.cpu.corun",
              "rlhfsim.costs.model.corun"),
     CostTerm("page_faults", "minor page faults of logits-sized tensors above glibc's mmap threshold",
-             "kernels.page_faults", "cpu", "calibrate.cpu.pagefaults", "rlhfsim.costs.flops.page_fault_s"),
+             "kernels.page_faults", "cpu", "calibrate.cpu.pagefaults", "rlhfsim.costs.cpuhost.page_fault_s"),
     CostTerm("logprob_tail_cpu", "a log-prob pass's log-softmax and gather measured on a CPU, after its roofline",
              "kernels.page_faults.logprob_tail.s_per_logit", "cpu", "calibrate.cpu.pagefaults.measure_logprob_tail",
-             "rlhfsim.costs.model._Forward.parts"),
+             "rlhfsim.costs.cpuhost.CpuHostEffects, rlhfsim.costs.model._Forward.parts"),
     CostTerm("cold_overheads", "a decode step's fixed costs after its weights swept the CPU caches",
-             "kernels.cold_overheads", "cpu", "calibrate.cpu.coldfixed", "rlhfsim.costs.flops.cold_factor"),
+             "kernels.cold_overheads", "cpu", "calibrate.cpu.coldfixed", "rlhfsim.costs.cpuhost.cold_factor"),
     CostTerm("gemm_footprint", "weight passes of a multi-row decode GEMM by the weights' cache footprint",
              "kernels.gemm_weight_passes, gemm_passes_by_footprint", "cpu", "calibrate.cpu.gemm",
-             "rlhfsim.costs.flops.footprint_passes"),
+             "rlhfsim.costs.cpuhost.footprint_passes, stream_factor"),
     CostTerm("width_rate", "training rate by model width", "kernels.width_efficiency", "cpu", "calibrate.cpu.widths",
-             "rlhfsim.costs.flops.width_rate"),
+             "rlhfsim.costs.cpuhost.width_rate"),
 )
 
 BY_NAME = {t.name: t for t in TERMS}

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlhfsim.costs import flops as fl
+from rlhfsim.costs.cpuhost import footprint_passes
 from rlhfsim.costs.genruntimes import sample_tail
 from rlhfsim.costs.model import CostModel, _sum_max_linear, roofline_s
 from rlhfsim.hardware.catalog import GPUS
@@ -48,8 +49,9 @@ def test_decode_sum_is_additive_and_matches_steps(model, dev, dtype, tp, batch, 
         # each step: the roofline (weights counted gemm_weight_passes times at >= 2 rows), the measured
         # sampling tail of the plain decoder (0 in profiles without one) and the TP communication
         a, b = sample_tail(None, cm.generation, False)
-        steps = sum(roofline_s(fl.decode_step_work(m, dtype, batch, kv0 + batch * i, 1.0, fl.footprint_passes(
-                                   cm.gemm_passes_by_footprint, cm.gemm_weight_passes, fl.ShapeCoeffs.of(m, dtype, "lm").decode_weight_bytes)), p,
+        passes = 1.0 if cm.cpu is None else footprint_passes(cm.cpu.by_footprint, cm.cpu.weight_passes or 1.0,
+                                                              fl.ShapeCoeffs.of(m, dtype, "lm").decode_weight_bytes)
+        steps = sum(roofline_s(fl.decode_step_work(m, dtype, batch, kv0 + batch * i, 1.0, passes), p,
                                cm.gpu.peak(dtype), cm.gpu.mem_bw, tp)
                     + a + b * batch * m.vocab + cm._tp_comm_s(m, dtype, batch, tp) for i in range(n))
         assert whole == pytest.approx(steps, rel=1e-9)

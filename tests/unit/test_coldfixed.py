@@ -15,6 +15,7 @@ pytest.importorskip("scipy")
 from calibrate.assemble import fitted, kernels_summary, with_tails  # noqa: E402
 from calibrate.cpu.coldfixed import cold_summary, feet, probe_shape  # noqa: E402
 from calibrate.fit import arrays, fitted_value, overhead_x, point_value, predict  # noqa: E402
+from rlhfsim.costs import cpuhost  # noqa: E402
 from rlhfsim.costs import flops as fl  # noqa: E402
 from rlhfsim.costs.model import CostModel, OpParams  # noqa: E402
 from rlhfsim.costs.profile import ProfileError, load_profile, validate_profile  # noqa: E402
@@ -46,9 +47,9 @@ def test_the_probe_points_make_a_table_of_factors_at_least_one():
 
 
 def test_the_factor_is_interpolated_in_mib_and_held_at_the_ends():
-    assert fl.cold_factor(None, 64 * MIB) == 1.0
-    assert fl.cold_factor(TABLE, 2 * MIB) == 1.0 and fl.cold_factor(TABLE, 10 * MIB) == pytest.approx(1.25)
-    assert fl.cold_factor(TABLE, 24 * MIB) == pytest.approx(1.75) and fl.cold_factor(TABLE, 500 * MIB) == 2.0
+    assert cpuhost.cold_factor(None, 64 * MIB) == 1.0
+    assert cpuhost.cold_factor(TABLE, 2 * MIB) == 1.0 and cpuhost.cold_factor(TABLE, 10 * MIB) == pytest.approx(1.25)
+    assert cpuhost.cold_factor(TABLE, 24 * MIB) == pytest.approx(1.75) and cpuhost.cold_factor(TABLE, 500 * MIB) == 2.0
 
 
 def test_the_probe_runs_on_the_smallest_actor_at_zero_and_the_grids_footprints():
@@ -64,7 +65,7 @@ def test_the_cost_model_scales_the_overheads_and_tail_only_at_the_models_footpri
     hot, cold = CostModel(CPU, base), CostModel(CPU, {**base, "kernels": {**(base.get("kernels") or {}), "cold_overheads": TABLE}})
     for name in ("tiny-qwen2", "small-qwen2-l2", "small-qwen2"):
         m = CATALOG[name]
-        x = fl.cold_factor(TABLE, fl.ShapeCoeffs.of(m, "float32", "lm").decode_weight_bytes)
+        x = cpuhost.cold_factor(TABLE, fl.ShapeCoeffs.of(m, "float32", "lm").decode_weight_bytes)
         for rt in (None, "kv_decoder", "hf_generate"):
             for b in (1, 4):
                 h = hot.decode_coeffs(m, "float32", b, 64 * b, runtime=rt)
@@ -119,4 +120,4 @@ def test_a_bad_table_is_refused_with_its_path(bad):
     doc["kernels"] = {**(doc.get("kernels") or {}), "cold_overheads": bad}
     with pytest.raises(ProfileError, match=r"p\.kernels\.cold_overheads: expected increasing footprint_mib"):
         validate_profile(doc, "p")
-    assert np.isfinite(fl.cold_factor(TABLE, 1.0))
+    assert np.isfinite(cpuhost.cold_factor(TABLE, 1.0))

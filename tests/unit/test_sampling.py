@@ -24,6 +24,7 @@ from calibrate.journal import Journal, with_points  # noqa: E402
 from calibrate.progress import Progress  # noqa: E402
 from calibrate.sampling import fit_tail, measure_sampling, plan_size, sampled_runtimes  # noqa: E402
 from calibrate.session import Session  # noqa: E402
+from rlhfsim.costs import cpuhost  # noqa: E402
 from rlhfsim.costs.genruntimes import sample_tail  # noqa: E402
 from rlhfsim.costs.model import CostModel, OpParams  # noqa: E402
 from rlhfsim.costs.profile import load_profile  # noqa: E402
@@ -225,7 +226,6 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
     decode step of >= 2 rows counts the weights at its model's footprint (fit points alike)."""
     from calibrate.assemble import kernels_summary, with_tails
     from calibrate.cpu.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
-    from rlhfsim.costs import flops as fl
     from rlhfsim.costs.profile import ProfileError, validate_profile
 
     grid = with_overrides(QUICK_CPU, {**GRID, "gemm": [[1, 256, 64], [2, 256, 64]], "gemm_footprints_mib": [1, 2]})
@@ -244,10 +244,10 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
                          point_value)["by_footprint"]
     assert table["passes"] == pytest.approx([2.0, 1.2])
     mib = 2**20
-    assert fl.footprint_passes(table, 3.0, 4 * mib) == pytest.approx(2.0)
-    assert fl.footprint_passes(table, 3.0, 8 * mib) == pytest.approx(1.6)      # halfway in log footprint
-    assert fl.footprint_passes(table, 3.0, 1 * mib) == 2.0 and fl.footprint_passes(table, 3.0, 64 * mib) == 1.2
-    assert fl.footprint_passes(None, 3.0, 64 * mib) == 3.0                    # no table: the scalar
+    assert cpuhost.footprint_passes(table, 3.0, 4 * mib) == pytest.approx(2.0)
+    assert cpuhost.footprint_passes(table, 3.0, 8 * mib) == pytest.approx(1.6)      # halfway in log footprint
+    assert cpuhost.footprint_passes(table, 3.0, 1 * mib) == 2.0 and cpuhost.footprint_passes(table, 3.0, 64 * mib) == 1.2
+    assert cpuhost.footprint_passes(None, 3.0, 64 * mib) == 3.0                    # no table: the scalar
     m = CATALOG["small-qwen2"]                                                # 18.5 MiB of float32 weights
     base = _without_tails(load_profile("cpu"))
     scalar = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
@@ -283,14 +283,14 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     assert np.allclose(by["by_rows"]["passes"], [[1.9, 1.2], [2.9, 1.4]])     # medians over the two matrices
     assert by["passes"] == pytest.approx([2.4, 1.3])                          # the old one-number table is kept
     mib = 2**20
-    rows, passes = fl.footprint_passes(by, 3.0, 4 * mib)
+    rows, passes = cpuhost.footprint_passes(by, 3.0, 4 * mib)
     assert rows == (1.0, 2.0, 4.0) and passes == pytest.approx((1.0, 1.9, 2.9))
-    assert fl.footprint_passes(by, 3.0, 8 * mib)[1] == pytest.approx((1.0, 1.55, 2.15))   # halfway in log footprint
-    table = fl.footprint_passes(by, 3.0, 4 * mib)
+    assert cpuhost.footprint_passes(by, 3.0, 8 * mib)[1] == pytest.approx((1.0, 1.55, 2.15))   # halfway in log footprint
+    table = cpuhost.footprint_passes(by, 3.0, 4 * mib)
     assert fl.gemm_passes(1, table) == 1.0 and fl.gemm_passes(2, table) == pytest.approx(1.9)
     assert fl.gemm_passes(3, table) == pytest.approx(2.4) and fl.gemm_passes(16, table) == pytest.approx(2.9)
     assert list(fl.gemm_passes(np.array([1.0, 1.5, 4.0, 8.0]), table)) == pytest.approx([1.0, 1.45, 2.9, 2.9])
-    assert fl.passes_at(table, 2) == pytest.approx(1.9) and fl.passes_at(2.5, 2) == 2.5
+    assert cpuhost.passes_at(table, 2) == pytest.approx(1.9) and cpuhost.passes_at(2.5, 2) == 2.5
     m = CATALOG["tiny-qwen2"]                                                 # 2.4 MiB of float32 weights: held at 4 MiB
     base = _without_tails(load_profile("cpu"))
     kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
@@ -333,12 +333,12 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
             for t1 in (f * mib / (gb * 1e9),) for r, x in ((1, 1.0), (2, 1.5), (4, 2.0))]
     by = gemm_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}], point_value)["by_footprint"]
     assert by["gb_s_1row"] == pytest.approx([65.0, 9.0])
-    assert fl.footprint_rates(_passes_only(by)) is None
-    assert fl.footprint_rates({k: v for k, v in by.items() if k != "gb_s_1row"}) == pytest.approx([65.0, 9.0])   # an older table's
-    assert fl.footprint_rate(by, 4 * mib) == pytest.approx(65e9) and fl.footprint_rate(by, 1 * mib) == pytest.approx(65e9)
-    assert fl.footprint_rate(by, 16 * mib) == pytest.approx(37e9) and fl.footprint_rate(by, 256 * mib) == pytest.approx(9e9)
-    assert fl.footprint_rate(None, 4 * mib) is None and fl.stream_factor(None, 20e9) == 1.0
-    assert fl.stream_factor(9e9, 18e9) == pytest.approx(2.0) and fl.stream_factor(65e9, 18e9) == 1.0
+    assert cpuhost.footprint_rates(_passes_only(by)) is None
+    assert cpuhost.footprint_rates({k: v for k, v in by.items() if k != "gb_s_1row"}) == pytest.approx([65.0, 9.0])   # an older table's
+    assert cpuhost.footprint_rate(by, 4 * mib) == pytest.approx(65e9) and cpuhost.footprint_rate(by, 1 * mib) == pytest.approx(65e9)
+    assert cpuhost.footprint_rate(by, 16 * mib) == pytest.approx(37e9) and cpuhost.footprint_rate(by, 256 * mib) == pytest.approx(9e9)
+    assert cpuhost.footprint_rate(None, 4 * mib) is None and cpuhost.stream_factor(None, 20e9) == 1.0
+    assert cpuhost.stream_factor(9e9, 18e9) == pytest.approx(2.0) and cpuhost.stream_factor(65e9, 18e9) == 1.0
 
     base = _without_tails(load_profile("cpu"))
     kern = {"gemm_weight_passes": 1.5, "gemm_passes_by_footprint": by}
@@ -353,8 +353,8 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
     for b in (1, 4):
         assert capped.decode_coeffs(small, "float32", b, 64 * b) == plain.decode_coeffs(small, "float32", b, 64 * b)
         u_capped, u_plain = capped.decode_coeffs(big, "float32", b, 64 * b)[2], plain.decode_coeffs(big, "float32", b, 64 * b)[2]
-        w = wbig * fl.passes_at(fl.footprint_passes(by, 1.5, wbig), b)
-        assert u_capped - u_plain == pytest.approx(w / fl.footprint_rate(by, wbig) - w / bw, rel=1e-9)
+        w = wbig * cpuhost.passes_at(cpuhost.footprint_passes(by, 1.5, wbig), b)
+        assert u_capped - u_plain == pytest.approx(w / cpuhost.footprint_rate(by, wbig) - w / bw, rel=1e-9)
 
     # the fit: points made by the capped price of known parameters are fitted back, the big model's streamed
     truth = OpParams(0.3, 0.9, 2e-4, 1.5e-4)
@@ -364,7 +364,7 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
             pt = {"op": "decode", "head": "lm", "dtype": "float32", "shape": m.to_dict(), "model": m.name, "batch": b,
                   "prefix_len": 64}
             pt = with_tails([pt], {}, kern)[0]
-            x = fl.stream_factor(1e9 * pt["stream_gb_s"], CPU.mem_bw * truth.memory_eff)
+            x = cpuhost.stream_factor(1e9 * pt["stream_gb_s"], CPU.mem_bw * truth.memory_eff)
             t = float(predict(*arrays([{**pt, "stream_x": x, "median_s": 1.0}], CPU)[:3], truth)[0])
             pts.append({**pt, "tmean_s": t, "median_s": t})
     assert [p["stream_gb_s"] > CPU.mem_bw * truth.memory_eff / 1e9 for p in pts[::3]] == [True, True, True, False]
@@ -383,7 +383,6 @@ def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
     ratio keeps its keys, so older journals resume), one normalization over every (ratio, width), and
     r(h, ratio) interpolated linearly between the measured ratios and held at the ends."""
     from calibrate.cpu.widths import measure_widths, plan_size as widths_size, width_summary
-    from rlhfsim.costs import flops as fl
 
     grid = with_overrides(QUICK_CPU, {**GRID, "widths": [64, 128], "width_tokens": 64, "width_mlp_ratios": [2, 4]})
     assert widths_size(grid) == 2 * 2 * 3
@@ -398,11 +397,11 @@ def test_training_rate_by_mlp_ratio_is_measured_and_interpolated(tmp_path):
     made = [{**p, "tmean_s": 1e-3 + p["layers"] * (2e-3 if p["width"] == 64 else 4e-3)} for p in pts]
     summ = width_summary(made, point_value)
     assert summ["mlp_ratio"] == 3 and set(summ["by_ratio"]) == {"2", "3", "4"}
-    r2, r3, r4 = (fl.width_rate(summ, 128, k) for k in (2, 3, 4))
+    r2, r3, r4 = (cpuhost.width_rate(summ, 128, k) for k in (2, 3, 4))
     assert r2 < r3 < r4 == pytest.approx(1.0)
-    assert fl.width_rate(summ, 128, 2.5) == pytest.approx((r2 + r3) / 2)
-    assert fl.width_rate(summ, 128, 1.0) == r2 and fl.width_rate(summ, 128, 8.0) == r4     # held at the ends
-    assert fl.width_rate(summ, 128) == pytest.approx(summ["relative_rate"][1])            # no ratio: the grid's own
+    assert cpuhost.width_rate(summ, 128, 2.5) == pytest.approx((r2 + r3) / 2)
+    assert cpuhost.width_rate(summ, 128, 1.0) == r2 and cpuhost.width_rate(summ, 128, 8.0) == r4     # held at the ends
+    assert cpuhost.width_rate(summ, 128) == pytest.approx(summ["relative_rate"][1])            # no ratio: the grid's own
 
 
 def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops(tmp_path):
@@ -421,10 +420,10 @@ def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops
     summ = width_summary(made, point_value)
     assert summ["widths"] == [64, 128] and summ["layer_ms"] == pytest.approx([2.0, 4.0])
     assert max(summ["relative_rate"]) == 1.0 and summ["relative_rate"][0] < 1.0   # width 128: 4x the FLOPs in 2x the time
-    assert fl.width_rate(summ, 64) == pytest.approx(summ["relative_rate"][0])
-    assert fl.width_rate(summ, 32) == fl.width_rate(summ, 64) and fl.width_rate(summ, 512) == 1.0   # held at the ends
-    assert summ["relative_rate"][0] < fl.width_rate(summ, 90) < 1.0                             # log-interpolated
-    assert fl.width_rate(None, 128) == 1.0
+    assert cpuhost.width_rate(summ, 64) == pytest.approx(summ["relative_rate"][0])
+    assert cpuhost.width_rate(summ, 32) == cpuhost.width_rate(summ, 64) and cpuhost.width_rate(summ, 512) == 1.0   # held at the ends
+    assert summ["relative_rate"][0] < cpuhost.width_rate(summ, 90) < 1.0                             # log-interpolated
+    assert cpuhost.width_rate(None, 128) == 1.0
     m = CATALOG["tiny-qwen2"]
     k = fl.ShapeCoeffs.of(m, "float32", "lm")
     extra = k.train(512, 2, body_rate=0.5).flops - k.train(512, 2).flops
