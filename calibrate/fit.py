@@ -58,7 +58,9 @@ COV_PARAMS = ("log_compute_eff", "log_memory_eff", "overhead_s", "overhead_per_l
 
 def point_work(p: dict) -> fl.Work:
     """FLOPs, bytes and layers of a measured point, computed exactly as CostModel computes them (a
-    ``prefill``/``decode`` point with a ``runtime`` field is that generation runtime's, priced the same way)."""
+    ``prefill``/``decode`` point with a ``runtime`` field is that generation runtime's, priced the same way). A CPU
+    point's host-effect fields (``gemm_weight_passes``, ``stream_x``, ``width_rate``; ``fault_s`` and ``cold_x`` in
+    ``fitted_value``) are set by ``calibrate.assemble.with_tails`` with ``rlhfsim.costs.cpuhost``'s formulas."""
     m = ModelShape(**p["shape"])
     dtype, op, b = p["dtype"], p["op"], p["batch"]
     if op == "prefill":

@@ -18,6 +18,10 @@ call and the shard, the memory_eff by the GEMMs' and element-wise ops' efficienc
 the TP all-reduce's LINK_EFF / LINK_LATENCY_S by the fitted bus bandwidth and latency (``rlhfsim.costs.byshape``). A
 derived profile on a GPU of another software stack has its compute_eff scaled by ``catalog.stack_factor``.
 
+A CPU's host effects (GEMM weight passes by footprint, cold fixed costs, training rate by width, page faults, the
+measured log-prob tail: ``rlhfsim.costs.cpuhost``) enter only where the device is a CPU whose profile measured them:
+``CostModel.cpu`` holds them (None on a GPU) and each use is one ``if self.cpu is not None`` branch.
+
 One home per formula: the roofline is ``roofline_kernel_s`` plus ``with_overheads_s`` (the calibration
 fit, ``calibrate.fit``, calls the same two functions), F and B come from ``rlhfsim.costs.flops.ShapeCoeffs``
 (decode included: ``decode_coeffs`` is that decode work divided by the roofline's denominators). The
@@ -191,8 +195,9 @@ class _Forward:
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
 
     def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None, lp_tail: float = 0.0):
-        """``lp_tail``: seconds per logit of a log-prob pass's log-softmax and gather after the head (measured,
-        ``kernels.page_faults.logprob_tail``; 0: their bytes counted in the roofline, as without it)."""
+        """``lp_tail``: seconds per logit of a log-prob pass's log-softmax and gather after the head (a CPU's measured
+        tail, ``CpuHostEffects.logprob_tail``, or a GPU framework's head, ``call_parts``; 0: their bytes counted in the
+        roofline, as without either)."""
         w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs)
         if lp_tail:
             w = self._without_tail_bytes(w, logits_tokens)
