@@ -185,9 +185,11 @@ def _lean_roles(prepared, base) -> dict:
     # between the base grid's narrowest and widest.
     sampling = _thin(base.sampling) | {(sc.generation.max_batch, setup.shapes["actor"].vocab) for sc, setup, _, _ in prepared}
     widths = {setup.shapes[r].hidden for _, setup, _, _ in prepared for r in ("actor", "critic") if r in setup.shapes}
-    out.update(sampling=sorted(sampling), gemm=[(r, o, i) for o, i in ((1024, 256), (4096, 256)) for r in (1, 2)],
-               gemm_footprints_mib=list(base.gemm_footprints_mib),
-               widths=sorted(widths | ({min(base.widths), max(base.widths)} if base.widths else set())))
+    out.update(sampling=sorted(sampling))
+    if base.gemm:   # CPU host effects (calibrate.grid.CPU_ONLY_FIELDS): a GPU's base grid schedules none of them
+        out.update(gemm=[(r, o, i) for o, i in ((1024, 256), (4096, 256)) for r in (1, 2)],
+                   gemm_footprints_mib=list(base.gemm_footprints_mib),
+                   widths=sorted(widths | ({min(base.widths), max(base.widths)} if base.widths else set())))
     if chunks:
         out.update(chunk_batches=[1], chunk_prefixes=[0, 128], chunk_sizes=sorted(chunks))
     else:

@@ -124,3 +124,13 @@ def test_the_fit_annotates_points_with_the_same_effects_on_a_cpu_only():
     assert d["cold_x"] == cpuhost.cold_factor(CPU_KERNELS["cold_overheads"], wbytes)
     assert d["gemm_weight_passes"] == cpuhost.passes_at(cpuhost.footprint_passes(cpu.by_footprint, 2.0, wbytes), 4)
     assert t["width_rate"] == cpu.body_rate(m) and t["fault_s"] == cpu.fault_s(4 * 256, m.vocab, "labels_train")
+
+
+@pytest.mark.hw
+def test_a_gpu_validation_lean_calibration_schedules_no_cpu_only_sweep():
+    from calibrate.validation.calibration import _lean_roles
+    from calibrate.validation.scenario import prepare
+
+    prepared = [prepare(ROOT / "tests" / "fixtures" / "validate" / "tiny-sync.yaml", "cpu", 3, 1)]
+    assert cpu_only_sweeps(with_overrides(QUICK_GPU, _lean_roles(prepared, QUICK_GPU))) == []
+    assert {"gemm", "widths"} <= set(cpu_only_sweeps(with_overrides(QUICK_CPU, _lean_roles(prepared, QUICK_CPU))))
