@@ -29,6 +29,7 @@ and below that range the pair can fail too: with 16 prompts of median 200 the 16
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -128,9 +129,18 @@ def test_without_handoff_and_call_overhead_the_smallest_chunk_is_as_fast_as_any(
 
 @settings(max_examples=5)
 @given(prompts=st.integers(24, 48), median=st.floats(400, 600), seed=st.integers(0, 2 ** 31 - 1))
+def test_stop_between_calls_charges_the_largest_chunk(prompts, median, seed):
+    # Stopping only between generate() calls makes the largest chunk slower than stopping at the token, for
+    # every draw. That re-prefilling and this stop meet in an interior optimum is not universal (hypothesis
+    # found 24 prompts, median 400, seed 1 with the smallest chunk fastest; and re-prefilling can make the
+    # smallest chunk faster than a cached resume, finished rows leaving the batch): pinned cases below.
+    delta = max(prompts // 8, 2)
+    both = sweep(prompts, median, seed, 0.0, 0.0, resume="reprefill", stop_at="call", delta=delta)
+    assert both[-1] > sweep(prompts, median, seed, 0.0, 0.0, resume="reprefill", delta=delta)[-1]
+
+
+@pytest.mark.parametrize("prompts,median,seed", [(24, 400.0, 0), (32, 500.0, 0), (48, 600.0, 3)])
 def test_reprefill_and_stop_between_calls_give_an_interior_optimum_under_overcommitment(prompts, median, seed):
     delta = max(prompts // 8, 2)
     times = sweep(prompts, median, seed, 0.0, 0.0, resume="reprefill", stop_at="call", delta=delta)
     assert interior_minimum(times), dict(zip(CHUNKS, times))
-    # the largest chunk: the stop waits for the batches, slower than stopping at the token
-    assert times[-1] > sweep(prompts, median, seed, 0.0, 0.0, resume="reprefill", delta=delta)[-1]
