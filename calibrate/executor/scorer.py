@@ -104,9 +104,9 @@ class Scorer:
         """Block until every queued item is scored, then end the step's scorer thread (the next step's first
         item starts a new one); re-raise a scorer failure here.
 
-        The thread lives for one step's scoring only. Until 2026-12-03 a scorer thread that ran torch ops kept its own
+        The thread lives for one step's scoring only: a scorer thread that ran torch ops and stayed alive kept its own
         OpenMP team while it waited, and on a CPU that idle team slowed the main thread's training that followed by
-        9-31% (median 15%; ``lab/diagnostics/scorer_thread.py``, quiet 2-core VM, 2026-11-30), while a thread that had
+        9-31% (median 15%; ``lab/diagnostics/scorer_thread.py`` measures it on a quiet 2-core VM), while a thread that had
         ended left no such cost (median 1.4%): a CPU artifact that a scorer on its own GPU, which this thread stands
         in for, does not have. (The idle team used no CPU: it put libgomp's count of workers past the CPUs, and
         libgomp then lets every worker spin only 100 times before it sleeps, so each of the main thread's parallel

@@ -25,7 +25,8 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # memory mapped (cudaMalloc) and returned (cudaFree), allocations retried after freeing the cache, and
 # synchronisations of every stream the allocator forced. On the H200 the actor's minibatches took 2.3-25x
 # the same call alone in the steps, where every minibatch has its own width and the LM head's logits need
-# blocks of gigabytes (docs/validation.md "GPU"): these say whether the allocator was mapping memory then.
+# blocks of gigabytes (lab/results/h200-2026-12-04/: the lent H200's validation): these say whether the allocator
+# was mapping memory then.
 ALLOC_KEYS = {"device_allocs": "num_device_alloc", "device_frees": "num_device_free",
               "alloc_retries": "num_alloc_retries", "sync_all_streams": "num_sync_all_streams"}
 

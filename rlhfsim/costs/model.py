@@ -446,8 +446,8 @@ class CostModel:
         the actor's size on the profile's line (``lost``, ``calibrate.assemble.handover_overlap``; held
         within [0, OVERLAP_LOST_MAX]), else the configurations' median. A ``generate()`` runtime's fit is over
         the decode steps inside its calls (``calibrate.cpu.corun.call_steps``). None where the profile has no such
-        fit for the runtime (a GPU; a profile from before 2026-12-06 for a ``generate()`` runtime, whose calls
-        were stamped whole), or without a reward model; decode then follows ``corun``."""
+        fit for the runtime (a GPU; a profile whose ``generate()`` calls were stamped whole, not per decode step,
+        for a ``generate()`` runtime), or without a reward model; decode then follows ``corun``."""
         h = self.handover.get(gen_runtime)
         ov = h.get("overlap") if isinstance(h, dict) else None
         if not ov or reward is None:
@@ -464,7 +464,7 @@ class CostModel:
         """(decode factor, decode seconds added per step, chunk-call factor, seconds added per chunk call,
         window) of intra-step scoring beside generation: ``corun_added`` where the profile fitted the
         added time, else ``corun_factors`` with nothing added. The one choice the simulator
-        (``Simulation``) and the validation's report (``calibrate.validate.scoring_operations``) share."""
+        (``Simulation``) and the validation's report (``calibrate.validation.compare.scoring_operations``) share."""
         added = self.corun_added(gen_runtime, actor, reward)
         if added is not None:
             return (*added, "live")
