@@ -5,8 +5,9 @@ Shapes are (batch, tokens per sequence). Decode contexts are cached tokens per s
 (batch 1-16, prompts and responses up to ~512 tokens); full grids add larger batches and lengths.
 
 ``quiet_wait_s`` (CPU) bounds how long a point waits for other processes to leave the cores alone
-(``calibrate.session``). ``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they
-sum past the budget (at most ``max_iters``); ``bursts`` and ``burst_gap_s`` spread them over time
+(``calibrate.session``), ``quiet_budget_s`` the seconds a whole calibration spends waiting so and measuring
+disturbed points again (None: unbounded; on a host kept busy throughout, waiting only multiplies the time).
+``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they sum past the budget (at most ``max_iters``); ``bursts`` and ``burst_gap_s`` spread them over time
 (``calibrate.measure.spread``: on a VM whose speed wanders from second to second). ``passes`` measures the
 whole grid that many times over and pools each point's samples (``calibrate.journal.merge_passes``), so
 every operation's samples span the whole calibration rather than the minute its turn came in (the
@@ -96,6 +97,7 @@ class Grid:
     launches: int = 1                               # ... in this many separate process launches
     interference_s: float = 2.0                     # how long the co-running phase lasts
     quiet_wait_s: float = 0.0                       # CPU: longest wait per point for other processes to calm down
+    quiet_budget_s: float | None = None             # ... and for all points together, with their retakes (None: no cap)
     passes: int = 1                                 # measure the whole grid this many times, samples pooled
     bursts: int = 1                                 # timed samples of a point taken in this many bursts ...
     burst_gap_s: float = 0.0                        # ... this far apart (calibrate.measure.spread)
@@ -166,13 +168,15 @@ QUICK_CPU = Grid(
     train=((1, 64), (4, 64), (1, 256), (4, 256)),
     interference=((8, 256, 4, 128),),
     handover=(("kv_decoder", "", "", 4, 64, 32), ("hf_generate", "", "", 4, 64, 32)),
-    point_budget_s=0.3, quiet_wait_s=20.0,
+    # waiting for quiet cores and retakes: at most a minute in all (a busy host would otherwise multiply the run)
+    point_budget_s=0.3, quiet_wait_s=20.0, quiet_budget_s=60.0,
     # shapes shared with `prefill`/`decode` where they can be, so runtimes compare at equal shapes
     gen_prefill=((1, 64), (4, 32), (4, 128), (16, 64)),
     gen_decode=((1, 64), (4, 64), (4, 256), (16, 64)),
     # a boundary costs about one generate() call's overhead (~1 ms here): short calls with many
-    # boundaries keep it above the calls' jitter
-    handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2), (4, 32, 16, 4)),
+    # boundaries keep it above the calls' jitter; one chunk size (the fit, handoff_s + handoff_per_row_s x
+    # batch, reads no chunk size; the full grid adds chunk 4)
+    handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2)),
     gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
@@ -194,7 +198,7 @@ FULL_CPU = replace(
     train=QUICK_CPU.train + ((8, 256), (2, 1024), (16, 128)),
     interference=((8, 256, 4, 128), (16, 512, 8, 256)),
     warmup=2, min_iters=5, max_iters=50, point_budget_s=1.5, runtime_models=None, interference_s=4.0,
-    quiet_wait_s=60.0, rounds=10, per_round=3,
+    quiet_wait_s=60.0, quiet_budget_s=None, rounds=10, per_round=3, handoff=QUICK_CPU.handoff + ((4, 32, 16, 4),),
 )
 
 QUICK_GPU = Grid(
@@ -323,7 +327,7 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
             want = f"a non-empty list of [{', '.join(['int'] * arity)}]" if arity else "a non-empty list of ints"
         elif k == "static_shape_runtimes":
             ok, want = isinstance(v, tuple) and all(isinstance(x, str) for x in v), "a list of runtime names"
-        elif k == "gen_point_budget_s":
+        elif k in ("gen_point_budget_s", "quiet_budget_s"):
             ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
             want = "null or a number >= 0"
         elif k in ("runtime_models", "gen_compiled_batch", "gen_compiled_models"):

@@ -116,8 +116,9 @@ def plan_size(grid: Grid, models: list[ModelShape], rts: dict, runtime_models: s
     n = len(dec) * len(grid.chunk_points()) + len(actors) * (len(grid.prefill) + len(grid.decode) + len(grid.train) + 1)
     n += len(critics) * (len(grid.train) + 1)
     for m in models:
-        n += len(within(grid.score, m.max_positions)) + len(STRATEGIES) * len(within(grid.strategies, m.max_positions))
+        n += len(within(grid.score, m.max_positions))
         if m.name in runtime_models:
+            n += len(STRATEGIES) * len(within(grid.strategies, m.max_positions))
             n += sum(len(within(runtime_shapes(grid, name), m.max_positions)) for name in rts if name != "eager")
         n += reencode_plan_size(grid, m, [r for r in rts if r == "eager" or m.name in runtime_models])
     n += 2 * len(handover_plan(grid, models, actors))
@@ -298,7 +299,9 @@ def _measure_all(s: Session, g: Grid, models: list[ModelShape], decoders: list[M
             shapes = {r: within(g.score if r == "eager" else runtime_shapes(g, r), m.max_positions) for r in mine}
             measure_runtimes(s, mine, model, m, shapes)
             measure_reencode(s, {r: rt for r, rt in mine.items() if r in _valid_runtimes(s, r, m)}, model, m)
-            for b, n in within(g.strategies, m.max_positions):
+            # batching strategies: a table of scoring choices (``rlhfsim runtimes``) that no cost term reads,
+            # measured on the models the scoring runtimes are compared on (all of them where runtime_models is None)
+            for b, n in within(g.strategies, m.max_positions) if m.name in rt_models else ():
                 measure_strategies(s, model, m, b, n)
             del model
             s.free()

@@ -10,7 +10,11 @@ On a CPU shared with other processes (``Session.guarded``), each point first wai
 slower than with one thread (``device_info.contention_ratio``): while other processes hold the cores,
 every OpenMP region waits for descheduled workers and a point would time the scheduler, not the
 operation. The check is repeated after the point; a point that the other processes disturbed is
-measured again (up to ``MEASURE_ATTEMPTS`` times). The worst ratio seen around the kept measurement is
+measured again (up to ``MEASURE_ATTEMPTS`` times). A check taken less than ``PROBE_FRESH_S`` ago that found
+the cores quiet (the previous point's check after) stands for the next point's check before. On a host
+that other processes keep busy for the whole calibration, waiting and measuring again only multiply its
+time: ``grid.quiet_budget_s`` (None: unbounded) caps the seconds one calibration spends on them; once it
+is spent, points are measured at once and a disturbed one is kept, flagged. The worst ratio seen around the kept measurement is
 stored in the point (``contention_ratio``); a point kept while still contended is flagged
 ``contended`` and warned about. A point that runs out of memory is
 journaled as skipped (with the reason) so a resume does not retry it.
@@ -37,6 +41,7 @@ from rlhfsim.models.catalog import ModelShape
 SEED = 0
 CONTENTION_LIMIT = 1.5  # N-thread / 1-thread matmul time above which other processes hold the cores
 MEASURE_ATTEMPTS = 3
+PROBE_FRESH_S = 1.0     # a quiet check this recent stands for the next one (no point ran in between)
 
 
 def point_key(op: str, model: str, dtype: str, *, batch: int, seq_len: int, prefix_len: int = 0,
@@ -57,6 +62,8 @@ class Session:
     checkpoints: dict[str, Path] = field(default_factory=dict)
     threads: int = 1
     ratio: float | None = None  # contention ratio around the last measurement (None: not checked)
+    quiet_spent_s: float = 0.0  # seconds spent waiting for quiet cores and measuring disturbed points again
+    _last_probe: tuple[float, float] | None = None  # (monotonic time, ratio) of the latest contention check
 
     @property
     def cuda(self) -> bool:
@@ -102,29 +109,46 @@ class Session:
     def _probe(self) -> float | None:
         if self.cuda or self.threads <= 1 or self.grid.quiet_wait_s <= 0:
             return None
-        return contention_ratio(self.threads, calls=9)
+        ratio = contention_ratio(self.threads, calls=9)
+        self._last_probe = (time.monotonic(), ratio)
+        return ratio
+
+    def quiet_left_s(self) -> float:
+        """Seconds of ``grid.quiet_budget_s`` not yet spent on waiting and measuring again (inf: unbounded)."""
+        budget = self.grid.quiet_budget_s
+        return float("inf") if budget is None else max(budget - self.quiet_spent_s, 0.0)
 
     def wait_quiet(self) -> float | None:
-        """Wait (bounded by ``grid.quiet_wait_s``) until other processes leave the cores alone; returns
-        the last contention ratio (None where it is not checked: CUDA, one thread)."""
+        """Wait (bounded by ``grid.quiet_wait_s`` and what is left of ``grid.quiet_budget_s``) until other
+        processes leave the cores alone; returns the last contention ratio (None where it is not checked:
+        CUDA, one thread). A quiet check of the last ``PROBE_FRESH_S`` seconds is not repeated."""
+        last = self._last_probe
+        if last is not None and time.monotonic() - last[0] < PROBE_FRESH_S and last[1] <= CONTENTION_LIMIT:
+            return last[1]
         ratio = self._probe()
-        deadline = time.monotonic() + self.grid.quiet_wait_s
+        start = time.monotonic()
+        deadline = start + min(self.grid.quiet_wait_s, self.quiet_left_s())
         while ratio is not None and ratio > CONTENTION_LIMIT and time.monotonic() < deadline:
             time.sleep(0.5)
             ratio = self._probe()
+        self.quiet_spent_s += time.monotonic() - start
         return ratio
 
     def guarded(self, run: Callable[[], Any], attempts: int = MEASURE_ATTEMPTS) -> Any:
         """``run()`` (one measurement) on quiet cores: waits before, checks after, measures again (up to
-        ``attempts`` tries) when other processes disturbed it; sets ``self.ratio`` for the record.
-        Interleaved points take one attempt: alternating rounds already expose every contender to the
-        same disturbance, and a disturbed point is flagged ``contended`` rather than retaken."""
-        for _ in range(attempts):
+        ``attempts`` tries, while ``grid.quiet_budget_s`` lasts) when other processes disturbed it; sets
+        ``self.ratio`` for the record. Interleaved points take one attempt: alternating rounds already
+        expose every contender to the same disturbance, and a disturbed point is flagged ``contended``
+        rather than retaken."""
+        for k in range(attempts):
             before = self.wait_quiet()
+            t0 = time.monotonic()
             out = run()
             after = self._probe()
+            if k > 0:
+                self.quiet_spent_s += time.monotonic() - t0   # a measurement taken again
             self.ratio = None if before is None else max(before, after)
-            if self.ratio is None or self.ratio <= CONTENTION_LIMIT:
+            if self.ratio is None or self.ratio <= CONTENTION_LIMIT or self.quiet_left_s() <= 0:
                 break
         return out
 
