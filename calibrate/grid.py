@@ -7,7 +7,8 @@ Shapes are (batch, tokens per sequence). Decode contexts are cached tokens per s
 ``quiet_wait_s`` (CPU) bounds how long a point waits for other processes to leave the cores alone
 (``calibrate.session``), ``quiet_budget_s`` the seconds a whole calibration spends waiting so and measuring
 disturbed points again (None: unbounded; on a host kept busy throughout, waiting only multiplies the time).
-``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they sum past the budget (at most ``max_iters``); ``bursts`` and ``burst_gap_s`` spread them over time
+``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they
+sum past the budget (at most ``max_iters``); ``bursts`` and ``burst_gap_s`` spread them over time
 (``calibrate.measure.spread``: on a VM whose speed wanders from second to second). ``passes`` measures the
 whole grid that many times over and pools each point's samples (``calibrate.journal.merge_passes``), so
 every operation's samples span the whole calibration rather than the minute its turn came in (the
@@ -177,7 +178,8 @@ QUICK_CPU = Grid(
     # boundaries keep it above the calls' jitter; one chunk size (the fit, handoff_s + handoff_per_row_s x
     # batch, reads no chunk size; the full grid adds chunk 4)
     handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2)),
-    gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.8,
+    # a generation point's samples are differences of calls (noisier), so it gets more than point_budget_s
+    gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.5,
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
     gemm_footprints_mib=(4, 8, 16, 32, 64),
@@ -199,6 +201,7 @@ FULL_CPU = replace(
     interference=((8, 256, 4, 128), (16, 512, 8, 256)),
     warmup=2, min_iters=5, max_iters=50, point_budget_s=1.5, runtime_models=None, interference_s=4.0,
     quiet_wait_s=60.0, quiet_budget_s=None, rounds=10, per_round=3, handoff=QUICK_CPU.handoff + ((4, 32, 16, 4),),
+    gen_point_budget_s=0.8,
 )
 
 QUICK_GPU = Grid(

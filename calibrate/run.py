@@ -217,6 +217,7 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
         with torch.inference_mode(False):
             profile["step"] = measure_step_scalars(device, dtype, decoders[0], spec, iters=g.step_iters)
     profile["provenance"]["wall_s"] = time.perf_counter() - t0
+    profile["provenance"]["quiet_spent_s"] = s.quiet_spent_s   # waiting for quiet cores and retakes (Grid.quiet_budget_s)
     profile["device"]["load_avg_1m_at_end"] = load_avg()
     if kind == "cpu":
         profile["device"]["contention_probe_at_end"] = contention_probe(threads)
