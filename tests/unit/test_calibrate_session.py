@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.hw  # the calibrator's session (it loads torch)
 
 import calibrate.session as session  # noqa: E402
 from calibrate.grid import FULL_CPU, QUICK_CPU, with_overrides  # noqa: E402
