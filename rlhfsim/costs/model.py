@@ -823,7 +823,7 @@ class CostModel:
         return n_bytes / (self.gpu.host_link_bw * self.step["host_copy_eff"])
 
     def reshard_parts(self, m: ModelShape, dtype: str, train_gpus: int, engine_tp: int, kv_bytes: float,
-                      shared: bool, inter_node: bool = False) -> dict[str, float]:
+                      shared: bool, inter_node: bool = False, engine_sleep: bool = False) -> dict[str, float]:
         """Named parts (seconds) of a weight update as verl's hybrid engine does it:
 
         * ``gather_s``: the training layout's shards (FSDP over ``train_gpus``) all-gathered into full
@@ -833,7 +833,9 @@ class CostModel:
         * ``kv_realloc_s`` (shared pool only: the engine frees its KV cache for training and takes it
           back): kv_realloc_s + kv_realloc_s_per_gib x KV GiB per GPU;
         * ``broadcast_s`` (separate pools only): the weights cross to the engine's GPUs
-          (``weight_sync_s``)."""
+          (``weight_sync_s``);
+        * ``sleep_wake_s`` (shared pool with ``engine_sleep``: vLLM's sleep level 1 and wake_up around training):
+          the engine's shard to host memory and back, ``host_copy_s(2 W / engine_tp)``."""
         w = m.params("lm") * DTYPE_BYTES[dtype]
         n = max(train_gpus, 1)
         gather = (w * (n - 1) / n / self.link_bw(inter_node) + LINK_LATENCY_S) if n > 1 else 0.0
@@ -841,6 +843,8 @@ class CostModel:
         parts = {"gather_s": gather, "load_s": load}
         if shared:
             parts["kv_realloc_s"] = self.step["kv_realloc_s"] + self.step["kv_realloc_s_per_gib"] * kv_bytes / GIB
+            if engine_sleep:
+                parts["sleep_wake_s"] = self.host_copy_s(2 * w / max(engine_tp, 1))
         else:
             parts["broadcast_s"] = self.weight_sync_s(m, dtype, engine_tp, inter_node)
         return parts

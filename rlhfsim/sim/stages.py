@@ -31,7 +31,6 @@ from rlhfsim.costs import price
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
-from rlhfsim.models.catalog import DTYPE_BYTES
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout, truncated
 from rlhfsim.sim.streaming import STREAMING
@@ -316,10 +315,7 @@ def weight_sync_parts(sim) -> dict[str, float]:
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
     kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
     parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
-                                   a.spans_nodes or r.spans_nodes)
-    if s.scenario.execution.weight_sync.engine_sleep and a is r:
-        # vLLM's sleep (level 1) and wake_up: the engine's weight shard to host memory and back
-        parts["sleep_wake_s"] = sim.cost.host_copy_s(2 * model.params("lm") * DTYPE_BYTES[dtype] / s.tp["rollout"])
+                                   a.spans_nodes or r.spans_nodes, s.scenario.execution.weight_sync.engine_sleep)
     parts["offload_s"] = ex.offload_s(sim, "actor", "sync")
     return parts
 
