@@ -34,9 +34,6 @@ HERE = Path(__file__).resolve().parent
 SPLIT_SALT = "rlhfsim field split 2026-12-07|"
 
 
-PROFILE = [None]  # --profile NAME (default: the scenario's bundled default; `auto`: the GPU's own bundled profile)
-
-
 def half(source_group: str) -> str:
     """The run's half, from its source alone: the parity of sha256(salt + source_group)'s first byte."""
     return "dev" if hashlib.sha256((SPLIT_SALT + source_group).encode()).digest()[0] % 2 == 0 else "test"
@@ -47,7 +44,8 @@ def phase_errors(measured: dict, predicted: dict) -> dict:
     return {k: round(100 * (predicted[k] - v) / v, 1) for k, v in measured.items() if k in predicted and v > 0}
 
 
-def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False) -> dict:
+def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False, profile: str | None = None) -> dict:
+    """One run imported and simulated; ``profile``: None for the bundled default, ``auto`` for the GPU's own."""
     launch = HERE / run["launch"]
     opts = ImportOptions(gpu=gpu, mean_response_len=run.get("mean_response_len"),
                          mean_prompt_len=run.get("mean_prompt_len"), steps=4, name=run["id"], execution=execution,
@@ -60,10 +58,10 @@ def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False)
     sc = load_scenario(res.scenario, base_dir=HERE)
     interval = None
     if coverage:  # the 90% interval of `rlhfsim simulate --uncertainty` (parameters and the dev half's model error)
-        result, unc = simulate_uncertain(sc, profile=PROFILE[0])
+        result, unc = simulate_uncertain(sc, profile=profile)
         summary, interval = result.summary, [round(x, 2) for x in unc["step_time_s_interval"]]
     else:
-        summary = simulate(sc, profile=PROFILE[0]).summary
+        summary = simulate(sc, profile=profile).summary
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): v for p, v in summary["phases_s"].items()}
     # verl times the hybrid engine's weight update inside gen (its sharding manager wraps generate_sequences)
     phases["gen"] = phases.get("gen", 0.0) + phases.pop("update_weights", 0.0)
@@ -98,11 +96,12 @@ def summarize(rows: list[dict]) -> dict:
             "phase_median_abs_error_pct": {k: round(statistics.median(v), 1) for k, v in sorted(by_phase.items())}}
 
 
-def table(doc: dict, execution: bool, halves: tuple[str, ...], coverage: bool = False) -> dict:
+def table(doc: dict, execution: bool, halves: tuple[str, ...], coverage: bool = False,
+          profile: str | None = None) -> dict:
     """Every scored run of the chosen halves predicted, with a summary per half; unscored runs on each GPU.
     ``coverage``: each scored run's 90% interval too (``simulate --uncertainty``), and how many hold the measure."""
-    rows = [predict(r, r["gpu"], execution, coverage) for r in doc["runs"] if half(r["source_group"]) in halves]
-    extra = [predict(r, g, execution) for r in doc.get("unscored", []) for g in r["gpus"]
+    rows = [predict(r, r["gpu"], execution, coverage, profile) for r in doc["runs"] if half(r["source_group"]) in halves]
+    extra = [predict(r, g, execution, profile=profile) for r in doc.get("unscored", []) for g in r["gpus"]
              if half(r["source_group"]) in halves]
     return {"scored": rows, "unscored": extra,
             "halves": {h: summarize([r for r in rows if r["half"] == h]) for h in halves}}
@@ -138,13 +137,16 @@ def main() -> None:
         print(json.dumps(write_model_error(doc, path), indent=1))
         return
     if "--profile" in sys.argv:
-        PROFILE[0] = sys.argv[sys.argv.index("--profile") + 1]
+        profile = sys.argv[sys.argv.index("--profile") + 1]
+    else:
+        profile = None
     choice = sys.argv[sys.argv.index("--half") + 1] if "--half" in sys.argv else "dev"
     if choice not in ("dev", "test", "all"):
         sys.exit(f"--half: expected dev, test or all, got {choice!r}")
     halves = ("dev", "test") if choice == "all" else (choice,)
     coverage = "--coverage" in sys.argv
-    out = {("with_execution" if e else "without_execution"): table(doc, e, halves, coverage and e) for e in (False, True)}
+    out = {("with_execution" if e else "without_execution"): table(doc, e, halves, coverage and e, profile)
+           for e in (False, True)}
     if "--json" in sys.argv:
         print(json.dumps(out, indent=1))
         return
