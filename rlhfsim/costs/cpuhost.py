@@ -103,6 +103,63 @@ class CpuHostEffects:
         """``page_fault_s`` of a call with this profile's page faults."""
         return page_fault_s(self.page_faults, logits_tokens, vocab, pattern)
 
+    # -- the breakdown by cost term (rlhfsim.costs.terms; asked only by rlhfsim explain and its tests) --------
+    def forward_effects(self, cost, m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
+                        gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit) -> tuple[dict[str, float], float]:
+        """The effects inside ``cost.forward_parts``' price with these arguments, each the price with it less
+        the price without it: a log-prob pass's measured tail (``logprob_tail_cpu``: after the roofline instead
+        of as bytes inside it; device time) and its page faults (``page_faults``: host time); and the seconds
+        of them inside the price's active share."""
+        if n_tokens <= 0 or not (all_logits and head == "lm"):
+            return {}, 0.0
+        out, active = {}, 0.0
+        if head_s_per_logit is None and self.logprob_tail:
+            k = cost._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
+            if sp > 1:
+                (t1, a1), (t0, a0) = (k.parts_sp(n_tokens, n_seqs, n_tokens, attn_pairs, sp, lp)
+                                      for lp in (self.logprob_tail, 0.0))
+            else:
+                (t1, a1), (t0, a0) = (k.parts(n_tokens, n_seqs, cached_tokens, n_tokens, attn_pairs, lp)
+                                      for lp in (self.logprob_tail, 0.0))
+            out["logprob_tail_cpu"], active = t1 - t0, a1 - a0
+        f = self.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward") if self.page_faults else 0.0
+        if f:
+            out["page_faults"] = f
+        return out, active
+
+    def train_effects(self, cost, scale: float, m, dtype, n_tokens, n_seqs, tp, head, attn_pairs,
+                      sp) -> tuple[dict[str, float], float]:
+        """The effects inside ``cost.train_parts``' price (x ``scale``: gradient checkpointing's repeat), each
+        the price with it less the price without it: the width's training rate (``width_rate``, device time)
+        and the loss's page faults (``page_faults``, host time); and the seconds of them inside the price's
+        active share."""
+        if n_tokens <= 0:
+            return {}, 0.0
+        out, active = {}, 0.0
+        shape, rate = cost._train_shape(m, dtype, head)
+        if rate != 1.0:
+            t1, a1 = cost._train_roofline(shape, rate, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
+            t0, a0 = cost._train_roofline(shape, 1.0, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
+            out["width_rate"], active = (t1 - t0) * scale, (a1 - a0) * scale
+        f = self.fault_s(n_tokens / sp, m.vocab / tp, "logprob_train") if head == "lm" and self.page_faults else 0.0
+        if f:
+            out["page_faults"] = f * scale
+        return out, active
+
+    @staticmethod
+    def decode_terms(out: dict, kern: float, plain: float, comm: float, cold: float, hfloor: float) -> None:
+        """Split a decode step's terms (``out``: ``_Decode.terms`` as priced) in place, each effect added in turn
+        to the step without them: ``gemm_footprint``, the kernels ``kern`` less ``plain`` (the weights streamed
+        once at the fitted bandwidth), and ``cold_overheads``, the fixed costs (engine step, sampling tail,
+        launch floor ``hfloor``) less their hot values (/ ``cold``)."""
+        if plain != kern:
+            out.update({"decode_kernels": plain + comm, "gemm_footprint": kern - plain})
+        if cold != 1.0:
+            over, tail, floor = out["engine_step"], out["sampling_tail"], out["host_launch_bound"]
+            out.update({"engine_step": over / cold, "sampling_tail": tail / cold,
+                        "host_launch_bound": max(hfloor / cold - kern, 0.0)})
+            out["cold_overheads"] = over + tail + floor - out["engine_step"] - out["sampling_tail"] - out["host_launch_bound"]
+
     # -- the calibration fit's points --------------------------------------------------------------------
     def point_fields(self, p: dict) -> dict:
         """The fields of a measured point (``calibrate.fit``) that these effects set: a generation decode point

@@ -44,7 +44,8 @@ per-parameter view bookkeeping is of the same order (pytorch/pytorch#96958: unsh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from rlhfsim.models.catalog import ModelShape
 
@@ -116,10 +117,26 @@ def fsdp_units(m: ModelShape) -> int:
     return m.layers + 1
 
 
+def split(total_s: float, active_s: float, effects: dict[str, float] | None = None,
+          effects_active_s: float = 0.0) -> dict[str, float]:
+    """A roofline price (``total_s``, of which ``active_s`` the device's kernels) by term: kernels and
+    op_overhead, less the CPU host effects priced inside them (``effects``: seconds by term, of which
+    ``effects_active_s`` inside ``active_s``), which are given as their own terms. Sums to ``total_s``."""
+    out = {"kernels": active_s, "op_overhead": total_s - active_s}
+    if effects:
+        host = sum(effects.values()) - effects_active_s
+        out["kernels"] = active_s - effects_active_s
+        out["op_overhead"] = total_s - active_s - host
+        out.update(effects)
+    return out
+
+
 @dataclass(frozen=True)
 class CallParts:
     """Seconds of one framework call, by part; ``total_s`` = max(device, host) (module docstring).
-    ``kernel_active_s``: the roofline's device-busy share of ``kernel_s`` (its fitted overheads are not)."""
+    ``kernel_active_s``: the roofline's device-busy share of ``kernel_s`` (its fitted overheads are not).
+    ``effects``: on a CPU, what gives the host effects priced inside ``kernel_s`` (seconds by term, and their
+    share inside ``kernel_active_s``), asked only by ``terms`` (None on a GPU: none exist)."""
 
     kernel_s: float
     kernel_active_s: float
@@ -127,6 +144,7 @@ class CallParts:
     comm_s: float = 0.0
     comm_exposed_s: float = 0.0
     host_s: float = 0.0
+    effects: Callable[[], tuple[dict[str, float], float]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def device_s(self) -> float:
@@ -145,7 +163,8 @@ class CallParts:
 
     def terms(self) -> dict[str, float]:
         """Seconds by cost term (``rlhfsim.costs.terms``), summing to ``total_s``: the host counts only where it
-        exceeds the device's time."""
-        return {"kernels": self.kernel_active_s, "op_overhead": self.kernel_s - self.kernel_active_s,
-                "logprob_head": self.head_s, "fsdp_exposed": max(self.device_s - self.kernel_s - self.head_s, 0.0),
-                "host_launch_bound": max(self.host_s - self.device_s, 0.0)}
+        exceeds the device's time; a CPU's host effects (``effects``) are split out of kernels and op_overhead."""
+        out = split(self.kernel_s, self.kernel_active_s, *(self.effects() if self.effects is not None else ()))
+        out.update({"logprob_head": self.head_s, "fsdp_exposed": max(self.device_s - self.kernel_s - self.head_s, 0.0),
+                    "host_launch_bound": max(self.host_s - self.device_s, 0.0)})
+        return out

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -287,25 +288,33 @@ class _Decode:
                            logprobs)
         self.tail0, self.tail_row = self.cold * a, self.cold * b * m.vocab
 
-    def _lines(self, batch, kv0):
-        """(c0, cs, u0, us): F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step i."""
+    def _lines(self, batch, kv0, plain: bool = False):
+        """(c0, cs, u0, us): F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step i.
+        ``plain``: the weights streamed once at the fitted bandwidth, as without a CPU's GEMM passes by footprint
+        (``terms``)."""
         k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
         if self.ks is not None:
             peak = peak * self.ks.compute_eff(batch, self.shard)
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
         cs = k.f_attn * batch / peak
-        weights = k.decode_weight_bytes if self.cpu is None else self.cpu.decode_weight_bytes(k, batch, self.wp, self.ws)
+        weights = k.decode_weight_bytes if self.cpu is None or plain else \
+            self.cpu.decode_weight_bytes(k, batch, self.wp, self.ws)
         u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
         return c0, cs, u0, kv_b * batch / bw
 
     def terms(self, batch: int, kv0: float) -> dict[str, float]:
         """The segment's first decode step by cost term (``rlhfsim.costs.terms``); they sum to
-        ``decode_sum(coeffs(batch, kv0, None), 1)``."""
+        ``decode_sum(coeffs(batch, kv0, None), 1)``. A CPU's host effects are split out of them
+        (``CpuHostEffects.decode_terms``)."""
         c0, _, u0, _ = self._lines(batch, kv0)
         kern = max(c0, u0)
-        return {"decode_kernels": kern + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp),
-                "engine_step": self.over, "sampling_tail": self.tail0 + self.tail_row * batch,
-                "host_launch_bound": max(self.hfloor - kern, 0.0)}
+        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        out = {"decode_kernels": kern + comm, "engine_step": self.over, "sampling_tail": self.tail0 + self.tail_row * batch,
+               "host_launch_bound": max(self.hfloor - kern, 0.0)}
+        if self.cpu is not None:
+            c0, _, u0, _ = self._lines(batch, kv0, plain=True)
+            self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, self.hfloor)
+        return out
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         c0, cs, u0, us = self._lines(batch, kv0)
@@ -598,6 +607,17 @@ class CostModel:
             total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward")
         return total, active
 
+    def forward_terms(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                      cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
+                      head: str = "value", all_logits: bool = False,
+                      gen_runtime: str | None = None, attn_pairs: float | None = None,
+                      sp: int = 1, gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> dict[str, float]:
+        """``forward_parts``' total by cost term (``framework.split``): kernels, op_overhead and, on a
+        CPU, the host effects inside them (``CpuHostEffects.forward_effects``)."""
+        a = (m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits, gen_runtime, attn_pairs, sp,
+             gen_logprobs, head_s_per_logit)
+        return fw.split(*self.forward_parts(*a), *(self.cpu.forward_effects(self, *a) if self.cpu is not None else ()))
+
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
                            cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
                            head: str = "value", all_logits: bool = False,
@@ -645,6 +665,12 @@ class CostModel:
         return self.forward_parts(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
                                   head=head, all_logits=head == "lm")
 
+    def chunk_prefill_terms(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
+                            prefix_tokens: float, tp: int = 1, head: str = "value") -> dict[str, float]:
+        """``chunk_prefill_s`` by cost term (``forward_terms``)."""
+        return self.forward_terms(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
+                                  head=head, all_logits=head == "lm")
+
     def rescore_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                       runtime: str | None = None) -> tuple[float, float]:
         """(total_s, active_s) of scoring ``n_seqs`` whole sequences of ``n_tokens`` tokens in all from
@@ -654,11 +680,20 @@ class CostModel:
         models, ``calibrate.rescore``); otherwise, and for decoders, as the reward model's full forward
         pass is (``score:RUNTIME``, else the prefill costs): the same FLOPs and bytes of
         ``flops.forward_work`` with no cached tokens."""
+        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, **self._rescore_op(m, runtime))
+
+    def rescore_terms(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                      runtime: str | None = None) -> dict[str, float]:
+        """``rescore_parts``' total by cost term (``forward_terms``)."""
+        return self.forward_terms(m, dtype, n_tokens, n_seqs, tp, **self._rescore_op(m, runtime))
+
+    def _rescore_op(self, m: ModelShape, runtime: str | None) -> dict:
+        """The operation (and scoring runtime) ``rescore_parts`` prices a model's pass with."""
         key = op_key("reencode", runtime) if runtime is not None else None
         if m.arch == "encoder" and key in self.ops:
-            return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op=key, head="value")
+            return {"op": key, "head": "value"}
         scorer = runtime if runtime is not None and op_key("score", runtime) in self.ops else None
-        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=scorer, head="value")
+        return {"op": "prefill", "runtime": scorer, "head": "value"}
 
     def retokenize_s(self, n_calls: int, n_tokens: float) -> float:
         """Host seconds to decode the actor's token ids to text and tokenize the texts for a reward model
@@ -714,15 +749,8 @@ class CostModel:
         of a Ulysses group, its all-to-alls in the forward and again in the backward)."""
         if n_tokens <= 0:
             return 0.0, 0.0
-        key = (m, dtype, head)
-        got = self._shapes.get(key)
-        if got is None:   # the shape's constants and, on a CPU, its width's training rate (cpuhost.width_rate), once
-            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), 1.0 if self.cpu is None else self.cpu.body_rate(m))
-        shape, rate = got
-        w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
-        if sp > 1:
-            w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
-        total, active = roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
+        shape, rate = self._train_shape(m, dtype, head)
+        total, active = self._train_roofline(shape, rate, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
         if sp > 1:
             comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
         else:
@@ -731,6 +759,22 @@ class CostModel:
             # the log-prob loss's logits-sized tensors and their gradients (calibrate.cpu.pagefaults)
             total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_train")
         return total + comm, active + comm
+
+    def _train_shape(self, m: ModelShape, dtype: str, head: str) -> tuple:
+        """The shape's constants and, on a CPU, its width's training rate (cpuhost.width_rate), computed once."""
+        key = (m, dtype, head)
+        got = self._shapes.get(key)
+        if got is None:
+            got = self._shapes[key] = (fl.ShapeCoeffs.of(m, dtype, head), 1.0 if self.cpu is None else self.cpu.body_rate(m))
+        return got
+
+    def _train_roofline(self, shape: fl.ShapeCoeffs, rate: float, dtype: str, n_tokens, n_seqs, tp, attn_pairs,
+                        sp) -> tuple[float, float]:
+        """``roofline_parts`` of a training call's work at body rate ``rate`` (one GPU of a Ulysses group of ``sp``)."""
+        w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
+        if sp > 1:
+            w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
+        return roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
 
     def call_parts(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                    head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
@@ -764,7 +808,15 @@ class CostModel:
             exposed = comm / units
         fsdp = fsdp_n >= 1  # FSDP wraps the model (its hooks run even on one GPU, where nothing is gathered)
         host_s = 0.0 if host is None else host.train_s(m, checkpointing, fsdp) if training else host.forward_s(m, fsdp)
-        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s)
+        effects = None   # a CPU's host effects inside ``kernel``, computed only when a breakdown asks (CallParts.terms)
+        if self.cpu is not None:
+            if training:
+                effects = partial(self.cpu.train_effects, self, 1.0 + ckpt_frac if checkpointing else 1.0, m, dtype,
+                                  n_tokens, n_seqs, tp, head, attn_pairs, sp)
+            else:
+                effects = partial(self.cpu.forward_effects, self, m, dtype, n_tokens, n_seqs, tp, 0.0, "prefill", runtime, head,
+                                  logprob, None, attn_pairs, sp, False, per_logit if with_head else None)
+        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects)
 
     def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
                     inter_node: bool = False) -> float:

@@ -1,16 +1,27 @@
 """The named cost terms a step's price is made of: one registry (``TERMS``), read by the simulator's per-phase
-breakdown (``rlhfsim explain``), by ``CostModel.breakdown`` and by the docs' term table
-(``python -m rlhfsim.costs.terms`` prints it as Markdown: docs/reference/cost-terms.md).
+breakdown (``rlhfsim explain``) and by the docs' term table (``python -m rlhfsim.costs.terms`` prints it as
+Markdown: docs/reference/cost-terms.md).
 
 Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
 (``any``; ``gpu``: priced only from a GPU profile's sections, a CPU profile never reaches it; ``cpu``: a host
-effect measured on a CPU, priced only where the device is a CPU: ``rlhfsim.costs.cpuhost``) and what measures or sources it. The equations are in
-docs/cost-model.md; the module that computes each term is named.
+effect measured on a CPU, priced only where the device is a CPU: ``rlhfsim.costs.cpuhost``) and what measures
+or sources it. The equations are in docs/cost-model.md; the module that computes each term is named.
 
-A forward or training piece's breakdown (``CallParts.terms``) sums exactly to the piece's price:
-kernels + op_overhead + logprob_head + fsdp_exposed + host_launch_bound (+ framework_piece and offload in a
-phase). A decode step's (``CostModel.breakdown("decode_step", ...)``) sums to the step: decode_kernels +
-engine_step + sampling_tail + host_launch_bound.
+Every breakdown sums exactly (to float rounding) to the price it splits:
+
+* a forward or training piece (``CallParts.terms``, ``CostModel.forward_terms``): kernels + op_overhead +
+  logprob_head + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
+  (logprob_tail_cpu, page_faults, width_rate), each the price with it less the price without it, taken out
+  of kernels (what the device computes) or op_overhead (page faults: host time);
+* a decode step (``_Decode.terms``): decode_kernels + engine_step + sampling_tail + host_launch_bound, and on a
+  CPU gemm_footprint (out of decode_kernels) and cold_overheads (out of the fixed costs);
+* a streamed scorer call (``Streaming.parts``): a forward's terms, reencode_prefix where the strategy
+  re-encodes what earlier calls scored, retokenize, and interference (its co-running slowdown);
+* a phase: its calls' terms plus framework_piece, offload and optimizer; a CPU-side phase (advantage,
+  retokenize, rule_reward) and the weight update (weight_sync, offload) are one term each.
+
+A streamed phase's span also holds the time its replica waits for generation to hand tokens over: that is
+not a cost term, and ``WAITING`` names it.
 """
 
 from __future__ import annotations
@@ -73,22 +84,41 @@ TERMS: tuple[CostTerm, ...] = (
     CostTerm("advantage", "advantages on the driver's CPU (GAE's loop over positions, group statistics)",
              "step.adv_per_token_s, adv_per_row_s, adv_per_position_s", "any", "calibrate.stepbench",
              "rlhfsim.costs.model.advantage_s"),
-    CostTerm("interference", "decode and prefill slowed while they share GPUs (OPPO intra-step)",
+    CostTerm("interference", "decode and prefill slowed while they share GPUs (OPPO intra-step; a streamed scorer "
+             "call's seconds beyond its price alone)",
              "interference.decode_slowdown, prefill_slowdown, handover", "any", "calibrate.cpu.corun",
              "rlhfsim.costs.model.corun"),
-    CostTerm("page_faults", "minor page faults of logits-sized tensors above glibc's mmap threshold",
+    CostTerm("page_faults", "minor page faults of logits-sized tensors above glibc's mmap threshold (out of "
+             "op_overhead)",
              "kernels.page_faults", "cpu", "calibrate.cpu.pagefaults", "rlhfsim.costs.cpuhost.page_fault_s"),
-    CostTerm("logprob_tail_cpu", "a log-prob pass's log-softmax and gather measured on a CPU, after its roofline",
+    CostTerm("logprob_tail_cpu", "a log-prob pass's log-softmax and gather measured on a CPU, priced after its "
+             "roofline instead of as bytes inside it (the difference, out of kernels: negative where the measured "
+             "tail is faster than the bytes)",
              "kernels.page_faults.logprob_tail.s_per_logit", "cpu", "calibrate.cpu.pagefaults.measure_logprob_tail",
              "rlhfsim.costs.cpuhost.CpuHostEffects, rlhfsim.costs.model._Forward.parts"),
-    CostTerm("cold_overheads", "a decode step's fixed costs after its weights swept the CPU caches",
+    CostTerm("cold_overheads", "a decode step's fixed costs (engine step, sampling tail, launch floor) beyond their "
+             "hot values, after its weights swept the CPU caches",
              "kernels.cold_overheads", "cpu", "calibrate.cpu.coldfixed", "rlhfsim.costs.cpuhost.cold_factor"),
-    CostTerm("gemm_footprint", "weight passes of a multi-row decode GEMM by the weights' cache footprint",
+    CostTerm("gemm_footprint", "a decode step's weight passes (a multi-row GEMM) and its weights' streaming rate, by "
+             "the weights' cache footprint (out of decode_kernels)",
              "kernels.gemm_weight_passes, gemm_passes_by_footprint", "cpu", "calibrate.cpu.gemm",
              "rlhfsim.costs.cpuhost.footprint_passes, stream_factor"),
-    CostTerm("width_rate", "training rate by model width", "kernels.width_efficiency", "cpu", "calibrate.cpu.widths",
+    CostTerm("width_rate", "training rate by model width (the body FLOPs' extra time, out of kernels)", "kernels.width_efficiency", "cpu", "calibrate.cpu.widths",
              "rlhfsim.costs.cpuhost.width_rate"),
+    CostTerm("reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
+             "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "
+             "against incremental", "models.reward.streaming; operations.reencode:RT (else score:RT, prefill)",
+             "any", "calibrate.rescore", "rlhfsim.sim.streaming.Reencode.parts"),
+    CostTerm("retokenize", "the host decoding the actor's ids to text and tokenizing it for a reward model of "
+             "another tokenizer (per batch, or per streamed call)", "step.retokenize_s, retokenize_per_token_s",
+             "any", "calibrate.stepbench", "rlhfsim.costs.model.retokenize_s"),
+    CostTerm("rule_reward", "a rule-based reward checker on CPU workers", "models.reward.cpu_s_per_sample, workers",
+             "any", "the scenario", "rlhfsim.costs.model.rule_reward_s"),
 )
+
+# The one line of an explanation that is not a cost term: a streamed phase's replica idle inside the span,
+# waiting for generation to hand tokens over (``rlhfsim explain``'s ``waiting_s``).
+WAITING = "waiting for rollouts"
 
 BY_NAME = {t.name: t for t in TERMS}
 

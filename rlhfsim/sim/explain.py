@@ -1,64 +1,95 @@
 """Which cost terms a step's time is made of (``rlhfsim explain SCENARIO``).
 
-The scenario is simulated once with the recorder keeping, for every forward and training phase, the seconds of
-the replica (forward) or rank (training) that sets the phase's span, by cost term (``rlhfsim.costs.terms``:
-kernels, op_overhead, logprob_head, fsdp_exposed, host_launch_bound, framework_piece, offload, optimizer);
-their mean over the steady steps is reported beside the phase's mean span. Generation is a sum of decode
-segments of changing batch and context, so it is explained by one representative decode step instead: the
-first step of a full batch (``generation.max_batch`` rows, or the rollouts per engine replica if fewer) with
-the mean prompt plus half the mean response in its cache, by term (decode_kernels, engine_step,
-sampling_tail, host_launch_bound). The weight update is given by its named parts (``weight_sync_parts_s``).
+The scenario is simulated once with the recorder keeping, for every phase, the seconds by cost term
+(``rlhfsim.costs.terms``) of the work that sets the phase's span; their mean over the steady steps is reported
+beside the phase's mean span:
+
+* a forward or training phase: the replica (forward) or rank (training) that sets the span (kernels,
+  op_overhead, logprob_head, fsdp_exposed, host_launch_bound, framework_piece, offload, optimizer, and on a
+  CPU the host effects split out of them: logprob_tail_cpu, page_faults, width_rate);
+* a streamed phase (OPPO intra-step: ``reward``, and ``reference`` or ``critic_fwd`` when streamed): the
+  replica whose calls end last, its busy seconds by term (kernels, op_overhead, reencode_prefix, retokenize,
+  interference, ...), and apart from them the rest of the span, which it spends waiting for generation to
+  hand tokens over: not a cost term (``terms.WAITING``, ``waiting_s``);
+* the CPU-side phases (advantage, retokenize, a rule reward) and the weight update: one term each, the weight
+  update with its named parts (``weight_sync_parts_s``).
+
+Generation is a sum of decode segments of changing batch and context, so it is explained by one
+representative decode step instead: the first step of a full batch (``generation.max_batch`` rows, or the
+rollouts per engine replica if fewer) with the mean prompt plus half the mean response in its cache, by term
+(decode_kernels, engine_step, sampling_tail, host_launch_bound; on a CPU gemm_footprint, cold_overheads).
+Every name printed as a term is a registry term; ``explained_names`` lists them (a test checks it).
 """
 
 from __future__ import annotations
 
 from rlhfsim.contracts import VERL_PHASE_KEYS
-from rlhfsim.costs.terms import BY_NAME
+from rlhfsim.costs.terms import BY_NAME, WAITING
 from rlhfsim.scenario.schema import Scenario
 from rlhfsim.sim.run import simulate
 
 
 def explain(sc: Scenario, *, profile: str | None = None, steps: int | None = None, seed: int | None = None) -> dict:
-    """The breakdown (module docstring) as a JSON-ready dict."""
+    """The breakdown (module docstring) as a JSON-ready dict: per phase ``span_s``, ``terms_s`` and, for a
+    streamed phase, ``waiting_s``; ``decode_step``; ``terms`` (the registry's entry of every term named)."""
     result = simulate(sc, profile=profile, steps=steps, seed=seed, terms=True)
-    summ, setup = result.summary, result.setup
+    summ = result.summary
     phases = {}
     for ph, span in summ["phases_s"].items():
         entry = {"span_s": span, "verl_name": VERL_PHASE_KEYS.get(ph)}
-        terms = summ.get("phase_terms_s", {}).get(ph)
+        terms = summ["phase_terms_s"].get(ph)
         if terms:
             entry["terms_s"] = terms
+        if ph in summ["phase_waiting_s"]:
+            entry["waiting_s"] = summ["phase_waiting_s"][ph]
         phases[ph] = entry
     doc = {"scenario": summ["scenario"], "profile": summ["profile"], "step_time_s": summ["step_time_s"],
-           "phases": phases, "weight_sync_parts_s": summ.get("weight_sync_parts_s")}
-    doc["decode_step"] = representative_decode_step(result)
-    doc["terms"] = {name: {"prices": t.prices, "key": t.key, "devices": t.devices}
-                    for name, t in BY_NAME.items()
-                    if any(name in (e.get("terms_s") or {}) for e in phases.values()) or name in doc["decode_step"]["terms_s"]}
+           "phases": phases, "weight_sync_parts_s": summ.get("weight_sync_parts_s"),
+           "decode_step": representative_decode_step(result), "waiting": WAITING}
+    doc["terms"] = {name: {"prices": BY_NAME[name].prices, "key": BY_NAME[name].key, "devices": BY_NAME[name].devices}
+                    for name in sorted(explained_names(doc), key=list(BY_NAME).index)}
     return doc
 
 
+def explained_names(doc: dict) -> set[str]:
+    """Every term name ``doc`` gives seconds for (non-zero): the phases' and the decode step's."""
+    names = {k for e in doc["phases"].values() for k, v in (e.get("terms_s") or {}).items() if v}
+    return names | {k for k, v in doc["decode_step"]["terms_s"].items() if v}
+
+
+def _shares(terms: dict[str, float], whole: float) -> str:
+    """``terms`` largest first with their share of ``whole``; those under 0.5% of it (either sign) left out."""
+    whole = whole or 1.0
+    return ", ".join(f"{k} {v:.3f} ({100 * v / whole:.0f}%)" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])
+                     if abs(v) >= 0.005 * whole)
+
+
 def render(doc: dict) -> list[str]:
-    """The breakdown as text lines: each phase's mean span and its terms (seconds and share)."""
+    """The breakdown as text lines: each phase's mean span and its terms (seconds and share of the span)."""
     out = [f"{doc['scenario']}  profile {doc['profile']}  step {doc['step_time_s']:.3f} s", "",
            f"{'phase':<14} {'span_s':>9}  what it is made of"]
     for ph, e in doc["phases"].items():
         terms = e.get("terms_s")
-        if terms:
-            total = sum(terms.values()) or 1.0
-            what = ", ".join(f"{k} {v:.3f} ({100 * v / total:.0f}%)" for k, v in
-                             sorted(terms.items(), key=lambda kv: -kv[1]) if v >= 0.005 * total)
-        elif ph == "generate":
+        if ph == "generate":
             d = doc["decode_step"]
             what = (f"decode steps; one of {d['batch']} rows, {d['cached_tokens']:.0f} cached tokens ({d['runtime']}): "
-                    f"{d['step_s'] * 1e3:.2f} ms = " + " + ".join(f"{k} {v * 1e3:.2f}" for k, v in d["terms_s"].items() if v > 0))
-        elif ph == "weight_sync" and doc.get("weight_sync_parts_s"):
-            what = ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in doc["weight_sync_parts_s"].items() if v > 0)
+                    f"{d['step_s'] * 1e3:.2f} ms = " + " + ".join(f"{k} {v * 1e3:.2f}" for k, v in d["terms_s"].items()
+                                                              if abs(v) >= 0.005 * d["step_s"]))
+        elif terms:
+            what = _shares(terms, e["span_s"])
+            if "waiting_s" in e:
+                what = (f"one replica busy {sum(terms.values()):.3f}: {what}; {WAITING} {e['waiting_s']:.3f} "
+                        f"({100 * e['waiting_s'] / (e['span_s'] or 1.0):.0f}%, not a cost term)")
+            if ph == "weight_sync" and doc.get("weight_sync_parts_s"):
+                what += " [weight_sync's parts: " + ", ".join(
+                    f"{k.removesuffix('_s')} {v:.3f}" for k, v in doc["weight_sync_parts_s"].items()
+                    if v and k != "offload_s") + "]"
         else:
-            what = ""
+            what = "nothing to do" if e["span_s"] == 0 else ""
         out.append(f"{ph:<14} {e['span_s']:>9.3f}  {what}")
-    out += ["", "Forward and training phases: the replica or rank that sets the span, mean over the steady steps; "
-            "terms under 0.5% left out. The terms (devices; where their numbers live):"]
+    out += ["", "Each phase: the replica or rank that sets its span, mean over the steady steps; a streamed phase's "
+            f"replica is busy part of its span and the rest is {WAITING}; terms under 0.5% of the span left out. "
+            "The terms (devices; where their numbers live):"]
     out += [f"  {k:<18} ({t['devices']}) {t['key']}" for k, t in doc["terms"].items()]
     out.append("Every term: docs/reference/cost-terms.md; equations: docs/cost-model.md.")
     return out

@@ -65,17 +65,45 @@ class Recorder:
         self.intervals: list[Interval] = []
         self.steps: list[StepRecord] = []
         self._spans: dict[tuple[int, str], list[float]] = {}
-        # seconds by cost term per (step, phase), kept only when asked for (rlhfsim explain: ``record_terms``)
+        # seconds by cost term per (step, phase), kept only when asked for (rlhfsim explain: ``record_terms``): of
+        # the replica or rank that sets the span, and for a streamed phase per replica (``streamed``)
         self.terms: dict[tuple[int, str], dict[str, float]] | None = None
+        self.streamed: dict[tuple[int, str], dict[int, list]] = {}
 
     def record_terms(self) -> None:
-        """Keep each forward and training phase's seconds by cost term (``rlhfsim.costs.terms``)."""
+        """Keep each phase's seconds by cost term (``rlhfsim.costs.terms``)."""
         self.terms = {}
 
     def add_terms(self, step: int, phase: str, parts: dict[str, float]) -> None:
+        """Seconds by term of the work that sets ``phase``'s span in ``step`` (terms of 0 s left out)."""
         acc = self.terms.setdefault((step, phase), {})
         for k, v in parts.items():
+            if v:
+                acc[k] = acc.get(k, 0.0) + v
+
+    def add_streamed(self, step: int, phase: str, replica: int, end_at: float, parts: dict[str, float],
+                     interference: float = 0.0) -> None:
+        """A streamed call of ``phase`` (``stages.ChunkScorer``) on ``replica``, ending at ``end_at``: its seconds
+        by term and its co-running slowdown (``interference``)."""
+        entry = self.streamed.setdefault((step, phase), {}).setdefault(replica, [end_at, {}])
+        entry[0] = max(entry[0], end_at)
+        acc = entry[1]
+        for k, v in parts.items():
             acc[k] = acc.get(k, 0.0) + v
+        if interference:
+            acc["interference"] = acc.get("interference", 0.0) + interference
+
+    def phase_terms(self) -> dict[tuple[int, str], tuple[dict[str, float], float | None]]:
+        """Per (step, phase): the seconds by term of the work that sets the span, and for a streamed phase the
+        seconds its replica waits inside the span (None for the others). A streamed phase is explained by the
+        replica whose calls end last (ties: the busier), its busy seconds by term; the rest of the span it
+        waits for generation to hand tokens over (``rlhfsim.costs.terms.WAITING``)."""
+        out: dict = {key: (dict(parts), None) for key, parts in (self.terms or {}).items()}
+        for key, reps in self.streamed.items():
+            _, parts = max(reps.values(), key=lambda e: (e[0], sum(e[1].values())))
+            start, end = self._spans[key]
+            out[key] = (dict(parts), (end - start) - sum(parts.values()))
+        return out
 
     def busy(self, step: int, pool: str, gpu0: int, n_gpus: int, role: str, phase: str, start: float, end: float,
              active_s: float | None = None) -> None:

@@ -25,8 +25,9 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
              max_work: float | None = DEFAULT_MAX_WORK, terms: bool = False) -> SimResult:
     """Run the scenario's schedule for ``steps`` steps and summarize it. A run whose estimated work
     (``rlhfsim.sim.budget``) exceeds ``max_work`` is refused before it starts (None or 0: no limit).
-    ``terms``: also keep each forward and training phase's seconds by cost term (``rlhfsim explain``), in the
-    summary as ``phase_terms_s`` (mean over the steady steps)."""
+    ``terms``: also keep each phase's seconds by cost term (``rlhfsim explain``), in the summary as
+    ``phase_terms_s``, and a streamed phase's seconds waiting for rollouts as ``phase_waiting_s`` (means over
+    the steady steps, ``Recorder.phase_terms``)."""
     if steps is not None or seed is not None:
         upd = {}
         if steps is not None:
@@ -47,13 +48,18 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
     records = sim.run(sc.steps)
     summary = summarize(sim, records)
     if terms:
-        steady = [r.step for r in records[summary["warmup_steps"]:]]
+        steady = {r.step for r in records[summary["warmup_steps"]:]}
         acc: dict[str, dict[str, float]] = {}
-        for (st, ph), parts in sim.rec.terms.items():
+        waiting: dict[str, float] = {}
+        for (st, ph), (parts, wait) in sim.rec.phase_terms().items():
             if st in steady:
+                mine = acc.setdefault(ph, {})
                 for k, v in parts.items():
-                    acc.setdefault(ph, {})[k] = acc.setdefault(ph, {}).get(k, 0.0) + v / len(steady)
+                    mine[k] = mine.get(k, 0.0) + v / len(steady)
+                if wait is not None:
+                    waiting[ph] = waiting.get(ph, 0.0) + wait / len(steady)
         summary["phase_terms_s"] = acc
+        summary["phase_waiting_s"] = waiting
     return SimResult(setup, records, sim.rec.intervals, summary, cost)
 
 

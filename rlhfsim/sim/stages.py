@@ -166,6 +166,8 @@ def advantage(env, sim, step: int, rows: list[Rollout]):
     yield env.timeout(t)
     if t > 0:
         sim.rec.busy(step, CPU_POOL, 0, 1, "actor", "adv", start, env.now, active_s=0.0)
+        if sim.rec.terms is not None:
+            sim.rec.add_terms(step, "adv", {"advantage": t})
 
 
 def retokenize(env, sim, step: int, rows: list[Rollout]):
@@ -181,6 +183,8 @@ def retokenize(env, sim, step: int, rows: list[Rollout]):
     yield env.timeout(t)
     if t > 0:
         sim.rec.busy(step, CPU_POOL, 0, 1, "reward", "retokenize", start, env.now, active_s=0.0)
+        if sim.rec.terms is not None:
+            sim.rec.add_terms(step, "retokenize", {"retokenize": t})
 
 
 def rule_reward(env, sim, step: int, rows: list[Rollout]):
@@ -191,6 +195,8 @@ def rule_reward(env, sim, step: int, rows: list[Rollout]):
     yield env.timeout(t)
     if t > 0:  # no GPU work: the pseudo-pool is never counted in GPU utilization
         sim.rec.busy(step, CPU_POOL, 0, 1, "reward", "reward", start, env.now, active_s=0.0)
+        if sim.rec.terms is not None:
+            sim.rec.add_terms(step, "reward", {"rule_reward": t})
 
 
 def train(env, sim, step: int, role: str, rows: list[Rollout]):
@@ -295,16 +301,20 @@ def weight_sync(env, sim, step: int):
         parts = weight_sync_parts(sim)
         active = parts["gather_s"] + parts["load_s"] + parts.get("broadcast_s", 0.0)
         t = sum(parts.values())
+        off = parts["offload_s"]
     else:
         t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes, same_pool=a is r,
                                    shares_weights=s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS)
         active = t  # a device-memory copy or a link transfer: the device works throughout
-        t += ex.offload_s(sim, "actor", "sync")
+        off = ex.offload_s(sim, "actor", "sync")
+        t += off
     with sim.locks[r.name].request() as req:
         yield req
         start = env.now
         yield env.timeout(t)
         sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
+        if t > 0 and sim.rec.terms is not None:   # rlhfsim explain: the update's parts are weight_sync's
+            sim.rec.add_terms(step, "weight_sync", {"weight_sync": t - off, "offload": off})
 
 
 def weight_sync_parts(sim) -> dict[str, float]:
@@ -364,6 +374,7 @@ class ChunkScorer:
         self.retokenize = role == "reward" and s.retokenize
         self.cap = s.reward_max_tokens if role == "reward" else None  # an encoder's calls truncated (prefix 0)
         self.prices: dict[tuple, tuple[float, float]] = {}  # _price's, by (tokens, n, prefix)
+        self.by_term: dict[tuple, dict[str, float]] = {}  # _terms', by (tokens, n, prefix, new): rlhfsim explain
         self.reps = [_Chain(range(k * self.tp, (k + 1) * self.tp), k - n_rep) for k in range(n_rep)]
         self.live = self.closing = False  # live beside generation; the step's generation is over
         self.emitted = 0  # chunks emitted so far
@@ -379,10 +390,13 @@ class ChunkScorer:
         if not self.live and self.sim.slows_decode == "live":
             self._set_live(True)
         tokens, prefix = job
+        done = r.scored.get(self.role, 0)
+        new = r.generated - done + (r.prompt_len if done == 0 else 0)  # tokens no earlier call scored
         if self.cap is not None:
             tokens = min(tokens, self.cap)
         r.scored[self.role] = r.generated
-        self.queue.append((step, tokens, prefix, self.emitted))  # the last: its place in the queue
+        # (step, tokens, prefix, place in the queue, new tokens)
+        self.queue.append((step, tokens, prefix, self.emitted, min(new, tokens)))
         self.emitted += 1
         self.outstanding += 1
         if self.drained.triggered:
@@ -499,6 +513,27 @@ class ChunkScorer:
                                                          prefix, self.tp, self.head, self.runtime, self.retokenize)
         return parts
 
+    def _terms(self, tokens: float, n: int, prefix: float, new: float) -> dict[str, float]:
+        """``_price``'s total by cost term (``Streaming.parts``, and ``retokenize`` for a reward model of another
+        tokenizer), kept per (tokens, n, prefix, new)."""
+        key = (tokens, n, prefix, new)
+        got = self.by_term.get(key)
+        if got is None:
+            got = self.by_term[key] = self.strategy.parts(self.sim.cost, self.model, self.dtype, tokens, n, prefix, new,
+                                                        self.tp, self.head, self.runtime)
+            if self.retokenize:
+                got["retokenize"] = self.sim.cost.retokenize_s(n, tokens)
+        return got
+
+    def _book_terms(self, rep: "_Chain") -> None:
+        """rlhfsim explain: each call of a finished chain by cost term, on its replica's account for the call's
+        step (``Recorder.add_streamed``); the co-running slowdown is the call's seconds beyond its price alone."""
+        rec, phase, t = self.sim.rec, ROLE_PHASE[self.role], rep.t0
+        for call, parts, dur in zip(rep.calls, rep.parts, rep.durs):
+            t += dur
+            terms = self._terms(sum(j[1] for j in call), len(call), sum(j[2] for j in call), sum(j[4] for j in call))
+            rec.add_streamed(call[0][0], phase, rep.gpus.start, t, terms, interference=dur - parts[0])
+
     def _slow(self, rep: "_Chain") -> tuple[float, float]:
         """(factor, seconds added) of a call starting now on ``rep`` (``Simulation.prefill_rate``)."""
         return self.sim.prefill_rate(self.pool.name, rep.gpus)
@@ -537,6 +572,8 @@ class ChunkScorer:
         call's kernel share of its span), then the scorer's counters and the drained event."""
         sim = self.sim
         calls, parts, durs = rep.calls, rep.parts, rep.durs
+        if sim.rec.terms is not None:
+            self._book_terms(rep)
         if len(calls) == 1 and len(calls[0]) == 1:  # the usual chain: one call of one chunk
             job, t0 = calls[0][0], rep.t0
             t = t0 + durs[0]

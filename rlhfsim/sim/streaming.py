@@ -20,6 +20,10 @@ hand-over and d already handed over before it:
 
 So for the same responses ``reencode`` prices at least the work of ``final_only`` (its last call is the
 same pass, and every earlier one is extra), and more as responses grow (``tests/property``).
+
+Each strategy also splits a call's price by cost term (``parts``, for ``rlhfsim explain``): a forward's terms
+(``CostModel.forward_terms``) and, for a call that re-encodes tokens earlier calls scored, ``reencode_prefix``:
+the call's price less the price of its ``new`` tokens alone, what re-scoring costs against ``incremental``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ class Streaming:
         """(total_s, active_s) of one scorer call of ``n_seqs`` rows, ``tokens`` and ``prefix`` summed."""
         raise NotImplementedError
 
+    @staticmethod
+    def parts(cost, model, dtype: str, tokens: float, n_seqs: int, prefix: float, new: float, tp: int, head: str,
+              runtime: str | None) -> dict[str, float]:
+        """``price``'s total by cost term (``rlhfsim.costs.terms``); ``new``: the call's tokens that no earlier
+        call of its rollouts scored."""
+        raise NotImplementedError
+
 
 class Incremental(Streaming):
     """Each chunk prefilled on top of the reward model's cached prefix (OPPO's own; needs a causal model)."""
@@ -64,6 +75,10 @@ class Incremental(Streaming):
     def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime):
         return cost.chunk_prefill_parts(model, dtype, tokens, n_seqs, prefix, tp, head)
 
+    @staticmethod
+    def parts(cost, model, dtype, tokens, n_seqs, prefix, new, tp, head, runtime):
+        return cost.chunk_prefill_terms(model, dtype, tokens, n_seqs, prefix, tp, head)
+
 
 class Reencode(Streaming):
     """Each chunk re-encodes the whole prefix so far, from scratch (no cache)."""
@@ -81,6 +96,14 @@ class Reencode(Streaming):
     def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime):
         return cost.rescore_parts(model, dtype, tokens, n_seqs, tp, runtime)
 
+    @staticmethod
+    def parts(cost, model, dtype, tokens, n_seqs, prefix, new, tp, head, runtime):
+        if new >= tokens:   # nothing scored before: one plain pass
+            return cost.rescore_terms(model, dtype, tokens, n_seqs, tp, runtime)
+        out = cost.rescore_terms(model, dtype, new, n_seqs, tp, runtime)
+        out["reencode_prefix"] = cost.rescore_parts(model, dtype, tokens, n_seqs, tp, runtime)[0] - sum(out.values())
+        return out
+
 
 class FinalOnly(Streaming):
     """Nothing streams; each response is scored whole as soon as it has finished."""
@@ -95,6 +118,7 @@ class FinalOnly(Streaming):
         return r.prompt_len + r.generated, 0
 
     price = Reencode.price
+    parts = Reencode.parts   # its one call per rollout re-encodes nothing: ``new`` is all its tokens
 
 
 STREAMING: dict[str, type[Streaming]] = {cls.NAME: cls for cls in (Incremental, Reencode, FinalOnly)}

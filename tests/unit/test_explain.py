@@ -1,0 +1,154 @@
+"""Every term of every phase (rlhfsim explain): the breakdowns sum to the prices they split (CPU and GPU profiles;
+decode, forward, training and streamed scorer calls), a streamed phase's busy terms and its waiting make its
+span, the CPU host effects appear on a CPU only, and every name explain prints is a registry term."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rlhfsim.cli import main
+from rlhfsim.costs import cpuhost
+from rlhfsim.costs import terms as T
+from rlhfsim.costs.cpuhost import CpuHostEffects
+from rlhfsim.costs.model import CostModel, decode_sum
+from rlhfsim.costs.profile import load_profile
+from rlhfsim.hardware.catalog import GPUS
+from rlhfsim.models.catalog import CATALOG
+from rlhfsim.scenario.loader import load_scenario, parse_set
+from rlhfsim.sim.explain import explain, explained_names
+from rlhfsim.sim.streaming import STREAMING
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU, H200 = GPUS["cpu"], GPUS["h200"]
+CPU_KERNELS = {   # every CPU host effect measured, each large enough to show (as tests/unit/test_cpuhost.py)
+    "gemm_weight_passes": 2.0,
+    "gemm_passes_by_footprint": {"footprint_mib": [4, 64], "passes": [1.5, 3.0], "gb_s_1row": [60.0, 12.0]},
+    "width_efficiency": {"widths": [64, 512], "relative_rate": [0.5, 1.0]},
+    "page_faults": {"fault_s_per_byte": 2e-10, "threshold_bytes": 0, "tensors": {"logprob_forward": 3.0,
+                    "logprob_train": 6.0, "labels_train": 4.0}, "logprob_tail": {"s_per_logit": 5e-10}},
+    "cold_overheads": {"footprint_mib": [0, 64], "factor": [1.0, 2.0]},
+}
+CPU_TERMS = {t.name for t in T.TERMS if t.devices == "cpu"}
+
+
+def _models():
+    cpu = CostModel(CPU, {**load_profile("cpu"), "kernels": CPU_KERNELS})
+    gpu = CostModel(H200, load_profile("h200-measured"))
+    assert cpu.cpu is not None and gpu.cpu is None
+    return (cpu, CATALOG["small-qwen2"], "float32"), (gpu, CATALOG["qwen2.5-0.5b"], "bfloat16")
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_forward_training_and_decode_terms_sum_to_their_prices(device):
+    cost, m, dt = _models()[device == "gpu"]
+    seen = set()
+    for training in (False, True):
+        for kw in ({}, {"checkpointing": True, "ckpt_frac": 0.3}, {"sp": 2}, {"fsdp_n": 4}):
+            if kw.get("checkpointing") and not training:
+                continue
+            call = cost.call_parts(training, m, dt, 2048.0, 8.0, head="lm", logprob=True, entropy=True, **kw)
+            terms = call.terms()
+            assert sum(terms.values()) == pytest.approx(call.total_s, rel=1e-12), (training, kw)
+            seen |= {k for k, v in terms.items() if v}
+    for head, all_logits in (("lm", True), ("value", False)):
+        t = cost.forward_terms(m, dt, 1024.0, 4.0, cached_tokens=256.0, op="chunk_prefill", head=head, all_logits=all_logits)
+        assert sum(t.values()) == pytest.approx(cost.forward_parts(m, dt, 1024.0, 4.0, 1, 256.0, "chunk_prefill", None,
+                                                                   head, all_logits)[0], rel=1e-12)
+        seen |= {k for k, v in t.items() if v}
+    d = cost.decoder(m, dt)
+    for batch, kv in ((1, 100.0), (8, 8 * 700.0)):
+        t = d.terms(batch, kv)
+        assert sum(t.values()) == pytest.approx(decode_sum(d.coeffs(batch, kv, None), 1), rel=1e-12)
+        seen |= {k for k, v in t.items() if v}
+    assert seen <= set(T.BY_NAME)
+    if device == "cpu":   # each effect split out of the term it was folded into
+        assert CPU_TERMS <= seen
+        assert all(v > 0 for k, v in d.terms(8, 8 * 700.0).items() if k in ("gemm_footprint", "cold_overheads"))
+    else:
+        assert not seen & CPU_TERMS
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("name", sorted(STREAMING))
+def test_a_streamed_scorer_call_splits_its_price(device, name):
+    cost, m, dt = _models()[device == "gpu"]
+    strategy = STREAMING[name]
+    for head in ("value", "lm"):
+        for tokens, prefix, new in ((600.0, 0.0, 600.0), (640.0, 0.0, 64.0), (64.0, 576.0, 64.0)):
+            total = strategy.price(cost, m, dt, tokens, 1, prefix, 1, head, None)[0]
+            parts = strategy.parts(cost, m, dt, tokens, 1, prefix, new, 1, head, None)
+            assert sum(parts.values()) == pytest.approx(total, rel=1e-12), (head, tokens, new)
+            assert set(parts) <= set(T.BY_NAME)
+            assert (parts.get("reencode_prefix", 0.0) > 0) == (name != "incremental" and new < tokens)
+            assert device == "cpu" or not set(parts) & CPU_TERMS
+
+
+def _check(doc):
+    """Every phase that takes time is explained by registry terms summing to its span (streamed: with waiting)."""
+    assert explained_names(doc) <= set(T.BY_NAME) and set(doc["terms"]) == explained_names(doc)
+    for ph, e in doc["phases"].items():
+        if ph == "generate" or e["span_s"] == 0:
+            continue
+        assert "terms_s" in e, ph
+        busy = sum(e["terms_s"].values())
+        assert busy + e.get("waiting_s", 0.0) == pytest.approx(e["span_s"], rel=1e-9, abs=1e-12), ph
+    d = doc["decode_step"]
+    assert sum(d["terms_s"].values()) == pytest.approx(d["step_s"])
+
+
+def test_a_streamed_reward_phase_is_its_replicas_terms_plus_waiting():
+    doc = explain(load_scenario(ROOT / "scenarios" / "oppo.yaml"), steps=3)
+    _check(doc)
+    reward = doc["phases"]["reward"]
+    assert reward["waiting_s"] > 0 and {"kernels", "op_overhead"} <= set(reward["terms_s"])
+    assert not explained_names(doc) & CPU_TERMS   # a GPU profile
+
+
+@pytest.mark.parametrize("path, want", [
+    ("validate/oppo-encoder-reencode.yaml", {"reencode_prefix", "interference", "width_rate"}),
+    ("validate/grpo-retokenize.yaml", {"retokenize"}),
+    ("validate/sync-static.yaml", {"kernels", "optimizer"}),
+    ("baseline.yaml", {"kernels"}),
+])
+def test_every_phase_of_these_scenarios_is_named_by_registry_terms(path, want):
+    doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
+    _check(doc)
+    assert want <= explained_names(doc)
+
+
+def test_cpu_side_phases_and_the_weight_update_are_terms():
+    sc = load_scenario(ROOT / "scenarios" / "verl-ppo.yaml", overrides=[parse_set("execution.advantage.enabled=true"),
+                                                                      parse_set("execution.weight_sync.kind=reshard")])
+    doc = explain(sc, steps=3)
+    _check(doc)
+    assert "advantage" in doc["phases"]["adv"]["terms_s"] and "weight_sync" in doc["phases"]["weight_sync"]["terms_s"]
+
+
+def test_explain_on_a_gpu_runs_no_cpu_host_code(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a GPU price ran CPU host code")
+
+    for name, fn in inspect.getmembers(cpuhost, inspect.isfunction):
+        if fn.__module__ == cpuhost.__name__ and name != "device_kind":
+            monkeypatch.setattr(cpuhost, name, boom)
+    for name, fn in vars(CpuHostEffects).items():
+        if (callable(fn) or isinstance(fn, (staticmethod, classmethod))) and name not in ("of", "__init__") \
+                and not name.startswith("__"):
+            monkeypatch.setattr(CpuHostEffects, name, boom)
+    doc = explain(load_scenario(ROOT / "scenarios" / "verl-ppo.yaml"), steps=2)
+    assert doc["step_time_s"] > 0 and not explained_names(doc) & CPU_TERMS
+
+
+def test_json_carries_the_terms_and_the_waiting():
+    r = CliRunner().invoke(main, ["explain", str(ROOT / "scenarios" / "oppo.yaml"), "--steps", "3", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["waiting"] == T.WAITING and doc["phases"]["reward"]["waiting_s"] > 0
+    assert set(doc["terms"]) <= set(T.BY_NAME)
+    text = CliRunner().invoke(main, ["explain", str(ROOT / "scenarios" / "oppo.yaml"), "--steps", "3"]).output
+    assert T.WAITING in text and "not a cost term" in text
