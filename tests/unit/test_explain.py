@@ -114,6 +114,7 @@ def test_a_streamed_reward_phase_is_its_replicas_terms_plus_waiting():
     ("validate/grpo-retokenize.yaml", {"retokenize"}),
     ("validate/sync-static.yaml", {"kernels", "optimizer"}),
     ("baseline.yaml", {"kernels"}),
+    ("examples/verl-grpo.yaml", {"rule_reward"}),
 ])
 def test_every_phase_of_these_scenarios_is_named_by_registry_terms(path, want):
     doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
