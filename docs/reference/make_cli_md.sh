@@ -31,10 +31,7 @@ cmds=$(COLUMNS=200 rlhfsim --help | awk '/^Commands:/{f=1;next} f && /^  [a-z]/ 
   echo
   echo "## Scripts beside the CLI"
   echo
-  echo "The time-boxed GPU scripts ([../guide/calibrating.md](../guide/calibrating.md)) and the profile extender:"
-  for m in calibrate.gpu_session calibrate.gpu_validate; do
-    echo; echo "### python -m $m"; echo; echo '```'; COLUMNS=110 python -m $m --help; echo '```'
-  done
+  echo "The profile extender (the time-boxed GPU session scripts are lab tooling: lab/README.md):"
   echo; echo "### python -m calibrate.extend"; echo
   echo "\`python -m calibrate.extend PROFILE.json [--handover | --cost-terms | --page-faults | --refit-encoders]"
   echo "[--models M,...] [--runtimes R,...] [--actor A] [--threads N] [--resume]\`: measure further operations into a"

@@ -1,4 +1,4 @@
-"""The time-boxed GPU session (calibrate.gpu_session) and the bundled H200 profile it produced.
+"""The time-boxed GPU session (lab/gpu/gpu_session.py, outside the installed packages) and the bundled H200 profile it produced.
 
 A stage past its deadline is cut (SIGTERM to its process group) and recorded as cut; the bundled
 ``h200-measured`` profile is exactly what ``--from-journal`` assembles from the journal the H200
@@ -19,7 +19,8 @@ pytest.importorskip("transformers")
 from click.testing import CliRunner  # noqa: E402
 
 from calibrate.cli import calibrate_command  # noqa: E402
-from calibrate.gpu_session import Session  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "gpu"))  # the session scripts
+from gpu_session import Session  # noqa: E402
 from rlhfsim.costs.profile import validate_profile  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
@@ -76,9 +77,9 @@ def test_bundled_h200_profile_is_its_journal_assembled_without_a_gpu(tmp_path):
 
 
 def test_gpu_validate_rehearsed_on_cpu_writes_each_scenario_as_it_ends(tmp_path):
-    """``calibrate.gpu_validate`` on CPU with tiny-model overrides: the env stage, one validate stage per
+    """``lab/gpu/gpu_validate.py`` on CPU with tiny-model overrides: the env stage, one validate stage per
     scenario in the order given, each scenario's JSON and a summary per profile in session.json."""
-    from calibrate.gpu_validate import main
+    from gpu_validate import main
 
     tiny = [a for role in ("actor", "critic", "reference", "reward") for a in ("--set", f"models.{role}.model=tiny-qwen2")]
     rc = main(["--out", str(tmp_path), "--device", "cpu", "--scenarios", "oppo-inter,sync-static", "--profile", "cpu",
@@ -96,7 +97,7 @@ def test_gpu_validate_rehearsed_on_cpu_writes_each_scenario_as_it_ends(tmp_path)
 
 
 def test_gpu_validate_refuses_more_scenarios_than_files_come_back(tmp_path, capsys):
-    from calibrate.gpu_validate import main
+    from gpu_validate import main
 
     with pytest.raises(SystemExit) as e:
         main(["--out", str(tmp_path), "--scenarios", "a,b,c,d,e,f"])
@@ -110,7 +111,7 @@ def test_gpu_validate_calibrates_on_the_lease_and_runs_the_variant(tmp_path):
     """``--calibrate``: a quick calibration of the given model first (``lease.json``, first in every
     validate stage's ``--profile``); ``--variant``: the first scenario again with the environment variable
     set, its own file and results key."""
-    from calibrate.gpu_validate import main
+    from gpu_validate import main
 
     tiny = [a for role in ("actor", "critic", "reference", "reward") for a in ("--set", f"models.{role}.model=tiny-qwen2")]
     small = {"sampling": [[4, 4096]], "prefill": [[1, 64], [4, 64]], "decode": [[1, 64], [4, 64]],
@@ -138,7 +139,7 @@ def test_gpu_validate_calibrates_on_the_lease_and_runs_the_variant(tmp_path):
 
 
 def test_gpu_validate_refuses_a_bad_variant_or_grid(tmp_path, capsys):
-    from calibrate.gpu_validate import main
+    from gpu_validate import main
 
     for bad, field in ((["--scenarios", "sync-static", "--variant", "x=1"], "--variant: expected NAME:VAR=VALUE"),
                        (["--scenarios", "sync-static", "--grid-extra", "[1]"], "--grid-extra: expected a JSON object"),

@@ -1,4 +1,4 @@
-"""One time-boxed calibration session on a lent GPU (``python -m calibrate.gpu_session --out DIR``).
+"""One time-boxed calibration session on a lent GPU (``python lab/gpu/gpu_session.py --out DIR``).
 
 A lent GPU machine comes for minutes, starts bare, and gives back only what lies under one directory
 when the command ends (or is killed at its limit). This runs the calibration in stages, each a child
@@ -34,6 +34,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+# Run as a script from a checkout (``python lab/gpu/NAME.py``): the repository root on the import path, so a
+# bare device image needs no install; children get it through PYTHONPATH (Session.run).
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [p for p in (str(ROOT), str(Path(__file__).resolve().parent)) if p not in sys.path]
 
 # Stage deadlines as fractions of the budget (cumulative ends); what a stage leaves unused goes to the next.
 ENDS = {"env": 0.04, "calibrate": 0.56, "step": 0.66, "compiled": 0.9, "assemble": 0.97}
@@ -140,7 +145,9 @@ class Session:
         self.say(f"== {stage} (limit {limit_s:.0f} s): {rec['command']}")
         t = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                     "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+                                     **(env or {})})
         cut = False
         try:
             proc.wait(timeout=limit_s)
@@ -177,7 +184,7 @@ class Session:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.gpu_session", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python lab/gpu/gpu_session.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="Directory for the session's files (at most 8).")
     ap.add_argument("--budget-s", type=float, default=500.0, help="Wall time for all stages together.")
     ap.add_argument("--gpu", default="h200", help="Catalog GPU the device must be (the profile's name).")
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     s = Session(out, args.budget_s)
     py = sys.executable
-    s.run("env", [py, "-m", "calibrate.gpu_session", "--out", str(out), "--env-only"], s.deadline("env"))
+    s.run("env", [py, str(Path(__file__).resolve().parent / "gpu_session.py"), "--out", str(out), "--env-only"], s.deadline("env"))
 
     profile = out / f"{args.gpu if args.device == 'cuda' else 'rehearsal'}.json"
     grid = {**PLANS[args.plan], "critic_models": [m for m in args.critic_models.split(",") if m],
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
           s.deadline("assemble"))
     _merge_step(s, profile, step_file)
     if args.validate and s.left() >= VALIDATE_MIN_S and profile.is_file():
-        root = Path(__file__).resolve().parents[1]
+        root = ROOT
         scen = [a for p in args.scenarios.split(",") if p for a in ("--scenario", str(root / p))]
         s.run("validate", [py, "-m", "rlhfsim.cli", "validate", "--device", args.device, "--sequential",
                            "--steps", "2", "--profile", str(profile), "--format", "json",

@@ -1,4 +1,4 @@
-"""The framework's calls on a lent GPU, in one prepared run (``python -m calibrate.gpu_framework --out DIR``):
+"""The framework's calls on a lent GPU, in one prepared run (``python lab/gpu/gpu_framework.py --out DIR``):
 what the public per-operation data does not give, for ``rlhfsim.costs.framework`` (issue 47, item 6).
 
 For each model (default ``qwen2.5-0.5b`` and ``qwen2.5-7b`` shapes, random weights, bf16) and each piece size
@@ -31,6 +31,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+# Run as a script from a checkout (``python lab/gpu/NAME.py``): the repository root on the import path, so a
+# bare device image needs no install; children get it through PYTHONPATH (Session.run).
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [p for p in (str(ROOT), str(Path(__file__).resolve().parent)) if p not in sys.path]
 
 import torch
 
@@ -159,7 +164,7 @@ def _reshard(model, shape, device: str, iters: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.gpu_framework", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python lab/gpu/gpu_framework.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory for framework.json")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="catalog names, comma-separated")

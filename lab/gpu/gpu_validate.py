@@ -1,12 +1,12 @@
-"""One time-boxed validation session on a lent GPU (``python -m calibrate.gpu_validate --out DIR``).
+"""One time-boxed validation session on a lent GPU (``python lab/gpu/gpu_validate.py --out DIR``).
 
-``calibrate.gpu_session`` spends a lease on calibration; this spends one on ``rlhfsim validate --device
+``lab/gpu/gpu_session.py`` spends a lease on calibration; this spends one on ``rlhfsim validate --device
 cuda``: real steps of the GPU-sized scenarios (``scenarios/validate/h200/``) next to the simulator's
 prediction from profiles that never saw them (by default the bundled ``h200-measured``, calibrated on
 another lease, and the derived ``default``). A lent machine comes for minutes and gives back only what
 lies under one directory, at most 8 files, so:
 
-1. ``env``: ``python -m calibrate.gpu_session --env-only`` (``nvidia-smi``, package versions, the copy
+1. ``env``: ``python lab/gpu/gpu_session.py --env-only`` (``nvidia-smi``, package versions, the copy
    and bf16 matmul ceilings measured here), ``env.json``.
 2. one ``validate`` stage per scenario, in the order given (most wanted first), each a child process
    ``rlhfsim validate --device cuda --sequential --steps N --profile P --scenario S`` writing
@@ -38,10 +38,15 @@ import json
 import sys
 from pathlib import Path
 
-from calibrate.gpu_session import PLANS, Session
+# Run as a script from a checkout (``python lab/gpu/NAME.py``): the repository root on the import path, so a
+# bare device image needs no install; children get it through PYTHONPATH (Session.run).
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [p for p in (str(ROOT), str(Path(__file__).resolve().parent)) if p not in sys.path]
+
+from gpu_session import PLANS, Session
 
 SCENARIOS = ("sync-static", "oppo-intra", "sync-continuous", "oppo-inter", "oppo-full")
-# --calibrate: the calibration plan of calibrate.gpu_session ("quick-session") narrowed to what the sync
+# --calibrate: the calibration plan of lab/gpu/gpu_session.py ("quick-session") narrowed to what the sync
 # scenarios price (prefill, decode, scoring, both training heads, the generation runtimes' points with
 # left padding, the sampling tail at the scenarios' vocabulary, interference), so one small model fits in
 # minutes
@@ -69,7 +74,7 @@ def summary(doc: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.gpu_validate", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python lab/gpu/gpu_validate.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="Directory for the session's files (at most 8).")
     ap.add_argument("--budget-s", type=float, default=420.0, help="Wall time for all stages together.")
     ap.add_argument("--device", default="cuda", help="cuda (the session's purpose) or cpu (to rehearse it).")
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     names = [n for n in args.scenarios.split(",") if n]
     if len(names) > MAX_FILES - OWN_FILES:
         ap.error(f"--scenarios: expected at most {MAX_FILES - OWN_FILES} (the device tool returns {MAX_FILES} files), "
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     s = Session(out, args.budget_s)
     py = sys.executable
-    s.run("env", [py, "-m", "calibrate.gpu_session", "--out", str(out), "--env-only"], min(60.0, s.left()))
+    s.run("env", [py, str(Path(__file__).resolve().parent / "gpu_session.py"), "--out", str(out), "--env-only"], min(60.0, s.left()))
     profile = args.profile
     if args.calibrate:
         lease = out / "lease.json"
