@@ -59,7 +59,8 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--model-path", "model_paths", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
               help="A local checkpoint directory to measure with its real weights (repeatable).")
 @click.option("--runtimes", multiple=True, metavar="NAMES", help="Scoring runtimes (comma-separated or repeated; "
-              "default all): eager, compile, onnxruntime, aoti_python, aoti_cpp, tensorrt. eager always runs (the baseline).")
+              "default all; with --quick all but aoti_python and aoti_cpp, compiled per shape): eager, compile, onnxruntime, "
+              "aoti_python, aoti_cpp, tensorrt. eager always runs (the baseline).")
 @click.option("-o", "--out", type=click.Path(), help="Directory for profile.json (default: the user profile directory as "
               "<name>.json, where `rlhfsim simulate --profile NAME` finds it); a path ending in .json is the profile file "
               "itself (older usage; how the bundled profile is written).")

@@ -165,7 +165,8 @@ QUICK_CPU = Grid(
     strategies=((8, 128), (8, 256)),
     prefill=((1, 32), (1, 128), (1, 512), (4, 32), (4, 128), (4, 512), (16, 32), (16, 128)),
     decode=((1, 64), (1, 512), (4, 256), (16, 64), (16, 512)),
-    chunk_batches=(1, 8), chunk_prefixes=(0, 128, 384), chunk_sizes=(32, 128),
+    # two prefixes (none, and one past the chunk sizes) span the chunk fit's prefix term; the full grid adds 128, 896
+    chunk_batches=(1, 8), chunk_prefixes=(0, 384), chunk_sizes=(32, 128),
     train=((1, 64), (4, 64), (1, 256), (4, 256)),
     interference=((8, 256, 4, 128),),
     handover=(("kv_decoder", "", "", 4, 64, 32), ("hf_generate", "", "", 4, 64, 32)),
@@ -179,7 +180,11 @@ QUICK_CPU = Grid(
     # batch, reads no chunk size; the full grid adds chunk 4)
     handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2)),
     # a generation point's samples are differences of calls (noisier), so it gets more than point_budget_s
-    gen_compiled_batch=4, gen_compiled_models=1, gen_point_budget_s=0.5,
+    # the runtimes compiled per shape (hf_static; and the scoring runtimes aoti_python, aoti_cpp: calibrate.run.
+    # default_runtimes) are left out: 15-45 s of compilation for two points, too few to fit three parameters
+    gen_compiled_batch=4, gen_compiled_models=0, gen_point_budget_s=0.5,
+    # left padding at batch 4 and 16 (the fit, pad_step_s + pad_step_per_row_s x batch, reads no width)
+    gen_pad=((4, 64), (16, 64)),
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
     gemm_footprints_mib=(4, 8, 16, 32, 64),
@@ -201,7 +206,7 @@ FULL_CPU = replace(
     interference=((8, 256, 4, 128), (16, 512, 8, 256)),
     warmup=2, min_iters=5, max_iters=50, point_budget_s=1.5, runtime_models=None, interference_s=4.0,
     quiet_wait_s=60.0, quiet_budget_s=None, rounds=10, per_round=3, handoff=QUICK_CPU.handoff + ((4, 32, 16, 4),),
-    gen_point_budget_s=0.8,
+    gen_point_budget_s=0.8, gen_compiled_models=1, gen_pad=Grid.gen_pad,
 )
 
 QUICK_GPU = Grid(

@@ -30,6 +30,7 @@ from calibrate.device_info import catalog_gpu, contention_probe, contention_rati
     resolve_cuda_gpu, usable_cores
 from calibrate.devstate import state_probe
 from calibrate.genbench import measure_gen_runtimes
+from calibrate.genruntimes import GEN_RUNTIMES_IMPL
 from calibrate.stepbench import measure_step_scalars
 from calibrate.genbench import plan_size as gen_plan_size
 from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
@@ -161,6 +162,14 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
         torch.set_num_threads(old_threads)  # a library call leaves the process as it found it
 
 
+def default_runtimes(grid: Grid, quick: bool) -> list[str]:
+    """The scoring runtimes measured when ``--runtimes`` names none: all of them, except with ``--quick`` those
+    compiled per shape (``grid.static_shape_runtimes``: AOTInductor's packages take 10-15 s to build per model
+    and shape on two CPU cores, most of a cold quick run's time, for fits a quick grid's one shape cannot
+    determine); ``--runtimes`` measures them in a quick run too."""
+    return [r for r in RUNTIMES if not (quick and r in grid.static_shape_runtimes)]
+
+
 def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, threads: int,
                models: list[ModelShape] | None, runtimes: list[str] | None, quick: bool, out: Path | None,
                resume: bool, progress: bool, grid: dict | None, checkpoints: dict[str, Path] | None,
@@ -172,11 +181,11 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     names = [m.name for m in models]
     if len(set(names)) != len(names):
         raise RlhfsimError(f"--models: expected distinct model names, got {', '.join(names)}")
-    rt_names = list(RUNTIMES) if runtimes is None else list(dict.fromkeys(["eager", *runtimes]))
+    g = with_overrides(default_grid(kind, quick), grid)
+    rt_names = default_runtimes(g, quick) if runtimes is None else list(dict.fromkeys(["eager", *runtimes]))
     bad = [r for r in rt_names if r not in RUNTIMES]
     if bad:
         raise RlhfsimError(f"--runtimes: expected some of {', '.join(RUNTIMES)}, got {', '.join(bad)}")
-    g = with_overrides(default_grid(kind, quick), grid)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     info = describe(device, threads)
     meta = {"device_kind": kind, "device_name": info["name"], "dtype": dtype, "threads": threads,
@@ -189,6 +198,12 @@ def _calibrate(*, device: str, spec: GpuSpec, name: str, kind: str, dtype: str, 
     with Journal.open(journal_path(out), meta, resume) as journal, \
             Progress(plan_size(g, models, rts, rt_models) * passes, enabled=progress) as prog:
         s = Session(device, dtype, g, journal, prog, cache_dir, dict(checkpoints or {}), threads)
+        left_out = [r for r in RUNTIMES if r not in rt_names and runtimes is None]
+        gen_out = [r for r in g.gen_runtimes if GEN_RUNTIMES_IMPL[r].COMPILED] if g.gen_compiled_models == 0 else []
+        if left_out or gen_out:
+            prog.note("runtimes compiled per shape left out (" + "; ".join(
+                [f"scoring: {', '.join(left_out)}, --runtimes names them"] * bool(left_out)
+                + [f"generation: {', '.join(gen_out)}, --grid '{{\"gen_compiled_models\": 1}}' measures them"] * bool(gen_out)) + ")")
         if kind == "cpu":
             info["contention_probe_at_start"] = contention_probe(threads)
             info["state_probe_at_start"] = state_probe(threads)

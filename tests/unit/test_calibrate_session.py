@@ -100,3 +100,21 @@ def test_strategies_only_on_runtime_models():
     one = plan_size(g, models, rts, pick_runtime_models(models, 1))
     every = plan_size(g, models, rts, pick_runtime_models(models, None))
     assert every - one == len(STRATEGIES)        # small-qwen2's strategies
+
+
+def test_quick_leaves_out_the_runtimes_compiled_per_shape_unless_named():
+    """A quick run measures every scoring runtime but those compiled per shape (AOTInductor's packages), and the
+    quick CPU grid no compiled generation runtime (hf_static); the full grids keep them all."""
+    from calibrate.genbench import plan
+    from calibrate.run import default_runtimes
+    from calibrate.runtimes import RUNTIMES
+    from rlhfsim.models.catalog import CATALOG
+
+    quick = default_runtimes(QUICK_CPU, quick=True)
+    assert "eager" in quick and not {"aoti_python", "aoti_cpp"} & set(quick)
+    assert set(quick) | set(QUICK_CPU.static_shape_runtimes) == set(RUNTIMES)
+    assert default_runtimes(FULL_CPU, quick=False) == list(RUNTIMES)
+    models = [CATALOG["tiny-qwen2"]]
+    assert "hf_static" not in {rt for rt, _, _ in plan(QUICK_CPU, models)}
+    assert "hf_static" in {rt for rt, _, _ in plan(FULL_CPU, models)}
+    assert QUICK_CPU.gen_pad == FULL_CPU.gen_pad[:2] and set(QUICK_CPU.chunk_prefixes) < set(FULL_CPU.chunk_prefixes)

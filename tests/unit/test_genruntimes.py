@@ -194,9 +194,11 @@ def test_a_resume_measures_nothing_again(journaled, monkeypatch, tmp_path):
 
 
 def test_plan_limits_compiled_runtimes_to_their_batch_and_models():
-    grid = with_overrides(QUICK_CPU, {"gen_runtimes": ["hf_generate", "hf_static", "kv_decoder"]})
+    grid = with_overrides(QUICK_CPU, {"gen_runtimes": ["hf_generate", "hf_static", "kv_decoder"], "gen_compiled_models": 1})
     small = CATALOG["small-qwen2"]
     jobs = {(rt, m.name): pts for rt, m, pts in plan(grid, [TINY, small])}
+    quick = with_overrides(QUICK_CPU, {"gen_runtimes": ["hf_generate", "hf_static", "kv_decoder"]})
+    assert not [rt for rt, _, _ in plan(quick, [TINY, small]) if rt == "hf_static"]   # the quick CPU grid: none
     assert ("hf_static", "small-qwen2") not in jobs                      # gen_compiled_models = 1
     assert {p.batch for p in jobs[("hf_static", "tiny-qwen2")]} == {grid.gen_compiled_batch}
     assert jobs[("kv_decoder", "tiny-qwen2")] == []                       # its points are the plain ones
