@@ -122,20 +122,25 @@ class ContinuousEngine(Engine):
                     crossed = 0
                     for r in fresh:
                         crossed += clock.first_token(r)
+                    freed = False  # a row that ended at its prefill leaves its slot free at once
                     for r in admitted:
                         if clock.activate(r):
                             live[r.id] = r
                             kv_live += r.prompt_len + r.generated
                         elif r.generated >= r.response_len:
                             self.finish(clock, r)
+                            freed = True
                         else:
                             r.paused = True
                             self.leave(clock, r)
+                            freed = True
                     admitting = []
                     if self.stopped:
                         break
                     if crossed and not (yield from self.handoff(clock, crossed)):
                         break
+                    if freed and queue:
+                        continue  # refill the freed slots before the next decode segment, as vLLM's next step does
                 if not live:
                     continue
                 n_live = len(live)
@@ -235,6 +240,7 @@ class ContinuousEngine(Engine):
                             tbs = r.tokens_by_step
                             tbs[step] = tbs.get(step, 0) + 1
                             generated += 1
+                ended = len(finished) + len(left)
                 for r in admitted:
                     r.clock_offset = off = T - r.generated
                     r.budget_at = bat = T + (budget - r.step_budget_used) if budget is not None else never
@@ -251,8 +257,8 @@ class ContinuousEngine(Engine):
                         heappush(heap, (bat if bat < ev else ev, r.id, r.heap_version, r))
                         live[r.id] = r
                         kv_live += r.prompt_len + r.generated
-                if not live:
-                    continue
+                if not live or (queue and len(finished) + len(left) > ended):
+                    continue  # (rows that ended at their prefill: their slots are refilled first, as in replica)
                 n_live = len(live)
             if kv_live + n_live > cap and n_live > 1:
                 # Recompute preemption: the newest sequence gives up its cache and requeues.
