@@ -35,6 +35,11 @@ def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict, logp
     return price.generation_op_s(cost, model, dtype, runtime, name, shape, logprobs)
 
 
+def price_op_terms(cost, model, dtype: str, runtime: str, name: str, shape: dict, logprobs: bool = False) -> dict:
+    """``price_op`` by cost term (``rlhfsim.costs.price.generation_op_terms``)."""
+    return price.generation_op_terms(cost, model, dtype, runtime, name, shape, logprobs)
+
+
 SCORER_OPS = ("chunk_prefill", "rescore")   # the scorer thread's calls under intra-step streaming (StepLog.op)
 PHASE_OPS = ("forward_call", "train_call")  # the sequential phases' calls: reward, reference, critic, training
 
@@ -55,12 +60,33 @@ def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
                              forward_runtime(cost, "reward", setup.scenario), bool(shape.get("retokenize")))[0]
 
 
-def _op_row(calls: int, measured_s: float, predicted_s: float, steps: int) -> dict:
+def price_scorer_op_terms(cost, setup, name: str, shape: dict) -> dict:
+    """``price_scorer_op`` by cost term (``rlhfsim.costs.price.scorer_call_terms``)."""
+    from rlhfsim.sim.simulation import forward_runtime
+    from rlhfsim.sim.streaming import STREAMING
+
+    if name not in SCORER_OPS:
+        raise RlhfsimError(f"price_scorer_op_terms: expected one of {SCORER_OPS}, got {name!r}")
+    strategy = STREAMING["incremental" if name == "chunk_prefill" else "reencode"]
+    return price.scorer_call_terms(cost, strategy, setup.shapes["reward"], setup.dtypes["reward"], shape["tokens"], 1,
+                                   shape.get("prefix", 0), 1, setup.head("reward"),
+                                   forward_runtime(cost, "reward", setup.scenario), bool(shape.get("retokenize")))
+
+
+def _op_row(calls: int, measured_s: float, predicted_s: float, steps: int, terms: dict | None = None) -> dict:
     """One in-step operation's row over ``steps`` steady steps: calls and seconds per step, ms per call,
-    the error."""
-    return {"calls_per_step": calls / steps, "measured_s": measured_s / steps, "predicted_s": predicted_s / steps,
-            "measured_ms_per_call": 1e3 * measured_s / calls, "predicted_ms_per_call": 1e3 * predicted_s / calls,
-            "error_pct": _err(predicted_s, measured_s)}
+    the error, and the predicted seconds per step by cost term (``rlhfsim.costs.price``'s ``*_terms``)."""
+    row = {"calls_per_step": calls / steps, "measured_s": measured_s / steps, "predicted_s": predicted_s / steps,
+           "measured_ms_per_call": 1e3 * measured_s / calls, "predicted_ms_per_call": 1e3 * predicted_s / calls,
+           "error_pct": _err(predicted_s, measured_s)}
+    if terms is not None:
+        row["predicted_terms_s"] = {k: v / steps for k, v in sorted(terms.items(), key=lambda kv: -kv[1])}
+    return row
+
+
+def _add_terms(acc: dict[str, float], parts: dict[str, float]) -> None:
+    for k, v in parts.items():
+        acc[k] = acc.get(k, 0.0) + v
 
 
 def scoring_operations(setup, cost, steps: list) -> dict:
@@ -74,13 +100,14 @@ def scoring_operations(setup, cost, steps: list) -> dict:
     for r in steps:
         for name, secs, shape in r.ops:
             if name in SCORER_OPS:
-                a = acc.setdefault(name, [0, 0.0, 0.0])
+                a = acc.setdefault(name, [0, 0.0, 0.0, {}])
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_scorer_op(cost, setup, name, shape)
+                _add_terms(a[3], price_scorer_op_terms(cost, setup, name, shape))
     _, _, slow, add, _ = cost.corun(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
                                     setup.shapes.get("reward"))
-    return {"operations": {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())},
+    return {"operations": {name: _op_row(c, m, p, n, t) for name, (c, m, p, t) in sorted(acc.items())},
             "prefill_slowdown": slow, "prefill_added_s": add}
 
 
@@ -95,11 +122,13 @@ def operations(setup, cost, steps: list) -> dict:
         for name, secs, shape in r.ops:
             if name in SCORER_OPS or name in PHASE_OPS:
                 continue
-            a = acc.setdefault(name, [0, 0.0, 0.0])
+            a = acc.setdefault(name, [0, 0.0, 0.0, {}])
             a[0] += 1
             a[1] += secs
             a[2] += price_op(cost, model, dtype, runtime, name, shape, setup.scenario.generation.sampling_logprobs)
-    ops = {name: _op_row(c, m, p, n) for name, (c, m, p) in sorted(acc.items())}
+            _add_terms(a[3], price_op_terms(cost, model, dtype, runtime, name, shape,
+                                            setup.scenario.generation.sampling_logprobs))
+    ops = {name: _op_row(c, m, p, n, t) for name, (c, m, p, t) in sorted(acc.items())}
     span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
     return {"runtime": runtime, "operations": ops,
             "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
@@ -122,6 +151,19 @@ def price_phase_op(cost, setup, name: str, shape: dict) -> float:
     raise RlhfsimError(f"price_phase_op: expected one of {PHASE_OPS}, got {name!r}")
 
 
+def price_phase_op_terms(cost, setup, name: str, shape: dict) -> dict:
+    """``price_phase_op`` by cost term (``rlhfsim.costs.price``'s ``forward_piece_terms``, ``train_piece_terms``)."""
+    from rlhfsim.sim.simulation import forward_runtime
+
+    role = shape["role"]
+    tokens, rows = shape["rows"] * shape["width"], shape["rows"]
+    if name == "forward_call":
+        return price.forward_piece_terms(cost, setup, role, tokens, rows, forward_runtime(cost, role, setup.scenario))
+    if name == "train_call":
+        return price.train_piece_terms(cost, setup, role, tokens, rows)
+    raise RlhfsimError(f"price_phase_op_terms: expected one of {PHASE_OPS}, got {name!r}")
+
+
 def phase_operations(setup, cost, steps: list) -> dict:
     """Per sequential phase (reward, reference, critic_fwd, actor_train, critic_train), every call the
     executor timed inside the real steps (``PHASE_OPS``) priced at its own shape (``price_phase_op``):
@@ -133,6 +175,7 @@ def phase_operations(setup, cost, steps: list) -> dict:
     n = max(len(steps), 1)
     # (phase, first call?) -> calls, measured s, predicted s, rows, rows x width
     acc: dict[tuple[str, bool], list[float]] = {}
+    terms: dict[str, dict[str, float]] = {}   # phase -> predicted seconds by cost term
     for r in steps:
         for name, secs, shape in r.ops:
             if name in PHASE_OPS:
@@ -142,13 +185,14 @@ def phase_operations(setup, cost, steps: list) -> dict:
                 a[2] += price_phase_op(cost, setup, name, shape)
                 a[3] += shape["rows"]
                 a[4] += shape["rows"] * shape["width"]
+                _add_terms(terms.setdefault(shape["phase"], {}), price_phase_op_terms(cost, setup, name, shape))
     out = {}
     for ph in PHASES:
         first, other = acc.get((ph, True)), acc.get((ph, False))
         if first is None and other is None:
             continue
         both = [sum(x) for x in zip(*(a for a in (first, other) if a is not None))]
-        out[ph] = {**_op_row(*both[:3], n),
+        out[ph] = {**_op_row(*both[:3], n, terms.get(ph)),
                    "first_call_error_pct": _err(first[2], first[1]) if first else None,
                    "other_calls_error_pct": _err(other[2], other[1]) if other else None,
                    "rows_per_call": both[3] / both[0], "tokens_per_call": both[4] / both[0]}

@@ -84,20 +84,25 @@ def _print_block(c, doc: dict) -> None:
 
 def _ops_table(title: str, ops: dict, split: bool = False):
     """One row per in-step operation: calls per step, measured and predicted seconds, error, ms per call
-    (``split``: and the error of each phase's first call and of its other calls, ``phase_operations``)."""
+    (``split``: and the error of each phase's first call and of its other calls, ``phase_operations``), and the
+    prediction's largest cost terms (over 5% of it)."""
     from rich.table import Table
 
     def pct(x):
         return "-" if x is None else f"{x:+.1f}%"
 
     t = Table(title=title)
+    def made_of(v):   # the predicted seconds' largest cost terms (rlhfsim.costs.terms), share of the prediction
+        terms, total = v.get("predicted_terms_s") or {}, v["predicted_s"]
+        return ", ".join(f"{k} {100 * x / total:.0f}%" for k, x in list(terms.items())[:3] if total > 0 and x > 0.05 * total)
+
     cols = ["operation", "calls", "measured s", "predicted s", "error", "measured ms/call", "predicted ms/call"]
-    for col in cols + (["first call", "other calls"] if split else []):
-        t.add_column(col, justify="left" if col == "operation" else "right")
+    for col in cols + (["first call", "other calls"] if split else []) + ["predicted: largest terms"]:
+        t.add_column(col, justify="left" if col in ("operation", "predicted: largest terms") else "right")
     for name, v in ops.items():
         row = [name, f"{v['calls_per_step']:.1f}", f"{v['measured_s']:.3f}", f"{v['predicted_s']:.3f}", pct(v["error_pct"]),
                f"{v['measured_ms_per_call']:.2f}", f"{v['predicted_ms_per_call']:.2f}"]
         if split:
             row += [pct(v["first_call_error_pct"]), pct(v["other_calls_error_pct"])]
-        t.add_row(*row)
+        t.add_row(*row, made_of(v))
     return t

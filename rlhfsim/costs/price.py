@@ -25,6 +25,9 @@ terms event by event)::
                     = handoff_s(b) + decode steps(b, b w, k) [+ k pad_step_s(b)] (a continuation under streaming)
 
 The bracketed terms apply to a left-padded batch (rows of different contexts). Units: seconds, tokens.
+
+Each price has a twin ending in ``_terms`` that returns the same seconds by cost term (``rlhfsim.costs.terms``;
+they sum to the price up to rounding): validate's per-call tables show what a predicted call is made of.
 """
 
 from __future__ import annotations
@@ -72,6 +75,12 @@ def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node:
                                 grad_allreduce=fsdp_n == 0)
 
 
+def _add(acc: dict[str, float], parts: dict[str, float]) -> dict[str, float]:
+    for k, v in parts.items():
+        acc[k] = acc.get(k, 0.0) + v
+    return acc
+
+
 def forward_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> float:
     """A forward call timed inside a real step, priced alone (one device, no sharding): the piece and the
     framework's host time per piece."""
@@ -85,6 +94,17 @@ def train_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float) -> flo
             + optimizer_step(cost, setup, role)[0])
 
 
+def forward_piece_terms(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> dict[str, float]:
+    """``forward_piece_s`` by cost term."""
+    return {**forward_call(cost, setup, role, n_tokens, n_rows, runtime=runtime).terms(), "framework_piece": piece_s(cost, False)}
+
+
+def train_piece_terms(cost, setup, role: str, n_tokens: float, n_rows: float) -> dict[str, float]:
+    """``train_piece_s`` by cost term."""
+    return {**train_call(cost, setup, role, n_tokens, n_rows).terms(), "framework_piece": piece_s(cost, True),
+            "optimizer": optimizer_step(cost, setup, role)[0]}
+
+
 def scorer_call(cost, strategy, model, dtype: str, tokens: float, n_seqs: int, prefix: float, tp: int, head: str,
                 runtime: str | None, retokenize: bool) -> tuple[float, float]:
     """(total_s, active_s) of one scorer call of ``n_seqs`` rows alone (no co-running slowdown): the
@@ -94,6 +114,16 @@ def scorer_call(cost, strategy, model, dtype: str, tokens: float, n_seqs: int, p
     if retokenize:
         total += cost.retokenize_s(n_seqs, tokens)
     return total, active
+
+
+def scorer_call_terms(cost, strategy, model, dtype: str, tokens: float, n_seqs: int, prefix: float, tp: int, head: str,
+                      runtime: str | None, retokenize: bool, new: float | None = None) -> dict[str, float]:
+    """``scorer_call``'s total by cost term (``Streaming.parts``); ``new``: the call's tokens no earlier call
+    scored (None: all of them, so a re-encoding strategy shows no ``reencode_prefix``)."""
+    out = strategy.parts(cost, model, dtype, tokens, n_seqs, prefix, tokens if new is None else new, tp, head, runtime)
+    if retokenize:
+        out["retokenize"] = cost.retokenize_s(n_seqs, tokens)
+    return out
 
 
 def prefill_s(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int, logprobs: bool = False) -> float:
@@ -124,6 +154,49 @@ def generate_call_s(cost, model, dtype: str, runtime: str | None, rows: int, wid
                 + (steps - 1) * pad)
     return (cost.handoff_s(runtime, rows) + decode_steps_s(cost, model, dtype, runtime, rows, rows * width, steps, logprobs)
             + steps * pad)
+
+
+def prefill_terms(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int,
+                  logprobs: bool = False) -> dict[str, float]:
+    """``prefill_s`` by cost term."""
+    return cost.forward_terms(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
+                              gen_logprobs=logprobs)
+
+
+def decode_steps_terms(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
+                       logprobs: bool = False) -> dict[str, float]:
+    """``decode_steps_s`` by cost term: each step's (``_Decode.terms``), the cache growing by ``batch`` a step."""
+    d, out = cost.decoder(model, dtype, 1, runtime, logprobs), {}
+    for i in range(max(int(steps), 0)):
+        _add(out, d.terms(batch, kv0 + i * batch))
+    return out
+
+
+def generate_call_terms(cost, model, dtype: str, runtime: str | None, rows: int, width: int, steps: int, first: bool,
+                        padded: bool = False, logprobs: bool = False) -> dict[str, float]:
+    """``generate_call_s`` by cost term: the call's host overhead (``gen_call_overhead``) or the chunk hand-over
+    (``handoff``), left padding (``left_padding``), the prefill's and the decode steps' terms."""
+    pad = cost.pad_step_s(runtime, rows) if padded else 0.0
+    if first:
+        out = {"gen_call_overhead": cost.call_overhead_s(runtime),
+               "left_padding": (cost.pad_prefill_s(runtime) if padded else 0.0) + (steps - 1) * pad}
+        _add(out, prefill_terms(cost, model, dtype, runtime, rows * width, rows, logprobs))
+        return _add(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs))
+    out = {"handoff": cost.handoff_s(runtime, rows), "left_padding": steps * pad}
+    return _add(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * width, steps, logprobs))
+
+
+def generation_op_terms(cost, model, dtype: str, runtime: str | None, name: str, shape: dict,
+                        logprobs: bool = False) -> dict[str, float]:
+    """``generation_op_s`` by cost term."""
+    if name == "prefill":
+        return prefill_terms(cost, model, dtype, runtime, shape["n_tokens"], shape["n_seqs"], logprobs)
+    if name == "decode":
+        return decode_steps_terms(cost, model, dtype, runtime, shape["batch"], shape["kv0"], 1, logprobs)
+    if name == "generate_call":
+        return generate_call_terms(cost, model, dtype, runtime, shape["rows"], shape["width"], shape["steps"],
+                                   shape["first"], bool(shape.get("padded")), logprobs)
+    raise RlhfsimError(f"generation_op_terms: expected prefill, decode or generate_call, got {name!r}")
 
 
 def generation_op_s(cost, model, dtype: str, runtime: str | None, name: str, shape: dict, logprobs: bool = False) -> float:

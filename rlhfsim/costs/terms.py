@@ -1,5 +1,6 @@
 """The named cost terms a step's price is made of: one registry (``TERMS``), read by the simulator's per-phase
-breakdown (``rlhfsim explain``) and by the docs' term table (``python -m rlhfsim.costs.terms`` prints it as
+breakdown (``rlhfsim explain``), by validate's per-call tables (``rlhfsim.costs.price``'s ``*_terms``) and by the
+docs' term table (``python -m rlhfsim.costs.terms`` prints it as
 Markdown: docs/reference/cost-terms.md).
 
 Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
@@ -15,6 +16,8 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   of kernels (what the device computes) or op_overhead (page faults: host time);
 * a decode step (``_Decode.terms``): decode_kernels + engine_step + sampling_tail + host_launch_bound, and on a
   CPU gemm_footprint (out of decode_kernels) and cold_overheads (out of the fixed costs);
+* a generation runtime's call (``rlhfsim.costs.price.generate_call_terms``): gen_call_overhead or handoff,
+  left_padding, its prefill's forward terms and its decode steps' terms;
 * a streamed scorer call (``Streaming.parts``): a forward's terms, reencode_prefix where the strategy
   re-encodes what earlier calls scored, retokenize, and interference (its co-running slowdown);
 * a phase: its calls' terms plus framework_piece, offload and optimizer; a CPU-side phase (advantage,
@@ -78,6 +81,18 @@ TERMS: tuple[CostTerm, ...] = (
              "rlhfsim.costs.model._Decode"),
     CostTerm("sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
              "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes"),
+    CostTerm("gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "
+             "checks, cache setup, the stopping criteria), beside its prefill and decode steps",
+             "generation.RT.call_overhead_s", "any", "rlhfsim calibrate (calibrate.genbench prefill points)",
+             "rlhfsim.costs.price.generate_call_s"),
+    CostTerm("handoff", "the actor's pause at a chunk boundary under intra-step streaming (a generate() call "
+             "returning its tokens and the next one continuing on the cache), per boundary and row",
+             "generation.RT.handoff_s, handoff_per_row_s", "any", "rlhfsim calibrate (calibrate.genbench handoff "
+             "points)", "rlhfsim.sim.engines.base.Engine.handoff"),
+    CostTerm("left_padding", "what a left-padded static batch (rows of different contexts) adds to its prefill call "
+             "and to each decode step (the attention mask applied at every step)",
+             "generation.RT.pad_step_s, pad_step_per_row_s, pad_prefill_s", "any",
+             "rlhfsim calibrate (calibrate.genbench pad points)", "rlhfsim.sim.engines.static"),
     CostTerm("weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
              "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
              "calibrate.stepbench", "rlhfsim.costs.model.reshard_parts"),

@@ -119,3 +119,46 @@ def test_a_scorer_call_is_what_the_chunk_scorer_charges(scenario_dict, tracked, 
         assert price_scorer_op(cost, setup, op, shape) == scorer._price(tokens, 1, prefix)[0]
     with pytest.raises(RlhfsimError, match="price_scorer_op"):
         price_scorer_op(cost, setup, "forward_call", {"tokens": 8})
+
+
+@pytest.mark.parametrize("profile", ["cpu", "default"])
+def test_each_priced_call_by_cost_term_sums_to_its_price(scenario_dict, profile):
+    # validate's per-call tables show each prediction by cost term (rlhfsim.costs.price's *_terms): every
+    # term is a registry term and they sum to the price, for the generation runtime's calls (first, padded,
+    # a continuation), a prefill and a decode step, the sequential phases' calls and the scorer's calls
+    from calibrate.validation.compare import price_op_terms, price_phase_op_terms, price_scorer_op_terms
+    from rlhfsim.costs.terms import BY_NAME
+
+    sc = load_scenario(_one_batch(scenario_dict, schedule={"kind": "oppo", "intra": {"chunk_tokens": 8},
+                                                           "inter": {"enabled": False}}))
+    setup = build_setup(sc)
+    from rlhfsim.hardware.catalog import get_gpu
+
+    cost = CostModel.load(setup.gpu) if profile == "cpu" else CostModel.load(get_gpu("h200"), "default")
+    prof = copy.deepcopy(cost.profile)
+    prof["generation"]["hf_generate"].update(pad_step_s=0.003, pad_step_per_row_s=0.0005, pad_prefill_s=0.02)
+    cost = CostModel(cost.gpu, prof)
+    m, dt = setup.shapes["actor"], setup.dtypes["actor"]
+    cases = [(price_op(cost, m, dt, "hf_generate", n, sh, lp), price_op_terms(cost, m, dt, "hf_generate", n, sh, lp))
+             for n, sh, lp in (("generate_call", {"rows": 4, "width": 32, "steps": 20, "first": True}, False),
+                               ("generate_call", {"rows": 4, "width": 32, "steps": 20, "first": True, "padded": True}, True),
+                               ("generate_call", {"rows": 4, "width": 48, "steps": 8, "first": False, "padded": True}, False),
+                               ("prefill", {"n_tokens": 128, "n_seqs": 4}, True), ("decode", {"batch": 4, "kv0": 140}, False))]
+    for name in ("forward_call", "train_call"):
+        for role, phase in (("reward", "reward"), ("reference", "reference"), ("actor", "actor_train")):
+            if (name == "train_call") != (phase == "actor_train"):
+                continue
+            shape = {"role": role, "phase": phase, "index": 0, "rows": 4, "width": 52}
+            cases.append((price_phase_op(cost, setup, name, shape), price_phase_op_terms(cost, setup, name, shape)))
+    for op, prefix in (("chunk_prefill", 40), ("rescore", 0)):
+        shape = {"tokens": 24, "prefix": prefix, "retokenize": True}
+        cases.append((price_scorer_op(cost, setup, op, shape), price_scorer_op_terms(cost, setup, op, shape)))
+    for priced, terms in cases:
+        assert set(terms) <= set(BY_NAME), set(terms) - set(BY_NAME)
+        assert sum(terms.values()) == pytest.approx(priced, rel=1e-9)
+    first = price_op_terms(cost, m, dt, "hf_generate", "generate_call",
+                           {"rows": 4, "width": 32, "steps": 20, "first": True, "padded": True})
+    assert first["left_padding"] == pytest.approx(0.02 + 19 * (0.003 + 4 * 0.0005))
+    assert first["gen_call_overhead"] == cost.call_overhead_s("hf_generate")
+    with pytest.raises(RlhfsimError, match="price_phase_op_terms"):
+        price_phase_op_terms(cost, setup, "decode", {"role": "actor", "rows": 1, "width": 1})
