@@ -112,14 +112,16 @@ def pad_lengths(batch: int, width: int) -> list[int]:
     return [width - (i * (width // 2)) // (batch - 1) for i in range(batch)]
 
 
-def runtime_points(grid, compiled: bool, left_padded: bool = False) -> list[GenPoint]:
+def runtime_points(grid, compiled: bool, left_padded: bool = False, host: bool = True) -> list[GenPoint]:
     """Every point a runtime measures on one model (compiled runtimes: only ``gen_compiled_batch``;
-    ``pad`` points only for a runtime that takes an attention mask, ``GenRuntime.LEFT_PADDED``)."""
+    ``pad`` points only for a runtime that takes an attention mask, ``GenRuntime.LEFT_PADDED``; ``host``:
+    the handoff and pad points too, on the grid's first ``gen_host_models`` decoders)."""
     k = grid.gen_decode_steps
     pts = [GenPoint("prefill", b, n, 1) for b, n in grid.gen_prefill]
     pts += [GenPoint("decode", b, max(1, c - (k - 1) // 2), 1 + k, context=c) for b, c in grid.gen_decode]
-    pts += [GenPoint("handoff", b, p, n, chunk=c) for b, p, n, c in grid.handoff]
-    if left_padded:
+    if host:
+        pts += [GenPoint("handoff", b, p, n, chunk=c) for b, p, n, c in grid.handoff]
+    if left_padded and host:
         pts += [GenPoint("pad", b, n, 1 + k) for b, n in grid.gen_pad]
     if compiled and grid.gen_compiled_batch is not None:
         pts = [p for p in pts if p.batch == grid.gen_compiled_batch]
@@ -135,7 +137,8 @@ def plan(grid, decoders: list[ModelShape]) -> list[tuple[str, ModelShape, list[G
             if compiled and grid.gen_compiled_models is not None and i >= grid.gen_compiled_models:
                 continue
             impl = GEN_RUNTIMES_IMPL[name]
-            out.append((name, shape, [] if name in NO_POINTS else runtime_points(grid, compiled, impl.LEFT_PADDED)))
+            host = grid.gen_host_models is None or i < grid.gen_host_models
+            out.append((name, shape, [] if name in NO_POINTS else runtime_points(grid, compiled, impl.LEFT_PADDED, host)))
     return out
 
 

@@ -27,6 +27,8 @@ tokens, new tokens N, chunk k) N tokens in N/k calls against one call; ``gen_pad
 runtimes that take an attention mask) decode steps on left-padded prompts against uniform ones;
 ``gen_point_budget_s`` bounds each of these points (their samples are differences of two calls, so they
 need more of them).
+``handoff`` and ``gen_pad`` points, whose fits (a + c x batch) read no model, are taken on the first
+``gen_host_models`` decoder models only (None: all).
 Runtimes that compile per shape (``hf_static``: 15-45 s of compilation on two CPU cores) measure only the
 points whose batch is ``gen_compiled_batch`` (None: all) on the first ``gen_compiled_models`` decoder
 models (None: all).
@@ -112,6 +114,7 @@ class Grid:
     gen_pad: tuple[Shape2, ...] = ((4, 64), (16, 64), (4, 256))
     gen_compiled_batch: int | None = None           # compiled runtimes: only points of this batch (None: all)
     gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
+    gen_host_models: int | None = None              # handoff and pad points (fits that read no model): first N decoders
     gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)
     step_iters: int = 7                             # samples per step-scalar timing (calibrate.stepbench; 0: skip)
     reencode_lengths: tuple[int, ...] = (16, 32, 64, 128, 224, 352, 480)  # encoder reward models: a growing prefix re-encoded
@@ -183,8 +186,9 @@ QUICK_CPU = Grid(
     # the runtimes compiled per shape (hf_static; and the scoring runtimes aoti_python, aoti_cpp: calibrate.run.
     # default_runtimes) are left out: 15-45 s of compilation for two points, too few to fit three parameters
     gen_compiled_batch=4, gen_compiled_models=0, gen_point_budget_s=0.5,
-    # left padding at batch 4 and 16 (the fit, pad_step_s + pad_step_per_row_s x batch, reads no width)
-    gen_pad=((4, 64), (16, 64)),
+    # left padding at batch 4 and 16 (the fit, pad_step_s + pad_step_per_row_s x batch, reads no width); it and
+    # the handoff fit (the same form) read no model either, so their points are taken on the first three decoders
+    gen_pad=((4, 64), (16, 64)), gen_host_models=3,
     sampling=((1, 1024), (4, 1024), (16, 1024), (1, 4096), (16, 4096), (1, 16384), (4, 16384), (16, 16384)),
     gemm=tuple((r, o, i) for o, i in ((512, 128), (1024, 256), (256, 1024), (2048, 512), (4096, 256)) for r in (1, 2, 4)),
     gemm_footprints_mib=(4, 8, 16, 32, 64),
@@ -206,7 +210,7 @@ FULL_CPU = replace(
     interference=((8, 256, 4, 128), (16, 512, 8, 256)),
     warmup=2, min_iters=5, max_iters=50, point_budget_s=1.5, runtime_models=None, interference_s=4.0,
     quiet_wait_s=60.0, quiet_budget_s=None, rounds=10, per_round=3, handoff=QUICK_CPU.handoff + ((4, 32, 16, 4),),
-    gen_point_budget_s=0.8, gen_compiled_models=1, gen_pad=Grid.gen_pad,
+    gen_point_budget_s=0.8, gen_compiled_models=1, gen_pad=Grid.gen_pad, gen_host_models=None,
 )
 
 QUICK_GPU = Grid(
@@ -338,7 +342,7 @@ def with_overrides(grid: Grid, overrides: dict | None) -> Grid:
         elif k in ("gen_point_budget_s", "quiet_budget_s"):
             ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
             want = "null or a number >= 0"
-        elif k in ("runtime_models", "gen_compiled_batch", "gen_compiled_models"):
+        elif k in ("runtime_models", "gen_compiled_batch", "gen_compiled_models", "gen_host_models"):
             ok, want = v is None or pos_int(v), "null or an int"
         elif k in ("rounds", "per_round", "launches"):
             ok, want = pos_int(v) and v >= 1, "an int >= 1"

@@ -118,7 +118,7 @@ def operating_points(prepared, kind: str, lean: bool = False) -> dict:
     the measured cost terms at a few points (``_lean_roles``)."""
     import numpy as np
 
-    from calibrate.grid import default_grid
+    from calibrate.grid import Grid, default_grid
 
     base = default_grid(kind, True)
     extra = {"decode": set(), "prefill": set(), "score": set(), "train": set(),
@@ -163,6 +163,13 @@ def operating_points(prepared, kind: str, lean: bool = False) -> dict:
         # speed wanders from second to second and from minute to minute, and the real runs see its usual
         # speed, not the speed of the minute in which one operation's points happened to be measured.
         out.update(passes=3, point_budget_s=0.15)
+        # The scenarios' calibration keeps the grid its CPU validations were measured with where the quick grid
+        # was cut for `rlhfsim calibrate --quick`'s time (chunked prefill at three prefixes, left padding at
+        # three shapes, hand-over and padding on every decoder, a compiled generation runtime on the first)
+        # (where the lean grid did not set its own)
+        for k, v in (("chunk_prefixes", [0, 128, 384]), ("gen_pad", [list(x) for x in Grid.gen_pad]),
+                     ("gen_host_models", None), ("gen_compiled_models", 1)):
+            out.setdefault(k, v)
     return out
 
 

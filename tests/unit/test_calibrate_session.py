@@ -118,3 +118,10 @@ def test_quick_leaves_out_the_runtimes_compiled_per_shape_unless_named():
     assert "hf_static" not in {rt for rt, _, _ in plan(QUICK_CPU, models)}
     assert "hf_static" in {rt for rt, _, _ in plan(FULL_CPU, models)}
     assert QUICK_CPU.gen_pad == FULL_CPU.gen_pad[:2] and set(QUICK_CPU.chunk_prefixes) < set(FULL_CPU.chunk_prefixes)
+    # handoff and pad points (fits that read no model) on the first gen_host_models decoders of the quick grid
+    four = [CATALOG[n] for n in ("tiny-qwen2", "small-qwen2", "tiny-qwen2-l4", "small-qwen2-l2")]
+    ops = {m.name: {p.op for rt, _, pts in plan(QUICK_CPU, four) if rt == "hf_generate" for p in pts if _ is m}
+           for m in four}
+    assert ops["tiny-qwen2-l4"] == {"prefill", "decode", "handoff", "pad"} and ops["small-qwen2-l2"] == {"prefill", "decode"}
+    assert all({"handoff", "pad"} <= {p.op for rt, _, pts in plan(FULL_CPU, four) if rt == "hf_generate" and _ is m
+                                      for p in pts} for m in four)
