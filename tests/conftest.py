@@ -106,6 +106,17 @@ BASES = {"gpu": GPU_SMALL, "colocated": GPU_COLOCATED, "cpu": CPU_TINY}
 SCHEDULE_CONFIGS = {name: cfg for cls in SCHEDULES.values() for name, cfg in cls.EXAMPLES.items()}
 
 
+# A CPU profile's ``kernels`` with every CPU host effect measured (rlhfsim.costs.cpuhost), each large enough to
+# show in a price: tests/unit/test_cpuhost.py and tests/unit/test_explain.py build profiles from it.
+CPU_HOST_KERNELS = {
+    "gemm_weight_passes": 2.0,
+    "gemm_passes_by_footprint": {"footprint_mib": [4, 64], "passes": [1.5, 3.0], "gb_s_1row": [60.0, 12.0]},
+    "width_efficiency": {"widths": [64, 512], "relative_rate": [0.5, 1.0]},
+    "page_faults": {"fault_s_per_byte": 2e-10, "threshold_bytes": 0, "tensors": {"logprob_forward": 3.0,
+                    "logprob_train": 6.0, "labels_train": 4.0}, "logprob_tail": {"s_per_logit": 5e-10}},
+    "cold_overheads": {"footprint_mib": [0, 64], "factor": [1.0, 2.0]},
+}
+
 def make_dict(base: str = "gpu", over: dict | None = None, schedule: str | None = None) -> dict:
     """A fresh scenario mapping: ``BASES[base]`` with ``over`` merged in (mappings merge key by key)
     and, if given, the schedule ``SCHEDULE_CONFIGS[schedule]`` (replacing the whole schedule block)."""

@@ -186,28 +186,30 @@ def generate_call_terms(cost, model, dtype: str, runtime: str | None, rows: int,
     return _add(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * width, steps, logprobs))
 
 
-def generation_op_terms(cost, model, dtype: str, runtime: str | None, name: str, shape: dict,
-                        logprobs: bool = False) -> dict[str, float]:
-    """``generation_op_s`` by cost term."""
+def _generation_op(prefill, decode, generate, cost, model, dtype: str, runtime: str | None, name: str, shape: dict,
+                   logprobs: bool, who: str):
+    """A generation operation (``prefill``, ``decode``: one step, ``generate_call``) at its logged shape, priced by
+    the given prefill, decode-steps and generate-call functions (the seconds, or their ``_terms`` twins)."""
     if name == "prefill":
-        return prefill_terms(cost, model, dtype, runtime, shape["n_tokens"], shape["n_seqs"], logprobs)
+        return prefill(cost, model, dtype, runtime, shape["n_tokens"], shape["n_seqs"], logprobs)
     if name == "decode":
-        return decode_steps_terms(cost, model, dtype, runtime, shape["batch"], shape["kv0"], 1, logprobs)
+        return decode(cost, model, dtype, runtime, shape["batch"], shape["kv0"], 1, logprobs)
     if name == "generate_call":
-        return generate_call_terms(cost, model, dtype, runtime, shape["rows"], shape["width"], shape["steps"],
-                                   shape["first"], bool(shape.get("padded")), logprobs)
-    raise RlhfsimError(f"generation_op_terms: expected prefill, decode or generate_call, got {name!r}")
+        return generate(cost, model, dtype, runtime, shape["rows"], shape["width"], shape["steps"], shape["first"],
+                        bool(shape.get("padded")), logprobs)
+    raise RlhfsimError(f"{who}: expected prefill, decode or generate_call, got {name!r}")
 
 
 def generation_op_s(cost, model, dtype: str, runtime: str | None, name: str, shape: dict, logprobs: bool = False) -> float:
     """A generation operation timed inside a real step (``calibrate.executor``'s ``StepLog.op``: ``prefill``,
     ``decode`` (one step), ``generate_call``) priced at its shape, as the simulator's engines price the same
     work (tp 1, no co-running scoring)."""
-    if name == "prefill":
-        return prefill_s(cost, model, dtype, runtime, shape["n_tokens"], shape["n_seqs"], logprobs)
-    if name == "decode":
-        return decode_steps_s(cost, model, dtype, runtime, shape["batch"], shape["kv0"], 1, logprobs)
-    if name == "generate_call":
-        return generate_call_s(cost, model, dtype, runtime, shape["rows"], shape["width"], shape["steps"],
-                               shape["first"], bool(shape.get("padded")), logprobs)
-    raise RlhfsimError(f"generation_op_s: expected prefill, decode or generate_call, got {name!r}")
+    return _generation_op(prefill_s, decode_steps_s, generate_call_s, cost, model, dtype, runtime, name, shape, logprobs,
+                          "generation_op_s")
+
+
+def generation_op_terms(cost, model, dtype: str, runtime: str | None, name: str, shape: dict,
+                        logprobs: bool = False) -> dict[str, float]:
+    """``generation_op_s`` by cost term."""
+    return _generation_op(prefill_terms, decode_steps_terms, generate_call_terms, cost, model, dtype, runtime, name,
+                          shape, logprobs, "generation_op_terms")

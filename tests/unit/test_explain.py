@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import CPU_HOST_KERNELS
+
 from rlhfsim.cli import main
 from rlhfsim.costs import cpuhost
 from rlhfsim.costs import terms as T
@@ -25,14 +27,7 @@ from rlhfsim.sim.streaming import STREAMING
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU, H200 = GPUS["cpu"], GPUS["h200"]
-CPU_KERNELS = {   # every CPU host effect measured, each large enough to show (as tests/unit/test_cpuhost.py)
-    "gemm_weight_passes": 2.0,
-    "gemm_passes_by_footprint": {"footprint_mib": [4, 64], "passes": [1.5, 3.0], "gb_s_1row": [60.0, 12.0]},
-    "width_efficiency": {"widths": [64, 512], "relative_rate": [0.5, 1.0]},
-    "page_faults": {"fault_s_per_byte": 2e-10, "threshold_bytes": 0, "tensors": {"logprob_forward": 3.0,
-                    "logprob_train": 6.0, "labels_train": 4.0}, "logprob_tail": {"s_per_logit": 5e-10}},
-    "cold_overheads": {"footprint_mib": [0, 64], "factor": [1.0, 2.0]},
-}
+CPU_KERNELS = CPU_HOST_KERNELS   # every CPU host effect measured, each large enough to show (tests/conftest.py)
 CPU_TERMS = {t.name for t in T.TERMS if t.devices == "cpu"}
 
 
