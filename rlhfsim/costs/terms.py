@@ -18,6 +18,11 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   CPU gemm_footprint (out of decode_kernels) and cold_overheads (out of the fixed costs);
 * a generation runtime's call (``rlhfsim.costs.price.generate_call_terms``): gen_call_overhead or handoff,
   left_padding, its prefill's forward terms and its decode steps' terms;
+* a generation replica's time in a step (``rlhfsim.sim.engines.accounting``): its decode segments' steps
+  summed by term (decode_kernels, engine_step, sampling_tail, host_launch_bound, on a CPU gemm_footprint and
+  cold_overheads, left_padding per padded step), its prefill calls' forward terms, gen_call_overhead,
+  left_padding, handoff, and interference (a segment or hand-over slowed by co-running scoring: the time
+  taken less the price alone); the generate phase's span is the last replica's terms plus its idle time;
 * a streamed scorer call (``Streaming.parts``): a forward's terms, reencode_prefix where the strategy
   re-encodes what earlier calls scored, retokenize, and interference (its co-running slowdown);
 * a phase: its calls' terms plus framework_piece, offload and optimizer; a CPU-side phase (advantage,

@@ -12,12 +12,19 @@ beside the phase's mean span:
   interference, ...), and apart from them the rest of the span, which it spends waiting for generation to
   hand tokens over: not a cost term (``terms.WAITING``, ``waiting_s``);
 * the CPU-side phases (advantage, retokenize, a rule reward) and the weight update: one term each, the weight
-  update with its named parts (``weight_sync_parts_s``).
+  update with its named parts (``weight_sync_parts_s``);
+* ``generate``: the engine replica that ends last (ties: the busier), its seconds by term over the step
+  (``rlhfsim.sim.engines.accounting``): its decode segments' steps summed (decode_kernels, engine_step,
+  sampling_tail, host_launch_bound; on a CPU gemm_footprint, cold_overheads), its prefill calls' forward terms
+  (kernels, op_overhead), a static batch's gen_call_overhead and left_padding, handoff at chunk boundaries and
+  interference where co-running scoring slowed its decode (OPPO intra-step); apart from them the rest of the
+  span, in which it is idle (between the step's generation requests): not a cost term (``waiting_s``). The
+  event clock and a detached replica's deferred clock account alike.
 
-Generation is a sum of decode segments of changing batch and context, so it is explained by one
-representative decode step instead: the first step of a full batch (``generation.max_batch`` rows, or the
-rollouts per engine replica if fewer) with the mean prompt plus half the mean response in its cache, by term
-(decode_kernels, engine_step, sampling_tail, host_launch_bound; on a CPU gemm_footprint, cold_overheads).
+Beside it, one representative decode step tells the per-step cost: the first step of a full batch
+(``generation.max_batch`` rows, or the rollouts per engine replica if fewer) with the mean prompt plus half
+the mean response in its cache, by term (``decode_step``).
+
 Every name printed as a term is a registry term; ``explained_names`` lists them (a test checks it).
 """
 
@@ -28,10 +35,14 @@ from rlhfsim.costs.terms import BY_NAME, WAITING
 from rlhfsim.scenario.schema import Scenario
 from rlhfsim.sim.run import simulate
 
+# generate's seconds inside its span that the replica setting it spends idle: not a cost term
+IDLE = "idle"
+
 
 def explain(sc: Scenario, *, profile: str | None = None, steps: int | None = None, seed: int | None = None) -> dict:
     """The breakdown (module docstring) as a JSON-ready dict: per phase ``span_s``, ``terms_s`` and, for a
-    streamed phase, ``waiting_s``; ``decode_step``; ``terms`` (the registry's entry of every term named)."""
+    streamed phase and ``generate``, ``waiting_s`` (generate's: idle); ``decode_step``; ``terms`` (the
+    registry's entry of every term named)."""
     result = simulate(sc, profile=profile, steps=steps, seed=seed, terms=True)
     summ = result.summary
     phases = {}
@@ -70,11 +81,15 @@ def render(doc: dict) -> list[str]:
            f"{'phase':<14} {'span_s':>9}  what it is made of"]
     for ph, e in doc["phases"].items():
         terms = e.get("terms_s")
-        if ph == "generate":
+        if ph == "generate" and terms:
+            idle = e.get("waiting_s", 0.0)
+            idle = 0.0 if abs(idle) <= 1e-9 * e["span_s"] else idle   # float rounding of the span's sum
+            what = (f"one replica busy {sum(terms.values()):.3f}: {_shares(terms, e['span_s'])}; {IDLE} "
+                    f"{idle:.3f} ({100 * idle / (e['span_s'] or 1.0):.0f}%, not a cost term)")
             d = doc["decode_step"]
-            what = (f"decode steps; one of {d['batch']} rows, {d['cached_tokens']:.0f} cached tokens ({d['runtime']}): "
-                    f"{d['step_s'] * 1e3:.2f} ms = " + " + ".join(f"{k} {v * 1e3:.2f}" for k, v in d["terms_s"].items()
-                                                              if abs(v) >= 0.005 * d["step_s"]))
+            what += (f"\n{'':<26}decode steps; one of {d['batch']} rows, {d['cached_tokens']:.0f} cached tokens "
+                     f"({d['runtime']}): {d['step_s'] * 1e3:.2f} ms = " + " + ".join(
+                         f"{k} {v * 1e3:.2f}" for k, v in d["terms_s"].items() if abs(v) >= 0.005 * d["step_s"]))
         elif terms:
             what = _shares(terms, e["span_s"])
             if "waiting_s" in e:
@@ -86,9 +101,10 @@ def render(doc: dict) -> list[str]:
                     if v and k != "offload_s") + "]"
         else:
             what = "nothing to do" if e["span_s"] == 0 else ""
-        out.append(f"{ph:<14} {e['span_s']:>9.3f}  {what}")
+        out += f"{ph:<14} {e['span_s']:>9.3f}  {what}".split("\n")
     out += ["", "Each phase: the replica or rank that sets its span, mean over the steady steps; a streamed phase's "
-            f"replica is busy part of its span and the rest is {WAITING}; terms under 0.5% of the span left out. "
+            f"replica is busy part of its span and the rest is {WAITING}; generate's replica is {IDLE} for the rest "
+            "of its span; terms under 0.5% of the span left out. "
             "The terms (devices; where their numbers live):"]
     out += [f"  {k:<18} ({t['devices']}) {t['key']}" for k, t in doc["terms"].items()]
     out.append("Every term: docs/reference/cost-terms.md; equations: docs/cost-model.md.")

@@ -66,7 +66,7 @@ class Recorder:
         self.steps: list[StepRecord] = []
         self._spans: dict[tuple[int, str], list[float]] = {}
         # seconds by cost term per (step, phase), kept only when asked for (rlhfsim explain: ``record_terms``): of
-        # the replica or rank that sets the span, and for a streamed phase per replica (``streamed``)
+        # the replica or rank that sets the span, and per replica for a streamed phase and for generate (``streamed``)
         self.terms: dict[tuple[int, str], dict[str, float]] | None = None
         self.streamed: dict[tuple[int, str], dict[int, list]] = {}
 
@@ -84,7 +84,8 @@ class Recorder:
     def add_streamed(self, step: int, phase: str, replica: int, end_at: float, parts: dict[str, float],
                      interference: float = 0.0) -> None:
         """A streamed call of ``phase`` (``stages.ChunkScorer``) on ``replica``, ending at ``end_at``: its seconds
-        by term and its co-running slowdown (``interference``)."""
+        by term and its co-running slowdown (``interference``). Also a generation replica's busy seconds in one
+        request (phase ``generate``, ``rlhfsim.sim.engines.accounting``), explained the same way."""
         entry = self.streamed.setdefault((step, phase), {}).setdefault(replica, [end_at, {}])
         entry[0] = max(entry[0], end_at)
         acc = entry[1]
@@ -97,7 +98,8 @@ class Recorder:
         """Per (step, phase): the seconds by term of the work that sets the span, and for a streamed phase the
         seconds its replica waits inside the span (None for the others). A streamed phase is explained by the
         replica whose calls end last (ties: the busier), its busy seconds by term; the rest of the span it
-        waits for generation to hand tokens over (``rlhfsim.costs.terms.WAITING``)."""
+        waits for generation to hand tokens over (``rlhfsim.costs.terms.WAITING``). ``generate`` likewise: the
+        engine replica that ends last, and the rest of the span, in which it is idle."""
         out: dict = {key: (dict(parts), None) for key, parts in (self.terms or {}).items()}
         for key, reps in self.streamed.items():
             _, parts = max(reps.values(), key=lambda e: (e[0], sum(e[1].values())))

@@ -26,8 +26,8 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
     """Run the scenario's schedule for ``steps`` steps and summarize it. A run whose estimated work
     (``rlhfsim.sim.budget``) exceeds ``max_work`` is refused before it starts (None or 0: no limit).
     ``terms``: also keep each phase's seconds by cost term (``rlhfsim explain``), in the summary as
-    ``phase_terms_s``, and a streamed phase's seconds waiting for rollouts as ``phase_waiting_s`` (means over
-    the steady steps, ``Recorder.phase_terms``)."""
+    ``phase_terms_s``, and a streamed phase's seconds waiting for rollouts (generate's: its replica idle) as
+    ``phase_waiting_s`` (means over the steady steps, ``Recorder.phase_terms``)."""
     if steps is not None or seed is not None:
         upd = {}
         if steps is not None:

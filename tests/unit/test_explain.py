@@ -22,7 +22,9 @@ from rlhfsim.costs.profile import load_profile
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.models.catalog import CATALOG
 from rlhfsim.scenario.loader import load_scenario, parse_set
-from rlhfsim.sim.explain import explain, explained_names
+from rlhfsim.sim.engines.accounting import segment_terms
+from rlhfsim.sim.engines.base import Engine
+from rlhfsim.sim.explain import explain, explained_names, render
 from rlhfsim.sim.streaming import STREAMING
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,10 +86,11 @@ def test_a_streamed_scorer_call_splits_its_price(device, name):
 
 
 def _check(doc):
-    """Every phase that takes time is explained by registry terms summing to its span (streamed: with waiting)."""
+    """Every phase that takes time is explained by registry terms summing to its span (streamed phases and
+    generate: with their waiting)."""
     assert explained_names(doc) <= set(T.BY_NAME) and set(doc["terms"]) == explained_names(doc)
     for ph, e in doc["phases"].items():
-        if ph == "generate" or e["span_s"] == 0:
+        if e["span_s"] == 0:
             continue
         assert "terms_s" in e, ph
         busy = sum(e["terms_s"].values())
@@ -148,3 +151,78 @@ def test_json_carries_the_terms_and_the_waiting():
     assert set(doc["terms"]) <= set(T.BY_NAME)
     text = CliRunner().invoke(main, ["explain", str(ROOT / "scenarios" / "oppo.yaml"), "--steps", "3"]).output
     assert T.WAITING in text and "not a cost term" in text
+
+
+def _generate(doc):
+    """generate's busy terms, its idle seconds and its span, checked: registry terms, summing with the idle
+    seconds to the span."""
+    g = doc["phases"]["generate"]
+    terms, idle = g["terms_s"], g.get("waiting_s", 0.0)
+    assert set(terms) <= set(T.BY_NAME)
+    assert sum(terms.values()) + idle == pytest.approx(g["span_s"], rel=1e-9)
+    return terms, idle, g["span_s"]
+
+
+@pytest.mark.parametrize("path, want", [
+    ("validate/sync-static.yaml", {"gen_call_overhead", "kernels", "decode_kernels", "engine_step"}),
+    ("validate/sync-continuous.yaml", {"kernels", "decode_kernels", "engine_step", "sampling_tail"}),
+])
+def test_generate_is_its_last_replicas_terms_static_and_continuous(path, want):
+    doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
+    _check(doc)
+    terms, idle, span = _generate(doc)
+    assert want <= set(terms) and "interference" not in terms and "handoff" not in terms
+    assert abs(idle) <= 1e-9 * span   # one request a step: the replica is busy all through its span
+    text = "\n".join(render(doc))
+    assert "decode steps; one of" in text and "idle" in text
+
+
+def test_generate_under_oppo_intra_step_counts_interference_and_handoff():
+    # kv_decoder beside a co-running CPU scorer: decode re-timed while the scorer runs (interference)
+    terms, _, span = _generate(explain(load_scenario(ROOT / "scenarios" / "validate" / "oppo-full.yaml"), steps=3))
+    assert terms["interference"] > 0.05 * span and terms["decode_kernels"] > 0
+    # hf_generate in chunked generate() calls, stopped at the first B: the hand-over pause at every boundary
+    doc = explain(load_scenario(ROOT / "scenarios" / "oppo.yaml"), steps=3)
+    terms, _, _ = _generate(doc)
+    assert {"handoff", "gen_call_overhead", "decode_kernels"} <= set(terms)
+    # resume by re-prefilling: each boundary's prefill less the decode step its token replaces
+    sc = load_scenario(ROOT / "scenarios" / "oppo.yaml", overrides=[parse_set("schedule.intra.resume=reprefill")])
+    terms, _, _ = _generate(explain(sc, steps=3))
+    assert all(v > 0 for v in terms.values()) and "kernels" in terms   # the replaced steps were decoded, then given back
+
+
+@pytest.mark.parametrize("path", ["validate/sync-static.yaml", "validate/sync-continuous.yaml", "verl-ppo.yaml"])
+def test_generate_terms_are_the_same_on_the_event_and_the_deferred_clock(path, monkeypatch):
+    sc = load_scenario(ROOT / "scenarios" / path)
+    detached = explain(sc, steps=3)
+    monkeypatch.setattr(Engine, "DETACH", False)
+    event = explain(sc, steps=3)
+    assert detached["phases"]["generate"]["span_s"] == event["phases"]["generate"]["span_s"]
+    a, b = _generate(detached)[0], _generate(event)[0]
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), k
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_a_segments_terms_are_its_steps_terms_summed(device):
+    cost, m, dt = _models()[device == "gpu"]
+    for runtime in (None, *cost.runtimes[:2]):
+        d = cost.decoder(m, dt, 1, runtime)
+        for batch, kv0, n, over, extra in ((1, 100.0, 1, None, 0.0), (8, 8 * 700.0, 300, None, 0.0),
+                                           (4, 4 * 50.0, 57, 2e-3, 1e-4)):
+            price, terms = segment_terms(d, batch, kv0, n, over, extra)
+            c = d.coeffs(batch, kv0, over)
+            assert price == decode_sum((*c[:4], c[4] + extra), n)
+            assert sum(terms.values()) == pytest.approx(price, rel=1e-12) and set(terms) <= set(T.BY_NAME)
+            steps: dict = {}
+            for i in range(n):
+                for k, v in d.terms(batch, kv0 + i * batch).items():
+                    steps[k] = steps.get(k, 0.0) + v
+            if over is not None:
+                steps["engine_step"] = n * over   # the engine's own per-step overhead (generation.step_overhead_s)
+                steps.pop("cold_overheads", None)
+            assert terms.get("left_padding", 0.0) == pytest.approx(n * extra)
+            if not d.hfloor and over is None:   # the launch floor folded into the compute line is the one difference
+                for k in set(steps) | set(terms) - {"left_padding"}:
+                    assert terms.get(k, 0.0) == pytest.approx(steps.get(k, 0.0), rel=1e-9, abs=1e-15), (runtime, k)

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import simpy
 
+from rlhfsim.sim.engines.accounting import EngineTerms, TermsClock, TermsDeferredClock
 from rlhfsim.sim.engines.clock import Clock, wait_until
 from rlhfsim.sim.engines.deferred import DeferredClock
 from rlhfsim.sim.rollouts import Rollout
@@ -56,6 +57,12 @@ class Engine:
         self.detached = (self.DETACH and not req.stream and req.stop_after is None
                          and all(sc.outstanding == 0 for sc in sim.scorers.values()))
         self._prefill_memo: dict[tuple, tuple[float, float]] = {}
+        # seconds by cost term, kept only for ``rlhfsim explain`` (``rlhfsim.sim.engines.accounting``)
+        self.terms = EngineTerms(self) if sim.rec.terms is not None else None
+
+    def clock(self, idx: int, row_stream: dict) -> Clock:
+        """Replica ``idx``'s event clock (one that keeps its seconds by term when the recorder asks for them)."""
+        return (Clock if self.terms is None else TermsClock)(self, idx, row_stream)
 
     def run(self):
         """Process: start the replicas, wait for all of them; the results are on the engine."""
@@ -74,7 +81,8 @@ class Engine:
         start = env.now
         # Local, not on the engine: a clock refers to its engine, and a cycle would keep every row of
         # the step alive until the garbage collector found it.
-        clocks = [DeferredClock(self, i, {}) for i in range(self.n_rep)]
+        kind = DeferredClock if self.terms is None else TermsDeferredClock
+        clocks = [kind(self, i, {}) for i in range(self.n_rep)]
         for i, c in enumerate(clocks):
             self.plan(i, c)
         DeferredClock.resolve_all(clocks, start)
@@ -156,8 +164,11 @@ class Engine:
         t = self.cost.handoff_s(self.rt, rows)
         if t <= 0:
             return True
+        base = t
         if self.sim.slows_decode == "live":
             t *= self.sim.decode_factor(self.pool.name, clock.gpus)
+        if self.terms is not None:
+            clock.charge({"handoff": base}, slowed=t != base)
         try:
             yield from clock.busy(t, 0.0)
         except simpy.Interrupt:
@@ -191,6 +202,8 @@ class Engine:
         if end > start:
             self.sim.rec.busy(self.req.step, self.pool.name, clock.gpu0, self.tp, "rollout", "generate", start, end,
                               active_s=clock.active_s)
+            if self.terms is not None:
+                self.sim.rec.add_streamed(self.req.step, "generate", clock.gpu0, end, clock.acc)
 
 
 def _merged(per_replica: list[tuple[DeferredClock, list[int], list[Rollout]]]) -> list[Rollout]:

@@ -73,6 +73,8 @@ class ContinuousEngine(Engine):
             total, active = sum(p[0] for p in parts), sum(p[1] for p in parts)
         # No interference factor: that applies to chunk (scoring) prefills meeting decode on the same
         # GPUs (docs/cost-model.md); this replica's own decode flag is always up here and must not count.
+        if self.terms is not None:
+            clock.charge(self.terms.prefills(r.prompt_len + r.generated for r in need))
         yield from clock.busy(total, active)
         for r in need:
             r.kv_resident = True
@@ -98,7 +100,7 @@ class ContinuousEngine(Engine):
 
     def replica(self, idx: int):
         env = self.env
-        clock = Clock(self, idx, self.req.stream)
+        clock = self.clock(idx, self.req.stream)
         queue = self.queues[idx]
         cap, limit = self.kv_cap, self.kv_cap - self.watermark
         live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
@@ -187,6 +189,7 @@ class ContinuousEngine(Engine):
         cap, limit, max_batch = self.kv_cap, self.kv_cap - self.watermark, self.max_batch
         step, budget, never = self.req.step, self.req.token_budget, 1 << 62
         prefill, one = self.prefill_parts, self.row_prefills(queue)  # one: a row's prefill parts, by tokens
+        terms = self.terms   # seconds by cost term (rlhfsim explain only)
         dur, act = clock.dur, clock.act
         book_batch, book_kv0, book_n = clock.book_batch, clock.book_kv0, clock.book_n
         finished, finished_at, left, left_at = clock.finished, clock.finished_at, clock.left, clock.left_at
@@ -231,6 +234,8 @@ class ContinuousEngine(Engine):
                         total, active = sum(p[0] for p in parts), sum(p[1] for p in parts)
                     dur.append(total)
                     act.append(active)
+                    if terms is not None:
+                        clock.booked(terms.prefills(r.prompt_len + r.generated for r in need), total)
                     for r in need:
                         r.kv_resident = True
                     for r in need:

@@ -73,6 +73,7 @@ import simpy
 
 from rlhfsim.costs.genruntimes import ROW_HANDOVER
 from rlhfsim.costs.model import decode_parts
+from rlhfsim.sim.engines.accounting import segment_terms
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import DeferredClock
@@ -116,6 +117,10 @@ class StaticEngine(Engine):
             if padded:
                 total += self.cost.pad_prefill_s(self.rt)
         total += self.cost.call_overhead_s(self.rt)
+        if self.terms is not None and total > 0:
+            clock.charge({**(self.terms.prefill(ctx0 * len(need), len(need)) if need else {}),
+                          "gen_call_overhead": self.cost.call_overhead_s(self.rt),
+                          "left_padding": self.cost.pad_prefill_s(self.rt) if need and padded else 0.0})
         if total > 0:
             yield from clock.busy(total, active)
         for r in need:
@@ -142,7 +147,7 @@ class StaticEngine(Engine):
     def replica(self, idx: int):
         env = self.env
         # per-row boundaries only for a runtime without generate() calls; else the batch hands over (_hand_over)
-        clock = Clock(self, idx, self.req.stream if self.per_row else {})
+        clock = self.clock(idx, self.req.stream if self.per_row else {})
         st = _Batch()
         start = env.now
         self.decoding(clock, +1)
@@ -287,6 +292,12 @@ class StaticEngine(Engine):
         total, active = max(total - step_total, 0.0), max(active - step_active, 0.0)
         if total <= 0:
             return True
+        if self.terms is not None:   # the prefill's terms less those of the decode step its token replaces
+            parts = {**self.terms.prefill(width * b, b), "left_padding": self.cost.pad_prefill_s(self.rt)
+                     if clock.step_extra_s else 0.0}
+            for k, v in segment_terms(clock._decoder, b, b * width, 1, self.overhead, clock.step_extra_s)[1].items():
+                parts[k] = parts.get(k, 0.0) - v
+            clock.charge(parts)
         try:
             yield from clock.busy(total, min(active, total))
         except simpy.Interrupt:
