@@ -12,6 +12,7 @@ import statistics
 
 from rlhfsim.contracts import PHASES
 from rlhfsim.costs import price
+from rlhfsim.costs.terms import add_terms
 from rlhfsim.errors import RlhfsimError
 
 def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
@@ -84,11 +85,6 @@ def _op_row(calls: int, measured_s: float, predicted_s: float, steps: int, terms
     return row
 
 
-def _add_terms(acc: dict[str, float], parts: dict[str, float]) -> None:
-    for k, v in parts.items():
-        acc[k] = acc.get(k, 0.0) + v
-
-
 def scoring_operations(setup, cost, steps: list) -> dict:
     """Per scorer operation (``SCORER_OPS``) over the given (steady) steps: calls, measured and predicted
     (alone) seconds per step, the error, and what the simulator does to a call that starts while decode
@@ -104,7 +100,7 @@ def scoring_operations(setup, cost, steps: list) -> dict:
                 a[0] += 1
                 a[1] += secs
                 a[2] += price_scorer_op(cost, setup, name, shape)
-                _add_terms(a[3], price_scorer_op_terms(cost, setup, name, shape))
+                add_terms(a[3], price_scorer_op_terms(cost, setup, name, shape))
     _, _, slow, add, _ = cost.corun(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
                                     setup.shapes.get("reward"))
     return {"operations": {name: _op_row(c, m, p, n, t) for name, (c, m, p, t) in sorted(acc.items())},
@@ -126,7 +122,7 @@ def operations(setup, cost, steps: list) -> dict:
             a[0] += 1
             a[1] += secs
             a[2] += price_op(cost, model, dtype, runtime, name, shape, setup.scenario.generation.sampling_logprobs)
-            _add_terms(a[3], price_op_terms(cost, model, dtype, runtime, name, shape,
+            add_terms(a[3], price_op_terms(cost, model, dtype, runtime, name, shape,
                                             setup.scenario.generation.sampling_logprobs))
     ops = {name: _op_row(c, m, p, n, t) for name, (c, m, p, t) in sorted(acc.items())}
     span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
@@ -185,7 +181,7 @@ def phase_operations(setup, cost, steps: list) -> dict:
                 a[2] += price_phase_op(cost, setup, name, shape)
                 a[3] += shape["rows"]
                 a[4] += shape["rows"] * shape["width"]
-                _add_terms(terms.setdefault(shape["phase"], {}), price_phase_op_terms(cost, setup, name, shape))
+                add_terms(terms.setdefault(shape["phase"], {}), price_phase_op_terms(cost, setup, name, shape))
     out = {}
     for ph in PHASES:
         first, other = acc.get((ph, True)), acc.get((ph, False))

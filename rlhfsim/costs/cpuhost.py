@@ -147,18 +147,24 @@ class CpuHostEffects:
         return out, active
 
     @staticmethod
-    def decode_terms(out: dict, kern: float, plain: float, comm: float, cold: float, hfloor: float) -> None:
-        """Split a decode step's terms (``out``: ``_Decode.terms`` as priced) in place, each effect added in turn
-        to the step without them: ``gemm_footprint``, the kernels ``kern`` less ``plain`` (the weights streamed
-        once at the fitted bandwidth), and ``cold_overheads``, the fixed costs (engine step, sampling tail,
-        launch floor ``hfloor``) less their hot values (/ ``cold``)."""
+    def decode_terms(out: dict, kern: float, plain: float, comm: float, cold: float, hot_floor: float,
+                     engine_cold: bool = True) -> None:
+        """Split decode terms (``out``: ``_Decode.terms`` of a step, or ``accounting.segment_terms`` of a segment,
+        as priced) in place, each effect added in turn to the work without them: ``gemm_footprint``, the kernels
+        ``kern`` less ``plain`` (the weights streamed once at the fitted bandwidth; ``comm`` the TP all-reduces
+        beside them), and ``cold_overheads``, the fixed costs (sampling tail, launch floor, and the engine step
+        unless the engine set its own, ``engine_cold``) less their hot values (/ ``cold``; the launch floor's hot
+        value given as ``hot_floor``)."""
         if plain != kern:
             out.update({"decode_kernels": plain + comm, "gemm_footprint": kern - plain})
         if cold != 1.0:
-            over, tail, floor = out["engine_step"], out["sampling_tail"], out["host_launch_bound"]
-            out.update({"engine_step": over / cold, "sampling_tail": tail / cold,
-                        "host_launch_bound": max(hfloor / cold - kern, 0.0)})
-            out["cold_overheads"] = over + tail + floor - out["engine_step"] - out["sampling_tail"] - out["host_launch_bound"]
+            names = ("sampling_tail", "host_launch_bound", "engine_step")[:3 if engine_cold else 2]
+            fixed = sum(out[k] for k in names)
+            out["sampling_tail"] /= cold
+            out["host_launch_bound"] = hot_floor
+            if engine_cold:
+                out["engine_step"] /= cold
+            out["cold_overheads"] = fixed - sum(out[k] for k in names)
 
     # -- the calibration fit's points --------------------------------------------------------------------
     def point_fields(self, p: dict) -> dict:

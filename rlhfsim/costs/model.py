@@ -313,7 +313,7 @@ class _Decode:
                "host_launch_bound": max(self.hfloor - kern, 0.0)}
         if self.cpu is not None:
             c0, _, u0, _ = self._lines(batch, kv0, plain=True)
-            self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, self.hfloor)
+            self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, max(self.hfloor / self.cold - kern, 0.0))
         return out
 
     def coeffs(self, batch, kv0, overhead_s: float | None):

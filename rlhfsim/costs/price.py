@@ -33,6 +33,7 @@ they sum to the price up to rounding): validate's per-call tables show what a pr
 from __future__ import annotations
 
 from rlhfsim.costs.framework import CallParts
+from rlhfsim.costs.terms import add_terms
 from rlhfsim.errors import RlhfsimError
 
 
@@ -73,12 +74,6 @@ def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node:
     replicas (none under FSDP) and AdamW on this GPU's shard."""
     return cost.optimizer_parts(setup.shapes[role], setup.dtypes[role], tp, dp, setup.head(role), inter_node,
                                 grad_allreduce=fsdp_n == 0)
-
-
-def _add(acc: dict[str, float], parts: dict[str, float]) -> dict[str, float]:
-    for k, v in parts.items():
-        acc[k] = acc.get(k, 0.0) + v
-    return acc
 
 
 def forward_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> float:
@@ -168,7 +163,7 @@ def decode_steps_terms(cost, model, dtype: str, runtime: str | None, batch: int,
     """``decode_steps_s`` by cost term: each step's (``_Decode.terms``), the cache growing by ``batch`` a step."""
     d, out = cost.decoder(model, dtype, 1, runtime, logprobs), {}
     for i in range(max(int(steps), 0)):
-        _add(out, d.terms(batch, kv0 + i * batch))
+        add_terms(out, d.terms(batch, kv0 + i * batch))
     return out
 
 
@@ -180,10 +175,12 @@ def generate_call_terms(cost, model, dtype: str, runtime: str | None, rows: int,
     if first:
         out = {"gen_call_overhead": cost.call_overhead_s(runtime),
                "left_padding": (cost.pad_prefill_s(runtime) if padded else 0.0) + (steps - 1) * pad}
-        _add(out, prefill_terms(cost, model, dtype, runtime, rows * width, rows, logprobs))
-        return _add(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs))
+        add_terms(out, prefill_terms(cost, model, dtype, runtime, rows * width, rows, logprobs))
+        add_terms(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs))
+        return out
     out = {"handoff": cost.handoff_s(runtime, rows), "left_padding": steps * pad}
-    return _add(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * width, steps, logprobs))
+    add_terms(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * width, steps, logprobs))
+    return out
 
 
 def _generation_op(prefill, decode, generate, cost, model, dtype: str, runtime: str | None, name: str, shape: dict,

@@ -143,6 +143,18 @@ WAITING = "waiting for rollouts"
 BY_NAME = {t.name: t for t in TERMS}
 
 
+def add_terms(acc: dict[str, float], parts: dict[str, float], scale: float = 1.0) -> float:
+    """Add ``parts`` (seconds by term) x ``scale`` into ``acc``, terms of 0 s left out; returns the seconds added.
+    Every breakdown (the simulator's phases, the engines' replicas, validate's per-call tables) sums through it."""
+    s = 0.0
+    for k, v in parts.items():
+        if v:
+            v *= scale
+            acc[k] = acc.get(k, 0.0) + v
+            s += v
+    return s
+
+
 def markdown() -> str:
     """The registry as the docs' table."""
     rows = ["| term | what it prices | profile / scenario key | devices | measured or sourced by | module |",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlhfsim.costs.terms import add_terms
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -76,10 +78,7 @@ class Recorder:
 
     def add_terms(self, step: int, phase: str, parts: dict[str, float]) -> None:
         """Seconds by term of the work that sets ``phase``'s span in ``step`` (terms of 0 s left out)."""
-        acc = self.terms.setdefault((step, phase), {})
-        for k, v in parts.items():
-            if v:
-                acc[k] = acc.get(k, 0.0) + v
+        add_terms(self.terms.setdefault((step, phase), {}), parts)
 
     def add_streamed(self, step: int, phase: str, replica: int, end_at: float, parts: dict[str, float],
                      interference: float = 0.0) -> None:
@@ -88,11 +87,8 @@ class Recorder:
         request (phase ``generate``, ``rlhfsim.sim.engines.accounting``), explained the same way."""
         entry = self.streamed.setdefault((step, phase), {}).setdefault(replica, [end_at, {}])
         entry[0] = max(entry[0], end_at)
-        acc = entry[1]
-        for k, v in parts.items():
-            acc[k] = acc.get(k, 0.0) + v
-        if interference:
-            acc["interference"] = acc.get("interference", 0.0) + interference
+        add_terms(entry[1], parts)
+        add_terms(entry[1], {"interference": interference})
 
     def phase_terms(self) -> dict[tuple[int, str], tuple[dict[str, float], float | None]]:
         """Per (step, phase): the seconds by term of the work that sets the span, and for a streamed phase the

@@ -29,6 +29,7 @@ import simpy
 from rlhfsim.contracts import CPU_POOL
 from rlhfsim.costs import price
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
+from rlhfsim.costs.terms import add_terms
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.engines.clock import wait_until
@@ -132,12 +133,13 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
                 t += call.total_s + per_call_s
                 active += call.active_s
                 if terms:
-                    _add(mine_terms, call.terms(), framework_piece=per_call_s)
+                    add_terms(mine_terms, call.terms())
+                    add_terms(mine_terms, {"framework_piece": per_call_s})
             if mine:
                 off = ex.offload_s(sim, role, "forward", len(calls))
                 t += off
                 if terms:
-                    _add(mine_terms, {"offload": off})
+                    add_terms(mine_terms, {"offload": off})
             if terms and t > worst[0]:
                 worst = (t, mine_terms)
             durs.append(t)
@@ -146,13 +148,6 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
         if terms:
             sim.rec.add_terms(step, phase, worst[1])
         yield env.timeout(max(durs))
-
-
-def _add(acc: dict[str, float], parts: dict[str, float], **more: float) -> None:
-    """Add seconds by term into ``acc`` (``rlhfsim explain``)."""
-    for name, v in (*parts.items(), *more.items()):
-        if v:
-            acc[name] = acc.get(name, 0.0) + v
 
 
 def advantage(env, sim, step: int, rows: list[Rollout]):
@@ -265,20 +260,22 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                                                 fsdp_n=fsdp_n, inter_node=pool.spans_nodes, ckpt_frac=ckpt_frac)
                         rank = (rank[0] + call.total_s + per_call_s, rank[1] + call.active_s)  # 0.0 + x == x: one call, as before
                         if terms:
-                            _add(rank_terms, call.terms(), framework_piece=per_call_s)
+                            add_terms(rank_terms, call.terms())
+                            add_terms(rank_terms, {"framework_piece": per_call_s})
                     if rank > slowest:
                         slowest, slowest_terms = rank, rank_terms
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
                 if terms:
-                    _add(phase_terms, slowest_terms, optimizer=opt)
+                    add_terms(phase_terms, slowest_terms)
+                    add_terms(phase_terms, {"optimizer": opt})
         off = ex.offload_s(sim, role, "train")
         t += off
         yield env.timeout(t)
         if t > 0:
             sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now, active_s=active)
             if terms:
-                _add(phase_terms, {"offload": off})
+                add_terms(phase_terms, {"offload": off})
                 sim.rec.add_terms(step, phase, phase_terms)
 
 
@@ -383,14 +380,14 @@ class ChunkScorer:
             rep.proc = self.env.process(self._serve(rep))
 
     def emit(self, step: int, r: Rollout, final: bool) -> None:
-        job = self.strategy.job(r, r.scored.get(self.role, 0))
+        done = r.scored.get(self.role, 0)
+        job = self.strategy.job(r, done)
         if job is None:
             return
         self.closing = False
         if not self.live and self.sim.slows_decode == "live":
             self._set_live(True)
         tokens, prefix = job
-        done = r.scored.get(self.role, 0)
         new = r.generated - done + (r.prompt_len if done == 0 else 0)  # tokens no earlier call scored
         if self.cap is not None:
             tokens = min(tokens, self.cap)
@@ -514,15 +511,14 @@ class ChunkScorer:
         return parts
 
     def _terms(self, tokens: float, n: int, prefix: float, new: float) -> dict[str, float]:
-        """``_price``'s total by cost term (``Streaming.parts``, and ``retokenize`` for a reward model of another
-        tokenizer), kept per (tokens, n, prefix, new)."""
+        """``_price``'s total by cost term (``rlhfsim.costs.price.scorer_call_terms``), kept per (tokens, n, prefix,
+        new)."""
         key = (tokens, n, prefix, new)
         got = self.by_term.get(key)
         if got is None:
-            got = self.by_term[key] = self.strategy.parts(self.sim.cost, self.model, self.dtype, tokens, n, prefix, new,
-                                                        self.tp, self.head, self.runtime)
-            if self.retokenize:
-                got["retokenize"] = self.sim.cost.retokenize_s(n, tokens)
+            got = self.by_term[key] = price.scorer_call_terms(self.sim.cost, self.strategy, self.model, self.dtype, tokens,
+                                                              n, prefix, self.tp, self.head, self.runtime,
+                                                              self.retokenize, new)
         return got
 
     def _book_terms(self, rep: "_Chain") -> None:

@@ -31,19 +31,9 @@ busy time, and a test holds the generate phase's terms plus its idle time to its
 from __future__ import annotations
 
 from rlhfsim.costs.model import _sum_max_linear, decode_parts
+from rlhfsim.costs.terms import add_terms
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import SEGMENT, DeferredClock
-
-
-def _add(acc: dict[str, float], parts: dict[str, float], scale: float = 1.0) -> float:
-    """Add ``parts`` x ``scale`` into ``acc`` (terms of 0 s left out); returns the seconds added."""
-    s = 0.0
-    for k, v in parts.items():
-        if v:
-            v *= scale
-            acc[k] = acc.get(k, 0.0) + v
-            s += v
-    return s
 
 
 def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None, extra_s: float) -> tuple[float, dict]:
@@ -64,19 +54,10 @@ def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None,
     out = {"decode_kernels": kern + n * comm, "engine_step": n * over,
            "sampling_tail": n * (dec.tail0 + dec.tail_row * batch),
            "host_launch_bound": _sum_max_linear(c[0], c[1], c[2], c[3], n) - kern, "left_padding": n * extra_s}
-    if dec.cpu is not None:   # a CPU's host effects, split out as _Decode.terms splits them (CpuHostEffects.decode_terms)
+    if dec.cpu is not None:   # a CPU's host effects, split out as _Decode.terms splits them
         p0, _, pu0, pus = dec._lines(batch, kv0, plain=True)
-        plain = _sum_max_linear(p0, cs, pu0, pus, n)
-        if plain != kern:
-            out["decode_kernels"], out["gemm_footprint"] = plain + n * comm, kern - plain
-        if dec.cold != 1.0:
-            fixed = out["sampling_tail"] + out["host_launch_bound"] + (out["engine_step"] if overhead_s is None else 0.0)
-            out["sampling_tail"] /= dec.cold
-            out["host_launch_bound"] /= dec.cold
-            if overhead_s is None:
-                out["engine_step"] /= dec.cold
-            hot = out["sampling_tail"] + out["host_launch_bound"] + (out["engine_step"] if overhead_s is None else 0.0)
-            out["cold_overheads"] = fixed - hot
+        dec.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, dec.cold,
+                             out["host_launch_bound"] / dec.cold, engine_cold=overhead_s is None)
     out["decode_kernels"] += price - sum(out.values())   # rounding: the terms sum to the price
     return price, out
 
@@ -102,7 +83,7 @@ class EngineTerms:
         """One one-row prefill per entry of ``tokens`` (the continuous engine's admission), by term."""
         out: dict[str, float] = {}
         for n in tokens:
-            _add(out, self.prefill(n, 1))
+            add_terms(out, self.prefill(n, 1))
         return out
 
 
@@ -130,7 +111,7 @@ class _Terms:
         terms, rest = self._pending or ({}, None)
         self._pending = None
         done = min(took_s / total_s, 1.0) if total_s > 0 else 1.0
-        s = _add(self.acc, terms, done)
+        s = add_terms(self.acc, terms, done)
         left = took_s - s
         if left:
             key = rest or next(iter(terms), "engine_step")
@@ -169,10 +150,10 @@ class TermsClock(_Terms, Clock):
         done = yield from Clock.decode(self, batch, kv0, n)
         e = self.eng
         price, terms = segment_terms(self._decoder, batch, kv0, done, e.overhead, extra)
-        s = _add(self.acc, terms)
+        s = add_terms(self.acc, terms)
         if self.seg_left and self._frac:   # a stop cut the segment: the share of the step in progress it lost
             _, step = segment_terms(self._decoder, batch, kv0 + done * batch, 1, e.overhead, extra)
-            s += _add(self.acc, step, self._frac)
+            s += add_terms(self.acc, step, self._frac)
         left = (self.env.now - t0) - s
         if left:
             key = "interference" if self._slowed else "decode_kernels"
@@ -197,7 +178,7 @@ class TermsDeferredClock(_Terms, DeferredClock):
         e, j, extra = self.eng, 0, self.book_extra   # (the continuous engine books no padding: empty)
         for d in self.dur:
             if d == SEGMENT:
-                _add(self.acc, segment_terms(self._decoder, self.book_batch[j], self.book_kv0[j], self.book_n[j],
+                add_terms(self.acc, segment_terms(self._decoder, self.book_batch[j], self.book_kv0[j], self.book_n[j],
                                              e.overhead, extra[j] if extra else 0.0)[1])
                 j += 1
         return end
