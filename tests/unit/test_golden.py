@@ -12,7 +12,9 @@ rollout stream's index): those change how results are computed, never what they 
 must still match. Scenarios on the ``cpu`` device are priced with ``tests/fixtures/profiles/cpu.json``,
 a copy of the bundled ``rlhfsim/profiles/cpu.json`` as of be7e688 (its raw measured points dropped: the
 simulator never reads them), so re-calibrating the bundled profile does not move these values; GPU
-scenarios use the bundled ``default`` profile.
+scenarios use ``tests/fixtures/profiles/default.json``, a copy of the bundled ``default`` profile as of
+2026-12-07 (issue 53), so refitting the bundled GPU profiles to public logs does not move them either: a
+golden value moves when the simulator's mechanisms change, never when a profile is refitted.
 
 When a change of result is intended (a fixed bug), re-record with the command above in the same change
 and say here which values moved and why (``FIXED`` lists them). Changes so far:
@@ -115,6 +117,7 @@ from rlhfsim.sim.run import VARIANTS, SimResult, simulate, variant
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "golden.json"
 CPU_PROFILE = ROOT / "tests" / "fixtures" / "profiles" / "cpu.json"
+GPU_PROFILE = ROOT / "tests" / "fixtures" / "profiles" / "default.json"
 REL = 1e-9
 ABS = 1e-12  # for values that are exactly 0 in the recording
 
@@ -179,7 +182,7 @@ def build(spec: tuple) -> Scenario:
 
 def run_case(spec: tuple, steps: int | None) -> SimResult:
     sc = build(spec)
-    profile = str(CPU_PROFILE) if sc.cluster.gpu == "cpu" else None
+    profile = str(CPU_PROFILE if sc.cluster.gpu == "cpu" else GPU_PROFILE)
     return simulate(sc, profile=profile, steps=steps)
 
 
