@@ -228,8 +228,11 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
 
 def test_every_field_launch_imports_and_loads():
     field = EXAMPLES / "field"
-    doc = yaml.safe_load((field / "runs.yaml").read_text())
-    for run in doc["runs"] + doc["unscored"]:
+    docs = [yaml.safe_load(f.read_text()) or {} for f in [field / "runs.yaml", *sorted(field.glob("runs-*.yaml"))]]
+    verl_runs = [r for d in docs for r in (d.get("runs") or []) + (d.get("unscored") or [])
+                 if r.get("framework", "verl") == "verl"]
+    assert verl_runs
+    for run in verl_runs:
         for gpu in [run["gpu"]] if "gpu" in run else run["gpus"]:
             sets = tuple(run.get("set", ()))
             res = _import(field / run["launch"], gpu=gpu, mean_response_len=run.get("mean_response_len"), sets=sets,

@@ -129,9 +129,25 @@ def write_model_error(doc: dict, path: Path) -> dict:
     return out
 
 
+def load_runs() -> dict:
+    """runs.yaml and every runs-*.yaml beside it (the same layout: ``runs`` and ``unscored`` lists), as one document;
+    a run id given twice is an error naming both files."""
+    doc: dict = {"runs": [], "unscored": []}
+    seen: dict[str, str] = {}
+    for f in [HERE / "runs.yaml", *sorted(HERE.glob("runs-*.yaml"))]:
+        part = yaml.safe_load(f.read_text()) or {}
+        for key in ("runs", "unscored"):
+            for r in part.get(key) or []:
+                if r["id"] in seen:
+                    sys.exit(f"{f.name}: {key}.{r['id']}: expected a run id not used before, got one {seen[r['id']]} has")
+                seen[r["id"]] = f.name
+                doc[key].append(r)
+    return doc
+
+
 def main() -> None:
     """Both tables: the scenario's execution block off (the simulator's plain step) and on (verl's mechanics)."""
-    doc = yaml.safe_load((HERE / "runs.yaml").read_text())
+    doc = load_runs()
     if "--write-model-error" in sys.argv:
         path = Path(sys.argv[sys.argv.index("--write-model-error") + 1])
         print(json.dumps(write_model_error(doc, path), indent=1))
