@@ -99,11 +99,16 @@ class Run:
 
 def prepare(spec: RunSpec) -> Run:
     """Read a run's log and import its launch with the log's own mean lengths."""
+    return prepare_steady(spec, steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps))
+
+
+def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
+    """``prepare`` on given steady steps (a subset of a log's: ``rlhfsim.fromrun.pool`` prepares each bin of a
+    run's steps by their longest response as a run of its own)."""
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.importers import ImportOptions, import_verl
     from rlhfsim.scenario.loader import load_scenario
 
-    steady = steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps)
     samples = {k: np.asarray(v) for k, v in steady.phase_samples().items()}
     if VERL_STEP_KEY not in samples:
         raise FitError(f"{spec.log.name}: expected {VERL_STEP_KEY} in every steady step, got it in some only")
