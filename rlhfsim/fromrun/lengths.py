@@ -48,7 +48,10 @@ def logged_shape(steady: Steady, cap: int, rows: int) -> dict | None:
             (mu + sigma * q_max - math.log(min(longest, cap - 0.5)))
         return [math.log(capped_mean(mu, sigma, cap) / mean), second]
 
-    sol = least_squares(res, [math.log(mean) - 0.125, math.log(0.5)], method="lm")
+    # bounded (log-sd 0.01-3): unbounded steps could leave the range exp() holds (a bin of steps whose longest all
+    # reached the cap, clip ratio 0.009 at mean 167 of 1024, overflowed; its solution is median 110, log-sd 0.93)
+    sol = least_squares(res, [math.log(mean) - 0.125, math.log(0.5)], method="trf",
+                        bounds=([-math.inf, math.log(0.01)], [math.log(cap) + 5, math.log(3.0)]))
     mu, sigma = float(sol.x[0]), float(math.exp(sol.x[1]))
     return {"block": {"kind": "lognormal", "median": round(math.exp(mu), 2), "p99": round(math.exp(mu + Z99 * sigma), 2)},
             "sigma": round(sigma, 4), "matched": {"mean": round(mean, 2), ("clip_ratio" if use_clip else "max"):
