@@ -24,6 +24,9 @@ Sources (dense tensor-core peaks, i.e. half of the "with sparsity" figures):
   sparse, FP32 31.2 TFLOPS, 24GB GDDR6 at 600 GB/s, PCIe Gen4; AWS's A10G (G5 instances) publishes no
   separate tensor figures, so the A10's are used.
 - L40S: NVIDIA L40S datasheet: BF16 733 TFLOPS sparse (362 dense), FP32 91.6 TFLOPS, 48GB, 864 GB/s.
+- A40: NVIDIA A40 datasheet (nvidia.com/en-us/data-center/a40/): BF16/FP16 tensor 299.4 TFLOPS sparse (149.7
+  dense), FP32 37.4 TFLOPS, 48GB GDDR6 at 696 GB/s, PCIe Gen4 x16; its NVLink bridge (112.5 GB/s both directions)
+  joins pairs of cards only, so a node of eight talks over PCIe (the L40S's figures).
 - GH200 Grace Hopper: NVIDIA GH200 datasheet, the 96GB HBM3 part: H100's tensor cores, 4 TB/s HBM3,
   NVLink 900 GB/s and NVLink-C2C 900 GB/s to Grace memory (both directions together); inter-node one
   200 Gb/s NIC per GPU. No public per-GPU-hour price: h100-sxm's is used.
@@ -100,6 +103,7 @@ GPUS: dict[str, GpuSpec] = {
         _gpu("h20", 148, 44, 4000, 96 * GiB, 450, 50, 1.80, 64),
         _gpu("b200", 2250, 75, 8000, 180 * GiB, 900, 50, 6.00, 64),
         _gpu("l40s", 362, 91.6, 864, 48 * GiB, 32, 12.5, 1.20, 32),
+        _gpu("a40", 149.7, 37.4, 696, 48 * GiB, 32, 12.5, 0.70, 32),
         _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32),
         _gpu("a10g", 125, 31.2, 600, 24 * GiB, 32, 12.5, 1.00, 32),
         _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64),
