@@ -4,8 +4,17 @@ Each run is its launch (read by ``rlhfsim import verl``, with the GPU, the verl 
 the user gives, and the mean prompt and response lengths of its own steady steps; by default the response
 lengths' shape too, matched to the log's longest and clipped responses: ``rlhfsim.fromrun.lengths``) and its log's steady steps
 (``rlhfsim.fromrun.logs``). Its measured phases are the means over those steps of verl's ``timing_s/*``
-metrics; verl releases that log no ``timing_s/update_weights`` time the weight sync inside ``timing_s/gen``,
-so there the simulator's ``weight_sync`` is added to its ``generate`` before comparing.
+metrics. Each is compared with the span that verl's release timed, not the simulator's phase of the same name
+alone (``verl_spans``): releases that log no ``timing_s/update_weights`` time the weight sync inside
+``timing_s/gen`` (the simulator's ``weight_sync`` is added to its ``generate``); releases up to v0.3.0.post1 (verl
+before commit 070ed6a, 2025-04-03) log no ``timing_s/reward`` and time the reward model and reward function inside
+``timing_s/adv`` (the simulator's ``reward`` is added to its ``adv``). verl has no timer of its own for the
+re-tokenizing the simulator prices apart (``retokenize``): it sits inside the span that holds the reward.
+
+Pricing. A run is priced as ``rlhfsim simulate`` prices it on its GPU: the profile through
+``rlhfsim.costs.model.with_stack_rate`` (a datasheet-derived profile's efficiencies times the GPU stack's
+sustained rate, MI300X under ROCm x0.64), so the base the fit starts from is what ``simulate`` predicts and the
+fitted efficiencies are reported as priced on that GPU (``frame``: the factor from the profile's own value).
 
 Equation. For parameters x (``rlhfsim.fromrun.terms``: x = ln e for an efficiency, s / scale for a time), the
 residual of run r's logged phase p is
@@ -44,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_PROMPT_LENGTH_KEY, VERL_RESPONSE_LENGTH_KEY, VERL_STEP_KEY
-from rlhfsim.costs.model import CostModel
+from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.fromrun import terms as T
 from rlhfsim.fromrun.lengths import logged_shape
@@ -60,6 +69,12 @@ FD_STEP = 0.25          # forward-difference step in x units for the identificat
 PRED_FLOOR_S = 1e-6     # a phase the simulator prices at 0 counts as this in the log residual
 UPDATE_WEIGHTS = VERL_PHASE_KEYS["weight_sync"]
 GEN = VERL_PHASE_KEYS["generate"]
+REWARD = VERL_PHASE_KEYS["reward"]
+ADV = VERL_PHASE_KEYS["adv"]
+RETOKENIZE = VERL_PHASE_KEYS["retokenize"]
+REWARD_IN_ADV = ("the log has timing_s/adv and no timing_s/reward: verl up to v0.3.0.post1 times the reward model and "
+                 "function inside adv (verl commit 070ed6a, 2025-04-03, gave them their own timer), so the simulator's "
+                 "reward is added to its adv")
 
 
 class FitError(RlhfsimError):
@@ -95,6 +110,43 @@ class Run:
     fold_weights: bool
     lengths: dict[str, float]
     unmapped: list[str] = field(default_factory=list)
+    reward_in_adv: bool = False        # the log's release times the reward inside timing_s/adv (module docstring)
+    launch_text: str = ""              # as read (the overlay keeps it, so a what-if needs no copy of the file)
+
+
+def read_launch(path: Path) -> str:
+    """A launch file's text, read as ``rlhfsim import verl`` reads it (bytes that are not UTF-8 replaced, so a
+    comment in another encoding does not stop it); a file that cannot be read or holds binary data (NUL bytes) is
+    one line naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise FitError(f"launch: expected a readable verl launch file, got {str(path)!r} ({e.strerror})") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise FitError(f"launch: expected a verl launch as text (a shell script or YAML config), got binary data in "
+                       f"{str(path)!r} (a NUL byte at offset {nul})")
+    return data.decode("utf-8", errors="replace")
+
+
+def verl_spans(phases: dict[str, float], weight_sync_in_gen: bool, reward_in_adv: bool) -> dict[str, float]:
+    """The simulator's phases (verl names) as a verl release timed them (module docstring): the weight sync inside
+    ``timing_s/gen`` where it has no timer of its own, the reward inside ``timing_s/adv`` where it has none."""
+    out = dict(phases)
+    if RETOKENIZE in out:
+        holder = ADV if reward_in_adv else REWARD
+        out[holder] = out.get(holder, 0.0) + out.pop(RETOKENIZE)
+    if reward_in_adv and REWARD in out:
+        out[ADV] = out.get(ADV, 0.0) + out.pop(REWARD)
+    if weight_sync_in_gen and UPDATE_WEIGHTS in out:
+        out[GEN] = out.get(GEN, 0.0) + out.pop(UPDATE_WEIGHTS)
+    return out
+
+
+def priced(profile: dict, gpu) -> dict:
+    """The profile as ``rlhfsim simulate`` prices it on ``gpu`` (``CostModel.load``'s one step:
+    ``with_stack_rate``)."""
+    return with_stack_rate(profile, gpu)
 
 
 def prepare(spec: RunSpec) -> Run:
@@ -113,10 +165,7 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
     if VERL_STEP_KEY not in samples:
         raise FitError(f"{spec.log.name}: expected {VERL_STEP_KEY} in every steady step, got it in some only")
     lengths = {"response": steady.mean(VERL_RESPONSE_LENGTH_KEY), "prompt": steady.mean(VERL_PROMPT_LENGTH_KEY)}
-    try:
-        text = spec.launch.read_text()
-    except OSError as e:
-        raise FitError(f"launch: expected a readable verl launch file, got {str(spec.launch)!r} ({e.strerror})") from None
+    text = read_launch(spec.launch)
     opts = ImportOptions(gpu=spec.gpu, mean_response_len=lengths["response"], mean_prompt_len=lengths["prompt"],
                          steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
     res = import_verl(text, opts, spec.launch.name)
@@ -129,22 +178,33 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
         sc = load_scenario(res.scenario, base_dir=spec.launch.parent,
                            overrides=[("workload.response_length", shape["block"])])
         lengths["response_shape"] = shape
+    lengths["response_cap"] = sc.workload.max_response_tokens
     return Run(spec, steady, samples, {k: float(v.mean()) for k, v in samples.items()}, sc, get_gpu(spec.gpu),
                sc.generation.resolved_runtime, UPDATE_WEIGHTS not in samples, lengths,
-               [f"{s.key}={s.value}" for s in res.by_status("unmapped")])
+               [f"{s.key}={s.value}" for s in res.by_status("unmapped")],
+               reward_in_adv=ADV in samples and REWARD not in samples, launch_text=text)
 
 
 def predict(run: Run, profile: dict) -> dict[str, float]:
-    """The run simulated under ``profile``: verl key -> seconds (``timing_s/step`` included), the weight sync
-    folded into ``timing_s/gen`` where the run's verl logged none of its own."""
+    """The run simulated under ``profile`` priced on the run's GPU as ``simulate`` prices it (``priced``): verl
+    key -> seconds (``timing_s/step`` included), in the spans the run's release timed (``verl_spans``)."""
     from rlhfsim.sim.run import simulate
 
-    summary = simulate(run.scenario, cost=CostModel(run.gpu, profile), max_work=None).summary
-    out = {VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}
-    if run.fold_weights and UPDATE_WEIGHTS in out:
-        out[GEN] = out.get(GEN, 0.0) + out.pop(UPDATE_WEIGHTS)
+    summary = simulate(run.scenario, cost=CostModel(run.gpu, priced(profile, run.gpu)), max_work=None).summary
+    out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}, run.fold_weights,
+                     run.reward_in_adv)
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
     return out
+
+
+def frame(base: dict, runs: list[Run], path: str) -> float:
+    """The factor from the profile's value at ``path`` to the value the runs' GPU prices with (``priced``):
+    1 unless every run is on one GPU whose stack rate scales that path."""
+    gpus = {r.gpu.name: r.gpu for r in runs}
+    if len(gpus) != 1:
+        return 1.0
+    raw = T.get_value(base, path)
+    return T.get_value(priced(base, next(iter(gpus.values()))), path) / raw if raw else 1.0
 
 
 def residual_keys(run: Run, pred: dict[str, float]) -> list[str]:
@@ -279,19 +339,32 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
         sd[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
     preds = prob.predictions(params, x)
     terms_out = []
+    frames = [frame(base, runs, p.path) for p in params]
     for j, p in enumerate(params):
-        vals = [T.from_x(p.term, v) for v in draws[:, j]]
+        f = frames[j]
+        vals = [f * T.from_x(p.term, v) for v in draws[:, j]]
         q = (1 - LEVEL) / 2
         terms_out.append({
             "term": p.term.name, "path": p.path, "meaning": p.term.meaning,
-            "base": T.get_value(base, p.path), "fitted": T.from_x(p.term, float(x[j])),
+            "base": f * T.get_value(base, p.path), "fitted": f * T.from_x(p.term, float(x[j])),
             "interval": [float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))],
-            "interval_misfit": ([float(T.from_x(p.term, float(np.clip(x[j] + z * 1.6448536269514722 * sd[j], lo[j], hi[j]))))
+            "interval_misfit": ([f * float(T.from_x(p.term, float(np.clip(x[j] + z * 1.6448536269514722 * sd[j], lo[j], hi[j]))))
                                   for z in (-1, 1)] if sd[j] > 0 else None),
             "at_bound": j not in free,
             "determined_by": _trace(prob, pinv[j]) if j in free else [],
+            **({"frame": f} if f != 1.0 else {}),
         })
-    return {"params": params, "x": x, "terms": terms_out, "warnings": warnings,
+    # the joint spread of the fitted coordinates (x: ln e or s / scale), for drawing what-ifs
+    # (rlhfsim.fromrun.whatif): the bootstrap's covariance and the misfit's, zero for a term held at a bound
+    cov_boot = np.atleast_2d(np.cov(draws, rowvar=False)) if len(params) else np.zeros((0, 0))
+    cov_mis = np.zeros((len(params), len(params)))
+    if free and dof > 0:
+        cov_mis[np.ix_(free, free)] = cov
+    spread = {"paths": [p.path for p in params], "kinds": [p.term.kind for p in params],
+              "scales": [p.term.scale for p in params], "x": [float(v) for v in x], "frames": frames,
+              "lower": [float(v) for v in lo], "upper": [float(v) if np.isfinite(v) else None for v in hi],
+              "cov_bootstrap": cov_boot.tolist(), "cov_misfit": cov_mis.tolist()}
+    return {"params": params, "x": x, "terms": terms_out, "warnings": warnings, "spread": spread,
             "unidentified": [{"term": p.term.name, "path": p.path, "why": unidentified[p.path]}
                              for p in prob.candidates if p.path in unidentified],
             "runs": [_run_record(r, prob.base_pred[i], preds[i]) for i, r in enumerate(runs)],
@@ -345,11 +418,13 @@ def _bootstrap(prob: Problem, x, pinv, lo, hi, seed: int) -> np.ndarray:
 def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
     keys = [k for k in run.measured if k in pred]
     return {
-        "id": run.spec.id, "launch": str(run.spec.launch), "log": str(run.spec.log), "gpu": run.spec.gpu,
+        "id": run.spec.id, "launch": str(run.spec.launch), "launch_text": run.launch_text, "log": str(run.spec.log),
+        "gpu": run.spec.gpu,
         "sets": list(run.spec.sets), "verl_version": run.spec.verl_version, "lengths": run.lengths,
         "steady_steps": [s.step for s in run.steady.kept], "steady_lines": run.steady.lines(),
         "skipped_steps": {str(k): v for k, v in run.steady.skipped.items()},
-        "weight_sync_in_gen": run.fold_weights,
+        "weight_sync_in_gen": run.fold_weights, "reward_in_adv": run.reward_in_adv,
+        "spans": [REWARD_IN_ADV] if run.reward_in_adv else [],
         "measured_s": {k: round(run.measured[k], 4) for k in keys},
         "base_s": {k: round(base_pred[k], 4) for k in keys if k in base_pred},
         "fitted_s": {k: round(pred[k], 4) for k in keys},
