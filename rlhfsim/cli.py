@@ -252,6 +252,36 @@ def explain(scenario, steps, profile, sets, fmt):
         click.echo("\n".join(render(doc)))
 
 
+@main.command()
+@click.argument("overlay", metavar="OVERLAY", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="What changes (repeatable): a launch setting, applied after the run's own as `rlhfsim import verl "
+                   "--set` applies it (trainer.n_gpus_per_node=16, data.max_response_length=2048), or a scenario path "
+                   "as `rlhfsim simulate --set` sets it (schedule.kind=oppo, cluster.gpus_per_node=8).")
+@click.option("--mean-response-len", metavar="TOKENS|Nx",
+              help="Responses this long on average (as verl logs response_length/mean), or N times the logged mean "
+                   "(2x): the fitted shape is re-derived for it (its log-sd kept).")
+@click.option("--mean-prompt-len", metavar="TOKENS|Nx", help="Prompts this long on average, or N times the logged mean.")
+@click.option("--run", "run_id", help="Which of the overlay's runs (default: each of them).")
+@click.option("--draws", type=click.IntRange(min=0), default=32, show_default=True,
+              help="Draws of the fitted terms for the 90% interval (each one simulation; 0: no interval).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the draws.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def whatif(overlay, sets, mean_response_len, mean_prompt_len, run_id, draws, seed, fmt):
+    """A run fitted by `calibrate --from-run` with something changed, under the same fitted terms: measured |
+    fitted | what-if per phase and for the step, with a 90% interval from the fit (docs/from-run.md)."""
+    from dataclasses import replace
+
+    from rlhfsim.fromrun.whatif import render, split_sets, whatif as run_whatif
+
+    change = replace(split_sets(sets), mean_response=mean_response_len, mean_prompt=mean_prompt_len)
+    doc = run_whatif(overlay, change, run_id=run_id, draws=draws, seed=seed)
+    if fmt == "json":
+        click.echo(to_json(doc))
+    else:
+        click.echo("\n".join(render(doc)))
+
+
 def _missing(name: str, err: ImportError) -> click.Command:
     @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
     def cmd():

@@ -1,13 +1,16 @@
-"""A what-if beside the run it came from: the run as measured, as fitted, and the what-if scenario simulated with
-the same overlay, phase by phase in verl's names.
+"""A what-if scenario beside the run it came from: the run as measured, as fitted, and the what-if scenario
+simulated with the same overlay, phase by phase in verl's names.
 
     python -m rlhfsim.fromrun.compare OVERLAY.json WHATIF/scenario.yaml [--run ID] [--format table|json]
 
-OVERLAY is what ``rlhfsim calibrate --from-run`` wrote; WHATIF is the run's launch imported again with the change
-(``rlhfsim import verl LAUNCH --set ... -o WHATIF``). The what-if is simulated under the overlay (its fitted
-terms over its base); a verl release that times the weight sync inside ``timing_s/gen`` gets the what-if's weight
-sync folded in the same way, so the three columns measure the same spans. change_pct = 100 x (what-if - fitted)
-/ fitted: the change the fitted simulator predicts for the run.
+``rlhfsim whatif OVERLAY --set ...`` does the same from the overlay alone (it rebuilds the run, applies the change
+and gives each what-if number an interval); this takes a scenario you built yourself (``rlhfsim import verl LAUNCH
+--set ... -o WHATIF``). Both price it the same way (``rlhfsim.fromrun.whatif``): under the overlay (its fitted
+terms over its base) with the fitted response-length shape carried by the same rule (``shape_for_scenario``: the
+importer's block for the logged mean counts as unchanged lengths; another lognormal's mean is re-derived with the
+fitted log-sd), and in the spans the run's verl release timed (the weight sync inside ``timing_s/gen``, the reward
+inside ``timing_s/adv``, as the fit compared them). The fitted column is the run rebuilt from the overlay and
+simulated now; change_pct = 100 x (what-if - fitted) / fitted.
 """
 
 from __future__ import annotations
@@ -23,30 +26,21 @@ from rlhfsim.errors import RlhfsimError
 
 def side_by_side(overlay_path: str, scenario_path: str, run_id: str | None = None) -> dict:
     """The measured, fitted and what-if phases (seconds) of one of the overlay's runs (module docstring)."""
-    from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
     from rlhfsim.costs.profile import load_profile
+    from rlhfsim.fromrun.whatif import Built, _simulate, _spans, build, runs_of, shape_for_scenario
+    from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.scenario.loader import load_scenario
-    from rlhfsim.sim.run import simulate
 
     prof = load_profile(overlay_path)
-    runs = (prof.get("from_run") or {}).get("runs") or []
-    if not runs:
-        raise RlhfsimError(f"{overlay_path}: expected a from-run overlay (a from_run.runs section), got none")
-    run = next((r for r in runs if run_id in (None, r["id"])), None)
-    if run is None:
-        raise RlhfsimError(f"--run: expected one of {', '.join(r['id'] for r in runs)}, got {run_id!r}")
-    summary = simulate(load_scenario(Path(scenario_path)), profile=overlay_path).summary
-    whatif = {VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}
-    upd = VERL_PHASE_KEYS["weight_sync"]
-    if run["weight_sync_in_gen"] and upd in whatif:
-        whatif[VERL_PHASE_KEYS["generate"]] = whatif.get(VERL_PHASE_KEYS["generate"], 0.0) + whatif.pop(upd)
-    whatif[VERL_STEP_KEY] = float(summary["step_time_s"])
-    keys = list(dict.fromkeys([*run["measured_s"], *whatif]))
-    rows = [{"phase": k, "measured_s": run["measured_s"].get(k), "fitted_s": run["fitted_s"].get(k),
-             "whatif_s": whatif.get(k),
-             "change_pct": (round(100 * (whatif[k] - run["fitted_s"][k]) / run["fitted_s"][k], 1)
-                            if run["fitted_s"].get(k) and k in whatif else None)} for k in keys]
-    return {"run": run["id"], "overlay": overlay_path, "whatif": scenario_path, "rows": rows}
+    rec = runs_of(prof, overlay_path, run_id)[0]
+    fitted = _spans(_simulate(build(rec, Path(overlay_path)), prof), rec)
+    sc, notes = shape_for_scenario(rec, load_scenario(Path(scenario_path)))
+    whatif = _spans(_simulate(Built(sc, get_gpu(sc.cluster.gpu)), prof), rec)
+    keys = list(dict.fromkeys([*rec["measured_s"], *whatif]))
+    rows = [{"phase": k, "measured_s": rec["measured_s"].get(k), "fitted_s": fitted.get(k), "whatif_s": whatif.get(k),
+             "change_pct": (round(100 * (whatif[k] - fitted[k]) / fitted[k], 1) if fitted.get(k) and k in whatif else None)}
+            for k in keys]
+    return {"run": rec["id"], "overlay": overlay_path, "whatif": scenario_path, "notes": notes, "rows": rows}
 
 
 @click.command()
@@ -65,6 +59,8 @@ def main(overlay, scenario, run_id, fmt):
         click.echo(json.dumps(out))
         return
     click.echo(f"run {out['run']}: measured | fitted ({out['overlay']}) | what-if ({out['whatif']})")
+    for n in out["notes"]:
+        click.echo(f"  note: {n}")
 
     def f(v):
         return f"{v:10.3f}" if v is not None else f"{'-':>10}"

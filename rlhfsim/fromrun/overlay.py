@@ -22,15 +22,33 @@ from rlhfsim.fromrun.fit import RunSpec, fit, prepare
 
 def overlay_doc(result: dict, base_ref: str, base: dict, name: str, gpu: str, command: str, out_dir: Path) -> dict:
     """The overlay JSON of a fit (module docstring), ``extends`` written relative to ``out_dir`` for a path."""
+    from rlhfsim.fromrun.fit import priced
+    from rlhfsim.hardware.catalog import get_gpu, stack_factor
+
     changed: dict = {}
-    for t in result["terms"]:
-        *parents, key = t["path"].split(".")
+
+    def put(path: str, value: float) -> None:
+        *parents, key = path.split(".")
         node = changed
         for k in parents:
             node = node.setdefault(k, {})
-        node[key] = t["fitted"]
+        node[key] = value
+
+    # the efficiencies every operation is priced with on this GPU (simulate's stack rate, fit.priced): the
+    # overlay names the GPU, which ends the scaling where it is loaded, so it carries the scaled values
+    gpu_spec = get_gpu(gpu)
+    scaled = priced(result["profile"], gpu_spec)["operations"]
+    for op, entry in scaled.items():
+        if entry.get("compute_eff") != base["operations"].get(op, {}).get("compute_eff"):
+            put(f"operations.{op}.compute_eff", entry["compute_eff"])
+    fitted_ops = set()
+    for t in result["terms"]:
+        put(t["path"], t["fitted"])
+        if t["path"].startswith("operations."):
+            fitted_ops.add(t["path"].split(".")[1])
     for op, entry in changed.get("operations", {}).items():
-        entry["source"] = "fitted-from-run"
+        entry["source"] = "fitted-from-run" if op in fitted_ops else \
+            f"{base['operations'][op].get('source', 'base')}: compute x{stack_factor(gpu_spec.name):.2f}, {gpu_spec.name}'s stack"
         # the base's own uncertainty draws describe the old values: without them, draws use the prior
         for k in ("samples", "covariance"):
             if base["operations"][op].get(k) is not None:
@@ -42,21 +60,15 @@ def overlay_doc(result: dict, base_ref: str, base: dict, name: str, gpu: str, co
                           "base": str(base.get("_path", base_ref))},
            "operations": {}, **changed}
     doc["from_run"] = {k: result[k] for k in ("terms", "unidentified", "warnings", "runs", "rms_log_residual",
-                                               "evaluations", "options")}
+                                               "evaluations", "options", "spread")}
     return doc
 
 
-def whatif_command(rec: dict, overlay_path: str) -> str:
-    """The commands that simulate a run "with this changed" under the overlay: its launch imported again with the
-    lengths and settings it was fitted with (CHANGE: the user's --set), and the fitted response shape set."""
-    q = shlex.quote
-    sets = "".join(f" --set {q(s)}" for s in rec["sets"])
-    ver = f" --verl-version {q(rec['verl_version'])}" if rec["verl_version"] else ""
-    shape = (rec["lengths"].get("response_shape") or {}).get("block")
-    after = "".join(f" --set workload.response_length.{k}={shape[k]}" for k in ("median", "p99")) if shape else ""
-    return (f"rlhfsim import verl {q(rec['launch'])} --gpu {rec['gpu']}{ver} --mean-prompt-len {rec['lengths']['prompt']:.1f} "
-            f"--mean-response-len {rec['lengths']['response']:.1f}{sets} --set CHANGE -o WHATIF && rlhfsim simulate "
-            f"WHATIF/scenario.yaml --profile {q(overlay_path)}{after} --names verl")
+def whatif_command(rec: dict, overlay_path: str, n_runs: int = 1) -> str:
+    """The command that simulates a run "with this changed" under the overlay (``rlhfsim whatif``, which rebuilds
+    the run as fitted, lengths' shape included, and applies CHANGE: a launch setting or a scenario path)."""
+    run = f" --run {shlex.quote(rec['id'])}" if n_runs > 1 else ""
+    return f"rlhfsim whatif {shlex.quote(overlay_path)}{run} --set CHANGE"
 
 
 def calibrate_from_runs(specs: list[RunSpec], base_ref: str, out: Path, name: str | None, command: str,
@@ -69,7 +81,7 @@ def calibrate_from_runs(specs: list[RunSpec], base_ref: str, out: Path, name: st
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = overlay_doc(result, base_ref, base, name or f"fromrun-{specs[0].id}", specs[0].gpu, command, path.parent)
     for rec in doc["from_run"]["runs"]:
-        rec["whatif_command"] = whatif_command(rec, str(path))
+        rec["whatif_command"] = whatif_command(rec, str(path), len(doc["from_run"]["runs"]))
     path.write_text(json.dumps(doc, indent=1) + "\n")
     load_profile(str(path))   # what was written loads (extends resolved, merged profile valid)
     return {"path": str(path), "doc": doc}

@@ -1,0 +1,421 @@
+"""``rlhfsim whatif OVERLAY --set KEY=VALUE ...``: a run that ``calibrate --from-run`` fitted, with something changed,
+priced with the same fitted terms: measured | fitted | what-if per phase and for the step, each what-if number with
+a 90% interval from the fit's own uncertainty.
+
+The run is rebuilt as it was fitted, from what the overlay records of it (``from_run.runs[]``: the launch's text,
+the GPU, the verl release, the ``--set`` list and the log's mean prompt and response lengths), and the change
+applied:
+
+* a KEY that is a scenario path (its first part one of the scenario's blocks: ``cluster``, ``schedule``,
+  ``workload``, ``generation``, ``placement``, ``execution``, ``models``, ``algorithm.{kind,group_size,...}``) is set
+  on the imported scenario, as ``rlhfsim simulate --set`` sets it (``schedule.kind=oppo``);
+* any other KEY is a launch setting, applied after the launch's own, as ``rlhfsim import verl --set`` applies it
+  (``trainer.n_gpus_per_node=16``, ``data.max_response_length=2048``).
+
+**Response lengths.** The fit matched the response lengths' shape to the log (``rlhfsim.fromrun.lengths``: a
+lognormal, median e^mu and log-sd sigma, cut at the cap c). The what-if carries that shape unless it changes the
+lengths, and says what it did:
+
+* nothing about lengths changed: the fitted shape, as fitted;
+* a new mean (``--mean-response-len``, tokens or ``2x`` the logged mean; the mean of the responses as verl logs it,
+  i.e. after the cut): the fitted sigma kept, mu solved so that the capped mean
+  E[min(X, c')] = e^(mu + sigma^2/2) Phi((ln c' - mu - sigma^2)/sigma) + c' (1 - Phi((ln c' - mu)/sigma))
+  is the new mean at the what-if's cap c';
+* only the cap changed (``data.max_response_length``): the fitted lognormal (mu, sigma) cut at the new cap: the
+  policy's lengths as fitted, only the cut moves, so the mean moves with it (the note gives the new mean);
+* the KEY sets ``workload.response_length`` itself: that shape, and a note that it replaced the fitted one.
+
+**Interval.** The overlay records the fitted coordinates (x = ln e for an efficiency, s / scale for a time) with two
+covariances (``from_run.spread``, ``rlhfsim.fromrun.fit``): the bootstrap's over the log's steady steps and the
+misfit's, s^2 (J^T J)^-1. ``overlay_draws`` draws x ~ N(x*, C_bootstrap + C_misfit), clipped to the terms' bounds,
+as whole profiles; the what-if is simulated at each draw (same scenario and seed) and the 5th and 95th percentiles
+of each phase and of the step are its 90% interval. An overlay written before the spread was recorded draws each
+term independently from its two recorded 90% intervals (half-widths / 1.645 added in quadrature, in x). The interval
+is the fit's uncertainty carried through the simulator: it does not hold the cost model's error on a regime the
+fitted runs did not cover (docs/from-run.md, leave-one-run-out).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlhfsim.errors import RlhfsimError
+
+DEFAULT_DRAWS = 32
+LEVEL = 0.90
+Z90 = 1.6448536269514722
+LENGTH_KEYS = ("workload.response_length",)
+
+
+class WhatIfError(RlhfsimError):
+    """A what-if that cannot be built: one line saying why."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a what-if changes: launch settings, scenario paths and the mean lengths (None: as logged; a float;
+    or a string ``"2x"``: that multiple of the logged mean)."""
+
+    launch: tuple[str, ...] = ()
+    scenario: tuple[tuple[str, object], ...] = ()
+    mean_response: float | str | None = None
+    mean_prompt: float | str | None = None
+
+    @property
+    def text(self) -> str:
+        parts = [*self.launch, *(f"{k}={v}" for k, v in self.scenario)]
+        parts += [f"mean response {self.mean_response}"] if self.mean_response is not None else []
+        parts += [f"mean prompt {self.mean_prompt}"] if self.mean_prompt is not None else []
+        return ", ".join(parts) or "nothing"
+
+
+def scenario_roots() -> dict[str, set[str] | None]:
+    """The scenario's top-level blocks (None: any key under it), and for ``algorithm`` the keys that are the
+    scenario's (verl has an ``algorithm`` block too: ``algorithm.adv_estimator`` is a launch setting)."""
+    from rlhfsim.scenario.schema import Algorithm, Scenario
+
+    roots: dict[str, set[str] | None] = {k: None for k in Scenario.model_fields}
+    roots["algorithm"] = set(Algorithm.model_fields)
+    return roots
+
+
+def split_sets(sets: list[str] | tuple[str, ...]) -> Change:
+    """``--set KEY=VALUE`` items as a ``Change`` (module docstring: a scenario path or a launch setting)."""
+    from rlhfsim.scenario.loader import parse_set
+
+    roots = scenario_roots()
+    launch, scen = [], []
+    for item in sets:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise WhatIfError(f"--set: expected KEY=VALUE (a launch setting such as trainer.n_gpus_per_node=16 or a "
+                              f"scenario path such as schedule.kind=oppo), got {item!r}")
+        head, _, rest = key.strip().lstrip("+").partition(".")
+        sub = rest.partition(".")[0]
+        if head in roots and (roots[head] is None or sub in roots[head]):
+            scen.append(parse_set(item))
+        else:
+            launch.append(item.strip())
+    return Change(tuple(launch), tuple(scen))
+
+
+def _scaled(value: float | str | None, logged: float, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(?:([0-9]*\.?[0-9]+)\s*x|x\s*([0-9]*\.?[0-9]+))\s*", value)
+        if m:
+            return float(m.group(1) or m.group(2)) * logged
+        try:
+            value = float(value)
+        except ValueError:
+            raise WhatIfError(f"--mean-{what}-len: expected tokens (e.g. 400) or a multiple of the logged mean "
+                              f"(e.g. 2x), got {value!r}") from None
+    if not value > 0:
+        raise WhatIfError(f"--mean-{what}-len: expected a positive number of tokens, got {value:g}")
+    return float(value)
+
+
+def capped_mean(mu: float, sigma: float, cap: float) -> float:
+    from rlhfsim.fromrun.lengths import capped_mean as cm
+
+    return cm(mu, sigma, cap)
+
+
+def mu_for_mean(mean: float, sigma: float, cap: float) -> float:
+    """The mu whose lognormal (mu, sigma) cut at ``cap`` has capped mean ``mean`` (< cap)."""
+    from scipy.optimize import brentq
+
+    if not 0 < mean < cap:
+        raise WhatIfError(f"--mean-response-len: expected a mean below the what-if's response cap {cap:g}, got {mean:g} "
+                          f"(raise the cap too: --set data.max_response_length=N)")
+    f = lambda mu: capped_mean(mu, sigma, cap) - mean   # noqa: E731  (increasing in mu)
+    lo, hi = math.log(mean) - 10 * sigma - 5, math.log(cap) + 10 * sigma + 5
+    return float(brentq(f, lo, hi, xtol=1e-10))
+
+
+def _block(mu: float, sigma: float) -> dict:
+    from rlhfsim.fromrun.lengths import Z99
+
+    return {"kind": "lognormal", "median": round(math.exp(mu), 2), "p99": round(math.exp(mu + Z99 * sigma), 2)}
+
+
+@dataclass
+class Built:
+    """A run rebuilt from an overlay's record: its scenario, and what was done about its lengths."""
+
+    scenario: object
+    gpu: object
+    notes: list[str] = field(default_factory=list)
+    lengths: dict = field(default_factory=dict)
+
+
+def _launch_text(rec: dict, overlay_path: Path) -> tuple[str, Path]:
+    """The launch's text (recorded in the overlay; an older overlay: the file it names) and the directory it is
+    read from (model paths in it are relative to it)."""
+    p = Path(rec["launch"])
+    here = p if p.is_file() else (overlay_path.parent / p if (overlay_path.parent / p).is_file() else None)
+    if rec.get("launch_text") is not None:
+        return rec["launch_text"], (here.parent if here is not None else overlay_path.parent)
+    if here is None:
+        raise WhatIfError(f"{overlay_path.name}: expected the launch of run {rec['id']!r} at {rec['launch']!r} "
+                          f"(this overlay does not keep its text; fit it again with this rlhfsim), got no such file")
+    from rlhfsim.fromrun.fit import read_launch
+
+    return read_launch(here), here.parent
+
+
+def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
+    """The run as fitted (``change`` empty) or with ``change`` (module docstring), as a scenario."""
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.importers import ImportOptions, import_verl
+    from rlhfsim.scenario.loader import load_scenario
+
+    text, base_dir = _launch_text(rec, overlay_path)
+    lengths = rec["lengths"]
+    resp = _scaled(change.mean_response, lengths["response"], "response")
+    prompt = _scaled(change.mean_prompt, lengths["prompt"], "prompt")
+    opts = ImportOptions(gpu=rec["gpu"], mean_response_len=lengths["response"],
+                         mean_prompt_len=prompt if prompt is not None else lengths["prompt"], steps=4, name=rec["id"],
+                         sets=tuple(rec["sets"]) + change.launch, verl_version=rec["verl_version"])
+    try:
+        res = import_verl(text, opts, Path(rec["launch"]).name)
+    except RlhfsimError as e:
+        raise WhatIfError(f"run {rec['id']}: {e}") from None
+    scen = list(change.scenario)
+    sc = load_scenario(res.scenario, base_dir=base_dir, overrides=scen)
+    user_shape = any(k == p or k.startswith(p + ".") for k, _ in scen for p in LENGTH_KEYS)
+    if user_shape:
+        notes, out_lengths = ["response lengths: the shape you set replaces the fitted one"], {}
+    elif lengths.get("response_shape") is None and resp is not None:
+        sc = _reimport_mean(res, text, opts, base_dir, scen, resp)
+        notes, out_lengths = [f"response lengths: mean {resp:.1f} with the importer's shape (the fit matched the mean "
+                              f"only)"], {}
+    else:
+        block, notes, out_lengths = fitted_shape(lengths, sc.workload.max_response_tokens, resp)
+        if block is not None:
+            sc = load_scenario(res.scenario, base_dir=base_dir, overrides=[*scen, ("workload.response_length", block)])
+    out_lengths.update(mean_prompt=opts.mean_prompt_len, cap=sc.workload.max_response_tokens)
+    if get_gpu(sc.cluster.gpu).name != get_gpu(rec["gpu"]).name:
+        notes.append(f"GPU: fitted on {rec['gpu']}, priced on {sc.cluster.gpu} with the same fitted fractions of peak and "
+                     f"host times (an extrapolation the fit did not see)")
+    return Built(sc, get_gpu(sc.cluster.gpu), notes, out_lengths)
+
+
+def fitted_shape(lengths: dict, cap: int, mean: float | None = None) -> tuple[dict | None, list[str], dict]:
+    """The response-length block a what-if with response cap ``cap`` and (None: unchanged) mean ``mean`` gets from
+    the fitted run's ``lengths`` (module docstring), with its note and numbers; (None, [], {}): the fit matched
+    the mean only, nothing to carry."""
+    shape = lengths.get("response_shape")
+    if shape is None:
+        return None, [], {}
+    cap_fit = lengths.get("response_cap", cap)
+    sigma, mu = float(shape["sigma"]), math.log(shape["block"]["median"])
+    if mean is not None:
+        mu = mu_for_mean(mean, sigma, cap)
+        note = (f"response lengths: the fitted shape re-derived for mean {mean:.1f} (was {lengths['response']:.1f}): "
+                f"log-sd {sigma:.3f} kept, median {math.exp(mu):.1f} (was {shape['block']['median']:.1f}), cut at {cap}")
+    elif cap != cap_fit:
+        note = (f"response lengths: the fitted lognormal (median {math.exp(mu):.1f}, log-sd {sigma:.3f}) cut at the new "
+                f"cap {cap} (was {cap_fit}): mean {capped_mean(mu, sigma, cap):.1f} (logged {lengths['response']:.1f}); "
+                f"pass --mean-response-len to set the mean instead")
+    else:
+        note = (f"response lengths: the fitted shape carried (median {math.exp(mu):.1f}, log-sd {sigma:.3f}, cut at "
+                f"{cap}; mean {lengths['response']:.1f} as logged)")
+    block = _block(mu, sigma) if (mean is not None or cap != cap_fit) else dict(shape["block"])
+    return block, [note], {"block": block, "sigma": sigma,
+                           "mean_response": capped_mean(math.log(block["median"]), sigma, cap)}
+
+
+def shape_for_scenario(rec: dict, sc) -> tuple[object, list[str]]:
+    """A what-if given as a scenario (``python -m rlhfsim.fromrun.compare``): the fitted shape applied by the same
+    rule. Its lengths count as unchanged when its response block is the one ``rlhfsim import verl`` builds for
+    the logged mean (or is the fitted block itself); otherwise its lognormal's capped mean is the what-if's mean.
+    A block of another kind is kept, with a note."""
+    from rlhfsim.importers.common import RESPONSE_LOG_SD
+    from rlhfsim.scenario.loader import load_scenario
+
+    lengths, w = rec["lengths"], sc.workload
+    if lengths.get("response_shape") is None:
+        return sc, []
+    rl = w.response_length
+    if rl.kind != "lognormal":
+        return sc, [f"response lengths: the scenario's own ({rl.kind}); the fitted shape not applied"]
+    imported = round(lengths["response"] / math.exp(RESPONSE_LOG_SD ** 2 / 2), 1)
+    same = abs(rl.median - imported) < 0.051 or (abs(rl.median - lengths["response_shape"]["block"]["median"]) < 0.006
+                                                 and abs(rl.p99 - lengths["response_shape"]["block"]["p99"]) < 0.006)
+    mean = None
+    if not same:
+        from rlhfsim.fromrun.lengths import Z99
+
+        s = math.log(rl.p99 / rl.median) / Z99
+        mean = capped_mean(math.log(rl.median), s, w.max_response_tokens)
+    block, notes, _ = fitted_shape(lengths, w.max_response_tokens, mean)
+    return load_scenario(sc.model_dump(mode="json"), base_dir=sc.base_dir,
+                         overrides=[("workload.response_length", block)]), notes
+
+
+def _reimport_mean(res, text, opts, base_dir, scen, mean):
+    from dataclasses import replace
+
+    from rlhfsim.importers import import_verl
+    from rlhfsim.scenario.loader import load_scenario
+
+    res = import_verl(text, replace(opts, mean_response_len=mean), "launch")
+    return load_scenario(res.scenario, base_dir=base_dir, overrides=scen)
+
+
+def spread_of(prof: dict) -> dict | None:
+    """The fitted coordinates and their covariance (``from_run.spread``), or for an older overlay the same built
+    from the terms' recorded intervals (module docstring); None: nothing fitted."""
+    from rlhfsim.fromrun import terms as T
+
+    fr = prof.get("from_run") or {}
+    if fr.get("spread"):
+        return fr["spread"]
+    by_name = {t.name: t for t in T.TERMS}
+    terms = [t for t in fr.get("terms") or [] if t["term"] in by_name]
+    if not terms:
+        return None
+    paths, kinds, scales, xs, sds, lo, hi, frames = [], [], [], [], [], [], [], []
+    for t in terms:
+        term = by_name[t["term"]]
+        f = float(t.get("frame", 1.0))
+        to_x = lambda v: T.to_x(term, max(v / f, 1e-300))   # noqa: E731
+        half = [abs(to_x(b) - to_x(a)) / 2 / Z90 for a, b in (t["interval"], t.get("interval_misfit") or t["interval"])]
+        paths.append(t["path"]), kinds.append(term.kind), scales.append(term.scale), frames.append(f)
+        xs.append(to_x(t["fitted"])), sds.append(math.hypot(*half))
+        a, b = T.x_bounds(term)
+        lo.append(a), hi.append(b if math.isfinite(b) else None)
+    cov = np.diag(np.square(sds)).tolist()
+    return {"paths": paths, "kinds": kinds, "scales": scales, "x": xs, "frames": frames, "lower": lo, "upper": hi,
+            "cov_bootstrap": cov, "cov_misfit": np.zeros_like(cov).tolist(), "from_intervals": True}
+
+
+def overlay_draws(prof: dict, n: int, seed: int = 0) -> list[dict]:
+    """``n`` copies of a from-run overlay profile (merged, as ``load_profile`` returns it) whose fitted terms take
+    one joint draw each from the fit's recorded spread (module docstring); [] when it records none. Meant to be
+    shared: ``rlhfsim.sim.uncertainty`` may draw an overlay's profiles through it."""
+    from rlhfsim.fromrun import terms as T
+
+    sp = spread_of(prof)
+    if sp is None or n <= 0:
+        return []
+    x = np.asarray(sp["x"], float)
+    cov = np.asarray(sp["cov_bootstrap"], float) + np.asarray(sp["cov_misfit"], float)
+    lo = np.asarray(sp["lower"], float)
+    hi = np.asarray([np.inf if v is None else v for v in sp["upper"]], float)
+    rng = np.random.default_rng(seed)
+    xs = rng.multivariate_normal(x, cov, size=n, method="eigh", check_valid="ignore")
+    xs = np.clip(xs, lo, hi)
+    out = []
+    for row in xs:
+        vals = {}
+        for j, path in enumerate(sp["paths"]):
+            v = math.exp(row[j]) if sp["kinds"][j] == "eff" else row[j] * sp["scales"][j]
+            vals[path] = v * float(sp["frames"][j])
+        out.append(T.with_values(copy.copy(prof), vals))
+    return out
+
+
+def _spans(summary: dict, rec: dict) -> dict[str, float]:
+    from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
+    from rlhfsim.fromrun.fit import verl_spans
+
+    out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()},
+                     rec["weight_sync_in_gen"], rec.get("reward_in_adv", False))
+    out[VERL_STEP_KEY] = float(summary["step_time_s"])
+    return out
+
+
+def _simulate(built: Built, prof: dict) -> dict:
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.fromrun.fit import priced
+    from rlhfsim.sim.run import simulate
+
+    return simulate(built.scenario, cost=CostModel(built.gpu, priced(prof, built.gpu)), max_work=None).summary
+
+
+def runs_of(prof: dict, overlay: str, run_id: str | None) -> list[dict]:
+    runs = (prof.get("from_run") or {}).get("runs") or []
+    if not runs:
+        raise WhatIfError(f"{overlay}: expected a from-run overlay (a from_run.runs section, written by "
+                          f"`rlhfsim calibrate --from-run`), got none")
+    if run_id is None:
+        return runs
+    chosen = [r for r in runs if r["id"] == run_id]
+    if not chosen:
+        raise WhatIfError(f"--run: expected one of {', '.join(r['id'] for r in runs)}, got {run_id!r}")
+    return chosen
+
+
+def whatif(overlay: str, change: Change, run_id: str | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict:
+    """Each chosen run of the overlay as measured, as fitted (re-simulated now) and with ``change``, per phase in
+    verl's names and for the step, with a 90% interval for the what-if (module docstring)."""
+    from rlhfsim.costs.profile import load_profile
+
+    path = Path(overlay)
+    prof = load_profile(overlay)
+    profiles = overlay_draws(prof, draws, seed)
+    out = []
+    q = (1 - LEVEL) / 2
+    for rec in runs_of(prof, overlay, run_id):
+        fitted_b = build(rec, path)
+        fitted = _spans(_simulate(fitted_b, prof), rec)
+        changed = build(rec, path, change)
+        wi = _spans(_simulate(changed, prof), rec)
+        samples = [_spans(_simulate(changed, p), rec) for p in profiles]
+        notes = list(changed.notes)
+        drift = {k: v for k, v in fitted.items() if rec["fitted_s"].get(k) and abs(v / rec["fitted_s"][k] - 1) > 0.01}
+        if drift:
+            notes.append("fitted: re-simulated now, which differs by more than 1% from what the fit recorded for "
+                         + ", ".join(f"{k} ({rec['fitted_s'][k]:.3f} s then)" for k in drift)
+                         + " (the cost model changed since the fit: fit again for a what-if on today's model)")
+        keys = list(dict.fromkeys([*rec["measured_s"], *wi]))
+        rows = []
+        for k in keys:
+            vals = [s[k] for s in samples if k in s]
+            rows.append({"phase": k, "measured_s": rec["measured_s"].get(k), "fitted_s": fitted.get(k),
+                         "whatif_s": wi.get(k),
+                         "change_pct": (100 * (wi[k] - fitted[k]) / fitted[k] if fitted.get(k) and k in wi else None),
+                         "whatif_interval_s": ([float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))]
+                                               if len(vals) >= 2 else None)})
+        out.append({"run": rec["id"], "change": change.text, "notes": notes, "lengths": changed.lengths,
+                    "scenario": changed.scenario.model_dump(mode="json"), "rows": rows})
+    return {"overlay": overlay, "draws": len(profiles), "seed": seed, "level": LEVEL,
+            "interval_source": ("the fitted terms' recorded 90% intervals, drawn independently"
+                                if (spread_of(prof) or {}).get("from_intervals") else
+                                "the fit's bootstrap and misfit covariance (from_run.spread)"),
+            "runs": out}
+
+
+def render(doc: dict) -> list[str]:
+    """The what-if as text lines."""
+    def f(v):
+        return f"{v:10.3f}" if v is not None else f"{'-':>10}"
+
+    lines = []
+    for r in doc["runs"]:
+        lines.append(f"run {r['run']}: measured | fitted | what-if ({r['change']})   overlay {doc['overlay']}")
+        for n in r["notes"]:
+            lines.append(f"  note: {n}")
+        lines.append(f"  {'phase':26} {'measured':>10} {'fitted':>10} {'what-if':>10} {'change':>8}  "
+                     f"{100 * doc['level']:.0f}% interval")
+        for row in r["rows"]:
+            ch = f"{row['change_pct']:+7.1f}%" if row["change_pct"] is not None else f"{'':8}"
+            iv = row["whatif_interval_s"]
+            ivs = f"[{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "-"
+            lines.append(f"  {row['phase']:26} {f(row['measured_s'])} {f(row['fitted_s'])} {f(row['whatif_s'])} {ch}  {ivs}")
+    if doc["draws"]:
+        lines.append(f"interval: {doc['draws']} draws of the fitted terms ({doc['interval_source']}), each simulated; it "
+                     "holds the fit's uncertainty, not the cost model's error where the change leaves the fitted runs' "
+                     "regime (docs/from-run.md)")
+    else:
+        lines.append("interval: none (--draws 0, or the overlay records no fitted terms)")
+    return lines

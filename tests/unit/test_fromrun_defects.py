@@ -1,0 +1,71 @@
+"""Defects of ``rlhfsim calibrate --from-run`` met by a new user (issue 54), each pinned on a real public run
+(play-verl's GRPO launch and log, F5 of the field table): a launch that is not UTF-8, a run priced on a GPU of
+another software stack, and the spans a verl release timed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rlhfsim.cli import main
+from rlhfsim.costs.model import CostModel, with_stack_rate
+from rlhfsim.costs.profile import load_profile
+from rlhfsim.fromrun.fit import RunSpec, predict, prepare, verl_spans
+from rlhfsim.fromrun.overlay import overlay_doc
+from rlhfsim.hardware.catalog import get_gpu, stack_factor
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "scenarios" / "examples" / "field" / "playverl-h100-qwen2.5-0.5b-grpo.sh"
+LOG = ROOT / "scenarios" / "examples" / "fromrun" / "logs" / "verl_grpo_qwen2.5b_8gpu.log.steps.gz"
+SETS = ("actor_rollout_ref.rollout.max_num_seqs=1024", "actor_rollout_ref.rollout.enforce_eager=True")
+
+
+def test_a_launch_that_is_not_utf8_is_read_as_import_reads_it_and_binary_is_one_line(tmp_path):
+    latin1 = tmp_path / "latin1.sh"
+    latin1.write_bytes(b"# r\xe9sum\xe9 of the run (Latin-1)\n" + LAUNCH.read_bytes())
+    run = prepare(RunSpec("F5", latin1, LOG, "h100-sxm", SETS))
+    same = prepare(RunSpec("F5", LAUNCH, LOG, "h100-sxm", SETS)).scenario
+    assert run.scenario.model_dump(exclude={"description"}) == same.model_dump(exclude={"description"})
+    binary = tmp_path / "binary.sh"
+    binary.write_bytes(LAUNCH.read_bytes()[:200] + b"\x00\xff\xfe" + LAUNCH.read_bytes()[200:])
+    r = CliRunner().invoke(main, ["calibrate", "--from-run", str(binary), str(LOG), "--gpu", "h100-sxm",
+                                  "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "binary.sh" in r.output and "expected a verl launch as text" in r.output and "Traceback" not in r.output
+
+
+def test_the_fit_prices_a_run_as_simulate_does_on_a_gpu_of_another_stack(tmp_path):
+    """MI300X under ROCm sustains 0.64 of the reference stack's GEMM rate (catalog.SUSTAINED): ``simulate`` scales
+    the default profile's efficiencies by it; the fit's base and the overlay must price with the same numbers."""
+    from rlhfsim.sim.run import simulate
+
+    mi = get_gpu("mi300x")
+    assert stack_factor(mi.name) < 0.9
+    base = load_profile("default")
+    run = prepare(RunSpec("F5", LAUNCH, LOG, "mi300x", SETS))
+    assert predict(run, base)["timing_s/step"] == pytest.approx(
+        simulate(run.scenario, max_work=None).summary["step_time_s"], rel=1e-9)
+    # an overlay that fitted nothing but the advantage keeps every other operation as the base priced it here
+    fake = {"terms": [{"term": "adv_per_token_s", "path": "step.adv_per_token_s", "fitted": 2e-7}],
+            "unidentified": [], "warnings": [], "runs": [], "rms_log_residual": 0.0, "evaluations": 0, "options": {},
+            "spread": None, "profile": base}
+    doc = overlay_doc(fake, "default", base, "fromrun-mi", "mi300x", "test", tmp_path)
+    (tmp_path / "o.json").write_text(json.dumps(doc))
+    over = CostModel.load(mi, str(tmp_path / "o.json")).profile
+    scaled = with_stack_rate(base, mi)
+    for op, params in scaled["operations"].items():
+        assert over["operations"][op]["compute_eff"] == pytest.approx(params["compute_eff"], rel=1e-12), op
+    assert over["step"]["adv_per_token_s"] == 2e-7
+
+
+def test_the_reward_is_compared_inside_adv_where_the_release_timed_it_there():
+    phases = {"timing_s/gen": 5.0, "timing_s/reward": 0.3, "timing_s/retokenize": 0.1, "timing_s/adv": 0.01,
+              "timing_s/update_weights": 0.2}
+    old = verl_spans(phases, weight_sync_in_gen=True, reward_in_adv=True)
+    assert old == pytest.approx({"timing_s/gen": 5.2, "timing_s/adv": 0.41})
+    new = verl_spans(phases, weight_sync_in_gen=False, reward_in_adv=False)
+    assert new == pytest.approx({"timing_s/gen": 5.0, "timing_s/reward": 0.4, "timing_s/adv": 0.01,
+                                 "timing_s/update_weights": 0.2})
