@@ -1,70 +1,76 @@
-"""A training run's own record of its steps: verl's console step lines and its metrics JSONL, read into one
-``StepLine`` per logged step, and the steady steps a fit may use.
+"""A training run's own record of its steps, read as the framework wrote it, and the steady steps a fit may use.
 
-Formats (verl, ``verl/trainer/ppo/ray_trainer.py`` logging through ``verl/utils/tracking.py``):
+Formats (``rlhfsim.fromrun.logformats``, one module each; ``read_log`` picks by content):
 
-* console (``trainer.logger`` with ``console``): one line per step, ``step:N - KEY:VALUE - KEY:VALUE ...``,
-  usually behind Ray's ``(TaskRunner pid=...)`` prefix and ANSI colour codes; VALUE a number (``nan``/``inf``
-  allowed). Anything else on other lines (configs, samples, warnings) is ignored.
-* metrics JSONL (``trainer.logger`` with ``file``, path ``VERL_FILE_LOGGER_PATH``): one JSON object per line,
-  ``{"step": N, "data": {KEY: VALUE, ...}}`` (newer releases add ``elapsed_seconds``).
+* verl's console step lines, every release (``step:N - KEY:VALUE ...``; 0.1-0.4 three decimals, 0.5 on Python and
+  numpy reprs such as ``np.float64(0.01)``; 0.1's ``timing/*`` timers read as ``timing_s/*``), Ray prefixes, ANSI
+  colours and tqdm carriage returns allowed;
+* metrics JSONL: verl's file logger (``{"step": N, "data": {...}}``) or flat records with ``_step`` (wandb);
+* TensorBoard event files (a file, or a directory of them), verl's or OpenRLHF's;
+* wandb CSV exports (a run's history, or a chart's export of one run);
+* OpenRLHF's console ``Global step N: {...}`` lines (0.8.5 on; per-phase timers from 0.10).
 
-A step line must carry ``timing_s/step`` (verl logs it last on the console line): a line without it, or with a
-value that is not a number, is a truncated or corrupt log, reported as one line naming the file's line number.
+``.gz`` is read as such (a compressed file cut short is read as far as it goes, with a note).
 
-Steady steps (``steady_steps``): every logged step less
+**Bad lines are skipped and listed, never taken silently.** A record is skipped with its reason when it is
+truncated, has a number cut short, a non-numeric value, bytes that are not text, a separator missing (see each
+reader), or, here, when a phase time (``timing_s/*``) or a length (``response_length/*``, ``prompt_length/*``) is
+NaN, infinite or negative, when it carries no ``timing_s/step``, or when its step repeats the step just before it
+(a duplicate line: the later kept). ``Steady.notices()`` lists them, one line each; with ``strict`` any bad line
+is an error naming it.
 
-* the first ``warmup`` steps (default 1: verl's first step carries the engine's and the reward function's
-  first-call costs; in dingxianzhong/play-verl's PPO log step 1's ``timing_s/reward`` is 13.8 s against
-  0.3 s afterwards),
-* validation steps (a ``timing_s/testing`` key or any ``val-``/``val/`` metric: verl validates inside the step
-  and its ``timing_s/step`` includes it),
-* checkpoint steps (``timing_s/save_checkpoint``),
+**Validation-only records** (every metric ``val/``, ``val-`` or ``eval/``: verl's ``val_before_train`` at step 0,
+its final validation after the last step in verl 0.2, OpenRLHF's evaluation line) are not steps; they are listed.
 
-each skipped step listed with its reason. Fewer than ``min_steps`` steady steps is an error.
+**Resumed runs.** A run restarted from a checkpoint logs again from the checkpoint's step: a train record whose step
+is not after the one before it, or the first train record after a validation-only record (a restart's
+``val_before_train``; verl only: OpenRLHF evaluates between steps), begins a new segment. The later record of a step logged twice is kept (said in a note), and
+the first ``warmup`` steps of every segment are warm-up (a restarted engine pays its first calls again).
+
+Steady steps (``steady_steps``): every step kept less the warm-up steps, validation steps (a ``timing_s/testing``
+key or any validation metric: verl validates inside the step and its ``timing_s/step`` includes it), checkpoint
+steps (``timing_s/save_checkpoint``) and the bad ones, each skipped step listed with its reason. Fewer than
+``min_steps`` steady steps is an error.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhfsim.contracts import VERL_STEP_KEY
-from rlhfsim.errors import RlhfsimError
+from rlhfsim.fromrun.logformats import READERS, read_path
+from rlhfsim.fromrun.logformats.base import BadLine, LogError, LogRead, StepLine, is_validation_key, ranges
+from rlhfsim.fromrun.logformats.normalize import normalize
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-STEP_LINE = re.compile(r"(?:^|[\s)\]])step:(\d+)\s+-\s+(.*)$")
+__all__ = ["BadLine", "LogError", "LogRead", "StepLine", "Steady", "read_log", "steady_steps", "parse_console",
+           "parse_jsonl", "skipped_text"]
+
 VALIDATION_KEYS = ("timing_s/testing",)
 CHECKPOINT_KEYS = ("timing_s/save_checkpoint",)
+CHECKED_PREFIXES = ("timing_s/", "response_length/", "prompt_length/")   # NaN, infinite or negative: a bad record
 DEFAULT_WARMUP = 1
 DEFAULT_MIN_STEPS = 3
-
-
-class LogError(RlhfsimError):
-    """A run log that cannot be read: one line naming the file and line."""
-
-
-@dataclass(frozen=True)
-class StepLine:
-    """One logged step: its number, the 1-based line of the log it came from and its metrics."""
-
-    step: int
-    line: int
-    metrics: dict
+NOTICE_LINES = 12
 
 
 @dataclass
 class Steady:
-    """The steps a fit uses and those it skipped (step -> reason)."""
+    """The steps a fit uses, those it skipped (step -> reason) and what the log reader found on the way: the bad
+    records skipped (``bad``), notes, the validation-only records and the steps a resumed run logged again."""
 
     source: str
     kept: list[StepLine]
     skipped: dict[int, str] = field(default_factory=dict)
     replaced: list[int] = field(default_factory=list)   # steps logged twice (a resumed run): the later line kept
+    bad: list[BadLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    validation_only: list[StepLine] = field(default_factory=list)
+    logged: list[StepLine] = field(default_factory=list)   # every training step, once (the later of a repeat)
+    format: str = ""
+    unit: str = "line"
+    framework: str = "verl"
 
     def phase_samples(self, prefix: str = "timing_s/") -> dict[str, list[float]]:
         """Each ``timing_s/*`` metric that every kept step logged, as its per-step values (seconds)."""
@@ -81,107 +87,142 @@ class Steady:
     def lines(self) -> str:
         """The kept steps' log lines, compactly (for tracing a fitted term to the lines that determined it)."""
         ls = [s.line for s in self.kept]
-        return f"{len(ls)} step lines, lines {ls[0]}-{ls[-1]}" if ls else "no lines"
+        return f"{len(ls)} step {self.unit}s, {self.unit}s {ls[0]}-{ls[-1]}" if ls else f"no {self.unit}s"
+
+    def where(self, b: BadLine) -> str:
+        return f"{b.source or self.source} {self.unit} {b.line}"
+
+    def notices(self) -> list[str]:
+        """What the user must hear about the log, one line each: every bad record skipped with its reason (the
+        first ``NOTICE_LINES``, then a count by reason), the reader's notes, validation-only records."""
+        out = [f"{self.where(b)}: skipped, {b.reason}" + (f": {b.excerpt}" if b.excerpt else "")
+               for b in self.bad[:NOTICE_LINES]]
+        if len(self.bad) > NOTICE_LINES:
+            by: dict[str, int] = {}
+            for b in self.bad[NOTICE_LINES:]:
+                by[b.reason.split(" (")[0].split(":")[0]] = by.get(b.reason.split(" (")[0].split(":")[0], 0) + 1
+            out.append(f"{self.source}: {len(self.bad) - NOTICE_LINES} more bad {self.unit}s skipped ("
+                       + "; ".join(f"{n} {why}" for why, n in by.items()) + ")")
+        out += self.notes
+        if self.validation_only:
+            out.append(f"{self.source}: validation-only records (not training steps) at steps "
+                       f"{ranges([s.step for s in self.validation_only])} ({self.unit}s "
+                       f"{ranges([s.line for s in self.validation_only])})")
+        return out
+
+    def record(self) -> dict:
+        """The reader's findings for a fit's JSON and overlay."""
+        return {"format": self.format, "framework": self.framework,
+                "bad_lines": [{"source": b.source or self.source, self.unit: b.line, "step": b.step,
+                               "reason": b.reason, "excerpt": b.excerpt} for b in self.bad],
+                "notes": list(self.notes), "replaced_steps": list(self.replaced),
+                "validation_only_steps": [s.step for s in self.validation_only], "notices": self.notices()}
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
+def read_log(path: Path | str) -> LogRead:
+    """Every step record of a log in any format ``rlhfsim.fromrun.logformats`` reads (module docstring), with the
+    bad records skipped and listed. A log with no step record at all is an error."""
+    log = read_path(path)
+    if not log.steps:
+        why = f"; {len(log.bad)} bad {log.unit}s: {log.where(log.bad[0])}: {log.bad[0].reason}" if log.bad else ""
+        raise LogError(f"{log.source}: expected step records (verl `step:N - timing_s/gen:... - timing_s/step:...` "
+                       f"lines, metrics JSONL, TensorBoard events, a wandb CSV or OpenRLHF `Global step N: {{...}}` "
+                       f"lines), got none ({log.format}){why}")
+    return log
 
 
-def parse_console(text: str, source: str = "log") -> list[StepLine]:
-    """Every ``step:N - KEY:VALUE ...`` line of a verl console log (see the module docstring)."""
-    out = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        if "step:" not in raw:
+def parse_console(text: str, source: str = "log") -> LogRead:
+    """verl's console step lines of ``text`` (``logformats.verl_console``), normalized."""
+    return normalize(READERS["verl-console"](text, source))
+
+
+def parse_jsonl(text: str, source: str = "log") -> LogRead:
+    """A metrics JSONL (``logformats.jsonl``), normalized."""
+    return normalize(READERS["jsonl"](text, source))
+
+
+def _value_problem(s: StepLine) -> str | None:
+    if VERL_STEP_KEY not in s.metrics:
+        return f"no {VERL_STEP_KEY} (not a whole step record)"
+    for k, v in s.metrics.items():
+        if not k.startswith(CHECKED_PREFIXES) or k.startswith("timing_s/") and "/" in k[len("timing_s/"):]:
             continue
-        m = STEP_LINE.search(ANSI.sub("", raw).rstrip())
-        if m is None:
+        if math.isnan(v) or math.isinf(v):
+            return f"{'NaN' if math.isnan(v) else 'infinite'} {k}"
+        if v < 0:
+            return f"negative {k} ({v:g})"
+    return None
+
+
+def steady_steps(log: LogRead | list[StepLine], source: str, warmup: int = DEFAULT_WARMUP,
+                 min_steps: int = DEFAULT_MIN_STEPS, strict: bool = False) -> Steady:
+    """The steady steps of a log (rules in the module docstring); ``strict``: any bad record is an error."""
+    if not isinstance(log, LogRead):
+        log = LogRead(source, "records", list(log))
+    res = Steady(source, [], bad=list(log.bad), notes=list(log.notes), format=log.format, unit=log.unit,
+                 framework=log.framework)
+    latest: dict[int, StepLine] = {}
+    warm: set[int] = set()          # id() of the warm-up records
+    in_segment = 0
+    prev: StepLine | None = None
+    val_since = False
+    restarts: list[tuple[StepLine, StepLine | None, list[int]]] = []
+    for s in log.steps:
+        if s.kind != "train":
+            res.validation_only.append(s)
+            # verl validates before training at every start; OpenRLHF's evaluation lines fall between steps
+            val_since = prev is not None and log.framework != "openrlhf"
             continue
-        metrics: dict[str, float] = {}
-        for tok in m.group(2).split(" - "):
-            key, colon, val = tok.strip().rpartition(":")
-            num = _number(val) if colon else None
-            if not key or num is None:
-                raise LogError(f"{source} line {i}: expected KEY:NUMBER in step {m.group(1)}'s metrics, got "
-                               f"{tok.strip()[:60]!r} (a truncated or corrupt step line?)")
-            metrics[key] = num
-        if VERL_STEP_KEY not in metrics:
-            raise LogError(f"{source} line {i}: expected step {m.group(1)}'s metrics to end with {VERL_STEP_KEY}, got "
-                           f"none (a truncated step line?)")
-        out.append(StepLine(int(m.group(1)), i, metrics))
-    return out
-
-
-def parse_jsonl(text: str, source: str = "log") -> list[StepLine]:
-    """verl's metrics JSONL (``{"step": N, "data": {...}}`` per line)."""
-    out = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise LogError(f"{source} line {i}: expected a JSON object per line, got invalid JSON ({e.msg}; a truncated "
-                           f"line?)") from None
-        step, data = (rec.get("step"), rec.get("data")) if isinstance(rec, dict) else (None, None)
-        if not isinstance(step, int) or isinstance(step, bool) or not isinstance(data, dict):
-            raise LogError(f"{source} line {i}: expected {{\"step\": N, \"data\": {{...}}}}, got {raw.strip()[:60]!r}")
-        metrics = {}
-        for k, v in data.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                metrics[k] = float(v)
-        if VERL_STEP_KEY not in metrics:
-            raise LogError(f"{source} line {i}: expected step {step}'s data to have {VERL_STEP_KEY}, got none")
-        out.append(StepLine(step, i, metrics))
-    return out
-
-
-def read_log(path: Path | str) -> list[StepLine]:
-    """The step lines of a verl log (gzip-compressed when its name ends in .gz): JSONL when its first non-empty
-    line is a JSON object, else console."""
-    p = Path(path)
-    try:
-        text = (gzip.decompress(p.read_bytes()).decode(errors="replace") if p.suffix == ".gz"
-                else p.read_text(errors="replace"))
-    except (OSError, EOFError) as e:
-        raise LogError(f"log: expected a readable file, got {str(p)!r} ({e.strerror if isinstance(e, OSError) and e.strerror else e})") from None
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    steps = parse_jsonl(text, p.name) if first.startswith("{") else parse_console(text, p.name)
-    if not steps:
-        raise LogError(f"{p.name}: expected verl step lines (`step:N - timing_s/gen:... - timing_s/step:...`) or "
-                       f"metrics JSONL, got none in {len(text.splitlines())} lines")
-    return steps
-
-
-def steady_steps(steps: list[StepLine], source: str, warmup: int = DEFAULT_WARMUP,
-                 min_steps: int = DEFAULT_MIN_STEPS) -> Steady:
-    """The steady steps of a log (rules in the module docstring)."""
-    by_step: dict[int, StepLine] = {}
-    replaced = []
-    for s in steps:
-        if s.step in by_step:
-            replaced.append(s.step)
-        by_step[s.step] = s
-    ordered = [by_step[k] for k in sorted(by_step)]
-    res = Steady(source, [], replaced=sorted(set(replaced)))
-    for i, s in enumerate(ordered):
+        dup = prev is not None and s.step == prev.step and not val_since
+        if dup:
+            res.bad.append(BadLine(prev.line, f"duplicate step {s.step} (logged again at {res.unit} {s.line}; the later "
+                                              f"kept)", step=s.step, source=prev.source))
+        elif prev is None or val_since or s.step < prev.step:
+            in_segment = 0
+            if prev is not None:
+                restarts.append((s, prev, []))
+        if s.step in latest and not dup:
+            res.replaced.append(s.step)
+            if restarts:
+                restarts[-1][2].append(s.step)
+        latest[s.step] = s
+        if in_segment < warmup:
+            warm.add(id(s))
+        in_segment += 1
+        prev, val_since = s, False
+    res.replaced = sorted(set(res.replaced))
+    for s, before, again in restarts:
+        res.notes.append(f"{res.source}: a resumed run: {res.unit} {s.line} logs step {s.step} after step {before.step}"
+                         + (f"; steps {ranges(again)} logged again, the later records kept" if again else "")
+                         + f"; its first {warmup} step(s) skipped as warm-up")
+    ordered = [latest[k] for k in sorted(latest)]
+    res.logged = ordered
+    steps = [s.step for s in ordered]
+    gaps = [k for a, b in zip(steps, steps[1:]) for k in range(a + 1, b)]
+    if gaps:
+        res.notes.append(f"{res.source}: steps {ranges(gaps)} not logged")
+    for s in ordered:
         keys = s.metrics.keys()
-        if i < warmup:
-            res.skipped[s.step] = "warm-up"
-        elif any(k in keys for k in VALIDATION_KEYS) or any(k.startswith(("val-", "val/")) for k in keys):
+        problem = _value_problem(s)
+        if problem:
+            res.bad.append(BadLine(s.line, problem, step=s.step, source=s.source))
+            res.skipped[s.step] = problem
+        elif id(s) in warm:
+            res.skipped[s.step] = "warm-up" if s is ordered[0] or not restarts else "warm-up (resumed run)"
+        elif any(k in keys for k in VALIDATION_KEYS) or any(is_validation_key(k) for k in keys):
             res.skipped[s.step] = "validation" + (" and checkpoint" if any(k in keys for k in CHECKPOINT_KEYS) else "")
         elif any(k in keys for k in CHECKPOINT_KEYS):
             res.skipped[s.step] = "checkpoint"
-        elif not all(math.isfinite(v) for k, v in s.metrics.items() if k.startswith("timing_s/")):
-            res.skipped[s.step] = "non-finite timing"
         else:
             res.kept.append(s)
+    if strict and res.bad:
+        b = res.bad[0]
+        raise LogError(f"{res.where(b)}: {b.reason} (--strict refuses a log with a bad record; {len(res.bad)} in all)")
     if len(res.kept) < min_steps:
+        bad = f"; {len(res.bad)} bad {res.unit}s skipped, first {res.where(res.bad[0])}: {res.bad[0].reason}" \
+            if res.bad else ""
         raise LogError(f"{source}: expected at least {min_steps} steady steps, got {len(res.kept)} of {len(ordered)} "
-                       f"logged (skipped: {_skipped_text(res.skipped)})")
+                       f"logged (skipped: {_skipped_text(res.skipped)}{bad})")
     return res
 
 

@@ -122,6 +122,11 @@ def _fields(buf: bytes):
         yield num, wire, v
 
 
+# Public names for the readers of event files written by others (rlhfsim.fromrun.logformats.tensorboard).
+masked_crc32c = _masked
+proto_fields = _fields
+
+
 def read_scalars(path: str | Path) -> dict[str, list[tuple[int, float]]]:
     """tag -> [(step, value)] from an event file, checking both CRCs of every record."""
     data = Path(path).read_bytes()
