@@ -93,9 +93,12 @@ def main():
               help="Refuse runs whose estimated work exceeds this (docs/schedules.md, rlhfsim.sim.budget); 0: no limit.  [default: 1e8]")
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory: summary.json, steps.csv, intervals.csv, lengths.csv, metrics.jsonl (verl's names), tensorboard/.")
-@click.option("--uncertainty", is_flag=True, help="Also report a 90% interval of the step time and phases, from "
-              "the profile's fitted-parameter uncertainty (re-simulates once per draw; see docs/calibration.md).")
-@click.option("--draws", type=click.IntRange(min=4), help="Draws for --uncertainty (default 24).")
+@click.option("--uncertainty/--no-uncertainty", default=None,
+              help="The 90% interval of the step time and phases beside the point (docs/accuracy.md). On by default "
+                   "on a GPU: the model's own error measured on the public field table (an overlay: its fit's misfit, "
+                   "its fitted terms drawn and re-simulated). On a CPU, off unless asked: the profile's parameter "
+                   "uncertainty, re-simulated once per draw.")
+@click.option("--draws", type=click.IntRange(min=4), help="Parameter draws for the interval, where any are drawn (default 24).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--names", "phase_names", type=click.Choice(["rlhfsim", "verl"]), default="rlhfsim", show_default=True,
               help="Phase names in the table: the simulator's, or verl's timing_s/* metrics (the JSON always "
@@ -111,13 +114,21 @@ def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, unce
     names = [n.strip() for n in compare_.split(",") if n.strip()] if compare_ else (sc.compare or [])
     kw = {"profile": profile, "steps": steps, "seed": seed, "max_work": DEFAULT_MAX_WORK if max_work is None else max_work}
     unc = None
-    if uncertainty:
+    if uncertainty is None:   # the default: on where the prediction is a GPU's
+        from rlhfsim.sim.uncertainty import is_gpu
+
+        result = run_sim(sc, **kw)
+        uncertainty = is_gpu(result.cost.profile, result.setup.gpu)
+        if uncertainty:
+            result, unc = simulate_uncertain(sc, draws=draws, **kw, point=result)
+    elif uncertainty:
         result, unc = simulate_uncertain(sc, draws=draws, **kw)
+    else:
+        result = run_sim(sc, **kw)
+    if unc is not None:
         result.summary.update(step_time_s_interval=unc["step_time_s_interval"],
                               phases_s_interval=unc["phases_s_interval"],
                               uncertainty={k: v for k, v in unc.items() if k not in ("step_time_s_interval", "phases_s_interval")})
-    else:
-        result = run_sim(sc, **kw)
     variants = None
     if names:
         variants, _ = compare(sc, names, base=result, **kw)
@@ -131,10 +142,6 @@ def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, unce
         click.echo(text)
     else:
         print_summary(result.summary, names=phase_names)
-        if unc is not None:
-            from rlhfsim.report.text import print_interval
-
-            print_interval(result.summary)
         if variants:
             print_comparison(variants)
         if out:

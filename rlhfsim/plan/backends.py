@@ -28,8 +28,10 @@ Task = tuple[int, dict, str, str]
 Result = tuple[int, Optional[dict], str]
 
 
-def run_one(doc: dict, base_dir: str, cost) -> dict:
-    """Simulate one scenario mapping; the numbers a row of results.csv needs."""
+def run_one(doc: dict, base_dir: str, cost, err=None) -> dict:
+    """Simulate one scenario mapping; the numbers a row of results.csv needs. ``err``: the model error
+    (``rlhfsim.sim.modelerror.ModelError``) whose 90% interval of the step the row carries, analytic: no
+    re-simulation (``step_time_interval_s``; None without one)."""
     from rlhfsim.scenario.loader import load_scenario
     from rlhfsim.sim.run import simulate
     from rlhfsim.sim.simulation import collector_paused
@@ -40,13 +42,21 @@ def run_one(doc: dict, base_dir: str, cost) -> dict:
     # and again, in an older generation, once they are garbage.
     with collector_paused():
         s = simulate(sc, cost=cost).summary
+    if err is not None:
+        from rlhfsim.sim.uncertainty import point_interval
+
+        iv = point_interval(s, err)["step_time_s_interval"]
+    else:
+        iv = None
     return {"step_time_s": s["step_time_s"], "step_time_p90_s": s["step_time_p90_s"],
             "tokens_per_s": s["tokens_per_s"], "off_policy_token_frac": s["schedule_stats"]["off_policy_token_frac"],
-            "phases_s": s["phases_s"], "utilization": s["gpu_busy"], "active": s["gpu_active"]}
+            "phases_s": s["phases_s"], "utilization": s["gpu_busy"], "active": s["gpu_active"],
+            "step_time_interval_s": iv}
 
 
-def run_chunk(tasks: list[Task], profiles: dict[str, dict]) -> list[Result]:
-    """Run a chunk of tasks; a configuration the simulator rejects becomes (key, None, reason)."""
+def run_chunk(tasks: list[Task], profiles: dict[str, dict], errors: Optional[dict] = None) -> list[Result]:
+    """Run a chunk of tasks; a configuration the simulator rejects becomes (key, None, reason). ``errors``: GPU type
+    -> the model error its rows' intervals carry (None, or a type missing: no interval)."""
     from rlhfsim.costs.model import CostModel
     from rlhfsim.hardware.catalog import get_gpu
 
@@ -56,7 +66,7 @@ def run_chunk(tasks: list[Task], profiles: dict[str, dict]) -> list[Result]:
         if gpu not in costs:
             costs[gpu] = CostModel(get_gpu(gpu), profiles[gpu])
         try:
-            out.append((key, run_one(doc, base_dir, costs[gpu]), ""))
+            out.append((key, run_one(doc, base_dir, costs[gpu], (errors or {}).get(gpu)), ""))
         except RlhfsimError as e:
             out.append((key, None, str(e)))
     return out
@@ -69,10 +79,10 @@ def worker_start() -> None:
         gc.freeze()
 
 
-def run_chunk_in_worker(tasks: list[Task], profiles: dict[str, dict]) -> list[Result]:
+def run_chunk_in_worker(tasks: list[Task], profiles: dict[str, dict], errors: Optional[dict] = None) -> list[Result]:
     """``run_chunk`` in a worker process that may not have been started by us (Ray)."""
     worker_start()
-    return run_chunk(tasks, profiles)
+    return run_chunk(tasks, profiles, errors)
 
 
 def chunked(tasks: list[Task], workers: int, max_size: int = 16) -> list[list[Task]]:
@@ -102,7 +112,8 @@ class Backend(ABC):
         pass
 
     @abstractmethod
-    def run(self, chunks: list[list[Task]], profiles: dict[str, dict]) -> Iterator[list[Result]]:
+    def run(self, chunks: list[list[Task]], profiles: dict[str, dict],
+            errors: Optional[dict] = None) -> Iterator[list[Result]]:
         ...
 
 
@@ -130,12 +141,12 @@ class LocalBackend(Backend):
             self.pool.submit(os.getpid).result()
         return self
 
-    def run(self, chunks, profiles):
+    def run(self, chunks, profiles, errors=None):
         if self.pool is None:
             for chunk in chunks:
-                yield run_chunk(chunk, profiles)
+                yield run_chunk(chunk, profiles, errors)
             return
-        pending = {self.pool.submit(run_chunk, c, profiles) for c in chunks}
+        pending = {self.pool.submit(run_chunk, c, profiles, errors) for c in chunks}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
@@ -183,11 +194,11 @@ class RayBackend(Backend):
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
         return self
 
-    def run(self, chunks, profiles):
+    def run(self, chunks, profiles, errors=None):
         ray = self.ray
         task = ray.remote(num_cpus=1, max_retries=0)(run_chunk_in_worker)
-        shared = ray.put(profiles)
-        pending = [task.remote(c, shared) for c in chunks]
+        shared, shared_err = ray.put(profiles), ray.put(errors)
+        pending = [task.remote(c, shared, shared_err) for c in chunks]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])

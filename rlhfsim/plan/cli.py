@@ -24,7 +24,10 @@ from rlhfsim.errors import RlhfsimError
               help="Plan directory for results.csv and plan.json (default: runs/plan-<name>).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--resume", is_flag=True, help="Keep the configurations already in results.csv and run the rest.")
-def plan_command(plan_file, backend, address, workers, sets, out, fmt, resume):
+@click.option("--uncertainty/--no-uncertainty", default=True, show_default=True,
+              help="Each configuration on a GPU carries the 90% interval of its step (the model's own error, "
+                   "analytic: docs/accuracy.md); results.csv's step_time_lo_s, step_time_hi_s.")
+def plan_command(plan_file, backend, address, workers, sets, out, fmt, resume, uncertainty):
     """Sweep a base scenario over the axes of PLAN.yaml: every configuration's step time, phases,
     utilization and cost (or why it cannot run), the Pareto front of step time against cost and the best
     configuration for the plan's objective."""
@@ -41,7 +44,7 @@ def plan_command(plan_file, backend, address, workers, sets, out, fmt, resume):
     with _Progress(err, plan.name) as bar:
         try:
             outcome = run_plan(plan, backend=backend, workers=workers, address=address, out=out, resume=resume,
-                               progress=bar.update)
+                               progress=bar.update, uncertainty=uncertainty)
         except KeyboardInterrupt:
             bar.stop()
             dest = out or f"runs/plan-{plan.name}"
@@ -95,6 +98,12 @@ def _short(axis: str, axes) -> str:
     return last if sum(a.rsplit(".", 1)[-1] == last for a in axes) == 1 else axis
 
 
+def _band(r: dict) -> str:
+    """A row's 90% interval of the step, or "-" where it has none (a CPU row)."""
+    lo, hi = r.get("step_time_lo_s"), r.get("step_time_hi_s")
+    return "-" if lo is None else f"{lo:.2f} - {hi:.2f}"
+
+
 def print_outcome(o, console) -> None:
     from rich.table import Table
 
@@ -105,13 +114,15 @@ def print_outcome(o, console) -> None:
                   + (f" ({o.resumed} resumed from results.csv)" if o.resumed else ""))
     for reason, n in Counter(r["reason"] for r in infeasible).most_common(5):
         console.print(f"  infeasible x{n}: {reason}")
+    shown = any(r.get("step_time_lo_s") is not None for r in o.pareto)
     t = Table(title="Pareto front: step time vs cost per 1,000 steps")
     for a in p.axes:
         t.add_column(_short(a, p.axes))
-    for c in ("step s", "$ / 1k steps", "GPUs"):
+    for c in ("step s", *(("step 90%",) if shown else ()), "$ / 1k steps", "GPUs"):
         t.add_column(c, justify="right")
     for r in o.pareto:
-        t.add_row(*(_fmt(r[a]) for a in p.axes), f"{r['step_time_s']:.2f}", f"{r['cost_per_1000_steps']:.2f}", str(r["gpus"]))
+        t.add_row(*(_fmt(r[a]) for a in p.axes), f"{r['step_time_s']:.2f}", *((_band(r),) if shown else ()),
+                  f"{r['cost_per_1000_steps']:.2f}", str(r["gpus"]))
     console.print(t)
     bound = f" with step time <= {p.max_step_time_s:g} s" if p.max_step_time_s is not None else ""
     if o.best is None:
@@ -121,7 +132,8 @@ def print_outcome(o, console) -> None:
     else:
         b = o.best
         axes = ", ".join(f"{a}={_fmt(b[a])}" for a in p.axes)
-        console.print(f"[bold]best ({p.objective}{bound})[/bold]: {axes}: {b['step_time_s']:.2f} s/step, "
+        band = f" (90%: {_band(b)} s)" if b.get("step_time_lo_s") is not None else ""
+        console.print(f"[bold]best ({p.objective}{bound})[/bold]: {axes}: {b['step_time_s']:.2f} s/step{band}, "
                       f"${b['cost_per_1000_steps']:.2f} per 1,000 steps on {b['gpus']} x {b['gpu_type']}")
         console.print(f"  {b['why']}")
     console.print(f"wrote {o.out}/results.csv, {o.out}/plan.json (rlhfsim report {o.out} -o plan.html)")

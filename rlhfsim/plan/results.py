@@ -7,6 +7,11 @@ Cost of a configuration (dollars per 1,000 steps), paying for every GPU of the c
 
 A configuration A dominates B when A's step time and cost are both <= B's and one is strictly lower;
 the Pareto front is the feasible configurations no other one dominates (equal points are all kept).
+
+``step_time_lo_s``, ``step_time_hi_s``: the 90% interval of the step where the profile is a GPU's (the model's own
+error, analytic: ``rlhfsim.sim.uncertainty.point_interval``); empty on a CPU or with ``--no-uncertainty``. The
+front and the best configuration are chosen on the point prediction: every configuration carries the same
+record, so the interval says how far to trust a step time, not which configuration wins.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from rlhfsim.files import write_atomic
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.plan.spec import OBJECTIVES, Config, Plan
 
-METRICS = ("step_time_s", "cost_per_1000_steps", "gpus", "gpu_type", "step_time_p90_s", "tokens_per_s",
-           "off_policy_token_frac")
-NUMERIC = ("step_time_s", "cost_per_1000_steps", "step_time_p90_s", "tokens_per_s", "off_policy_token_frac")
+METRICS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "cost_per_1000_steps", "gpus", "gpu_type",
+           "step_time_p90_s", "tokens_per_s", "off_policy_token_frac")
+NUMERIC = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "cost_per_1000_steps", "step_time_p90_s",
+           "tokens_per_s", "off_policy_token_frac")
 
 
 def util_columns(plan: Plan) -> list[str]:
@@ -59,6 +65,8 @@ def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "")
         row["cost_per_1000_steps"] = step * 1000.0 / 3600.0 * cfg.gpus * price_of(plan, cfg.gpu_type)
         for k in ("step_time_p90_s", "tokens_per_s", "off_policy_token_frac"):
             row[k] = metrics[k]
+        if metrics.get("step_time_interval_s"):   # the 90% interval of the step (rlhfsim.sim.uncertainty)
+            row["step_time_lo_s"], row["step_time_hi_s"] = metrics["step_time_interval_s"]
         for ph, v in metrics["phases_s"].items():
             row[f"{ph}_s"] = v
         for pool, u in metrics["utilization"].items():

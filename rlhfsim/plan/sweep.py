@@ -50,9 +50,10 @@ def default_out(plan: Plan) -> Path:
 
 def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = None, address: Optional[str] = None,
              out: Optional[Path] = None, resume: bool = False,
-             progress: Optional[Callable[[int, int], None]] = None) -> Outcome:
+             progress: Optional[Callable[[int, int], None]] = None, uncertainty: bool = True) -> Outcome:
     """Run every configuration of ``plan`` not already in ``out/results.csv`` (with ``resume``).
-    ``progress(done, total)`` is called as configurations finish."""
+    ``progress(done, total)`` is called as configurations finish. ``uncertainty``: each row on a GPU carries the
+    90% interval of its step (``model_errors``)."""
     from rlhfsim.plan import BACKENDS
 
     if backend not in BACKENDS:
@@ -83,6 +84,7 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
         members = list(groups.values())
         tasks = [(k, m[0].doc, str(plan.base_dir), m[0].gpu_type) for k, m in enumerate(members)]
         profiles = {g: plan.profiles[g] for g in {t[3] for t in tasks}}
+        errors = model_errors(profiles) if uncertainty else None
         chunks = chunked(tasks, workers)
         if not chunks and progress:
             progress(finished, total)
@@ -91,7 +93,7 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
             with BACKENDS[backend](min(workers, len(chunks)), address) as be:
                 if progress:
                     progress(finished, total)
-                for chunk in be.run(chunks, profiles):
+                for chunk in be.run(chunks, profiles, errors):
                     for key, metrics, reason in chunk:
                         for cfg in members[key]:
                             rows[cfg.index] = make_row(plan, cfg, metrics, reason)
@@ -111,6 +113,17 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
                       wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed)
     write_plan_json(outcome, backend, workers)
     return outcome
+
+
+def model_errors(profiles: dict[str, dict]) -> dict:
+    """GPU type -> the model error its rows' intervals carry (``rlhfsim.sim.uncertainty.model_error``; None on a
+    CPU), read once here and sent to the workers. The interval is the analytic part of ``simulate``'s: an overlay's
+    fitted terms are not drawn and re-simulated per configuration (its misfit is carried), which would multiply
+    the sweep's cost by the draws."""
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.sim.uncertainty import model_error
+
+    return {g: model_error(p, get_gpu(g)) for g, p in profiles.items()}
 
 
 def write_plan_json(o: Outcome, backend: str, workers: int) -> None:

@@ -313,9 +313,14 @@ def pareto_figure(plan: PlanRecords) -> go.Figure:
         ))
     front = sorted((r for r in plan.plan["pareto"] if "cost_per_1000_steps" in r and "step_time_s" in r),
                    key=lambda r: r["cost_per_1000_steps"])
+    # the step's 90% interval on the front (rlhfsim.sim.uncertainty), where its rows carry one
+    banded = front and all(isinstance(r.get("step_time_lo_s"), (int, float)) for r in front)
     fig.add_trace(go.Scatter(
         x=[r["cost_per_1000_steps"] for r in front], y=[r["step_time_s"] for r in front], mode="lines+markers",
-        name="Pareto front", line={"color": "#222222", "width": 2},
+        error_y={"type": "data", "symmetric": False, "color": "#888888",
+                 "array": [r["step_time_hi_s"] - r["step_time_s"] for r in front],
+                 "arrayminus": [r["step_time_s"] - r["step_time_lo_s"] for r in front]} if banded else None,
+        name="Pareto front" + (" (bars: 90% interval of the step)" if banded else ""), line={"color": "#222222", "width": 2},
         marker={"symbol": "circle-open", "size": 12, "color": "#222222"}, text=[_row_text(plan, r) for r in front],
         hovertemplate="Pareto<br>%{text}<br>step time %{y:.4f} s, cost %{x:.4g}<extra></extra>",
     ))

@@ -114,12 +114,20 @@ def _utilization_text(summary: dict, pool: str) -> str:
     return text
 
 
+def _interval_text(s: dict) -> str:
+    """The step's interval beside its mean (``simulate``'s, rlhfsim.sim.uncertainty), and what it rests on."""
+    iv, u = s.get("step_time_s_interval"), s.get("uncertainty") or {}
+    if not iv:
+        return ""
+    return f"; {100 * u.get('level', 0.9):.0f}% interval {iv[0]:.4g} - {iv[1]:.4g} s ({u.get('source', '')})"
+
+
 def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
     s = run.summary
     overview = table([
         ("scenario", s["scenario"]), ("schedule", s["schedule"]), ("profile", s["profile"]),
         ("steps", f"{s['steps']} ({s['warmup_steps']} warm-up)"),
-        ("step time, steady mean", f"{s['step_time_s']:.4f} s"),
+        ("step time, steady mean", f"{s['step_time_s']:.4f} s" + _interval_text(s)),
         ("step time p50 / p90", f"{s['step_time_p50_s']:.4f} s / {s['step_time_p90_s']:.4f} s"),
         ("tokens per second", f"{s['tokens_per_s']:.1f}"),
         *((("reward scoring", reward_scoring_text(s["reward_scoring"])),) if s.get("reward_scoring") else ()),
@@ -165,9 +173,20 @@ def heatmap_axes(plan: PlanRecords) -> tuple[str, str] | None:
     return (plan.axes[0], plan.axes[1]) if len(plan.axes) >= 2 else None
 
 
+def _has_interval(plan: PlanRecords) -> bool:
+    return any(isinstance(r.get("step_time_lo_s"), float) and r["step_time_lo_s"] == r["step_time_lo_s"] for r in plan.rows)
+
+
 def _config_rows(plan: PlanRecords, rows: list[dict]) -> list[list[object]]:
+    band = _has_interval(plan)
+
+    def iv(r):
+        lo, hi = r.get("step_time_lo_s"), r.get("step_time_hi_s")
+        return f"{lo:.4g} - {hi:.4g}" if isinstance(lo, float) and lo == lo and isinstance(hi, float) else "-"
+
     return [[axis_label(axis_key(r.get(a, ""))) for a in plan.axes]
-            + [r.get("step_time_s", ""), r.get("cost_per_1000_steps", ""), r.get("gpus", "")] for r in rows]
+            + [r.get("step_time_s", ""), *((iv(r),) if band else ()), r.get("cost_per_1000_steps", ""), r.get("gpus", "")]
+            for r in rows]
 
 
 def _objective_text(objective) -> object:
@@ -178,7 +197,8 @@ def _objective_text(objective) -> object:
 
 def plan_sections(plan: PlanRecords) -> list[Section]:
     feasible = sum(r["feasible"] for r in plan.rows)
-    header = [*plan.axes, "step_time_s", "cost_per_1000_steps", "gpus"]
+    header = [*plan.axes, "step_time_s", *(("step time 90% interval",) if _has_interval(plan) else ()),
+              "cost_per_1000_steps", "gpus"]
     best = plan.plan.get("best")
     pareto = sorted(plan.plan["pareto"], key=lambda r: r.get("cost_per_1000_steps", 0))
     sections = [

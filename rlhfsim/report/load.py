@@ -41,6 +41,7 @@ from rlhfsim.contracts import (CPU_POOL, INTERVAL_REQUIRED_COLUMNS as INTERVAL_C
 from rlhfsim.errors import RlhfsimError
 
 PLAN_METRICS = ("step_time_s", "cost_per_1000_steps", "gpus")
+PLAN_INTERVAL = ("step_time_lo_s", "step_time_hi_s")  # optional: the step's 90% interval (plans before it have none)
 
 _SUMMARY_NUMBERS = ("step_time_s", "step_time_p50_s", "step_time_p90_s", "tokens_per_s")
 _SUMMARY_INTS = ("steps", "warmup_steps")
@@ -361,7 +362,7 @@ def load_plan(plan_dir: Path) -> PlanRecords:
     header, raw_rows = _read_csv(path, (*axes, *PLAN_METRICS, "feasible", "reason"))
     phase_columns = tuple(f"{p}_s" for p in PHASES if f"{p}_s" in header)
     util_columns = tuple(c for c in header if c.startswith(("util_", "active_")))
-    numeric = (*PLAN_METRICS, *phase_columns, *util_columns)
+    numeric = (*PLAN_METRICS, *(c for c in PLAN_INTERVAL if c in header), *phase_columns, *util_columns)
     rows = []
     for i, raw in enumerate(raw_rows):
         line = f"{path}:{i + 2}"

@@ -44,20 +44,29 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
             "priced with the sampling tail measured with the recorder" if g.get("logprobs_priced") else
             f"[yellow]not priced (profile {s['profile']!r} has no sampling tail measured with the recorder for "
             f"{g['runtime']}: `python -m calibrate.extend PROFILE --cost-terms` measures it)[/yellow]"))
+    iv = s.get("step_time_s_interval")
+    band = f"{100 * s['uncertainty']['level']:.0f}% interval" if iv else ""
     t = Table(title="step time (s)")
-    for col in ("mean", "p50", "p90", "tokens/s"):
+    for col in ("mean", *((band,) if iv else ()), "p50", "p90", "tokens/s"):
         t.add_column(col, justify="right")
-    t.add_row(f"{s['step_time_s']:.3f}", f"{s['step_time_p50_s']:.3f}", f"{s['step_time_p90_s']:.3f}", f"{s['tokens_per_s']:.0f}")
+    t.add_row(f"{s['step_time_s']:.3f}", *((interval_text(iv),) if iv else ()), f"{s['step_time_p50_s']:.3f}",
+              f"{s['step_time_p90_s']:.3f}", f"{s['tokens_per_s']:.0f}")
     c.print(t)
     t = Table(title="phases (span per step; overlapped phases overlap)")
     t.add_column("phase")
     t.add_column("s", justify="right")
+    if iv:
+        t.add_column(band, justify="right")
     t.add_column("% of step", justify="right")
+    piv = s.get("phases_s_interval") or {}
     for ph, v in s["phases_s"].items():
-        t.add_row(VERL_PHASE_KEYS[ph] if names == "verl" else ph, f"{v:.3f}", f"{100 * v / s['step_time_s']:.1f}")
+        t.add_row(VERL_PHASE_KEYS[ph] if names == "verl" else ph, f"{v:.3f}",
+                  *((interval_text(piv[ph]) if ph in piv else "",) if iv else ()), f"{100 * v / s['step_time_s']:.1f}")
     if names == "verl":
-        t.add_row(VERL_STEP_KEY, f"{s['step_time_s']:.3f}", "100.0")
+        t.add_row(VERL_STEP_KEY, f"{s['step_time_s']:.3f}", *((interval_text(iv),) if iv else ()), "100.0")
     c.print(t)
+    if iv:
+        print_interval(s, c)
     defaults = [k for k, v in s.get("step_costs", {}).items() if v["source"] == "default"]
     if defaults:
         c.print(f"[yellow]step costs priced with documented defaults, not measured: {', '.join(defaults)} "
@@ -89,18 +98,21 @@ def print_comparison(v: dict, console: Console | None = None) -> None:
     c.print(t)
 
 
+def interval_text(iv) -> str:
+    """An interval [low, high] as text, to the digits the point is printed with."""
+    return f"{iv[0]:.3f} - {iv[1]:.3f}"
+
+
 def print_interval(s: dict, console: Console | None = None) -> None:
-    """The 90% interval of ``simulate --uncertainty`` (rlhfsim.sim.uncertainty)."""
+    """What the interval of the summary rests on (``rlhfsim.sim.uncertainty``), in a line or two."""
     c = console or Console()
     u = s["uncertainty"]
     lo, hi = s["step_time_s_interval"]
-    t = Table(title=f"{100 * u['level']:.0f}% interval from the profile's parameter uncertainty "
-                    f"({u['draws']} draws, source: {u['source']})")
-    for col in ("", "point s", "low s", "high s"):
-        t.add_column(col, justify="right" if col else "left")
-    t.add_row("[bold]step[/bold]", f"{s['step_time_s']:.3f}", f"{lo:.3f}", f"{hi:.3f}")
-    for ph, (a, b) in s["phases_s_interval"].items():
-        t.add_row(ph, f"{s['phases_s'].get(ph, 0.0):.3f}", f"{a:.3f}", f"{b:.3f}")
-    c.print(t)
+    how = (f"; step from its phases" if "phases" in (u.get("model_error") or {}).get("step_from", "") else
+           "; step from the step's own record" if u.get("model_error") else "")
+    drawn = f"; {u['draws']} parameter draws re-simulated" if u["draws"] else ""
+    c.print(f"{100 * u['level']:.0f}% interval {lo:.3f} - {hi:.3f} s (x{hi / s['step_time_s']:.2f} / "
+            f"x{lo / s['step_time_s']:.2f} of the point), source: {u['source']}{how}{drawn}"
+            + ("" if u.get("point_inside", True) else "; the point lies outside it: the model's error has a sign"))
     if u.get("note"):
         c.print(f"[yellow]{u['note']}[/yellow]")

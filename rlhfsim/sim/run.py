@@ -65,16 +65,19 @@ def simulate(sc: Scenario, *, profile: str | None = None, steps: int | None = No
 
 def simulate_uncertain(sc: Scenario, *, profile: str | None = None, steps: int | None = None,
                        seed: int | None = None, draws: int | None = None, rollouts: list[tuple[int, int]] | None = None,
-                       cost: CostModel | None = None, max_work: float | None = DEFAULT_MAX_WORK) -> tuple[SimResult, dict]:
-    """The point prediction and its 90% interval from the profile's parameter uncertainty
-    (``rlhfsim.sim.uncertainty``): the same scenario, seed and rollouts re-simulated once per draw.
-    ``max_work`` bounds the point prediction's run (``simulate``); each draw is the same run."""
+                       cost: CostModel | None = None, max_work: float | None = DEFAULT_MAX_WORK,
+                       point: SimResult | None = None) -> tuple[SimResult, dict]:
+    """The point prediction and its 90% interval (``rlhfsim.sim.uncertainty``): on a GPU the model's own error
+    (the field table's, or an overlay's fit misfit with its fitted terms drawn), on a CPU the profile's parameter
+    uncertainty; the same scenario, seed and rollouts re-simulated once per parameter draw, where anything is drawn.
+    ``max_work`` bounds the point prediction's run (``simulate``); each draw is the same run. This is the one
+    interval of ``simulate``, ``plan`` (its analytic part) and ``rlhfsim whatif``. ``point``: the point prediction
+    of these same arguments, when already simulated."""
     from rlhfsim.sim.uncertainty import DEFAULT_DRAWS, interval
 
-    base = simulate(sc, profile=profile, steps=steps, seed=seed, rollouts=rollouts, cost=cost, max_work=max_work)
-    cost = cost or CostModel.load(base.setup.gpu, profile)
-    unc = interval(lambda c: simulate(sc, steps=steps, seed=seed, rollouts=rollouts, cost=c, max_work=None), cost.profile,
-                   base.setup.gpu, n=draws or DEFAULT_DRAWS)
+    base = point or simulate(sc, profile=profile, steps=steps, seed=seed, rollouts=rollouts, cost=cost, max_work=max_work)
+    unc = interval(lambda c: simulate(sc, steps=steps, seed=seed, rollouts=rollouts, cost=c, max_work=None),
+                   base.cost.profile, base.setup.gpu, n=draws or DEFAULT_DRAWS, point=base.summary)
     lo, hi = unc["step_time_s_interval"]
     unc["point_inside"] = bool(lo <= base.summary["step_time_s"] <= hi)
     return base, unc

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from rlhfsim.cli import main
@@ -71,22 +72,24 @@ def test_cli_reports_the_interval_pair():
     assert set(doc["phases_s_interval"]) == set(doc["phases_s"])
 
 
-def test_gpu_intervals_carry_the_dev_half_model_error_and_cpu_ones_do_not():
-    from rlhfsim.sim.uncertainty import MODEL_ERROR_FILE, interval, model_error
+def test_gpu_intervals_carry_the_bundled_model_error_and_cpu_ones_do_not():
     from rlhfsim.costs.model import CostModel
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.sim.run import simulate
-    err = json.loads(MODEL_ERROR_FILE.read_text())
-    assert err["runs"] and err["step_sigma"] > 0 and model_error(load_profile("default")) == err
+    from rlhfsim.sim.uncertainty import interval, model_error, model_error_file
+
+    err = model_error(load_profile("default"))
+    assert model_error_file() is not None and err is not None and err.runs
     assert model_error(load_profile("cpu")) is None
     sc = load_scenario(ROOT / "scenarios" / "baseline.yaml")
     gpu = get_gpu(sc.cluster.gpu)
     res = interval(lambda c: simulate(sc, steps=3, cost=c, max_work=None), load_profile("default"), gpu, n=4)
-    assert res["model_error"]["step_sigma"] == err["step_sigma"]
     assert res["ops_by_source"]["prior"] == [] and res["ops_by_source"]["held"]  # the prior is not drawn twice
-    point = simulate(sc, steps=3, cost=CostModel(gpu, load_profile("default"))).summary["step_time_s"]
-    lo, hi = res["step_time_s_interval"]
-    # every parameter draw equals the point (all held), so the interval is the model error's alone: about
-    # point x exp(-/+ 1.645 sigma), within the sampling noise of 4 x 64 draws
-    z = 1.6448536269514722 * err["step_sigma"]
-    assert abs(np.log(lo / point) + z) < 0.25 * z and abs(np.log(hi / point) - z) < 0.25 * z
+    assert res["draws"] == 0 and res["source"] == "field error"   # nothing drawn: not "measured" (issue 54)
+    point = simulate(sc, steps=3, cost=CostModel(gpu, load_profile("default"))).summary
+    # each phase's interval is its record's: point x exp(-bias -/+ 1.645 k sigma), within the sampling noise
+    for ph, (lo, hi) in res["phases_s_interval"].items():
+        name, rec = err.record(ph)
+        if point["phases_s"][ph] > 0:
+            a, b = rec.factors()
+            assert lo / point["phases_s"][ph] == pytest.approx(a, rel=0.03) and hi / point["phases_s"][ph] == pytest.approx(b, rel=0.03)
