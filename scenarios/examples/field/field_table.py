@@ -28,7 +28,8 @@ import yaml
 from rlhfsim.contracts import VERL_PHASE_KEYS
 from rlhfsim.importers import IMPORTERS, ImportOptions
 from rlhfsim.scenario.loader import load_scenario
-from rlhfsim.sim.run import simulate, simulate_uncertain
+from rlhfsim.sim.modelerror import loso_coverage
+from rlhfsim.sim.run import simulate
 
 HERE = Path(__file__).resolve().parent
 SPLIT_SALT = "rlhfsim field split 2026-12-07|"
@@ -44,7 +45,7 @@ def phase_errors(measured: dict, predicted: dict) -> dict:
     return {k: round(100 * (predicted[k] - v) / v, 1) for k, v in measured.items() if k in predicted and v > 0}
 
 
-def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False, profile: str | None = None) -> dict:
+def predict(run: dict, gpu: str, execution: bool = True, profile: str | None = None) -> dict:
     """One run imported and simulated; ``profile``: None for the bundled default, ``auto`` for the GPU's own."""
     launch = HERE / run["launch"]
     opts = ImportOptions(gpu=gpu, mean_response_len=run.get("mean_response_len"),
@@ -56,12 +57,7 @@ def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False,
         sys.exit(f"runs.yaml: {run['id']}.framework: expected one of {sorted(IMPORTERS)}, got {framework!r}")
     res = IMPORTERS[framework](launch.read_text(), opts, str(launch.relative_to(HERE.parents[2])))
     sc = load_scenario(res.scenario, base_dir=HERE)
-    interval = None
-    if coverage:  # the 90% interval of `rlhfsim simulate --uncertainty` (parameters and the dev half's model error)
-        result, unc = simulate_uncertain(sc, profile=profile)
-        summary, interval = result.summary, [round(x, 2) for x in unc["step_time_s_interval"]]
-    else:
-        summary = simulate(sc, profile=profile).summary
+    summary = simulate(sc, profile=profile).summary
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): v for p, v in summary["phases_s"].items()}
     # verl times the hybrid engine's weight update inside gen (its sharding manager wraps generate_sequences)
     phases["gen"] = phases.get("gen", 0.0) + phases.pop("update_weights", 0.0)
@@ -72,8 +68,7 @@ def predict(run: dict, gpu: str, execution: bool = True, coverage: bool = False,
             "predicted_step_s": round(pred, 2), "error_pct": round(100 * (pred - meas) / meas, 1),
             "measured_phases_s": run.get("measured_phases_s", {}), "predicted_phases_s": phases,
             "phase_error_pct": phase_errors(run.get("measured_phases_s", {}), phases),
-            "unmapped": [f"{s.key}={s.value}" for s in res.by_status("unmapped")],
-            **({"interval_90_s": interval, "inside": interval[0] <= meas <= interval[1]} if interval else {})}
+            "unmapped": [f"{s.key}={s.value}" for s in res.by_status("unmapped")]}
 
 
 FORWARD_ONLY = ("old_log_prob", "ref", "values")
@@ -91,7 +86,9 @@ def summarize(rows: list[dict]) -> dict:
     fwd = [e for k in FORWARD_ONLY for e in by_phase.get(k, [])]
     return {"runs": len(rows), "median_abs_error_pct": round(statistics.median(errs), 1),
             "max_abs_error_pct": round(max(errs), 1),
-            **({"interval_coverage": f"{sum(r['inside'] for r in rows)}/{len(rows)}"} if "inside" in rows[0] else {}),
+            **({"interval_coverage": f"{sum(r['inside'] for r in rows)}/{len(rows)}",
+                "interval_median_width": round(statistics.median(r["interval_width"] or math.inf for r in rows), 2)}
+               if "inside" in rows[0] else {}),
             "forward_only_median_abs_error_pct": round(statistics.median(fwd), 1) if fwd else None,
             "phase_median_abs_error_pct": {k: round(statistics.median(v), 1) for k, v in sorted(by_phase.items())}}
 
@@ -99,8 +96,15 @@ def summarize(rows: list[dict]) -> dict:
 def table(doc: dict, execution: bool, halves: tuple[str, ...], coverage: bool = False,
           profile: str | None = None) -> dict:
     """Every scored run of the chosen halves predicted, with a summary per half; unscored runs on each GPU.
-    ``coverage``: each scored run's 90% interval too (``simulate --uncertainty``), and how many hold the measure."""
-    rows = [predict(r, r["gpu"], execution, coverage, profile) for r in doc["runs"] if half(r["source_group"]) in halves]
+    ``coverage``: each scored run's 90% interval too, from the model error of the other sources' runs of the table
+    (its own source left out: ``rlhfsim.sim.modelerror.loso_coverage``), how many hold the measure and how wide."""
+    rows = [predict(r, r["gpu"], execution, profile) for r in doc["runs"] if half(r["source_group"]) in halves]
+    if coverage:
+        groups = {r["id"]: r["source_group"] for r in doc["runs"]}
+        by_id = {c["id"]: c for c in loso_coverage(rows, groups).get("rows", [])}
+        none = {"interval_90_s": None, "inside": False, "width": None}   # too few other runs: no interval, not held
+        rows = [{**r, "interval_90_s": c["interval_90_s"], "inside": c["inside"], "interval_width": c["width"]}
+                for r in rows for c in [by_id.get(r["id"], none)]]
     extra = [predict(r, g, execution, profile=profile) for r in doc.get("unscored", []) for g in r["gpus"]
              if half(r["source_group"]) in halves]
     return {"scored": rows, "unscored": extra,
@@ -170,7 +174,7 @@ def main() -> None:
         print(f"== {label.replace('_', ' ')}")
         for r in tab["scored"] + tab["unscored"]:
             tag = "" if r in tab["scored"] else "  (unscored: GPU not stated)"
-            band = f"  90% [{r['interval_90_s'][0]:.2f}, {r['interval_90_s'][1]:.2f}]" if "interval_90_s" in r else ""
+            band = f"  90% [{r['interval_90_s'][0]:.2f}, {r['interval_90_s'][1]:.2f}]" if r.get("interval_90_s") else ""
             print(f"{r['id']:4} {r['half']:4} {r['gpu']:10} measured {r['measured_step_s']:8.2f} s  predicted "
                   f"{r['predicted_step_s']:8.2f} s  error {r['error_pct']:+7.1f}%{band}{tag}")
             print(f"    measured phases  {r['measured_phases_s']}")
@@ -179,7 +183,8 @@ def main() -> None:
                 print(f"    phase error %    {r['phase_error_pct']}")
         for h, summ in tab["halves"].items():
             if summ["runs"]:
-                cov = f", 90% interval holds {summ['interval_coverage']}" if "interval_coverage" in summ else ""
+                cov = (f", 90% interval holds {summ['interval_coverage']} (median width x{summ['interval_median_width']})"
+                       if "interval_coverage" in summ else "")
                 print(f"{h}: {summ['runs']} runs{cov}, median |step error| {summ['median_abs_error_pct']:.1f}%, max "
                       f"{summ['max_abs_error_pct']:.1f}%, forward-only phases {summ['forward_only_median_abs_error_pct']}%; "
                       f"per phase {summ['phase_median_abs_error_pct']}")
