@@ -277,14 +277,17 @@ def model_error_doc(rows: list[dict], groups: dict[str, str], source: str, metho
             "summary": err.summary() if err else None, "residuals": res}
 
 
-def loso_coverage(rows: list[dict], groups: dict[str, str], level: float = LEVEL) -> dict:
-    """Each scored field-table row's interval from the record of the other sources' runs (its own source left out),
-    whether it holds the measured step, and its width (high / low); the coverage and median width over the rows,
-    and each logged phase's coverage."""
+def loso_coverage(rows: list[dict], groups: dict[str, str], level: float = LEVEL,
+                  record_runs: set[str] | None = None) -> dict:
+    """Each scored field-table row's interval from the record of the other sources' runs (its own source left out;
+    ``record_runs``: only these runs' residuals make records, e.g. the dev half's, so no record is fitted to the
+    test half), whether it holds the measured step, and its width (high / low); the coverage and median width over
+    the rows, and each logged phase's coverage."""
     res = [field_residuals(r, groups[r["id"]]) for r in rows]
+    pool = [rr for rr in res if record_runs is None or rr["run"] in record_runs]
     out, phase_hits = [], {}
     for row, rr in zip(rows, res):
-        err = from_residuals(res, "field table, this run's source left out", exclude_source=rr["source_group"])
+        err = from_residuals(pool, "field table, this run's source left out", exclude_source=rr["source_group"])
         if err is None:
             continue
         step_s, ph = field_point(row)

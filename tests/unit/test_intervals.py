@@ -118,6 +118,9 @@ def test_loso_coverage_keeps_a_runs_own_source_out_of_its_record():
     assert cov["runs"] == 9 and cov["inside"] == sum(r["inside"] for r in cov["rows"])
     assert cov["median_width"] == pytest.approx(sorted(r["width"] for r in cov["rows"])[4])
     assert set(cov["phase_coverage"]) == {"generate", "actor_train"}
+    # records made of some runs only (the dev half's): the others are widened but never widen
+    dev = me.loso_coverage(table, groups, record_runs={f"R{i}" for i in range(8)})
+    assert dev["runs"] == 9 and {r["id"]: r for r in dev["rows"]}["R0"]["width"] < by["R0"]["width"]
     # the file a writer makes of these rows reads back as the same record
     doc = me.model_error_doc(table, groups, "t", "leave-one-source-out", "2026-12-07")
     back = me.from_doc(json.loads(json.dumps(doc)))

@@ -96,12 +96,13 @@ def summarize(rows: list[dict]) -> dict:
 def table(doc: dict, execution: bool, halves: tuple[str, ...], coverage: bool = False,
           profile: str | None = None) -> dict:
     """Every scored run of the chosen halves predicted, with a summary per half; unscored runs on each GPU.
-    ``coverage``: each scored run's 90% interval too, from the model error of the other sources' runs of the table
+    ``coverage``: each scored run's 90% interval too, from the model error of the dev half's runs of other sources
     (its own source left out: ``rlhfsim.sim.modelerror.loso_coverage``), how many hold the measure and how wide."""
     rows = [predict(r, r["gpu"], execution, profile) for r in doc["runs"] if half(r["source_group"]) in halves]
     if coverage:
         groups = {r["id"]: r["source_group"] for r in doc["runs"]}
-        by_id = {c["id"]: c for c in loso_coverage(rows, groups).get("rows", [])}
+        dev = {r["id"] for r in rows if r["half"] == "dev"}   # records from the dev half only, as every fit
+        by_id = {c["id"]: c for c in loso_coverage(rows, groups, record_runs=dev).get("rows", [])}
         none = {"interval_90_s": None, "inside": False, "width": None}   # too few other runs: no interval, not held
         rows = [{**r, "interval_90_s": c["interval_90_s"], "inside": c["inside"], "interval_width": c["width"]}
                 for r in rows for c in [by_id.get(r["id"], none)]]
