@@ -42,6 +42,7 @@ from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import load_scenario, read_yaml, validate_model
 from rlhfsim.scenario.schema import Frozen, Scenario
 from rlhfsim.sim.run import VARIANTS, variant
+from rlhfsim.words import count
 
 OBJECTIVES = {"min_step_time": "step_time_s", "min_cost": "cost_per_1000_steps", "min_gpus": "gpus"}
 
@@ -325,7 +326,7 @@ def _config(index: int, values: dict, doc: dict, need: Optional[int], plan: Plan
     if need is not None and need != gpus:
         n, m = need - sc.placement.reward_gpus, sc.placement.reward_gpus
         return Config(doc=None, pools=(), **common, reason=(
-            f"placement {n}+{m} needs {need} GPUs, but the cluster has {gpus} "
+            f"placement {n}+{m} needs {count(need, 'GPU')}, but the cluster has {gpus} "
             f"({sc.cluster.nodes} node(s) x {sc.cluster.gpus_per_node})"))
     try:
         setup = build_setup(sc)

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from rlhfsim.contracts import CPU_POOL
 from rlhfsim.report.load import PHASES, ROLES, Intervals, PlanRecords, RunRecords, axis_key, axis_label
 from rlhfsim.report.timeline import timeline_rows
+from rlhfsim.words import count
 
 ROLE_COLOURS = {"actor": "#1f77b4", "critic": "#ff7f0e", "reference": "#2ca02c", "reward": "#d62728",
                 "rollout": "#9467bd"}
@@ -201,7 +202,7 @@ def utilization_figure(summary: dict) -> go.Figure:
     """Per pool, the fraction of GPU time busy (summary.json gpu_utilization: work assigned) and, when the
     run recorded it, active (gpu_active: kernels executing, what nvidia-smi / DCGM report)."""
     pools = list(summary["pools"])
-    info = [f"{summary['pools'][p]['gpus']} GPUs: {', '.join(summary['pools'][p]['roles'])}" for p in pools]
+    info = [f"{count(summary['pools'][p]['gpus'], 'GPU')}: {', '.join(summary['pools'][p]['roles'])}" for p in pools]
     series = [("busy", summary["gpu_utilization"]), ("active", summary.get("gpu_active"))]
     fig = go.Figure()
     for i, (name, values) in enumerate(s for s in series if s[1] is not None):

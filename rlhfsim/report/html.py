@@ -20,6 +20,7 @@ import plotly.offline
 from rlhfsim.report import figures
 from rlhfsim.report.load import PlanRecords, RunRecords, axis_key, axis_label
 from rlhfsim.report.text import reward_scoring_text
+from rlhfsim.words import count
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1400px;
@@ -131,7 +132,7 @@ def run_sections(run: RunRecords, *, max_bars: int = 6000) -> list[Section]:
         ("step time p50 / p90", f"{s['step_time_p50_s']:.4f} s / {s['step_time_p90_s']:.4f} s"),
         ("tokens per second", f"{s['tokens_per_s']:.1f}"),
         *((("reward scoring", reward_scoring_text(s["reward_scoring"])),) if s.get("reward_scoring") else ()),
-        *((f"pool {name}", f"{p['gpus']} GPUs: {', '.join(p['roles'])}; " + _utilization_text(s, name))
+        *((f"pool {name}", f"{count(p['gpus'], 'GPU')}: {', '.join(p['roles'])}; " + _utilization_text(s, name))
           for name, p in s["pools"].items()),
         # Further scalar fields the simulator adds (e.g. profile_source, steady_steps).
         *((k, v) for k, v in s.items() if k not in _SHOWN_SUMMARY_KEYS and isinstance(v, (str, int, float))),

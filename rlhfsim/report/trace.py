@@ -19,6 +19,7 @@ import numpy as np
 
 from rlhfsim.report.load import RunRecords
 from rlhfsim.report.timeline import assign_lanes
+from rlhfsim.words import count
 
 US_PER_S = 1e6
 
@@ -44,7 +45,7 @@ def chrome_trace(run: RunRecords) -> dict:
     events.append(_meta("process_sort_index", steps_pid, 0, {"sort_index": 0}))
     for index, (pool, spec) in enumerate(pools.items()):
         pid = index + 1
-        events.append(_meta("process_name", pid, 0, {"name": f"{pool} ({spec['gpus']} GPUs: {', '.join(spec['roles'])})"}))
+        events.append(_meta("process_name", pid, 0, {"name": f"{pool} ({count(spec['gpus'], 'GPU')}: {', '.join(spec['roles'])})"}))
         events.append(_meta("process_sort_index", pid, 0, {"sort_index": pid}))
         in_pool = np.flatnonzero(iv.pool == pool)
         gpus = spec["gpus"]

@@ -24,6 +24,7 @@ from rlhfsim.hardware.catalog import GpuSpec, get_gpu
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape, load_model
 from rlhfsim.scenario.schema import Colocated, CustomPlacement, DedicatedReward, RuleReward, Scenario
 from rlhfsim.workload.lengths import Sampler, sampler_for, trace_for
+from rlhfsim.words import count
 
 TRAINED = ("actor", "critic")
 OPTIMIZER_BYTES_PER_PARAM = 14  # bf16 gradient (2) + fp32 master weight (4) + Adam m, v (4 + 4)
@@ -88,7 +89,7 @@ def _expand_pools(sc: Scenario, roles: list[str], total: int) -> list[tuple[str,
         if "reward" not in roles:
             raise ScenarioError("placement.kind", "expected a reward model for dedicated_reward placement, got models.reward.kind: rule (use colocated or pools)")
         if pl.reward_gpus >= total:
-            raise ScenarioError("placement.reward_gpus", f"expected fewer than the cluster's {total} GPUs, got {pl.reward_gpus}")
+            raise ScenarioError("placement.reward_gpus", f"expected fewer than the cluster's {count(total, 'GPU')}, got {pl.reward_gpus}")
         rest = [r for r in roles if r != "reward"] + ["rollout"]
         return [("actor", total - pl.reward_gpus, rest, "placement"), ("reward", pl.reward_gpus, ["reward"], "placement.reward_gpus")]
     assert isinstance(pl, CustomPlacement)
@@ -200,7 +201,7 @@ def build_setup(sc: Scenario) -> Setup:
     for i, (name, n, proles, path) in enumerate(raw_pools):
         used += n
         if used > total:
-            raise ScenarioError(f"{path}.gpus", f"{used} GPUs placed but the cluster has {total}")
+            raise ScenarioError(f"{path}.gpus", f"{count(used, 'GPU')} placed but the cluster has {total}")
         for j, r in enumerate(proles):
             if r != "rollout" and r not in shapes:
                 raise ScenarioError(f"{path}.roles[{j}]", f"expected a role with a model in `models`, got {r!r}" + (" (the reward is a rule)" if r == "reward" else ""))
@@ -222,7 +223,7 @@ def build_setup(sc: Scenario) -> Setup:
             continue
         pool = pools[role_pool[r]]
         if t > pool.gpus or pool.gpus % t:
-            raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {pool.gpus} GPUs of pool {pool.name!r}, got {t}")
+            raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {count(pool.gpus, 'GPU')} of pool {pool.name!r}, got {t}")
         if t > sc.cluster.gpus_per_node:
             raise ScenarioError(f"placement.tp.{r}", f"expected TP within one node (<= {sc.cluster.gpus_per_node}), got {t}")
     sp = sc.execution.ulysses_sequence_parallel_size
@@ -231,7 +232,7 @@ def build_setup(sc: Scenario) -> Setup:
             pool, g = pools[role_pool[r]], tp[r] * sp
             if pool.gpus % g or g > sc.cluster.gpus_per_node:
                 raise ScenarioError("execution.ulysses_sequence_parallel_size", (
-                    f"expected TP x sp ({tp[r]} x {sp}) to divide the {pool.gpus} GPUs of pool {pool.name!r} "
+                    f"expected TP x sp ({tp[r]} x {sp}) to divide the {count(pool.gpus, 'GPU')} of pool {pool.name!r} "
                     f"({r}) within one node of {sc.cluster.gpus_per_node}, got {sp}"))
 
     # Memory: weights of every model on the pool, optimizer state of trained ones, one sequence of KV.
@@ -266,7 +267,7 @@ def build_setup(sc: Scenario) -> Setup:
     rp = pools[role_pool["rollout"]]
     replicas = sc.generation.replicas or max(rp.gpus // tp["rollout"], 1)
     if replicas * tp["rollout"] > rp.gpus:
-        raise ScenarioError("generation.replicas", f"expected at most {rp.gpus // tp['rollout']} replicas on {rp.gpus} GPUs at TP {tp['rollout']}, got {replicas}")
+        raise ScenarioError("generation.replicas", f"expected at most {rp.gpus // tp['rollout']} replicas on {count(rp.gpus, 'GPU')} at TP {tp['rollout']}, got {replicas}")
     free = (gpu.mem_bytes - resident[role_pool["rollout"]]) * tp["rollout"] * sc.generation.kv_cache_fraction
     kv_cap = int(free // shapes["actor"].kv_bytes_per_token(dtypes["actor"]))
 

@@ -20,6 +20,7 @@ from rlhfsim.sim import execution, stages
 from rlhfsim.sim.generation import GenRequest, Generation
 from rlhfsim.sim.recorder import Recorder, StepRecord
 from rlhfsim.sim.rollouts import Rollout, RolloutStream
+from rlhfsim.words import article
 
 
 def scoring_runtime(sc) -> str | None:
@@ -299,7 +300,7 @@ def reward_scoring(sim: Simulation) -> dict | None:
     rm = s.shapes["reward"]
     named = s.scenario.models.reward.streaming is not None
     return {"model": rm.name, "arch": rm.arch, "streamed": "reward" in sim.scorers, "streaming": s.reward_streaming,
-            "streaming_source": "models.reward.streaming" if named else f"default for an {rm.arch} reward model",
+            "streaming_source": "models.reward.streaming" if named else f"default for {article(rm.arch)} reward model",
             "retokenize": s.retokenize, "truncated_to_tokens": s.reward_max_tokens}
 
 
