@@ -9,11 +9,12 @@
 # The GPU, and what the log settles: perf/mfu/actor 0.21-0.24 with perf/total_num_tokens ~1.35e6 a step and
 #   timing_s/update_actor ~110 s on 8 GPUs is 6 x 7.6e9 x 1.35e6 / 110 / 8 = ~70 TFLOP/s a GPU, which verl's flops
 #   table (verl/utils/flops_counter.py at v0.4: A100 and A800 312e12, H100/H800/H200 989e12, H20 148e12) turns into
-#   0.22 only against 312: an A100 or A800. The log has no memory line, and the FSDP sibling's
-#   perf/max_memory_allocated_gb (66-77 GiB) does not bound the card's memory (verl >= 0.3 puts vLLM's KV cache and
-#   weights in a CuMemAllocator pool that torch keeps counting while vLLM sleeps; eric-haibin-lin/verl-data's
-#   qwen2-7b-fsdp2.log logs 185 GiB allocated), so 40 GB and 80 GB parts both remain: predicted on a100-80gb and
-#   a100-40gb (the A800 differs only in NVLink, 400 GB/s instead of 600).
+#   0.22 only against 312: an A100 or A800. This log has no memory line, so the card's memory is not settled here.
+#   (The FSDP sibling U2, a day earlier in the same repository, settles it for its own machine: verl >= 0.3 keeps vLLM's
+#   weights and KV cache in a CuMemAllocator pool that torch goes on counting while vLLM sleeps, so
+#   perf/max_memory_allocated_gb = the pool (~gpu_memory_utilization x the card) + the training peak, which must fit
+#   the card: U2's peak 76.7 GiB with utilization 0.6 needs a card of 76.7/1.6 = 48 to 76.7/0.6 = 128 GiB, i.e. 80 GB,
+#   not 40 GB.) Predicted on a100-80gb and a100-40gb (the A800 differs only in NVLink, 400 GB/s instead of 600).
 # Measured step: mean timing_s/step over steps 2-104 less every 5th (validation, test_freq=5; the checkpoints every 20
 #   fall on them): 83 steps, 209.43 s; gen 45.72 (of it generate_sequences 36.06 and reshard 3.10), reward 1.18,
 #   old_log_prob 52.21, adv 0.18, update_actor 109.91. Lengths over the same steps: response 159.9 mean,
