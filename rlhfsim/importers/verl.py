@@ -222,15 +222,25 @@ def read_overrides(text: str, is_yaml: bool) -> list[tuple[str, str]]:
         if t.startswith("--config-"):
             k, _, v = t.partition("=")
             pairs.append((k.lstrip("-"), v))
-        elif t.startswith("-"):
-            raise ImportError_(f"verl launch: expected Hydra overrides key=value, got the option {t!r}")
-        elif "=" in t:
+        elif "=" in t and not t.startswith("-"):
             k, _, v = t.partition("=")
             pairs.append((k.lstrip("+"), v))
+        elif not any(mk in text for mk in MARKERS):
+            raise ImportError_(_not_a_launch(text))
         else:
-            raise ImportError_(f"verl launch: expected Hydra overrides key=value, got {t!r}")
+            raise ImportError_(f"verl launch: expected Hydra overrides key=value after {MARKERS[0]}, got "
+                               + (f"the option {t!r}" if t.startswith("-") else repr(t)))
         i += 1
     return pairs
+
+
+def _not_a_launch(text: str) -> str:
+    """What a verl launch is, for text that holds none (no command runs verl's trainer, and it is not the bare
+    overrides either): real launches start with python3 too, so the message names the trainer, not the word."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+    return (f"verl launch: expected a command running {MARKERS[0]} (python3 -m {MARKERS[0]} key=value ...), its "
+            f"Hydra overrides alone (key=value ...) or a verl YAML config (.yaml); got {first[:80]!r}, which runs no "
+            f"verl trainer")
 
 
 def _flatten(node, prefix: str, out: list) -> None:
