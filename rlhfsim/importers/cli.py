@@ -30,6 +30,16 @@ def _options(f):
                      help="Mean prompt tokens (default: a quarter of the prompt cap).")(f)
     f = click.option("--mean-response-len", type=click.FloatRange(min=0, min_open=True),
                      help="Mean response tokens (default: half the response cap); e.g. the run's response_length/mean.")(f)
+    f = click.option("--log", "log", type=click.Path(dir_okay=True, path_type=Path),
+                     help="The run's log (verl console or metrics JSONL, TensorBoard events, a wandb CSV, OpenRLHF's "
+                          "console; .gz allowed): the mean prompt and response lengths, the longest response and the "
+                          "clip ratio over its steady steps, where the options above do not give them.")(f)
+    f = click.option("--clip-ratio", type=click.FloatRange(min=0, max=1),
+                     help="The share of responses cut at the response cap (verl's response_length/clip_ratio, its "
+                          "mean over steps): the response lengths put that share at the cap.")(f)
+    f = click.option("--max-response-len-logged", type=click.FloatRange(min=0, min_open=True),
+                     help="The run's longest response per step (verl's response_length/max, its mean over steps): "
+                          "the response lengths' tail is matched to it (with --mean-response-len).")(f)
     f = click.option("--verl-version", metavar="X.Y", help="The verl release the launch ran on (verl only): settings "
                      "it leaves out take that release's defaults where they changed (rollout.enforce_eager was True "
                      "before v0.6.0); default: verl's current defaults.")(f)
@@ -38,7 +48,7 @@ def _options(f):
 
 
 def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_per_node, steps, name, sets, execution,
-         out, fmt, verl_version=None):
+         out, fmt, verl_version=None, max_response_len_logged=None, clip_ratio=None, log=None):
     from rlhfsim.contracts import IMPORT_JSON_FILE, IMPORTED_SCENARIO_FILE
     from rlhfsim.files import out_path, write_atomic
     from rlhfsim.hardware.catalog import get_gpu
@@ -57,9 +67,19 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
         raise RlhfsimError(f"import {framework}: expected a launch script or config file, got {launch[0]!r} (no such file)")
     else:
         src, text, is_yaml = "command line", " ".join(launch), False
+    source = prompt_source = None
+    if log is not None:
+        got = logged_lengths_of(log)
+        source = f"--log {log.name}" if mean_response_len is None else None
+        prompt_source = f"--log {log.name}" if mean_prompt_len is None and got["prompt_mean"] is not None else None
+        mean_response_len = mean_response_len if mean_response_len is not None else got["mean"]
+        mean_prompt_len = mean_prompt_len if mean_prompt_len is not None else got["prompt_mean"]
+        max_response_len_logged = max_response_len_logged if max_response_len_logged is not None else got["max"]
+        clip_ratio = clip_ratio if clip_ratio is not None else got["clip_ratio"]
     opts = ImportOptions(gpu=gpu, mean_response_len=mean_response_len, mean_prompt_len=mean_prompt_len,
                          steps=steps, name=name, sets=tuple(sets), gpus_per_node=gpus_per_node, execution=execution,
-                         verl_version=verl_version)
+                         verl_version=verl_version, max_response_len_logged=max_response_len_logged,
+                         clip_ratio=clip_ratio, lengths_source=source, prompt_source=prompt_source)
     res = IMPORTERS[framework](text, opts, src, is_yaml)
     out = out_path(out, IMPORTED_SCENARIO_FILE, (".yml",)) if fmt == "yaml" else out_path(out, IMPORT_JSON_FILE)
     load_scenario(res.scenario, base_dir=out.parent.resolve() if out else None)  # the result must load and pass checks
@@ -73,6 +93,21 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
                f"without cost here, {len(unm)} unmapped, {len(res.assumptions)} assumptions")
     for s in unm:
         click.echo(f"  unmapped {s.key}={s.value}: {s.target}")
+
+
+def logged_lengths_of(path: Path) -> dict:
+    """The steady steps' mean lengths of a run's log (``rlhfsim.fromrun``: its reader and steady steps), each
+    skipped record's notice echoed to stderr."""
+    from rlhfsim.fromrun.lengths import logged_lengths
+    from rlhfsim.fromrun.logs import read_log, steady_steps
+
+    steady = steady_steps(read_log(path), path.name, min_steps=1)
+    for line in steady.notices():
+        click.echo(f"log: {line}", err=True)
+    got = logged_lengths(steady)
+    if got["mean"] is None:
+        raise RlhfsimError(f"--log: expected response_length/mean in {path.name}'s steady steps, got none")
+    return got
 
 
 @click.group("import")

@@ -62,7 +62,11 @@ class ImportOptions:
     the launch's own (verl: Hydra overrides; OpenRLHF: flags without the dashes); ``execution``: map the
     framework's step mechanics (micro-batches, packing, offload, ...) into the scenario's ``execution`` block
     (false: leave it off, the simulator's plain step); ``verl_version``: the verl release the launch ran on
-    (verl only), for the defaults that changed between releases (``rlhfsim.importers.verl.VERSIONED``)."""
+    (verl only), for the defaults that changed between releases (``rlhfsim.importers.verl.VERSIONED``);
+    ``max_response_len_logged`` / ``clip_ratio``: the run's logged longest response (verl ``response_length/max``,
+    tokens) and share of responses cut at the cap (``response_length/clip_ratio``), to which the response lengths'
+    tail is matched (``rlhfsim.workload.shape``); ``lengths_source`` / ``prompt_source``: where the response and the
+    prompt lengths came from when not from the options (``--log FILE``), for the assumptions."""
 
     gpu: str | None = None
     mean_response_len: float | None = None
@@ -73,6 +77,10 @@ class ImportOptions:
     gpus_per_node: int | None = None
     execution: bool = True
     verl_version: str | None = None
+    max_response_len_logged: float | None = None
+    clip_ratio: float | None = None
+    lengths_source: str | None = None
+    prompt_source: str | None = None
 
 
 @dataclass
@@ -240,16 +248,44 @@ def model_ref(key: str, value: str) -> tuple[str, str]:
 
 
 # --- lengths --------------------------------------------------------------------------------------
-def response_length(mean: float | None, cap: int, assumptions: list[str], key: str) -> dict:
-    """A lognormal response length with the given mean (tokens, before clipping at the cap)."""
+def response_length(mean: float | None, cap: int, assumptions: list[str], key: str, rows: int | None = None,
+                    longest: float | None = None, clip: float | None = None, source: str | None = None) -> dict:
+    """A lognormal response length with the given mean (tokens, of the lengths clipped at the cap). With the run's
+    logged longest response (``longest``, its mean over steps) or clip ratio (``clip``) and the responses per step
+    (``rows``), its tail is matched to them (``rlhfsim.workload.shape``: the clipped share at the cap, else the
+    longest of a step); without them a log-sd of 0.5 is assumed."""
+    given = f"from {source}" if source else "--mean-response-len"
+    if longest is not None and not 0 < longest <= cap:
+        raise ImportError_(f"--max-response-len-logged: expected the run's longest response in (0, {cap}] ({key}), "
+                           f"got {longest:g}")
+    if clip is not None and not 0 <= clip <= 1:
+        raise ImportError_(f"--clip-ratio: expected the share of responses cut at {key} in [0, 1], got {clip:g}")
     if mean is None:
+        if longest is not None or clip is not None:
+            raise ImportError_("--mean-response-len: expected the run's mean response length with "
+                               "--max-response-len-logged/--clip-ratio (the tail is matched to both), got none")
         mean = cap / 2
         assumptions.append(f"mean response length {mean:g} tokens (half of {key}={cap}; the launch gives only "
-                           f"the cap; pass --mean-response-len, e.g. the run's response_length/mean)")
+                           f"the cap; pass --mean-response-len, e.g. the run's response_length/mean, or --log)")
     else:
-        assumptions.append(f"mean response length {mean:g} tokens (--mean-response-len)")
+        assumptions.append(f"mean response length {mean:g} tokens ({given})")
     if not 0 < mean <= cap:
         raise ImportError_(f"--mean-response-len: expected a mean in (0, {cap}] ({key}), got {mean:g}")
+    if longest is not None or clip is not None:
+        from rlhfsim.workload.shape import CLIP_MIN, match_capped_lognormal
+
+        shape = match_capped_lognormal(mean, cap, rows or 1, longest=longest, clip=clip)
+        if shape is not None:
+            what = (f"clip ratio {clip:g} at the cap {cap}" if "clip_ratio" in shape["matched"] else
+                    f"longest response {longest:g} (median longest of the step's {rows} responses)")
+            by = f"from {source}" if source else ", ".join(o for o, v in (("--max-response-len-logged", longest),
+                                                                            ("--clip-ratio", clip)) if v is not None)
+            assumptions.append(f"response lengths lognormal matched to the logged mean {mean:g} and {what} "
+                               f"({by}): median {shape['block']['median']:.0f}, p99 {shape['block']['p99']:.0f}, "
+                               f"log-sd {shape['sigma']:.3f}, cut at {cap}")
+            return shape["block"]
+        why = "a mean at the cap" if mean >= cap else f"a clip ratio under {CLIP_MIN} and no longest response"
+        assumptions.append(f"logged tail not matched ({why}): the assumed log-sd {RESPONSE_LOG_SD} instead")
     median = round(mean / math.exp(RESPONSE_LOG_SD ** 2 / 2), 1)
     p99 = round(median * math.exp(Z99 * RESPONSE_LOG_SD), 1)
     assumptions.append(f"response lengths lognormal (log-sd {RESPONSE_LOG_SD}: median {median:.0f}, p99 {p99:.0f}), "
@@ -257,14 +293,15 @@ def response_length(mean: float | None, cap: int, assumptions: list[str], key: s
     return {"kind": "lognormal", "median": median, "p99": p99}
 
 
-def prompt_length(mean: float | None, cap: int, assumptions: list[str], key: str) -> dict:
+def prompt_length(mean: float | None, cap: int, assumptions: list[str], key: str, source: str | None = None) -> dict:
     """A normal prompt length (sd a quarter of the mean)."""
     if mean is None:
         mean = max(cap / 4, 1)
         assumptions.append(f"mean prompt length {mean:g} tokens (a quarter of {key}={cap}; pass --mean-prompt-len, "
                            f"e.g. the run's prompt_length/mean)")
     else:
-        assumptions.append(f"mean prompt length {mean:g} tokens (--mean-prompt-len)")
+        assumptions.append(f"mean prompt length {mean:g} tokens (--mean-prompt-len)" if source is None else
+                           f"mean prompt length {mean:g} tokens (from {source})")
     if not 0 < mean <= cap:
         raise ImportError_(f"--mean-prompt-len: expected a mean in (0, {cap}] ({key}), got {mean:g}")
     return {"kind": "normal", "mean": round(mean, 1), "std": round(mean / 4, 1)}

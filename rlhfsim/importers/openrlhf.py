@@ -242,8 +242,9 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         "algorithm": {"kind": kind, "group_size": n, "ppo_epochs": _int(cfg, "max_epochs"), "minibatch_size": mini},
         "workload": {
             "prompts_per_step": prompts,
-            "prompt_length": prompt_length(opts.mean_prompt_len, max_prompt, a, "prompt_max_len"),
-            "response_length": response_length(opts.mean_response_len, max_resp, a, "generate_max_len"),
+            "prompt_length": prompt_length(opts.mean_prompt_len, max_prompt, a, "prompt_max_len", opts.prompt_source),
+            "response_length": response_length(opts.mean_response_len, max_resp, a, "generate_max_len", prompts * n,
+                                               opts.max_response_len_logged, opts.clip_ratio, opts.lengths_source),
             "max_prompt_tokens": max_prompt,
             "max_response_tokens": max_resp,
         },

@@ -425,8 +425,11 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
                       "minibatch_size": mini * n},
         "workload": {
             "prompts_per_step": prompts,
-            "prompt_length": prompt_length(opts.mean_prompt_len, max_prompt, a, "data.max_prompt_length"),
-            "response_length": response_length(opts.mean_response_len, max_resp, a, "data.max_response_length"),
+            "prompt_length": prompt_length(opts.mean_prompt_len, max_prompt, a, "data.max_prompt_length",
+                                           opts.prompt_source),
+            "response_length": response_length(opts.mean_response_len, max_resp, a, "data.max_response_length",
+                                               prompts * n, opts.max_response_len_logged, opts.clip_ratio,
+                                               opts.lengths_source),
             "max_prompt_tokens": max_prompt,
             "max_response_tokens": max_resp,
         },
