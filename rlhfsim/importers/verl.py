@@ -15,15 +15,15 @@ not recognised.
 from __future__ import annotations
 
 import re
-
+import shlex
 
 import yaml
 
 from rlhfsim.errors import ScenarioError
 from rlhfsim.importers import verl_execution
 from rlhfsim.importers.common import (
-    ImportError_, ImportOptions, ImportResult, Setting, classify_by_patterns, launch_tokens, model_ref, parse_scalar,
-    prompt_length, response_length, setting_bool, setting_int, unresolved,
+    ImportError_, ImportOptions, ImportResult, Setting, classify_by_patterns, launch_tokens, logical_lines, model_ref,
+    parse_scalar, prompt_length, response_length, setting_bool, setting_int, unresolved,
 )
 
 MARKERS = ("verl.trainer.main_ppo", "main_ppo", "verl.trainer")
@@ -166,6 +166,59 @@ VERSIONED: dict[str, tuple[tuple[int, int], object, str]] = {
     f"{AR}.rollout.enforce_eager": ((0, 6), True, "verl #2956 (2025-08-08) made CUDA graphs the default in v0.6.0"),
 }
 
+# The vLLM engine a verl launch ran (``rlhfsim.costs.genruntimes``: vllm/vllm_eager are V1, vllm_v0/vllm_v0_eager V0).
+# verl 0.2 pinned vLLM <= 0.6.3 (V0 only; verl's docs for vLLM 0.7 say to export VLLM_USE_V1=1 for V1); verl 0.3-0.5
+# pinned vLLM 0.8.x (setup.py: vllm<=0.8.2, <=0.8.5), whose default engine is V1 unless the launch sets
+# VLLM_USE_V1=0 or an attention backend V1 lacks (VLLM_ATTENTION_BACKEND=XFORMERS, which verl's examples exported
+# until verl's docs for vLLM 0.8 said to remove it: vLLM's V1 oracle then falls back to V0); later releases run V1.
+V1_FROM = (0, 3)
+V0_RUNTIME = {"vllm": "vllm_v0", "vllm_eager": "vllm_v0_eager"}
+# Attention backends vLLM 0.8-0.9's V1 engine accepts (vllm/engine/arg_utils.py, _is_v1_supported_oracle): any other
+# value of VLLM_ATTENTION_BACKEND falls back to V0.
+V1_BACKENDS = ("FLASH_ATTN", "FLASH_ATTN_VLLM_V1", "FLASHINFER", "FLASHINFER_VLLM_V1", "TRITON_ATTN_VLLM_V1",
+               "TRITON_MLA", "FLASHMLA", "PALLAS", "PALLAS_VLLM_V1", "ROCM_AITER_MLA")
+
+
+def launch_env(text: str) -> dict[str, str]:
+    """The ``VLLM_*`` environment variables a launch script sets: ``export NAME=value`` / ``NAME=value`` lines and
+    assignments in front of the command (``VLLM_USE_V1=1 python3 -m ...``); the last one of each name wins."""
+    env: dict[str, str] = {}
+    for line in logical_lines(text):
+        try:
+            toks = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        if toks[:1] == ["export"]:
+            toks = toks[1:]
+        for t in toks:
+            m = re.fullmatch(r"(VLLM_\w+)=(.*)", t)
+            if not m:
+                break   # assignments come first on a line: the command begins here
+            env[m.group(1)] = m.group(2)
+    return env
+
+
+def vllm_engine(runtime: str, env: dict[str, str], version: str | None, a: list[str]) -> str:
+    """``runtime`` (vllm or vllm_eager, V1) or its V0 twin, as the launch's environment and verl release choose
+    (``V1_FROM``, ``V1_BACKENDS``), saying why in the assumptions."""
+    v = parse_version(version) if version is not None else None
+    use = env.get("VLLM_USE_V1")
+    backend = env.get("VLLM_ATTENTION_BACKEND")
+    if use in ("0", "1"):
+        why, v1 = f"the launch sets VLLM_USE_V1={use}", use == "1"
+    elif backend is not None and backend not in V1_BACKENDS and (v is None or v < (0, 6)):
+        why, v1 = (f"the launch sets VLLM_ATTENTION_BACKEND={backend}, which vLLM 0.8's V1 engine lacks: it falls back "
+                   f"to V0"), False
+    elif v is None:
+        why, v1 = "no --verl-version: vLLM's V1 engine, the default of the vLLM that verl >= 0.3 pins", True
+    elif v < V1_FROM:
+        why, v1 = f"verl {version} pins vLLM <= 0.6.3 (V0 only)", False
+    else:
+        why, v1 = f"verl {version} pins vLLM >= 0.8, whose default engine is V1", True
+    out = runtime if v1 else V0_RUNTIME[runtime]
+    a.append(f"vLLM engine {'V1' if v1 else 'V0'} ({why}): generation.runtime {out}")
+    return out
+
 
 def parse_version(text: str) -> tuple[int, int]:
     """``0.4``, ``v0.5.0``, ``0.3.0.post1`` -> (major, minor)."""
@@ -302,7 +355,7 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
     left = sorted(k for k in DEFAULTS if k not in seen and k not in VERSIONED and not k.startswith(("critic.", "reward_model.")))
     res.assumptions.append(f"verl's defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
                            + ", ".join(f"{k.removeprefix(AR + '.')}={DEFAULTS[k]}" for k in left))
-    res.scenario = _build(cfg, seen, opts, res)
+    res.scenario = _build(cfg, seen, opts, res, {} if is_yaml else launch_env(text))
     return res
 
 
@@ -314,7 +367,7 @@ def _bool(cfg: dict, key: str) -> bool:
     return setting_bool(cfg, key, key, "True or False")
 
 
-def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dict:
+def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: dict[str, str]) -> dict:
     a = res.assumptions
     est = str(cfg["algorithm.adv_estimator"])
     if est == "gae":
@@ -403,6 +456,8 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
             runtime = "vllm_eager"
         else:
             a.append(f"rollout.enforce_eager=True has no effect on a {name} rollout (verl passes it to vLLM only)")
+    if runtime in V0_RUNTIME:
+        runtime = vllm_engine(runtime, env, opts.verl_version, a)
 
     prompts = _int(cfg, "data.train_batch_size")
     max_prompt = _int(cfg, f"{AR}.rollout.prompt_length" if f"{AR}.rollout.prompt_length" in seen else "data.max_prompt_length")
@@ -447,7 +502,7 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult) -> dic
         # verl >= 0.3 puts vLLM (>= 0.7) to sleep around training (level 1: its weights offloaded to host memory)
         # and wakes it before the next rollout; verl 0.2's patched vLLM freed the weights with no host copy
         old = opts.verl_version is not None and parse_version(opts.verl_version) < (0, 3)
-        if _bool(cfg, f"{AR}.rollout.free_cache_engine") and runtime in ("vllm", "vllm_eager") and not old:
+        if _bool(cfg, f"{AR}.rollout.free_cache_engine") and runtime.startswith("vllm") and not old:
             scenario["execution"]["weight_sync"]["engine_sleep"] = True
             a.append("rollout.free_cache_engine with vLLM: the engine sleeps around training (weights to host memory "
                      "and back: execution.weight_sync.engine_sleep)")
