@@ -41,7 +41,7 @@ from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
 from rlhfsim.costs import framework as fw
-from rlhfsim.costs.genruntimes import GEN_SCALARS, kv_passes, op_key, sample_tail
+from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.hardware.catalog import GpuSpec, stack_factor
@@ -247,7 +247,7 @@ class _Decode:
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
-                 "cold", "hfloor", "cpu")
+                 "cold", "hfloor", "cpu", "eh", "efloor")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
                  logprobs: bool = False):
@@ -284,9 +284,35 @@ class _Decode:
         # the sampling tail per step: sample_s + sample_per_logit_s x batch x vocab (measured,
         # calibrate.sampling; the fitted parameters above exclude it); ``logprobs``: the tail measured with the
         # executor's log-prob recorder where the runtime's plain tail lacks it (genruntimes.sample_tail)
-        a, b = sample_tail(runtime, cost.generation, runtime is not None and op_key("decode", runtime) in cost.ops,
-                           logprobs)
+        a, b = sample_tail(runtime, cost.generation, cost.own_gen_op("decode", runtime), logprobs)
         self.tail0, self.tail_row = self.cold * a, self.cold * b * m.vocab
+        # the engine's host work per step (genruntimes.engine_host; None without its keys: priced as before them):
+        # H(b) = step_s + per_seq_s b, ``overlap`` of it a floor under the step's device time (folded into the compute
+        # line as the launch floor is), the rest serial (in the per-step overhead); a batch above the CUDA-graph limit
+        # runs eagerly, its launch floor ``efloor`` the eager runtime's (overhead_per_layer_s x layers)
+        eh = cost.engine_host(runtime)
+        self.eh, self.efloor = (eh if eh.any else None), self.hfloor
+        if eh.graph_max_batch is not None and eh.eager_runtime is not None:
+            self.efloor = max(self.hfloor, self.cold * cost.gen_params("decode", eh.eager_runtime).overhead_per_layer_s * m.layers)
+
+    def launch_floor(self, batch):
+        """The launch floor under a step of ``batch`` rows (an array: elementwise): the runtime's own (an eager engine's
+        per-layer launches), or the eager runtime's where ``batch`` is above the CUDA-graph limit."""
+        g = self.eh.graph_max_batch if self.eh is not None else None
+        if g is None:
+            return self.hfloor
+        if isinstance(batch, np.ndarray):
+            return np.where(batch > g, self.efloor, self.hfloor)
+        return self.efloor if batch > g else self.hfloor
+
+    def host(self, batch) -> tuple:
+        """(serial, hidden): the engine's host work per step of ``batch`` rows (``H(b)``, genruntimes.engine_host) less
+        the share hidden behind the device, and that share; (0, 0) without the keys."""
+        eh = self.eh
+        if eh is None:
+            return 0.0, 0.0
+        h = eh.step_s + eh.per_seq_s * batch
+        return (1.0 - eh.overlap) * h, eh.overlap * h
 
     def _lines(self, batch, kv0, plain: bool = False):
         """(c0, cs, u0, us): F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step i.
@@ -309,18 +335,30 @@ class _Decode:
         c0, _, u0, _ = self._lines(batch, kv0)
         kern = max(c0, u0)
         comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        lf = self.launch_floor(batch)
         out = {"decode_kernels": kern + comm, "engine_step": self.over, "sampling_tail": self.tail0 + self.tail_row * batch,
-               "host_launch_bound": max(self.hfloor - kern, 0.0)}
+               "host_launch_bound": max(lf - kern, 0.0)}
+        if self.eh is not None:   # the serial host work, and the hidden share where it outlasts the device and launches
+            serial, hidden = self.host(batch)
+            out["engine_host"] = serial + max(hidden - max(kern, lf), 0.0)
         if self.cpu is not None:
             c0, _, u0, _ = self._lines(batch, kv0, plain=True)
-            self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, max(self.hfloor / self.cold - kern, 0.0))
+            self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, max(lf / self.cold - kern, 0.0))
         return out
 
     def coeffs(self, batch, kv0, overhead_s: float | None):
         c0, cs, u0, us = self._lines(batch, kv0)
-        if self.hfloor:
-            c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
+        if self.eh is not None:   # the launch floor (past the graph limit: the eager one) or the hidden host work
+            serial, hidden = self.host(batch)
+            floor = self.launch_floor(batch)
+            if isinstance(c0, np.ndarray):
+                c0 = np.maximum(c0, np.maximum(floor, hidden))
+            else:
+                c0 = max(c0, floor, hidden)
+            step_over = step_over + serial
+        elif self.hfloor:
+            c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
         return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
 
 
@@ -486,23 +524,38 @@ class CostModel:
 
     # -- generation runtimes (rlhfsim.costs.genruntimes) ---------------------------------------------
     def has_gen_runtime(self, runtime: str) -> bool:
-        """Does the profile price ``runtime``'s prefill and decode with costs of its own?"""
-        return op_key("prefill", runtime) in self.ops and op_key("decode", runtime) in self.ops
+        """Does the profile price ``runtime``'s prefill and decode with costs of its own (or of the runtime it is
+        priced as, ``genruntimes.PRICED_AS``)?"""
+        return self.own_gen_op("prefill", runtime) and self.own_gen_op("decode", runtime)
+
+    def own_gen_op(self, op: str, runtime: str | None) -> bool:
+        """Does ``op`` (prefill or decode) of ``runtime`` have an operation of its own in the profile (its own, or that
+        of the runtime it is priced as)?"""
+        return any(op_key(op, name) in self.ops for name in pricing_names(runtime))
 
     def gen_params(self, op: str, runtime: str | None) -> OpParams:
-        """``prefill``/``decode`` parameters of a generation runtime; the plain operation (our own
-        decoder) when the profile has none for it."""
-        if runtime is not None and op_key(op, runtime) in self.ops:
-            return self.ops[op_key(op, runtime)]
+        """``prefill``/``decode`` parameters of a generation runtime (or of the runtime it is priced as,
+        ``genruntimes.PRICED_AS``); the plain operation (our own decoder) when the profile has none for it."""
+        for name in pricing_names(runtime):
+            if op_key(op, name) in self.ops:
+                return self.ops[op_key(op, name)]
         return self.ops[op]
 
     def gen_scalar(self, runtime: str | None, key: str) -> float:
         """A generation runtime's scalar (``GEN_SCALARS``: ``call_overhead_s``, ``handoff_s``,
-        ``handoff_per_row_s``, ``pad_step_s``, ``pad_step_per_row_s``, ``pad_prefill_s``); 0 when the profile has no
-        generation entry for it or no value for the key."""
+        ``handoff_per_row_s``, ``pad_step_s``, ``pad_step_per_row_s``, ``pad_prefill_s``), its own or that of the runtime
+        it is priced as (``genruntimes.PRICED_AS``); 0 when the profile has no value for the key."""
         assert key in GEN_SCALARS, key
-        info = self.generation.get(runtime) if runtime is not None else None
-        return float(info.get(key) or 0.0) if isinstance(info, dict) else 0.0
+        for name in pricing_names(runtime):
+            info = self.generation.get(name)
+            if isinstance(info, dict) and info.get(key) is not None:
+                return float(info[key])
+        return 0.0
+
+    def engine_host(self, runtime: str | None) -> EngineHost:
+        """``runtime``'s engine host work per step and CUDA-graph limit (``genruntimes.engine_host``; all zero without
+        the profile's keys)."""
+        return engine_host(runtime, self.generation)
 
     def handoff_s(self, runtime: str | None, rows: int) -> float:
         """The actor's pause at one chunk boundary (streaming ``rows`` rows' new tokens downstream)."""
@@ -646,7 +699,7 @@ class CostModel:
                 p = self.params(op, runtime)
             tail = (0.0, 0.0)
             if gen_runtime is not None and runtime is None and op == "prefill" and head == "lm":
-                tail = sample_tail(gen_runtime, self.generation, op_key("prefill", gen_runtime) in self.ops, gen_logprobs)
+                tail = sample_tail(gen_runtime, self.generation, self.own_gen_op("prefill", gen_runtime), gen_logprobs)
             # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
             scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
             ks = self.by_shape if self.by_shape is not None and self.by_shape.applies(op) else None

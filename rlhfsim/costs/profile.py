@@ -45,7 +45,7 @@ import warnings
 from pathlib import Path
 
 from rlhfsim.costs.cpuhost import FAULT_PATTERNS
-from rlhfsim.costs.genruntimes import GEN_SCALARS
+from rlhfsim.costs.genruntimes import GEN_RUNTIMES, GEN_SCALARS
 from rlhfsim.costs.framework import check_framework
 from rlhfsim.costs.stepcosts import check_step
 from rlhfsim.errors import ProfileError
@@ -146,6 +146,7 @@ def validate_profile(doc: dict, where: str = "profile") -> dict:
                      + [(f"sampling_logprobs.{k}", (lp or {}).get(k)) for k in ("sample_s", "sample_per_logit_s")]):
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf")):
                 raise ProfileError(f"{where}.generation.{rt}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
+        _check_engine_host(info, f"{where}.generation.{rt}")
     kernels = doc.get("kernels")
     if kernels is not None:
         v = kernels.get("gemm_weight_passes") if isinstance(kernels, dict) else None
@@ -273,6 +274,26 @@ def _check_by_shape(sec, where: str) -> None:
         if not ok(v):
             what = "an efficiency in (0, 1.5]" if ok is _eff else "a finite number >= 0"
             raise ProfileError(f"{where}.{part}.{key}: expected {what}, got {v!r}"[:300])
+
+
+def _check_engine_host(info: dict, where: str) -> None:
+    """A runtime's engine host keys (``rlhfsim.costs.genruntimes.engine_host``), each optional: ``step_host_s`` and
+    ``step_host_per_seq_s`` seconds >= 0, ``step_host_overlap`` a share in [0, 1], ``graph_max_batch`` rows >= 1 with
+    ``eager_runtime`` a generation runtime."""
+    for k in ("step_host_s", "step_host_per_seq_s"):
+        v = info.get(k)
+        if v is not None and not _non_negative(v):
+            raise ProfileError(f"{where}.{k}: expected a finite number of seconds >= 0 or null, got {v!r}")
+    v = info.get("step_host_overlap")
+    if v is not None and not (_non_negative(v) and v <= 1):
+        raise ProfileError(f"{where}.step_host_overlap: expected a share in [0, 1] or null, got {v!r}")
+    g = info.get("graph_max_batch")
+    if g is not None:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise ProfileError(f"{where}.graph_max_batch: expected a whole number of rows >= 1 or null, got {g!r}")
+        if info.get("eager_runtime") not in GEN_RUNTIMES:
+            raise ProfileError(f"{where}.eager_runtime: expected the runtime whose launches a step past graph_max_batch "
+                               f"pays ({', '.join(GEN_RUNTIMES)}), got {info.get('eager_runtime')!r}")
 
 
 def _check_collectives(sec, where: str) -> None:

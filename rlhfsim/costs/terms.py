@@ -14,8 +14,9 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   logprob_head + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
   (logprob_tail_cpu, page_faults, width_rate), each the price with it less the price without it, taken out
   of kernels (what the device computes) or op_overhead (page faults: host time);
-* a decode step (``_Decode.terms``): decode_kernels + engine_step + sampling_tail + host_launch_bound, and on a
-  CPU gemm_footprint (out of decode_kernels) and cold_overheads (out of the fixed costs);
+* a decode step (``_Decode.terms``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
+  where the profile has the engine's host work per step), and on a CPU gemm_footprint (out of decode_kernels) and
+  cold_overheads (out of the fixed costs);
 * a generation runtime's call (``rlhfsim.costs.price.generate_call_terms``): gen_call_overhead or handoff,
   left_padding, its prefill's forward terms and its decode steps' terms;
 * a generation replica's time in a step (``rlhfsim.sim.engines.accounting``): its decode segments' steps
@@ -66,8 +67,10 @@ TERMS: tuple[CostTerm, ...] = (
              "any", "bytes from FSDP FULL_SHARD's mixed precision; hardware catalog link bandwidth",
              "rlhfsim.costs.framework"),
     CostTerm("host_launch_bound", "host dispatch beyond the device's time in a launch-bound piece or decode step "
-             "(a max, not a sum: launches run ahead of the device)", "framework.host_forward_per_layer_s, "
-             "host_train_per_layer_s, host_checkpoint_mult, fsdp_host_per_unit_s; operations.decode:RT.host_overlap",
+             "(a max, not a sum: launches run ahead of the device); a CUDA-graph engine's decode step above its graph "
+             "limit launches eagerly", "framework.host_forward_per_layer_s, "
+             "host_train_per_layer_s, host_checkpoint_mult, fsdp_host_per_unit_s; operations.decode:RT.host_overlap; "
+             "generation.RT.graph_max_batch, eager_runtime",
              "gpu", "H200 measurement of Qwen2.5-0.5B pieces (h200-measured step.samples); pytorch/pytorch#173680",
              "rlhfsim.costs.framework, rlhfsim.costs.model._Decode"),
     CostTerm("framework_piece", "a framework's host time per piece beyond the fitted call (slicing, the loss)",
@@ -84,6 +87,13 @@ TERMS: tuple[CostTerm, ...] = (
              "processing), serial with the device", "operations.decode:RT.overhead_s (and per layer without "
              "host_overlap)", "any", "rlhfsim calibrate; derived from vLLM/SGLang performance posts",
              "rlhfsim.costs.model._Decode"),
+    CostTerm("engine_host", "the engine's host work per step as a function of the sequences running in it (scheduler, "
+             "input preparation, the sampler's bookkeeping, output processing, detokenizing): (1 - overlap) x H(b) serial "
+             "with the step, and the share hidden behind the device where it outlasts the device's work and launches",
+             "generation.RT.step_host_s, step_host_per_seq_s, step_host_overlap", "any",
+             "vLLM's host code timed on a CPU (calibrate/enginehost: the scheduler, output processor and input "
+             "preparation are the same code as on a GPU); vLLM and SGLang performance posts",
+             "rlhfsim.costs.model._Decode.host"),
     CostTerm("sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
              "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes"),
     CostTerm("gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "

@@ -4,6 +4,7 @@ pipeline that sync, OPPO and partial rollouts share, and the summary statistics.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections import Counter, defaultdict
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ import numpy as np
 import simpy
 
 from rlhfsim.contracts import PHASES, verl_timing
-from rlhfsim.costs.genruntimes import logprob_tail_priced, op_key
+from rlhfsim.costs.genruntimes import logprob_tail_priced
 from rlhfsim.costs.model import CostModel
 from rlhfsim.scenario.checks import Setup
 from rlhfsim.sim import execution, stages
@@ -316,7 +317,9 @@ def generation_runtime(sim: Simulation) -> dict:
             "pad_step_per_row_s": sim.cost.gen_scalar(rt, "pad_step_per_row_s"),
             "pad_prefill_s": sim.cost.gen_scalar(rt, "pad_prefill_s"),
             "sampling_logprobs": sim.setup.scenario.generation.sampling_logprobs,
-            "logprobs_priced": logprob_tail_priced(rt, sim.cost.generation, op_key("decode", rt) in sim.cost.ops)}
+            "logprobs_priced": logprob_tail_priced(rt, sim.cost.generation, sim.cost.own_gen_op("decode", rt)),
+            # the engine's host work per step and CUDA-graph limit (genruntimes.engine_host; zeros: priced as before)
+            "engine_host": dataclasses.asdict(sim.cost.engine_host(rt))}
 
 
 def pool_utilization(sim: Simulation, t0: float, t1: float) -> tuple[dict[str, float], dict[str, float]]:

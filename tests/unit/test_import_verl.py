@@ -258,7 +258,7 @@ def test_enforce_eager_selects_vllm_without_cuda_graphs_and_older_releases_defau
     assert now.scenario["generation"]["runtime"] == "vllm"
     assert any("enforce_eager not set: verl's current default False" in x for x in now.assumptions)
     old = _import(GRPO, verl_version="0.2")
-    assert old.scenario["generation"]["runtime"] == "vllm_eager"
+    assert old.scenario["generation"]["runtime"] == "vllm_v0_eager"   # verl 0.2 pins vLLM <= 0.6.3: V0 only
     assert any("enforce_eager not set: True, the default of verl 0.2" in x for x in old.assumptions)
     assert _import(GRPO, verl_version="v0.6.1").scenario["generation"]["runtime"] == "vllm"
     assert _import(GRPO, verl_version="0.3.0.post1", sets=(f"{AR}.rollout.enforce_eager=False",)

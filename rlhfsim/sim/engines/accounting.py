@@ -12,8 +12,10 @@ What a replica's time is made of:
 * a decode segment of n steps of ``batch`` rows from ``kv0`` cached tokens (``segment_terms``): the
   closed-form sums of ``_Decode.terms`` over its steps (the cache growing by ``batch`` a step),
   decode_kernels + engine_step + sampling_tail + host_launch_bound (the launch floor ``coeffs`` folds
-  into the compute line, as priced: the segment's kernel sum with the floor less without it), on a CPU
-  gemm_footprint and cold_overheads, and left_padding (a padded static batch's ``step_extra_s`` a step);
+  into the compute line, as priced: the segment's kernel sum with the floor less without it), engine_host (the
+  engine's host work per step where the profile has it: its serial part, and the segment's kernel sum under the
+  hidden part's floor less under the launch floor alone), on a CPU gemm_footprint and cold_overheads, and
+  left_padding (a padded static batch's ``step_extra_s`` a step);
 * a busy call (``charge`` names its terms before ``busy`` times it): a prefill's forward terms
   (``CostModel.forward_terms`` with ``Engine.prefill_parts``' arguments), gen_call_overhead and left_padding
   (``pad_prefill_s``) of a static batch's call, handoff at a chunk boundary; a re-prefill boundary
@@ -51,9 +53,15 @@ def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None,
     kern = _sum_max_linear(c0, cs, u0, us, n)
     comm = dec.cost._tp_comm_s(dec.m, dec.dtype, batch, dec.tp)
     over = dec.over if overhead_s is None else overhead_s
+    priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
     out = {"decode_kernels": kern + n * comm, "engine_step": n * over,
            "sampling_tail": n * (dec.tail0 + dec.tail_row * batch),
-           "host_launch_bound": _sum_max_linear(c[0], c[1], c[2], c[3], n) - kern, "left_padding": n * extra_s}
+           "host_launch_bound": priced - kern, "left_padding": n * extra_s}
+    if dec.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
+        serial, _ = dec.host(batch)
+        launched = _sum_max_linear(max(c0, dec.launch_floor(batch)), cs, u0, us, n)
+        out["host_launch_bound"] = launched - kern
+        out["engine_host"] = n * serial + (priced - launched)
     if dec.cpu is not None:   # a CPU's host effects, split out as _Decode.terms splits them
         p0, _, pu0, pus = dec._lines(batch, kv0, plain=True)
         dec.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, dec.cold,
