@@ -75,10 +75,44 @@ def build(measured: click.Command | None, import_error: str = "") -> click.Comma
                                f"`--from-run LAUNCH LOG` needs none")
         return measured.callback(**kw)
 
-    help_text = ((measured.help or "") if measured is not None else "Calibrate a profile.") + \
-        "\n\nWith --from-run LAUNCH LOG: fit the profile to a run you already have (no measuring)."
-    return click.Command("calibrate", params=[*params, *extra], callback=callback, help=help_text,
-                         short_help="Measure this machine, or fit a run's log, into a calibration profile.")
+    help_text = ("Make a calibration profile, one of three ways:\n\n"
+                 "\b\n"
+                 "  measure this machine:   rlhfsim calibrate [--device cpu | --gpu NAME] [--quick] [-o DIR]\n"
+                 "  fit a run's own log:    rlhfsim calibrate --from-run LAUNCH LOG --gpu NAME [-o overlay.json]\n"
+                 "  fit published op data:  rlhfsim calibrate --from-ops DIR --gpu NAME [-o DIR]\n\n"
+                 + (f"Measuring: {measured.help or ''}" if measured is not None else
+                    f"Measuring needs the calibrate extra (not importable here: {import_error}).")
+                 + " --from-run and --from-ops measure nothing and touch no device.")
+    return GroupedCommand("calibrate", params=[*params, *extra], callback=callback, help=help_text,
+                          short_help="Measure this machine, or fit a run's log, into a calibration profile.",
+                          groups=[("Every mode (--gpu: the GPU measured, or the one the run or the measurements ran on)",
+                                   list(SHARED) + ["help"]),
+                                  ("--from-run LAUNCH LOG: fit a run you already have (docs/from-run.md)",
+                                   [p.name for p in extra]),
+                                  ("--from-ops DIR: fit published per-operation measurements", ["from_ops"]),
+                                  ("Measuring this machine (the default)", None)])
+
+
+class GroupedCommand(click.Command):
+    """A command whose help lists its options in named groups (``groups``: title and parameter names in order;
+    None: every parameter not named in another group)."""
+
+    def __init__(self, *args, groups: list[tuple[str, list[str] | None]], **kw):
+        super().__init__(*args, **kw)
+        self.groups = groups
+
+    def format_options(self, ctx, formatter):
+        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)}
+        helper = self.get_help_option(ctx)
+        groups = [(t, [helper.name if n == "help" and helper is not None else n for n in names] if names else names)
+                  for t, names in self.groups]
+        named = {n for _, names in groups if names for n in names}
+        for title, names in groups:
+            chosen = names if names is not None else [n for n in records if n not in named]
+            rows = [records[n] for n in chosen if records.get(n)]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
 def from_run_command(mine: dict, kw: dict) -> None:

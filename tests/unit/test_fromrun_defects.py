@@ -69,3 +69,12 @@ def test_the_reward_is_compared_inside_adv_where_the_release_timed_it_there():
     new = verl_spans(phases, weight_sync_in_gen=False, reward_in_adv=False)
     assert new == pytest.approx({"timing_s/gen": 5.0, "timing_s/reward": 0.4, "timing_s/adv": 0.01,
                                  "timing_s/update_weights": 0.2})
+
+
+def test_calibrate_help_groups_its_three_modes():
+    out = CliRunner().invoke(main, ["calibrate", "-h"]).output
+    heads = [ln for ln in out.splitlines() if ln and not ln.startswith(" ") and ln.endswith(":")]
+    assert [h.split(" ")[0] for h in heads] == ["Every", "--from-run", "--from-ops", "Measuring"], heads
+    runs = out.index("--from-run LAUNCH LOG: fit")
+    assert runs < out.index("  --warmup") < out.index("--from-ops DIR: fit") < out.index("  --quick")
+    assert out.index("Every mode") < out.index("  --gpu NAME") < runs
