@@ -162,9 +162,16 @@ def print_fit(fr: dict, path: str) -> None:
         skipped = ", ".join(f"{k} {v}" for k, v in list(r["skipped_steps"].items())[:6])
         echo(f"run {r['id']}: {len(r['steady_steps'])} steady steps ({r['steady_lines']}); skipped {skipped}"
              + (" ..." if len(r["skipped_steps"]) > 6 else ""))
+        for note in r.get("spans", []):
+            echo(f"  note: {note}")
+
+        def sec(v):
+            return f"{v:9.3f} s" if v is not None else f"{'-':>9}  "
+
         for k, m in r["measured_s"].items():
-            echo(f"  {k:26} measured {m:9.3f} s  base {r['base_s'].get(k, float('nan')):9.3f} s  fitted "
-                 f"{r['fitted_s'][k]:9.3f} s  ({r['fitted_error_pct'].get(k, float('nan')):+.1f}%)")
+            err = r["fitted_error_pct"].get(k)
+            echo(f"  {k:26} measured {sec(m)}  base {sec(r['base_s'].get(k))}  fitted {sec(r['fitted_s'].get(k))}"
+                 + (f"  ({err:+.1f}%)" if err is not None else "  (no error: measured 0)"))
         if r["unobserved_phases"]:
             echo(f"  priced but not in the log: {', '.join(r['unobserved_phases'])}")
         if r.get("whatif_command"):
