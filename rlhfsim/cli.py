@@ -117,14 +117,15 @@ def simulate(scenario, steps, seed, profile, compare_, sets, max_work, out, unce
     if uncertainty is None:   # the default: on where the prediction is a GPU's
         from rlhfsim.sim.uncertainty import is_gpu
 
-        result = run_sim(sc, **kw)
+        # terms: a streamed phase's seconds waiting for rollouts (phase_waiting_s) for the phase table
+        result = run_sim(sc, terms=True, **kw)
         uncertainty = is_gpu(result.cost.profile, result.setup.gpu)
         if uncertainty:
             result, unc = simulate_uncertain(sc, draws=draws, **kw, point=result)
     elif uncertainty:
         result, unc = simulate_uncertain(sc, draws=draws, **kw)
     else:
-        result = run_sim(sc, **kw)
+        result = run_sim(sc, terms=True, **kw)
     if unc is not None:
         result.summary.update(step_time_s_interval=unc["step_time_s_interval"],
                               phases_s_interval=unc["phases_s_interval"],

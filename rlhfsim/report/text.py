@@ -21,6 +21,9 @@ def reward_scoring_text(r: dict) -> str:
     return text
 
 
+FEW_STEADY = 3   # fewer steady steps than this: the step statistics are one or two steps, said so
+
+
 def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim") -> None:
     """The summary as tables; ``names="verl"``: phases under verl's ``timing_s/*`` names
     (``rlhfsim.contracts.VERL_PHASE_KEYS``), with ``timing_s/step`` last."""
@@ -28,6 +31,10 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
     steady = s["steady_steps"]
     c.print(f"[bold]{s['scenario']}[/bold]  schedule={s['schedule']}  profile={s['profile']} ({s['profile_source']})  "
             f"steps={s['steps']} (first {s['warmup_steps']} excluded as warm-up; {steady} steady)")
+    if steady < FEW_STEADY:
+        c.print(f"[yellow]only {steady} steady step{'' if steady == 1 else 's'}: the mean, p50 and p90 below are "
+                f"{'that step' if steady == 1 else 'those steps'} (give --steps {s['warmup_steps'] + FEW_STEADY} or "
+                f"more for a steady state over several steps)[/yellow]")
     g = s.get("generation_runtime")
     if g:
         c.print(f"generation runtime={g['runtime']}" + (
@@ -58,13 +65,25 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
     if iv:
         t.add_column(band, justify="right")
     t.add_column("% of step", justify="right")
+    # a streamed phase spans the generation it listens to: split its span into busy and waiting for rollouts
+    waits = {ph: w for ph, w in (s.get("phase_waiting_s") or {}).items()
+             if ph != "generate" and s["phases_s"].get(ph) and w > 0.005 * s["phases_s"][ph]}
+    if waits:
+        t.add_column("busy s", justify="right")
+        t.add_column("waiting for rollouts", justify="right")
     piv = s.get("phases_s_interval") or {}
     for ph, v in s["phases_s"].items():
+        w = waits.get(ph)
         t.add_row(VERL_PHASE_KEYS[ph] if names == "verl" else ph, f"{v:.3f}",
-                  *((interval_text(piv[ph]) if ph in piv else "",) if iv else ()), f"{100 * v / s['step_time_s']:.1f}")
+                  *((interval_text(piv[ph]) if ph in piv else "",) if iv else ()), f"{100 * v / s['step_time_s']:.1f}",
+                  *(((f"{v - w:.3f}", f"{w:.3f} ({100 * w / v:.0f}%)") if w is not None else ("", "")) if waits else ()))
     if names == "verl":
-        t.add_row(VERL_STEP_KEY, f"{s['step_time_s']:.3f}", *((interval_text(iv),) if iv else ()), "100.0")
+        t.add_row(VERL_STEP_KEY, f"{s['step_time_s']:.3f}", *((interval_text(iv),) if iv else ()), "100.0",
+                  *(("", "") if waits else ()))
     c.print(t)
+    if waits:
+        c.print("a streamed phase's span runs alongside generation: busy is its own calls, the rest waiting for "
+                "rollouts (`rlhfsim explain` splits the busy part by cost term)")
     if iv:
         print_interval(s, c)
     defaults = [k for k, v in s.get("step_costs", {}).items() if v["source"] == "default"]
