@@ -301,6 +301,12 @@ def runtimes_command(profile_ref, fmt):
 
         click.echo("\nGPU kernel terms from public per-operation measurements (calibrate.fromops), with provenance:")
         click.echo("\n".join(term_lines(profile)))
+    if profile.get("from_logs"):
+        from rlhfsim.fromrun.bundle import provenance_lines
+
+        click.echo("\nterms fitted to public runs' logs (rlhfsim.fromrun.pool; every other term keeps its prior), each "
+                   "with the runs and logs it came from (share of the fit):")
+        click.echo("\n".join(provenance_lines(profile)))
     dev = profile.get("device") or {}
     probe = dev.get("state_probe_at_start")
     if probe:

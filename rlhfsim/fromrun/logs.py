@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhfsim.contracts import VERL_STEP_KEY
-from rlhfsim.fromrun.logformats import READERS, read_path
+from rlhfsim.fromrun.logformats import READERS, read_data, read_path
 from rlhfsim.fromrun.logformats.base import BadLine, LogError, LogRead, StepLine, is_validation_key, ranges
 from rlhfsim.fromrun.logformats.normalize import normalize
 
-__all__ = ["BadLine", "LogError", "LogRead", "StepLine", "Steady", "read_log", "steady_steps", "parse_console",
+__all__ = ["BadLine", "LogError", "LogRead", "StepLine", "Steady", "read_log", "read_log_data", "steady_steps",
+           "parse_console",
            "parse_jsonl", "skipped_text"]
 
 VALIDATION_KEYS = ("timing_s/testing",)
@@ -122,7 +123,15 @@ class Steady:
 def read_log(path: Path | str) -> LogRead:
     """Every step record of a log in any format ``rlhfsim.fromrun.logformats`` reads (module docstring), with the
     bad records skipped and listed. A log with no step record at all is an error."""
-    log = read_path(path)
+    return _with_steps(read_path(path))
+
+
+def read_log_data(data: bytes, name: str) -> LogRead:
+    """``read_log`` on a log's bytes as the file ``name`` would hold them (``.gz``: compressed)."""
+    return _with_steps(read_data(data, name))
+
+
+def _with_steps(log: LogRead) -> LogRead:
     if not log.steps:
         why = f"; {len(log.bad)} bad {log.unit}s: {log.where(log.bad[0])}: {log.bad[0].reason}" if log.bad else ""
         raise LogError(f"{log.source}: expected step records (verl `step:N - timing_s/gen:... - timing_s/step:...` "
@@ -198,7 +207,8 @@ def steady_steps(log: LogRead | list[StepLine], source: str, warmup: int = DEFAU
     ordered = [latest[k] for k in sorted(latest)]
     res.logged = ordered
     steps = [s.step for s in ordered]
-    gaps = [k for a, b in zip(steps, steps[1:]) for k in range(a + 1, b)]
+    unread = {b.step for b in res.bad}
+    gaps = [k for a, b in zip(steps, steps[1:]) for k in range(a + 1, b) if k not in unread]
     if gaps:
         res.notes.append(f"{res.source}: steps {ranges(gaps)} not logged")
     for s in ordered:

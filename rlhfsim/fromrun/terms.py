@@ -12,6 +12,11 @@ unit of the fit, the order of the term's magnitude, not a result: it sets the fi
 relevance test (a term is relevant when moving it by one unit, or an efficiency by a factor of 2, moves some
 logged phase by 2% or more).
 
+Pooling (``pooled``; ``rlhfsim.fromrun.pool`` fits many runs at once): ``host`` for a term that is time on the host
+CPU in the software (the engine's host work per step and its eager launches per layer, the framework's dispatch per
+layer and per micro-batch, FSDP's per unit, the advantage on the driver), one value whatever the GPU; ``device`` for
+an efficiency of the accelerator (and its host link), one value per GPU family.
+
 Priority (the order of ``TERMS``): when two terms move the same phases alike (a single run's training phases
 cannot tell a per-micro-batch overhead from an efficiency when every micro-batch is the same size), the earlier
 one is fitted and the later one reported as confounded with it.
@@ -29,36 +34,46 @@ EFF_BOUNDS = (1e-3, 1.0)
 
 @dataclass(frozen=True)
 class Term:
-    """A fittable concept: its candidate profile paths, kind (``eff`` or ``seconds``), fit unit and meaning."""
+    """A fittable concept: its candidate profile paths, kind (``eff`` or ``seconds``), fit unit, meaning and what
+    a pooled fit shares it over (``host``: every run; ``device``: the runs of one GPU family)."""
 
     name: str
     paths: tuple[str, ...]
     kind: str
     scale: float
     meaning: str
+    pooled: str = "device"
 
 
 TERMS: tuple[Term, ...] = (
     Term("engine_host_s", ("operations.decode:{gen}.overhead_s", "operations.decode.overhead_s"), "seconds", 2e-3,
-         "engine host time per decode step (scheduling, input preparation, output processing) beyond the roofline"),
+         "engine host time per decode step (scheduling, input preparation, output processing) beyond the roofline",
+         "host"),
+    Term("engine_launch_per_layer_s", ("operations.decode:{gen}.overhead_per_layer_s",), "seconds", 1e-4,
+         "an eager engine's host time per layer of a decode step (kernel launches without CUDA graphs)", "host"),
+    Term("kv_realloc_s", ("step.kv_realloc_s",), "seconds", 0.1,
+         "fixed cost of a hybrid engine's generate call beyond its steps: freeing and taking back its KV cache",
+         "host"),
+    Term("kv_realloc_per_gib_s", ("step.kv_realloc_s_per_gib",), "seconds", 0.01,
+         "... plus this per GiB of KV cache per GPU (mapping and clearing the device memory)"),
     Term("train_eff", ("operations.train.compute_eff",), "eff", 1.0,
          "sustained training efficiency: fraction of the datasheet peak a training pass reaches"),
     Term("host_train_per_layer_s", ("framework.host_train_per_layer_s",), "seconds", 1e-3,
-         "host dispatch per layer of a training call (micro-batch), overlapping its device work"),
+         "host dispatch per layer of a training call (micro-batch), overlapping its device work", "host"),
     Term("microbatch_train_s", ("step.microbatch_train_s",), "seconds", 1e-2,
-         "framework time per training micro-batch beyond the fitted pass"),
+         "framework time per training micro-batch beyond the fitted pass", "host"),
     Term("forward_eff", ("operations.forward.compute_eff", "operations.prefill.compute_eff"), "eff", 1.0,
          "sustained forward efficiency of the log-prob / value passes"),
     Term("host_forward_per_layer_s", ("framework.host_forward_per_layer_s",), "seconds", 1e-3,
-         "host dispatch per layer of a forward call (micro-batch), overlapping its device work"),
+         "host dispatch per layer of a forward call (micro-batch), overlapping its device work", "host"),
     Term("microbatch_forward_s", ("step.microbatch_forward_s",), "seconds", 1e-2,
-         "framework time per forward micro-batch beyond the fitted pass"),
+         "framework time per forward micro-batch beyond the fitted pass", "host"),
     Term("gemm_e_max", ("kernels_by_shape.gemm.e_max",), "eff", 1.0,
          "the GEMM efficiency ceiling of a profile with kernel terms by shape"),
     Term("fsdp_host_per_unit_s", ("framework.fsdp_host_per_unit_s",), "seconds", 1e-3,
-         "FSDP's host time per unit and collective (unshard / reshard hooks)"),
+         "FSDP's host time per unit and collective (unshard / reshard hooks)", "host"),
     Term("adv_per_token_s", ("step.adv_per_token_s",), "seconds", 5e-9,
-         "advantage computation on the driver per response token"),
+         "advantage computation on the driver per response token", "host"),
     Term("decode_memory_eff", ("operations.decode:{gen}.memory_eff", "operations.decode.memory_eff"), "eff", 1.0,
          "memory efficiency of a decode step (weights and KV streamed per step)"),
     Term("host_copy_eff", ("step.host_copy_eff",), "eff", 1.0,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlhfsim.fromrun.logformats import jsonl, openrlhf, tensorboard, verl_console, wandb_csv
-from rlhfsim.fromrun.logformats.base import LogError, LogRead, decode, read_bytes
+from rlhfsim.fromrun.logformats.base import LogError, LogRead, decode, gunzip
 from rlhfsim.fromrun.logformats.normalize import normalize
 
 # The text formats, by name (TensorBoard's binary event files are read from their path: ``tensorboard.read``).
@@ -42,12 +42,24 @@ def read_path(path: Path | str) -> LogRead:
     if not p.is_file():
         raise LogError(f"log: expected a log file or a directory of TensorBoard event files, got {str(p)!r} "
                        f"({'no such file' if not p.exists() else 'not a regular file'})")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise LogError(f"log: expected a readable file, got {str(p)!r} ({e.strerror or e})") from None
+    return read_data(data, p.name)
+
+
+def read_data(data: bytes, name: str) -> LogRead:
+    """A log's bytes as the file ``name`` holds them (gzip-compressed when the name ends in ``.gz``), read and
+    normalized as ``read_path`` reads the file."""
     notes: list[str] = []
-    data = read_bytes(p, notes)
-    if "tfevents" in p.name or tensorboard.looks_like(data):
-        out = tensorboard.read(p)
+    if name.endswith(".gz"):
+        data = gunzip(data, name, notes)
+    if "tfevents" in name or tensorboard.looks_like(data):
+        out = LogRead(name, tensorboard.FORMAT, unit="event")
+        tensorboard.read_data(data, name, out)
     else:
-        text = decode(data, p.name, notes)
-        out = READERS[detect(p.name, text)](text, p.name)
-        out.notes[:0] = notes
+        text = decode(data, name, notes)
+        out = READERS[detect(name, text)](text, name)
+    out.notes[:0] = notes
     return normalize(out)

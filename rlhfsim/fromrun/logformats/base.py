@@ -140,13 +140,16 @@ def read_bytes(path: Path, notes: list[str]) -> bytes:
         data = path.read_bytes()
     except OSError as e:
         raise LogError(f"log: expected a readable file, got {str(path)!r} ({e.strerror or e})") from None
-    if path.suffix != ".gz":
-        return data
+    return gunzip(data, path.name, notes) if path.suffix == ".gz" else data
+
+
+def gunzip(data: bytes, name: str, notes: list[str]) -> bytes:
+    """gzip-compressed bytes decompressed, as much of them as is whole (a cut-short archive is noted)."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         out = d.decompress(data)
         if not d.eof:
-            notes.append(f"{path.name}: the compressed file ends early (cut short after {len(data)} bytes); "
+            notes.append(f"{name}: the compressed file ends early (cut short after {len(data)} bytes); "
                          f"read the {len(out)} bytes it holds")
         return out
     except zlib.error as e:
@@ -154,7 +157,7 @@ def read_bytes(path: Path, notes: list[str]) -> bytes:
             return gzip.decompress(data)   # several members, which decompressobj stops after the first of
         except (OSError, EOFError, zlib.error):
             pass
-        raise LogError(f"{path.name}: expected a gzip-compressed log (.gz), got bytes that are not ({e})") from None
+        raise LogError(f"{name}: expected a gzip-compressed log (.gz), got bytes that are not ({e})") from None
 
 
 def ranges(xs: list[int], limit: int = 8) -> str:

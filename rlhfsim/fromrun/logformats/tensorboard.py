@@ -87,7 +87,11 @@ def _event(body: bytes) -> tuple[int, dict[str, float]]:
 
 def read_file(path: Path, out: LogRead) -> None:
     """The records of one event file into ``out`` (module docstring); ``line`` is the event's index in its file."""
-    data = read_bytes(path, out.notes)
+    read_data(read_bytes(path, out.notes), path.name, out)
+
+
+def read_data(data: bytes, name: str, out: LogRead) -> None:
+    """``read_file`` on the bytes of an event file called ``name``."""
     groups: dict[int, tuple[int, dict[str, float]]] = {}
     i = k = 0
     while i < len(data):
@@ -95,32 +99,32 @@ def read_file(path: Path, out: LogRead) -> None:
         head = data[i:i + 8]
         if len(data) - i < 12:
             out.bad.append(BadLine(k, f"truncated record (the file ends {len(data) - i} bytes into its header)",
-                                   source=path.name))
+                                   source=name))
             break
         if struct.unpack("<I", data[i + 8:i + 12])[0] != masked_crc32c(head):
             out.bad.append(BadLine(k, f"corrupt record at byte {i} (length checksum); the rest of the file "
-                                      f"({len(data) - i} bytes) cannot be framed", source=path.name))
+                                      f"({len(data) - i} bytes) cannot be framed", source=name))
             break
         (n,) = struct.unpack("<Q", head)
         if len(data) - i - 12 < n + 4:
-            out.bad.append(BadLine(k, f"truncated record at byte {i} (the file ends inside it)", source=path.name))
+            out.bad.append(BadLine(k, f"truncated record at byte {i} (the file ends inside it)", source=name))
             break
         body = data[i + 12:i + 12 + n]
         crc_ok = struct.unpack("<I", data[i + 12 + n:i + 16 + n])[0] == masked_crc32c(body)
         i += 16 + n
         if not crc_ok:
-            out.bad.append(BadLine(k, "corrupt record (data checksum)", source=path.name))
+            out.bad.append(BadLine(k, "corrupt record (data checksum)", source=name))
             continue
         try:
             step, scalars = _event(body)
         except (IndexError, ValueError, struct.error):
-            out.bad.append(BadLine(k, "malformed event (not an Event protocol buffer)", source=path.name))
+            out.bad.append(BadLine(k, "malformed event (not an Event protocol buffer)", source=name))
             continue
         if scalars:
             first, metrics = groups.setdefault(step, (k, {}))
             metrics.update(scalars)
     for step, (first, metrics) in sorted(groups.items(), key=lambda kv: kv[1][0]):
-        out.steps.append(StepLine(step, first, metrics, kind_of(metrics), path.name))
+        out.steps.append(StepLine(step, first, metrics, kind_of(metrics), name))
 
 
 def read(path: Path) -> LogRead:

@@ -63,19 +63,24 @@ def read(text: str, source: str) -> LogRead:
         metrics: dict[str, float] = {}
         pairs: list[tuple[str, str]] = []
         why = None
-        for tok in m.group(2).split(" - "):
+        toks = m.group(2).split(" - ")
+        for j, tok in enumerate(toks):
             tok = tok.strip()
             key, colon, val = tok.partition(":")
             if not tok:
                 why = "truncated line (ends at a separator)" if not m.group(2).strip(" -") or \
                     m.group(2).rstrip().endswith("-") else "an empty metric between two separators"
+            elif not colon and j == len(toks) - 1:
+                why = f"truncated line (ends inside a metric name: {tok[:40]!r})"
             elif not colon or not KEY.match(key):
-                why = f"malformed metric {tok[:40]!r} (expected KEY:NUMBER; a separator missing or a line cut?)"
+                why = f"malformed metric {tok[:40]!r} (expected KEY:NUMBER; a separator missing?)"
             elif key in metrics:
                 why = f"metric {key} twice in one line (two lines run together?)"
             else:
                 num = number(val)
-                if num is None:
+                if num is None and re.search(r"\s\S+:", val.strip()):
+                    why = f"a separator missing after {key} ({tok[:50]!r})"
+                elif num is None:
                     why = f"non-numeric value {key}:{val.strip()[:24]!r}"
                 else:
                     metrics[key] = num

@@ -150,9 +150,155 @@ def load_runs() -> dict:
     return doc
 
 
+# -- leave-one-source-out: the bundled profiles' pooled fit (rlhfsim.fromrun.pool), each run's source held out ----
+
+def pool_runs(doc: dict, halves: tuple[str, ...] = ("dev",)) -> list:
+    """The runs of ``halves`` with a ``log:`` (a path relative to the runs file, as ``launch:``), as the pooled fit
+    takes them. Only dev-half logs are ever fitted (runs.yaml's header)."""
+    from rlhfsim.fromrun.fit import RunSpec
+    from rlhfsim.fromrun.pool import PoolRun
+
+    out = []
+    for r in doc["runs"]:
+        if r.get("log") and half(r["source_group"]) in halves:
+            if r.get("framework", "verl") != "verl":
+                continue   # the from-run fit reads verl launches only
+            spec = RunSpec(r["id"], HERE / r["launch"], HERE / r["log"], r["gpu"], tuple(r.get("set", ())),
+                           r.get("verl_version"))
+            out.append(PoolRun(r["id"], r["source_group"], spec))
+    return out
+
+
+def _profile_file(tmp: Path, name: str, profile: dict) -> str:
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({k: v for k, v in profile.items() if not k.startswith("_")}))
+    return str(path)
+
+
+def loso(doc: dict, execution: bool = True, prior: float = 0.0, weighting: str = "equal") -> dict:
+    """Every scored run (both halves) predicted with the pooled profiles fitted to the dev half's logs less its own
+    source (a test-half run: the dev half's fit, its source never in it), beside the bundled ``default`` and each
+    GPU's own bundled prior (``--profile auto`` before any log was fitted). Fits with the same runs are shared."""
+    import tempfile
+    import time
+
+    from rlhfsim.fromrun.pool import SimCache, base_for, family, fit_pool, prepare_units
+
+    t0 = time.perf_counter()
+    units = prepare_units(pool_runs(doc))
+    cache, fits, folds = SimCache(), {}, {}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for r in doc["runs"]:
+            h = half(r["source_group"])
+            mine = [u for u in units if h == "test" or u.run.source_group != r["source_group"]]
+            key = tuple(sorted({u.run.id for u in mine}))
+            if key not in fits:
+                t = time.perf_counter()
+                fits[key] = fit_pool(mine, cache, prior=prior, weighting=weighting) if mine else None
+                folds[key] = {"fitted_on": list(key), "seconds": round(time.perf_counter() - t, 1),
+                              "terms": ({f"{p['term']}@{p['scope']}": p["fitted"] for p in fits[key].terms}
+                                        if fits[key] else {})}
+            f, fam = fits[key], family(r["gpu"])
+            prof = f.profile(fam) if f is not None else base_for(fam)
+            row = predict(r, r["gpu"], execution, profile=_profile_file(tmp, f"{r['id']}-loso", prof))
+            prior_row = predict(r, r["gpu"], execution, profile=_profile_file(tmp, f"{r['id']}-prior", base_for(fam)))
+            default_row = predict(r, r["gpu"], execution)
+            rows.append({**row, "fitted_on": list(key), "prior_error_pct": prior_row["error_pct"],
+                         "prior_phase_error_pct": prior_row["phase_error_pct"],
+                         "default_error_pct": default_row["error_pct"],
+                         "default_phase_error_pct": default_row["phase_error_pct"]})
+    summ = {h: loso_summary([r for r in rows if h in ("all", r["half"])]) for h in ("dev", "test", "all")}
+    return {"rows": rows, "summary": summ, "folds": list(folds.values()), "simulations": cache.simulations,
+            "seconds": round(time.perf_counter() - t0, 1), "options": {"prior": prior, "weighting": weighting}}
+
+
+def loso_summary(rows: list[dict]) -> dict:
+    """Median and max |step error|, runs beyond 60%, and each phase's median |error|: LOSO, the GPU's bundled prior
+    and ``default`` side by side."""
+    if not rows:
+        return {"runs": 0}
+
+    def of(step_key: str, phase_key: str) -> dict:
+        errs = [abs(r[step_key]) for r in rows]
+        by: dict[str, list[float]] = {}
+        for r in rows:
+            for k, e in r[phase_key].items():
+                by.setdefault(k, []).append(abs(e))
+        return {"median_abs_error_pct": round(statistics.median(errs), 1), "max_abs_error_pct": round(max(errs), 1),
+                "beyond_60pct": sum(e > 60 for e in errs),
+                "phase_median_abs_error_pct": {k: round(statistics.median(v), 1) for k, v in sorted(by.items())}}
+
+    return {"runs": len(rows), "loso": of("error_pct", "phase_error_pct"),
+            "prior": of("prior_error_pct", "prior_phase_error_pct"),
+            "default": of("default_error_pct", "default_phase_error_pct")}
+
+
+def show_loso(out: dict) -> None:
+    print("leave-one-source-out: each run predicted with the pooled profiles fitted to the dev half's logs less its "
+          "own source (a test-half run: the whole dev half's fit)")
+    for r in out["rows"]:
+        print(f"{r['id']:4} {r['half']:4} {r['gpu']:10} measured {r['measured_step_s']:8.2f} s  LOSO {r['predicted_step_s']:8.2f} s"
+              f"  error {r['error_pct']:+7.1f}%  (GPU prior {r['prior_error_pct']:+.1f}%, default {r['default_error_pct']:+.1f}%)"
+              f"  fitted on {', '.join(r['fitted_on']) or 'no log'}")
+        if r["phase_error_pct"]:
+            print(f"    phase error % LOSO {r['phase_error_pct']}")
+            print(f"    phase error % prior {r['prior_phase_error_pct']}")
+    for h, s in out["summary"].items():
+        if not s["runs"]:
+            continue
+        for label in ("loso", "prior", "default"):
+            x = s[label]
+            print(f"{h:4} {label:7} {s['runs']:2} runs: median |step error| {x['median_abs_error_pct']:5.1f}%, max "
+                  f"{x['max_abs_error_pct']:5.1f}%, beyond 60%: {x['beyond_60pct']}; per phase {x['phase_median_abs_error_pct']}")
+    for f in out["folds"]:
+        print(f"fold fitted on {', '.join(f['fitted_on']) or 'nothing'} ({f['seconds']} s): "
+              + ", ".join(f"{k} {v:.4g}" for k, v in f["terms"].items()))
+    print(f"({out['seconds']} s, {out['simulations']} simulations)")
+
+
+def fit_options() -> dict:
+    """--prior X (rows keeping each term near its prior, fit.fit's) and --weighting equal|share."""
+    return {"prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else 0.0,
+            "weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv else "equal"}
+
+
+def loso_main(doc: dict) -> None:
+    out = loso(doc, **fit_options())
+    if "--json" in sys.argv:
+        print(json.dumps(out, indent=1))
+    else:
+        show_loso(out)
+
+
+def write_profiles(doc: dict, prior: float = 0.0, weighting: str = "equal") -> dict:
+    """The pooled fit of every dev-half log written into the bundled profiles (rlhfsim.fromrun.bundle)."""
+    import time
+
+    from rlhfsim.fromrun.bundle import write_bundled
+    from rlhfsim.fromrun.pool import fit_pool, prepare_units
+
+    t0 = time.perf_counter()
+    fit = fit_pool(prepare_units(pool_runs(doc)), prior=prior, weighting=weighting)
+    cmd = "python scenarios/examples/field/field_table.py --write-profiles" + (f" --prior {prior:g}" if prior else "") \
+        + (f" --weighting {weighting}" if weighting != "equal" else "")
+    paths = write_bundled(fit, cmd, datetime.date.today().isoformat(), root=HERE.parents[2])
+    return {"written": [str(p.relative_to(HERE.parents[2])) for p in paths], "runs": fit.runs,
+            "terms": [{k: t[k] for k in ("term", "path", "scope", "prior", "fitted", "at_bound")} for t in fit.terms],
+            "not_identified": fit.unidentified, "rms_log_residual": round(fit.rms_log_residual, 4),
+            "evaluations": fit.evaluations, "simulations": fit.simulations, "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def main() -> None:
     """Both tables: the scenario's execution block off (the simulator's plain step) and on (verl's mechanics)."""
     doc = load_runs()
+    if "--loso" in sys.argv:
+        loso_main(doc)
+        return
+    if "--write-profiles" in sys.argv:
+        print(json.dumps(write_profiles(doc, *fit_options().values()), indent=1))
+        return
     if "--write-model-error" in sys.argv:
         path = Path(sys.argv[sys.argv.index("--write-model-error") + 1])
         print(json.dumps(write_model_error(doc, path), indent=1))

@@ -1,0 +1,505 @@
+"""Profile terms fitted jointly to many public runs' logs (issue 53 item 2): the bundled GPU profiles' fit, and the
+leave-one-source-out check of it (``scenarios/examples/field/field_table.py --loso``).
+
+**Runs.** A run is a launch and its log (``PoolRun``), prepared as ``rlhfsim calibrate --from-run`` prepares one
+(``rlhfsim.fromrun.fit.prepare_steady``: the launch imported with its GPU, verl release and ``set`` list and the mean
+lengths and logged length shape of its own steady steps).
+
+**Steps, not only means.** Within one log the longest response changes from step to step, and a step's generation
+is bound by it. So a run's steady steps are cut into up to ``BINS`` bins by their ``response_length/max`` (by
+``response_length/clip_ratio`` where every step's longest reached the cap and the clipped share moves instead),
+each of at least ``MIN_BIN`` steps, and each bin is a *unit* of its own: imported with its own mean lengths and
+logged shape (``rlhfsim.fromrun.lengths``) and compared with its own mean phases. The fit then has to reproduce how
+``timing_s/gen`` grows with the longest response (the decode time per step at the tail batch: the slope of gen
+against the max) and what gen costs besides (prefill, the weight sync, a generate call's fixed cost: the intercept),
+run by run. A unit's residuals weigh 1/sqrt(its run's bins), so every run weighs the same however it is cut.
+
+**Pooling.** A parameter is a term of ``rlhfsim.fromrun.terms.TERMS`` at a profile path, over a *scope* set by the
+term's ``pooled``:
+
+* ``host``: one value for every run whatever its GPU: the engine's host work per step and its eager launches per
+  layer (one per engine runtime: the path names it), the framework's dispatch per layer and per micro-batch, FSDP's
+  per unit, the advantage per token. These are time on the host CPU in the software, not on the accelerator.
+* ``device``: one value per GPU family (``family``: the bundled profile ``--profile auto`` gives the GPU,
+  ``rlhfsim.costs.profile.GPU_PROFILES``: H100 SXM, H200 and GH200 share H100's; A100 80GB and 40GB share A100's;
+  any other GPU is a family of its own). Efficiencies are fractions of each GPU's own datasheet peak, so a family
+  shares them and the datasheet ratio carries them from one member to another.
+
+Terms with a better source than a fit through whole phases are not candidates (``NOT_POOLED``: the GEMM ceiling of
+``kernels_by_shape``, measured per operation by ``calibrate.fromops``).
+
+**Base.** A family's runs are priced from ``prior_profile`` of the family's bundled profile (``base_for``): the
+profile with every term a public log fitted set back to the prior it records (``from_logs``), so a fit never
+starts from what an earlier fit of the same logs wrote.
+
+**Fit.** With x as in ``rlhfsim.fromrun.terms`` (ln e for an efficiency, s / scale for a time), the residual of
+unit u's logged phase p is w_u ln(predicted_up(x) / measured_up) (``rlhfsim.fromrun.fit``'s residual, the step
+excluded), plus, with ``prior`` > 0, prior (x_j - x_base_j) / unit_j for every fitted term. The identified terms
+(relevant: moving the term by one unit moves some unit's phase by 2%; not confounded: its Jacobian column keeps
+30% of its length after the columns of the terms before it, in ``TERMS`` order, host before device) are fitted by
+scipy's bounded trust-region least squares with a forward-difference Jacobian computed on the units each term
+moves only. Every simulation is cached by (unit, the values of the parameters that move it), so the folds of a
+leave-one-source-out check share the base point and its Jacobian.
+
+**Provenance.** Each fitted term lists the runs and logs that determined it, with their shares (|row j| of the
+pseudo-inverse of the Jacobian at the solution, summed over a run's units and phases, like ``fit._trace``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlhfsim.contracts import VERL_STEP_KEY
+from rlhfsim.costs.model import CostModel, with_stack_rate
+from rlhfsim.costs.profile import DEFAULT_PROFILE, GPU_PROFILES, load_profile
+from rlhfsim.fromrun import terms as T
+from rlhfsim.fromrun.fit import FitError, Run, RunSpec, predict, prepare_steady, residual_keys
+from rlhfsim.fromrun.logs import Steady, read_log, steady_steps
+
+BINS = 3
+MIN_BIN = 8
+SPREAD = 0.05            # a tail key is binned on when its 10-90% range is this share of its median (clip: absolute)
+RELEVANT = 0.02
+MIN_SIN = 0.3
+FD_STEP = 0.25           # identification Jacobian step, x units
+JAC_STEP = 0.02          # the fit's forward-difference step, x units (times max(1, |x|))
+PRED_FLOOR_S = 1e-6
+NOT_POOLED = {"gemm_e_max": "the GEMM ceiling of kernels_by_shape is measured per operation (calibrate.fromops, "
+                            "Vidur's public profiling): a fit through whole phases would fold the framework into it"}
+
+
+def family(gpu: str) -> str:
+    """A GPU's family: the bundled profile ``--profile auto`` prices it with, else the GPU itself."""
+    return GPU_PROFILES.get(gpu, gpu)
+
+
+def family_profile_name(fam: str) -> str:
+    """The bundled profile a family's device terms are written to and priced from (``default``'s layer when the
+    family has none of its own)."""
+    from rlhfsim.costs.profile import BUNDLED_DIR
+
+    return fam if (BUNDLED_DIR / f"{fam}.json").is_file() else DEFAULT_PROFILE
+
+
+def prior_profile(doc: dict) -> dict:
+    """``doc`` with every term a public log fitted (``from_logs``: path -> record with ``prior``) set back to its prior."""
+    fitted = doc.get("from_logs") or {}
+    vals = {path: rec["prior"] for path, rec in fitted.items() if rec.get("prior") is not None}
+    out = T.with_values(doc, vals) if vals else dict(doc)
+    out.pop("from_logs", None)
+    return out
+
+
+def base_for(fam: str) -> dict:
+    return prior_profile(load_profile(family_profile_name(fam)))
+
+
+@dataclass(frozen=True)
+class PoolRun:
+    """A public run with a log: where it came from (its source, for holding out) and how to import it."""
+
+    id: str
+    source_group: str
+    spec: RunSpec
+
+
+@dataclass
+class Unit:
+    """One bin of a run's steady steps, prepared as a run of its own."""
+
+    run: PoolRun
+    label: str               # e.g. "response_length/max 363-512 (37 steps)"
+    prepared: Run
+    weight: float
+    family: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.run.id, self.label)
+
+
+def tail_key(steady: Steady) -> str | None:
+    """The length metric a run's steps are binned on (module docstring), or None: too little spread to bin."""
+    def vals(k):
+        return np.array([float(s.metrics[k]) for s in steady.kept if k in s.metrics])
+    mx = vals("response_length/max")
+    if len(mx) == len(steady.kept) and len(mx) and np.median(mx) > 0:
+        p10, p90 = np.quantile(mx, [0.1, 0.9])
+        if (p90 - p10) / np.median(mx) >= SPREAD:
+            return "response_length/max"
+    cl = vals("response_length/clip_ratio")
+    if len(cl) == len(steady.kept) and len(cl):
+        p10, p90 = np.quantile(cl, [0.1, 0.9])
+        if p90 - p10 >= SPREAD:
+            return "response_length/clip_ratio"
+    return None
+
+
+def bins(steady: Steady, n: int = BINS, min_bin: int = MIN_BIN) -> list[tuple[str, Steady]]:
+    """The steady steps cut into up to ``n`` bins of at least ``min_bin`` steps by ``tail_key`` (quantiles; ties
+    kept together), each a ``Steady`` of its own; one bin, all steps, when there is nothing to bin on."""
+    key = tail_key(steady)
+    k = min(n, len(steady.kept) // min_bin)
+    if key is None or k < 2:
+        return [(f"all {len(steady.kept)} steps", steady)]
+    order = sorted(steady.kept, key=lambda s: (float(s.metrics[key]), s.step))
+    vals = [float(s.metrics[key]) for s in order]
+    cuts = [0]
+    for i in range(1, k):
+        c = max(round(i * len(order) / k), cuts[-1] + min_bin)
+        if c >= len(order):
+            break
+        # equal values (steps at the cap) stay together: the cut moves to the start of their run, else past its end
+        start, end = vals.index(vals[c]), len(vals) - vals[::-1].index(vals[c])
+        c = start if start >= cuts[-1] + min_bin else end
+        if c <= len(order) - min_bin:
+            cuts.append(c)
+    cuts.append(len(order))
+    if len(cuts) < 3:
+        return [(f"all {len(steady.kept)} steps", steady)]
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        part = sorted(order[a:b], key=lambda s: s.step)
+        lo, hi = float(order[a].metrics[key]), float(order[b - 1].metrics[key])
+        out.append((f"{key} {lo:g}-{hi:g} ({len(part)} steps)", Steady(steady.source, part)))
+    return out
+
+
+def prepare_units(runs: list[PoolRun], n_bins: int = BINS) -> list[Unit]:
+    """Every run's steady steps in bins, each prepared (``fit.prepare_steady``)."""
+    units = []
+    for r in runs:
+        s = r.spec
+        steady = steady_steps(read_log(s.log), s.log.name, s.warmup, s.min_steps)
+        parts = bins(steady, n_bins)
+        for label, st in parts:
+            units.append(Unit(r, label, prepare_steady(s, st), 1 / math.sqrt(len(parts)), family(s.gpu)))
+    return units
+
+
+@dataclass(frozen=True)
+class Param:
+    """A fitted coordinate: a term at a profile path over a scope (``all`` or a GPU family)."""
+
+    term: T.Term
+    path: str
+    scope: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.term.name} ({self.path}; {'every GPU' if self.scope == 'all' else self.scope})"
+
+
+class SimCache:
+    """Simulated phases by (unit, the values of the parameters that move it): shared by the folds of a check."""
+
+    def __init__(self):
+        self.store: dict = {}
+        self.simulations = 0
+
+    def get(self, unit: Unit, profile: dict, key: tuple) -> dict[str, float]:
+        k = (unit.key, key)
+        if k not in self.store:
+            self.store[k] = predict(unit.prepared, profile)
+            self.simulations += 1
+        return self.store[k]
+
+
+class Pool:
+    """The pooled fit's residuals over ``units``: each family's base (``bases``), the candidate parameters, which
+    units each one moves, and cached simulations."""
+
+    def __init__(self, units: list[Unit], bases: dict[str, dict], cache: SimCache | None = None,
+                 weighting: str = "equal"):
+        if not units:
+            raise FitError("pool: expected at least one run with a log, got none")
+        self.units, self.bases, self.cache = units, bases, cache or SimCache()
+        base_pred = [self.cache.get(u, bases[u.family], ()) for u in units]
+        self.rows = [(i, k) for i, u in enumerate(units) for k in residual_keys(u.prepared, base_pred[i])]
+        self.log_meas = np.array([math.log(units[i].prepared.measured[k]) for i, k in self.rows])
+        share = [math.sqrt(units[i].prepared.measured[k] / units[i].prepared.measured[VERL_STEP_KEY]) if weighting == "share"
+                 else 1.0 for i, k in self.rows]
+        self.w = np.array([units[i].weight * s for (i, _), s in zip(self.rows, share)])
+        self.candidates = self._candidates()
+        self.moves: dict[int, list[int]] = {}   # candidate index -> units it moves (filled by identify)
+
+    def _candidates(self) -> list[Param]:
+        seen: dict[tuple[str, str], Param] = {}
+        for t in [t for t in T.TERMS if t.pooled == "host"] + [t for t in T.TERMS if t.pooled != "host"]:
+            if t.name in NOT_POOLED:
+                continue
+            for u in self.units:
+                path = T.resolve(t, self.bases[u.family], u.prepared.gen_runtime)
+                scope = "all" if t.pooled == "host" else u.family
+                if path is not None and (path, scope) not in seen:
+                    seen[(path, scope)] = Param(t, path, scope)
+        return list(seen.values())
+
+    def applies(self, p: Param, u: Unit) -> bool:
+        """Whether ``p`` sets a number ``u``'s profile prices it with (its scope and its path)."""
+        return p.scope in ("all", u.family) and T.resolve(p.term, self.bases[u.family], u.prepared.gen_runtime) == p.path
+
+    def x_base(self, params: list[Param]) -> np.ndarray:
+        """Each parameter at its base value (a host term: the first family base that has it)."""
+        out = []
+        for p in params:
+            fam = p.scope if p.scope != "all" else next(u.family for u in self.units if self.applies(p, u))
+            out.append(T.to_x(p.term, T.get_value(self.bases[fam], p.path)))
+        return np.array(out)
+
+    def predictions(self, params: list[Param], x: np.ndarray, only: set[int] | None = None) -> list[dict | None]:
+        """Each unit's simulated phases at x (None for units outside ``only``)."""
+        out: list[dict | None] = []
+        for i, u in enumerate(self.units):
+            if only is not None and i not in only:
+                out.append(None)
+                continue
+            mine = [(j, p) for j, p in enumerate(params) if self.applies(p, u) and self._moves(p, i)]
+            vals = {p.path: T.from_x(p.term, float(x[j])) for j, p in mine}
+            key = tuple(sorted((p.path, float(f"{float(x[j]):.12g}")) for j, p in mine))
+            out.append(self.cache.get(u, T.with_values(self.bases[u.family], vals) if vals else self.bases[u.family], key))
+        return out
+
+    def _moves(self, p: Param, i: int) -> bool:
+        idx = self.candidates.index(p)
+        return idx not in self.moves or i in self.moves[idx]
+
+    def residuals_of(self, preds: list[dict | None]) -> np.ndarray:
+        p = np.array([max(preds[i].get(k, 0.0), PRED_FLOOR_S) for i, k in self.rows])
+        return self.w * (np.log(p) - self.log_meas)
+
+    def residuals(self, params: list[Param], x: np.ndarray) -> np.ndarray:
+        return self.residuals_of(self.predictions(params, x))
+
+    def jacobian(self, params: list[Param], x: np.ndarray, r0: np.ndarray, step: float) -> np.ndarray:
+        """Forward differences (downward at an upper bound), re-simulating only the units each parameter moves."""
+        J = np.zeros((len(r0), len(params)))
+        for j, p in enumerate(params):
+            h = step * max(1.0, abs(float(x[j])))
+            if x[j] + h > T.x_bounds(p.term)[1] + 1e-12:
+                h = -h
+            xx = x.copy()
+            xx[j] += h
+            idx = self.candidates.index(p)
+            units = set(self.moves.get(idx, range(len(self.units))))
+            rows = [n for n, (i, _) in enumerate(self.rows) if i in units]
+            if not rows:
+                continue
+            preds = self.predictions(params, xx, only=units)
+            pr = np.array([max(preds[self.rows[n][0]].get(self.rows[n][1], 0.0), PRED_FLOOR_S) for n in rows])
+            J[rows, j] = (self.w[rows] * (np.log(pr) - self.log_meas[rows]) - r0[rows]) / h
+        return J
+
+    def find_moves(self) -> None:
+        """Which units each candidate moves: its path priced for the unit and a large move (x +/- 1 unit) changing
+        some phase; the rest are never re-simulated for it."""
+        x0 = self.x_base(self.candidates)
+        base = self.predictions(self.candidates, x0)
+        for j, p in enumerate(self.candidates):
+            lo, hi = T.x_bounds(p.term)
+            moved = []
+            for i, u in enumerate(self.units):
+                if not self.applies(p, u):
+                    continue
+                for d in (T.plausible_dx(p.term), -T.plausible_dx(p.term)):
+                    xj = min(max(x0[j] + d, lo), hi)
+                    if xj == x0[j]:
+                        continue
+                    xx = x0.copy()
+                    xx[j] = xj
+                    self.moves[j] = [*moved, i]     # let this unit see the move while testing it
+                    pr = self.predictions(self.candidates, xx, only={i})[i]
+                    if any(abs(pr.get(k, 0.0) - v) > 1e-9 * max(abs(v), 1e-9) for k, v in base[i].items()):
+                        moved.append(i)
+                        break
+            self.moves[j] = moved
+
+
+def identify(pool: Pool) -> tuple[list[Param], dict[Param, str]]:
+    """``fit.identify``'s rules over the pooled candidates (module docstring); for the others, why not."""
+    pool.find_moves()
+    cands = pool.candidates
+    x0 = pool.x_base(cands)
+    r0 = pool.residuals(cands, x0)
+    J = pool.jacobian(cands, x0, r0, FD_STEP)
+    chosen: list[int] = []
+    basis: list[np.ndarray] = []
+    why: dict[Param, str] = {}
+    for j, p in enumerate(cands):
+        col = J[:, j]
+        if not pool.moves.get(j) or np.max(np.abs(col)) * T.plausible_dx(p.term) < RELEVANT:
+            why[p] = "no logged phase moves with it (by 2% for a factor of 2 / one unit)"
+            continue
+        v = col.copy()
+        for b in basis:
+            v -= (v @ b) * b
+        if np.linalg.norm(v) < MIN_SIN * np.linalg.norm(col) or len(chosen) >= len(col):
+            top = max(chosen, key=lambda c: abs(col @ J[:, c]) / (np.linalg.norm(J[:, c]) + 1e-300))
+            why[p] = f"confounded with {cands[top].label}: moves the same logged phases alike"
+            continue
+        chosen.append(j)
+        basis.append(v / np.linalg.norm(v))
+    return [cands[j] for j in chosen], why
+
+
+@dataclass
+class PoolFit:
+    """A pooled fit: the fitted parameters and values, each family's profile, the trace and the units' errors."""
+
+    params: list[Param]
+    x: np.ndarray
+    bases: dict[str, dict]
+    terms: list[dict]
+    unidentified: list[dict]
+    units: list[dict]
+    rms_log_residual: float
+    evaluations: int
+    simulations: int
+    runs: list[str] = field(default_factory=list)
+
+    def values(self, fam: str) -> dict[str, float]:
+        """path -> fitted value of every parameter that applies to ``fam`` (host terms and the family's own)."""
+        return {p.path: T.from_x(p.term, float(v)) for p, v in zip(self.params, self.x) if p.scope in ("all", fam)}
+
+    def profile(self, fam: str) -> dict:
+        """The family's base with the fitted values set (a family no run was on: ``base_for`` it, host terms set)."""
+        base = self.bases.get(fam) or base_for(fam)
+        vals = {p: v for p, v in self.values(fam).items() if T.has_path(base, p)}
+        return T.with_values(base, vals)
+
+
+def solve(fun, jac, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, J0: np.ndarray | None = None,
+          max_iter: int = 30, tol: float = 1e-4) -> tuple[np.ndarray, int]:
+    """Bounded Levenberg-Marquardt with Broyden's rank-one Jacobian updates: min |fun(x)|^2 on [lo, hi].
+
+    One evaluation of ``fun`` per iteration (a simulation of every unit, cached); the finite-difference Jacobian
+    (``jac``, a simulation per term and unit it moves) only at the start (unless ``J0`` is given) and after three
+    rejected steps in a row. A term at a bound whose gradient pushes it outward is held there for the step. Stops
+    when a step lowers the sum of squares by less than ``tol`` of it, or after ``max_iter`` iterations. Returns
+    (x, evaluations)."""
+    x = np.clip(x0, lo, hi)
+    r = fun(x)
+    J = jac(x) if J0 is None else J0.copy()
+    cost, lam, evals, fails = float(r @ r), 1e-2, 1, 0
+    for _ in range(max_iter):
+        g = J.T @ r
+        free = ~(((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0)))
+        if not free.any():
+            break
+        A = J[:, free].T @ J[:, free]
+        dx = np.zeros_like(x)
+        dx[free] = np.linalg.solve(A + lam * (np.diag(np.diag(A)) + 1e-9 * np.eye(int(free.sum()))), -g[free])
+        x_new = np.clip(x + dx, lo, hi)
+        step = x_new - x
+        if not np.any(np.abs(step) > 1e-10):
+            break
+        r_new = fun(x_new)
+        evals += 1
+        J += np.outer(r_new - r - J @ step, step) / float(step @ step)    # Broyden: the secant through the new point
+        new_cost = float(r_new @ r_new)
+        if new_cost < cost:
+            done = cost - new_cost < tol * cost
+            x, r, cost, lam, fails = x_new, r_new, new_cost, max(lam / 3, 1e-6), 0
+            if done:
+                break
+        else:
+            lam, fails = lam * 4, fails + 1
+            if fails >= 3:
+                J, fails = jac(x), 0
+    return x, evals
+
+
+def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.0, weighting: str = "equal",
+             max_iter: int = 30) -> PoolFit:
+    """The pooled fit (module docstring) over ``units``."""
+    bases = {fam: base_for(fam) for fam in sorted({u.family for u in units})}
+    pool = Pool(units, bases, cache, weighting)
+    sims0 = pool.cache.simulations
+    params, why = identify(pool)
+    if not params:
+        raise FitError("pool: expected at least one term the logs identify, got none")
+    lo = np.array([T.x_bounds(p.term)[0] for p in params])
+    hi = np.array([T.x_bounds(p.term)[1] for p in params])
+    xb = pool.x_base(params)
+    u = np.array([T.plausible_dx(p.term) for p in params])
+
+    def fun(x):
+        return np.concatenate([pool.residuals(params, x), prior * (x - xb) / u])
+
+    def jac(x):
+        r = pool.residuals(params, x)
+        return np.vstack([pool.jacobian(params, x, r, JAC_STEP), np.diag(np.full(len(x), prior) / u)])
+
+    sol_x, n_eval = solve(fun, jac, xb, lo, hi, max_iter=max_iter)
+    x = np.where(sol_x - lo < 1e-9, lo, np.where(hi - sol_x < 1e-9, hi, sol_x))
+    r = pool.residuals(params, x)
+    J = pool.jacobian(params, x, r, JAC_STEP)
+    free = [j for j in range(len(params)) if lo[j] < x[j] < hi[j]]
+    pinv = np.zeros((len(params), len(r)))
+    if free:
+        aug = np.vstack([J[:, free], prior * np.diag(1 / u[free])])
+        pinv[free, :] = np.linalg.pinv(aug)[:, :len(r)]
+    preds = pool.predictions(params, x)
+    base_preds = pool.predictions(params, xb)
+    terms_out = []
+    for j, p in enumerate(params):
+        fam = p.scope if p.scope != "all" else next(un.family for un in units if pool.applies(p, un))
+        terms_out.append({"term": p.term.name, "path": p.path, "scope": p.scope, "pooled": p.term.pooled,
+                          "meaning": p.term.meaning, "prior": T.get_value(bases[fam], p.path),
+                          "fitted": T.from_x(p.term, float(x[j])), "at_bound": j not in free,
+                          "determined_by": _trace(pool, pinv[j]) if j in free else [],
+                          "moves_runs": sorted({units[i].run.id for i in pool.moves.get(pool.candidates.index(p), [])})})
+    unit_rows = []
+    for i, un in enumerate(units):
+        m = un.prepared.measured
+        keys = [k for k in m if k in preds[i] and m[k] > 0]
+        unit_rows.append({"run": un.run.id, "bin": un.label, "family": un.family, "log": str(un.run.spec.log),
+                          "measured_s": {k: round(m[k], 4) for k in keys},
+                          "base_s": {k: round(base_preds[i][k], 4) for k in keys},
+                          "fitted_s": {k: round(preds[i][k], 4) for k in keys}})
+    return PoolFit(params, x, bases, terms_out,
+                   [{"term": p.term.name, "path": p.path, "scope": p.scope, "why": w} for p, w in why.items()], unit_rows,
+                   float(np.sqrt(np.mean(r ** 2))), n_eval, pool.cache.simulations - sims0,
+                   sorted({un.run.id for un in units}))
+
+
+def _trace(pool: Pool, row: np.ndarray) -> list[dict]:
+    """The runs that determined a term: |row of the pseudo-inverse| summed over each run's units and phases."""
+    w = np.abs(row)
+    if w.sum() <= 0:
+        return []
+    by: dict[str, dict] = {}
+    for n, (i, k) in enumerate(pool.rows):
+        un = pool.units[i]
+        rec = by.setdefault(un.run.id, {"run": un.run.id, "source": un.run.source_group, "log": str(un.run.spec.log),
+                                         "share": 0.0, "phases": {}})
+        rec["share"] += float(w[n] / w.sum())
+        rec["phases"][k] = rec["phases"].get(k, 0.0) + float(w[n] / w.sum())
+    out = []
+    for rec in sorted(by.values(), key=lambda r: -r["share"]):
+        if rec["share"] < 0.02:
+            continue
+        rec["share"] = round(rec["share"], 3)
+        rec["phases"] = [k for k, s in sorted(rec["phases"].items(), key=lambda kv: -kv[1]) if s >= 0.01]
+        out.append(rec)
+    return out
+
+
+def predict_run(fit: PoolFit | None, sc, gpu_name: str) -> dict:
+    """A scenario simulated with the pooled profile of its GPU's family (``fit`` None: the family's prior)."""
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.sim.run import simulate
+
+    gpu = get_gpu(gpu_name)
+    fam = family(gpu.name)
+    doc = fit.profile(fam) if fit is not None else base_for(fam)
+    return simulate(sc, cost=CostModel(gpu, with_stack_rate(doc, gpu))).summary
+
+
+def log_path(base_dir: Path, ref: str) -> Path:
+    """A run entry's ``log:`` (relative to the file that names it)."""
+    return (base_dir / ref).resolve()
