@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rlhfsim.costs.genruntimes import pricing_names
 from rlhfsim.costs.stepcosts import STEP_DEFAULTS
 
 EFF_BOUNDS = (1e-3, 1.0)
@@ -128,11 +129,14 @@ def with_values(profile: dict, values: dict[str, float]) -> dict:
 
 
 def resolve(term: Term, profile: dict, gen_runtime: str) -> str | None:
-    """The profile path a term fits for a run generating with ``gen_runtime`` (None: the profile has none)."""
+    """The profile path a term fits for a run generating with ``gen_runtime`` (None: the profile has none). ``{gen}``
+    takes the runtime, then the one it is priced as where the profile has nothing of its own for it (a vLLM V0 runtime
+    and its V1 twin: ``rlhfsim.costs.genruntimes.pricing_names``), as the cost model looks them up."""
     for p in term.paths:
-        path = p.replace("{gen}", gen_runtime)
-        if has_path(profile, path):
-            return path
+        for name in pricing_names(gen_runtime) if "{gen}" in p else (gen_runtime,):
+            path = p.replace("{gen}", name)
+            if has_path(profile, path):
+                return path
     return None
 
 
