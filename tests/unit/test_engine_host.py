@@ -26,6 +26,7 @@ from rlhfsim.sim.explain import explain
 from rlhfsim.sim.run import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "tests" / "fixtures" / "profiles" / "default.json"   # the frozen default: no host keys, no graph limits
 H100 = GPUS["h100-sxm"]
 M = CATALOG["qwen2.5-0.5b"]
 H0, H1 = 1.0e-3, 30e-6   # a step's host work: 1 ms + 30 us per running sequence
@@ -33,14 +34,14 @@ H0, H1 = 1.0e-3, 30e-6   # a step's host work: 1 ms + 30 us per running sequence
 
 def _profile(**keys) -> dict:
     """The bundled default profile with ``keys`` set on ``generation[RT]`` (RT -> {key: value})."""
-    doc = copy.deepcopy(load_profile("default"))
+    doc = copy.deepcopy(load_profile(str(BASE)))
     for rt, kv in keys.items():
         doc["generation"].setdefault(rt, {}).update(kv)
     return doc
 
 
 def test_without_the_keys_a_step_is_priced_as_before():
-    plain = CostModel(H100, load_profile("default"))
+    plain = CostModel(H100, load_profile(str(BASE)))
     assert engine_host("vllm", plain.generation) == EngineHost() and not EngineHost().any
     keyed = CostModel(H100, _profile(vllm={"step_host_s": 0.0, "step_host_per_seq_s": 0.0}))
     for rt in ("vllm", "vllm_eager", "sglang"):
@@ -50,7 +51,7 @@ def test_without_the_keys_a_step_is_priced_as_before():
 
 
 def test_serial_host_work_adds_h0_plus_h1_per_running_sequence():
-    plain = CostModel(H100, load_profile("default"))
+    plain = CostModel(H100, load_profile(str(BASE)))
     cost = CostModel(H100, _profile(vllm={"step_host_s": H0, "step_host_per_seq_s": H1}))
     for b in (1, 64, 256):
         base = decode_sum(plain.decode_coeffs(M, "bfloat16", b, b * 200.0, 1, runtime="vllm"), 1)
@@ -132,7 +133,7 @@ def test_both_clocks_agree_and_explain_names_the_term(tmp_path, monkeypatch):
     monkeypatch.setattr(Engine, "DETACH", True)
     assert detached["step_time_s"] == event["step_time_s"] and detached["phases_s"] == event["phases_s"]
     assert detached["generation_runtime"]["engine_host"]["per_seq_s"] == H1
-    plain = simulate(sc).summary
+    plain = simulate(sc, profile=str(BASE)).summary
     assert detached["phases_s"]["generate"] > plain["phases_s"]["generate"]
     doc = explain(sc, profile=str(path), steps=3)
     terms = doc["phases"]["generate"]["terms_s"]
@@ -184,6 +185,6 @@ def test_a_v0_runtime_is_priced_as_its_v1_twin_but_not_its_host_work():
     assert cost.gen_params("decode", "vllm_v0_eager") == cost.ops["decode:vllm_eager"]
     assert cost.has_gen_runtime("vllm_v0") and cost.gen_scalar("vllm_v0", "handoff_s") == cost.gen_scalar("vllm", "handoff_s")
     assert not cost.engine_host("vllm_v0_eager").any and cost.engine_host("vllm_eager").step_s == H0
-    twin = decode_sum(CostModel(H100, load_profile("default")).decode_coeffs(M, "bfloat16", 32, 3200.0, 1,
+    twin = decode_sum(CostModel(H100, load_profile(str(BASE))).decode_coeffs(M, "bfloat16", 32, 3200.0, 1,
                                                                               runtime="vllm_eager"), 1)
     assert decode_sum(cost.decode_coeffs(M, "bfloat16", 32, 3200.0, 1, runtime="vllm_v0_eager"), 1) == twin
