@@ -16,16 +16,17 @@ import click
 from rlhfsim.errors import RlhfsimError
 
 FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps", "lengths", "weighting",
-                   "prior")
+                   "prior", "strict")
 SHARED = ("gpu_name", "out", "name", "fmt")   # the measuring command's options --from-run reads too
 
 
 def _extra() -> list[click.Option]:
     return [
         click.Option(["--from-run", "from_run"], nargs=2, multiple=True, metavar="LAUNCH LOG",
-                     type=click.Path(dir_okay=False, path_type=Path),
+                     type=click.Path(path_type=Path),      # a LOG may be a directory of TensorBoard event files
                      help="Fit a profile overlay to a run you already have: its verl launch (script or config) and its "
-                          "log (console or metrics JSONL, .gz allowed); repeatable (runs fitted together). Measures "
+                          "log (verl console, metrics JSONL, TensorBoard events or a wandb CSV, .gz allowed; bad "
+                          "records skipped and listed); repeatable (runs fitted together). Measures "
                           "nothing; needs --gpu (the run's GPU). See docs/from-run.md."),
         click.Option(["--base"], default="default", show_default=True, metavar="PROFILE",
                      help="--from-run: the profile the overlay extends (a name or a path)."),
@@ -36,6 +37,9 @@ def _extra() -> list[click.Option]:
                      help="--from-run: leading steps skipped as warm-up."),
         click.Option(["--min-steps"], type=click.IntRange(min=1), default=3, show_default=True,
                      help="--from-run: fewer steady steps than this is an error."),
+        click.Option(["--strict"], is_flag=True, default=False,
+                     help="--from-run: refuse a log with any bad record (a truncated line, a NaN or negative time, a "
+                          "duplicate step, ...) instead of skipping and listing it."),
         click.Option(["--lengths"], type=click.Choice(["logged", "mean"]), default="logged", show_default=True,
                      help="--from-run: response lengths from the log's mean, longest and clipped responses (logged), "
                           "or from its mean alone with the importer's assumed shape (mean)."),
@@ -125,7 +129,8 @@ def from_run_command(mine: dict, kw: dict) -> None:
         raise RlhfsimError("calibrate --from-run: expected --gpu NAME (the run's GPU, from `rlhfsim gpus`), got none")
     specs = [RunSpec(id=run_id(Path(log)), launch=Path(launch), log=Path(log), gpu=gpu,
                      sets=tuple(mine["run_sets"]), verl_version=mine["verl_version"], warmup=mine["warmup"],
-                     min_steps=mine["min_steps"], lengths=mine["lengths"]) for launch, log in mine["from_run"]]
+                     min_steps=mine["min_steps"], lengths=mine["lengths"], strict=mine["strict"])
+             for launch, log in mine["from_run"]]
     name = kw.get("name") or f"fromrun-{specs[0].id}"
     out = Path(kw["out"]) if kw.get("out") else user_profile_dir() / f"{name}.json"
     command = " ".join(["rlhfsim", *map(shlex.quote, sys.argv[1:])])
@@ -164,6 +169,8 @@ def print_fit(fr: dict, path: str) -> None:
              + (" ..." if len(r["skipped_steps"]) > 6 else ""))
         for note in r.get("spans", []):
             echo(f"  note: {note}")
+        for notice in r["log_read"]["notices"]:
+            echo(f"  log: {notice}")
 
         def sec(v):
             return f"{v:9.3f} s" if v is not None else f"{'-':>9}  "

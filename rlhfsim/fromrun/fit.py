@@ -56,6 +56,7 @@ from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_PROMPT_LENGTH_KEY, VERL_RESP
 from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.fromrun import terms as T
+from rlhfsim.fromrun.agree import check_agreement
 from rlhfsim.fromrun.lengths import logged_shape
 from rlhfsim.fromrun.logs import DEFAULT_MIN_STEPS, DEFAULT_WARMUP, Steady, read_log, steady_steps
 
@@ -94,6 +95,7 @@ class RunSpec:
     warmup: int = DEFAULT_WARMUP
     min_steps: int = DEFAULT_MIN_STEPS
     lengths: str = "logged"    # "logged": the log's mean, max and clip ratio (fromrun.lengths); "mean": the mean only
+    strict: bool = False       # a log with any bad record is an error (else skipped and listed: fromrun.logs)
 
 
 @dataclass
@@ -151,7 +153,8 @@ def priced(profile: dict, gpu) -> dict:
 
 def prepare(spec: RunSpec) -> Run:
     """Read a run's log and import its launch with the log's own mean lengths."""
-    return prepare_steady(spec, steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps))
+    return prepare_steady(spec, steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps,
+                                             spec.strict))
 
 
 def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
@@ -170,6 +173,7 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
                          steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
     res = import_verl(text, opts, spec.launch.name)
     sc = load_scenario(res.scenario, base_dir=spec.launch.parent)
+    check_agreement(steady, sc, "verl", spec.launch.name)   # one run: algorithm, roles and caps as logged
     if spec.lengths not in LENGTHS:
         raise FitError(f"lengths: expected one of {', '.join(LENGTHS)}, got {spec.lengths!r}")
     shape = logged_shape(steady, sc.workload.max_response_tokens, sc.workload.prompts_per_step * sc.algorithm.group_size) \
@@ -423,6 +427,7 @@ def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
         "sets": list(run.spec.sets), "verl_version": run.spec.verl_version, "lengths": run.lengths,
         "steady_steps": [s.step for s in run.steady.kept], "steady_lines": run.steady.lines(),
         "skipped_steps": {str(k): v for k, v in run.steady.skipped.items()},
+        "log_read": run.steady.record(),      # format, bad records skipped with their reasons, notes, notices
         "weight_sync_in_gen": run.fold_weights, "reward_in_adv": run.reward_in_adv,
         "spans": [REWARD_IN_ADV] if run.reward_in_adv else [],
         "measured_s": {k: round(run.measured[k], 4) for k in keys},

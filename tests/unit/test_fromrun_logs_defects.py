@@ -193,3 +193,49 @@ def test_responses_longer_than_the_launchs_cap_are_refused_with_the_line():
     check_agreement(st, scenario("playverl-h100-qwen2-7b-ppo-recommended.sh"))
     with pytest.raises(RlhfsimError, match="data.max_prompt_length: .*caps prompts at 64 tokens"):
         check_agreement(st, scenario("playverl-h100-qwen2-7b-ppo-recommended.sh", ["data.max_prompt_length=64"]))
+
+
+def test_calibrate_from_run_refuses_a_disagreeing_launch_and_a_bad_line_under_strict(tmp_path):
+    from click.testing import CliRunner
+
+    from rlhfsim.cli import main
+
+    def calibrate(launch: str, log: Path, *extra: str):
+        return CliRunner().invoke(main, ["calibrate", "--from-run", str(FIELD / launch), str(log), "--gpu", "h100-sxm",
+                                         "-o", str(tmp_path / "o.json"), *extra])
+
+    r = calibrate("playverl-h100-qwen2.5-0.5b-ppo.sh", F8)
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
+    assert r.exit_code == 2 and "Traceback" not in r.output and len(errors) == 2, r.output
+    assert errors[0].startswith("error: actor_rollout_ref.actor.use_kl_loss / algorithm.use_kl_in_reward: the launch")
+    assert errors[1].startswith("error: data.max_response_length: the launch (playverl-h100-qwen2.5-0.5b-ppo.sh) "
+                                "caps responses at 256 tokens")
+    lines = lines_of(F6)
+    i = index_of(lines, 23)
+    lines[i] = lines[i][:400]
+    cut = write(tmp_path, lines, "f6-cut.log")
+    r = calibrate("playverl-h100-qwen2.5-0.5b-ppo.sh", cut, "--strict")
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert f"error: f6-cut.log line {i + 1}: truncated line" in r.output and "--strict" in r.output
+
+
+def test_the_fits_run_record_and_printout_carry_the_skipped_lines(tmp_path):
+    from rlhfsim.fromrun.cli import print_fit
+    from rlhfsim.fromrun.fit import RunSpec, _run_record, prepare
+
+    lines = lines_of(F6)
+    i = index_of(lines, 23)
+    lines[i] = re.sub(r"timing_s/gen:[0-9.]+", "timing_s/gen:-8.100", lines[i])
+    log = write(tmp_path, lines, "f6-neg.log")
+    run = prepare(RunSpec("F6", FIELD / "playverl-h100-qwen2.5-0.5b-ppo.sh", log, "h100-sxm"))
+    assert 23 not in [s.step for s in run.steady.kept] and run.steady.skipped[23] == "negative timing_s/gen (-8.1)"
+    assert run.measured["timing_s/gen"] > 0
+    rec = _run_record(run, {}, {})
+    assert rec["log_read"]["bad_lines"] == [{"source": "f6-neg.log", "line": i + 1, "step": 23,
+                                             "reason": "negative timing_s/gen (-8.1)", "excerpt": ""}]
+    fr = {"terms": [], "warnings": [], "unidentified": [], "runs": [rec]}
+    from click.testing import CliRunner
+    import click
+
+    out = CliRunner().invoke(click.Command("p", callback=lambda: print_fit(fr, "o.json"))).output
+    assert f"  log: f6-neg.log line {i + 1}: skipped, negative timing_s/gen (-8.1)" in out
