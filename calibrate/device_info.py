@@ -145,7 +145,8 @@ def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
     """Does the local device look like catalog entry ``spec``? The family (a100, h100, h200, l40s) must
     appear in the device name as a word of its own (``l4`` is not found in "L40S", nor ``h20`` in
     "H200"); a memory size in the entry's name (a100-40gb) must match within 25% (where the memory is known); an SXM entry rejects
-    a PCIe part and a PCIe entry an SXM one."""
+    a PCIe part and a PCIe entry an SXM one; any other part of the entry's name (the 4090 of rtx-4090) must be a word of
+    the device name too."""
     family, *rest = spec.name.split("-")
     name = _norm(device_name)
     words = re.findall(r"[a-z0-9]+", device_name.lower())
@@ -159,6 +160,8 @@ def matches(spec: GpuSpec, device_name: str, memory_bytes: float) -> bool:
             return False
         if part == "sxm" and "pcie" in name:
             return False
+        if not re.fullmatch(r"\d+gb|pcie|sxm", part) and part not in words:
+            return False  # a model number (rtx-4090): an RTX 3090 is not a 4090
     return True
 
 

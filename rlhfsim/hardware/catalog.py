@@ -27,6 +27,10 @@ Sources (dense tensor-core peaks, i.e. half of the "with sparsity" figures):
 - A40: NVIDIA A40 datasheet (nvidia.com/en-us/data-center/a40/): BF16/FP16 tensor 299.4 TFLOPS sparse (149.7
   dense), FP32 37.4 TFLOPS, 48GB GDDR6 at 696 GB/s, PCIe Gen4 x16; its NVLink bridge (112.5 GB/s both directions)
   joins pairs of cards only, so a node of eight talks over PCIe (the L40S's figures).
+- RTX 4090 (GeForce, Ada Lovelace AD102): NVIDIA Ada Lovelace GPU architecture whitepaper, appendix table of the
+  GeForce RTX 4090: BF16/FP16 tensor with FP32 accumulate 165.2 TFLOPS dense (330.4 sparse; the 330.3 dense "FP16
+  accumulate" figure is not what a bf16 GEMM runs at), FP32 82.6 TFLOPS, 24GB GDDR6X at 1008 GB/s, PCIe Gen4 x16,
+  no NVLink. Price a rough 0.40 $/GPU-hour (rented consumer cards).
 - GH200 Grace Hopper: NVIDIA GH200 datasheet, the 96GB HBM3 part: H100's tensor cores, 4 TB/s HBM3,
   NVLink 900 GB/s and NVLink-C2C 900 GB/s to Grace memory (both directions together); inter-node one
   200 Gb/s NIC per GPU. No public per-GPU-hour price: h100-sxm's is used.
@@ -106,6 +110,7 @@ GPUS: dict[str, GpuSpec] = {
         _gpu("a40", 149.7, 37.4, 696, 48 * GiB, 32, 12.5, 0.70, 32),
         _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32),
         _gpu("a10g", 125, 31.2, 600, 24 * GiB, 32, 12.5, 1.00, 32),
+        _gpu("rtx-4090", 165.2, 82.6, 1008, 24 * GiB, 32, 12.5, 0.40, 32),
         _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64),
         # Generic 2-core AVX2 CPU at ~3 GHz: 2 cores x 32 fp32 FLOP/cycle; bf16 has no native matmul
         # units there, so its peak is taken as fp32's. Its "host link" is a copy within host memory,
@@ -116,7 +121,8 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "h100-80gb": "h100-sxm", "h200-141gb": "h200",
-           "b200-180gb": "b200", "mi300x-192gb": "mi300x", "h20-96gb": "h20", "a10": "a10g"}
+           "b200-180gb": "b200", "mi300x-192gb": "mi300x", "h20-96gb": "h20", "a10": "a10g",
+           "4090": "rtx-4090", "rtx4090": "rtx-4090"}
 
 
 @dataclass(frozen=True)

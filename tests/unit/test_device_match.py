@@ -18,7 +18,14 @@ CASES = [
     ("NVIDIA H100 80GB HBM3", 80 * GiB, "h100-sxm"), ("NVIDIA B200", 180 * GiB, "b200"),
     ("NVIDIA A10G", 24 * GiB, "a10g"), ("AMD Instinct MI300X", 192 * GiB, "mi300x"),
     ("NVIDIA A100-SXM4-80GB", 80 * GiB, "a100-80gb"), ("NVIDIA A100-SXM4-40GB", 40 * GiB, "a100-40gb"),
+    ("NVIDIA GeForce RTX 4090", 24 * GiB, "rtx-4090"),
 ]
+
+
+def test_other_rtx_cards_match_no_entry():
+    for device in ("NVIDIA GeForce RTX 3090", "NVIDIA RTX A6000"):
+        hits = [name for name, spec in GPUS.items() if spec.kind == "cuda" and matches(spec, device, 24 * GiB)]
+        assert hits == [], device
 
 
 @pytest.mark.parametrize("device,memory,want", CASES)
