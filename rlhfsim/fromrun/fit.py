@@ -9,7 +9,9 @@ alone (``verl_spans``): releases that log no ``timing_s/update_weights`` time th
 ``timing_s/gen`` (the simulator's ``weight_sync`` is added to its ``generate``); releases up to v0.3.0.post1 (verl
 before commit 070ed6a, 2025-04-03) log no ``timing_s/reward`` and time the reward model and reward function inside
 ``timing_s/adv`` (the simulator's ``reward`` is added to its ``adv``). verl has no timer of its own for the
-re-tokenizing the simulator prices apart (``retokenize``): it sits inside the span that holds the reward.
+re-tokenizing the simulator prices apart (``retokenize``): it sits inside the span that holds the reward. Releases
+before verl PR #129 (2025-01-24, first in v0.2) computed the actor's old log-probs inside ``generate_sequences``
+and log no ``timing_s/old_log_prob``: there the simulator's ``old_log_prob`` is added to its ``generate``.
 
 Pricing. A run is priced as ``rlhfsim simulate`` prices it on its GPU: the profile through
 ``rlhfsim.costs.model.with_stack_rate`` (a datasheet-derived profile's efficiencies times the GPU stack's
@@ -73,6 +75,10 @@ GEN = VERL_PHASE_KEYS["generate"]
 REWARD = VERL_PHASE_KEYS["reward"]
 ADV = VERL_PHASE_KEYS["adv"]
 RETOKENIZE = VERL_PHASE_KEYS["retokenize"]
+OLD_LOG_PROB = VERL_PHASE_KEYS["old_log_prob"]
+OLD_LOG_PROB_IN_GEN = ("the log has timing_s/gen and no timing_s/old_log_prob: verl before PR #129 (2025-01-24, first in "
+                       "v0.2) computes the old log-probs inside generate_sequences, so the simulator's old_log_prob is "
+                       "added to its gen")
 REWARD_IN_ADV = ("the log has timing_s/adv and no timing_s/reward: verl up to v0.3.0.post1 times the reward model and "
                  "function inside adv (verl commit 070ed6a, 2025-04-03, gave them their own timer), so the simulator's "
                  "reward is added to its adv")
@@ -114,6 +120,7 @@ class Run:
     unmapped: list[str] = field(default_factory=list)
     reward_in_adv: bool = False        # the log's release times the reward inside timing_s/adv (module docstring)
     launch_text: str = ""              # as read (the overlay keeps it, so a what-if needs no copy of the file)
+    old_log_prob_in_gen: bool = False  # the log's release computes the old log-probs inside timing_s/gen
 
 
 def read_launch(path: Path) -> str:
@@ -131,10 +138,19 @@ def read_launch(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def verl_spans(phases: dict[str, float], weight_sync_in_gen: bool, reward_in_adv: bool) -> dict[str, float]:
+def is_config(path: Path) -> bool:
+    """A launch given as a verl YAML config (by its suffix, as ``rlhfsim import verl`` tells them apart)."""
+    return path.suffix in (".yaml", ".yml")
+
+
+def verl_spans(phases: dict[str, float], weight_sync_in_gen: bool, reward_in_adv: bool,
+               old_log_prob_in_gen: bool = False) -> dict[str, float]:
     """The simulator's phases (verl names) as a verl release timed them (module docstring): the weight sync inside
-    ``timing_s/gen`` where it has no timer of its own, the reward inside ``timing_s/adv`` where it has none."""
+    ``timing_s/gen`` where it has no timer of its own, the reward inside ``timing_s/adv`` where it has none, the old
+    log-probs inside ``timing_s/gen`` where they have none."""
     out = dict(phases)
+    if old_log_prob_in_gen and OLD_LOG_PROB in out:
+        out[GEN] = out.get(GEN, 0.0) + out.pop(OLD_LOG_PROB)
     if RETOKENIZE in out:
         holder = ADV if reward_in_adv else REWARD
         out[holder] = out.get(holder, 0.0) + out.pop(RETOKENIZE)
@@ -171,7 +187,7 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
     text = read_launch(spec.launch)
     opts = ImportOptions(gpu=spec.gpu, mean_response_len=lengths["response"], mean_prompt_len=lengths["prompt"],
                          steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
-    res = import_verl(text, opts, spec.launch.name)
+    res = import_verl(text, opts, spec.launch.name, is_yaml=is_config(spec.launch))
     sc = load_scenario(res.scenario, base_dir=spec.launch.parent)
     check_agreement(steady, sc, "verl", spec.launch.name)   # one run: algorithm, roles and caps as logged
     if spec.lengths not in LENGTHS:
@@ -186,7 +202,8 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
     return Run(spec, steady, samples, {k: float(v.mean()) for k, v in samples.items()}, sc, get_gpu(spec.gpu),
                sc.generation.resolved_runtime, UPDATE_WEIGHTS not in samples, lengths,
                [f"{s.key}={s.value}" for s in res.by_status("unmapped")],
-               reward_in_adv=ADV in samples and REWARD not in samples, launch_text=text)
+               reward_in_adv=ADV in samples and REWARD not in samples, launch_text=text,
+               old_log_prob_in_gen=GEN in samples and OLD_LOG_PROB not in samples)
 
 
 def predict(run: Run, profile: dict) -> dict[str, float]:
@@ -196,7 +213,7 @@ def predict(run: Run, profile: dict) -> dict[str, float]:
 
     summary = simulate(run.scenario, cost=CostModel(run.gpu, priced(profile, run.gpu)), max_work=None).summary
     out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}, run.fold_weights,
-                     run.reward_in_adv)
+                     run.reward_in_adv, run.old_log_prob_in_gen)
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
     return out
 
@@ -429,7 +446,8 @@ def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
         "skipped_steps": {str(k): v for k, v in run.steady.skipped.items()},
         "log_read": run.steady.record(),      # format, bad records skipped with their reasons, notes, notices
         "weight_sync_in_gen": run.fold_weights, "reward_in_adv": run.reward_in_adv,
-        "spans": [REWARD_IN_ADV] if run.reward_in_adv else [],
+        "old_log_prob_in_gen": run.old_log_prob_in_gen,
+        "spans": [REWARD_IN_ADV] * run.reward_in_adv + [OLD_LOG_PROB_IN_GEN] * run.old_log_prob_in_gen,
         "measured_s": {k: round(run.measured[k], 4) for k in keys},
         "base_s": {k: round(base_pred[k], 4) for k in keys if k in base_pred},
         "fitted_s": {k: round(pred[k], 4) for k in keys},
