@@ -173,6 +173,7 @@ def _launch_text(rec: dict, overlay_path: Path) -> tuple[str, Path]:
 
 def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
     """The run as fitted (``change`` empty) or with ``change`` (module docstring), as a scenario."""
+    from rlhfsim.fromrun.fit import is_config
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.importers import ImportOptions, import_verl
     from rlhfsim.scenario.loader import load_scenario
@@ -185,7 +186,7 @@ def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
                          mean_prompt_len=prompt if prompt is not None else lengths["prompt"], steps=4, name=rec["id"],
                          sets=tuple(rec["sets"]) + change.launch, verl_version=rec["verl_version"])
     try:
-        res = import_verl(text, opts, Path(rec["launch"]).name)
+        res = import_verl(text, opts, Path(rec["launch"]).name, is_yaml=is_config(Path(rec["launch"])))
     except RlhfsimError as e:
         raise WhatIfError(f"run {rec['id']}: {e}") from None
     scen = list(change.scenario)
@@ -267,7 +268,7 @@ def _reimport_mean(res, text, opts, base_dir, scen, mean):
     from rlhfsim.importers import import_verl
     from rlhfsim.scenario.loader import load_scenario
 
-    res = import_verl(text, replace(opts, mean_response_len=mean), "launch")
+    res = import_verl(text, replace(opts, mean_response_len=mean), "launch", is_yaml=res.source.endswith((".yaml", ".yml")))
     return load_scenario(res.scenario, base_dir=base_dir, overrides=scen)
 
 
@@ -329,7 +330,7 @@ def _spans(summary: dict, rec: dict) -> dict[str, float]:
     from rlhfsim.fromrun.fit import verl_spans
 
     out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()},
-                     rec["weight_sync_in_gen"], rec.get("reward_in_adv", False))
+                     rec["weight_sync_in_gen"], rec.get("reward_in_adv", False), rec.get("old_log_prob_in_gen", False))
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
     return out
 

@@ -61,6 +61,30 @@ def test_the_fit_prices_a_run_as_simulate_does_on_a_gpu_of_another_stack(tmp_pat
     assert over["step"]["adv_per_token_s"] == 2e-7
 
 
+def test_a_verl_01_run_is_compared_in_the_spans_its_release_timed():
+    """verl 0.1 (eric-haibin-lin/verl-data, PPO Qwen2.5-0.5B; launch: the config the run printed) times the reward
+    inside ``adv`` and the old log-probs inside ``gen``: the fit compares the simulator's reward + adv with the
+    logged adv, and its old_log_prob + generate with the logged gen (not a reward and an old_log_prob the log
+    never had). The GPU is not named in the log; h100-sxm only prices it."""
+    from rlhfsim.contracts import VERL_PHASE_KEYS
+    from rlhfsim.costs.model import CostModel as CM
+    from rlhfsim.sim.run import simulate
+
+    launch = ROOT / "tests" / "fixtures" / "fromrun" / "verl-data-qwen2.5-0.5b-ppo-v0.1.yaml"
+    log = ROOT / "tests" / "data" / "logs" / "verl-data-qwen2.5-0.5b-ppo-v0.1.log.gz"
+    run = prepare(RunSpec("v01", launch, log, "h100-sxm", ("algorithm.use_kl_in_reward=True",), "0.1"))
+    assert run.reward_in_adv and run.old_log_prob_in_gen
+    assert "timing_s/reward" not in run.measured and "timing_s/old_log_prob" not in run.measured
+    base = load_profile("default")
+    pred = predict(run, base)
+    raw = simulate(run.scenario, cost=CM(run.gpu, base), max_work=None).summary["phases_s"]
+    assert raw["reward"] > 0 and raw["old_log_prob"] > 0
+    assert pred["timing_s/adv"] == pytest.approx(raw["adv"] + raw["reward"], rel=1e-9)
+    gen = raw["generate"] + raw["old_log_prob"] + (raw.get("weight_sync", 0.0) if run.fold_weights else 0.0)
+    assert pred["timing_s/gen"] == pytest.approx(gen, rel=1e-9)
+    assert VERL_PHASE_KEYS["reward"] not in pred and VERL_PHASE_KEYS["old_log_prob"] not in pred
+
+
 def test_the_reward_is_compared_inside_adv_where_the_release_timed_it_there():
     phases = {"timing_s/gen": 5.0, "timing_s/reward": 0.3, "timing_s/retokenize": 0.1, "timing_s/adv": 0.01,
               "timing_s/update_weights": 0.2}
