@@ -1,7 +1,7 @@
 """Measured against predicted for the public runs in runs.yaml (docs/accuracy.md, "GPU: public runs").
 
-Each launch is imported with `rlhfsim import verl` (the GPU, the logged mean lengths and the verl release the run
-used passed as options, and a run's `set` list, when it has one, as `--set`: settings its launch file's header
+Each launch is imported with `rlhfsim import verl` (the GPU, the logged mean lengths, the logged longest response and
+clip ratio where the log gives them, and the verl release the run used passed as options, and a run's `set` list, when it has one, as `--set`: settings its launch file's header
 explains; nothing else), simulated with the bundled profile, and its steady-state mean step time set beside the
 measured one:
 error_pct = 100 x (predicted - measured) / measured, per run and per logged phase. Every run sits in the dev or the
@@ -51,7 +51,9 @@ def predict(run: dict, gpu: str, execution: bool = True, profile: str | None = N
     opts = ImportOptions(gpu=gpu, mean_response_len=run.get("mean_response_len"),
                          mean_prompt_len=run.get("mean_prompt_len"), steps=4, name=run["id"], execution=execution,
                          verl_version=run.get("verl_version"), sets=tuple(run.get("set", ())),
-                         gpus_per_node=run.get("gpus_per_node"))  # OpenRLHF only (its launch sizes groups)
+                         gpus_per_node=run.get("gpus_per_node"),  # OpenRLHF only (its launch sizes groups)
+                         # the logged length tail (rlhfsim.workload.shape), where the run's log gives it
+                         max_response_len_logged=run.get("max_response_len_logged"), clip_ratio=run.get("clip_ratio"))
     framework = run.get("framework", "verl")  # an OpenRLHF launch says `framework: openrlhf`
     if framework not in IMPORTERS:
         sys.exit(f"runs.yaml: {run['id']}.framework: expected one of {sorted(IMPORTERS)}, got {framework!r}")
