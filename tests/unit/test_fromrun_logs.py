@@ -168,7 +168,7 @@ def test_wandb_csv_history_and_panel_exports(tmp_path):
 
 
 def openrlhf_line(step: int, status: dict) -> str:
-    # OpenRLHF >= 0.10 (ppo_trainer.py): logger.info(f"✨ Global step {global_step}: {log_status}"), a dict's repr
+    # OpenRLHF >= 0.9.6 (ppo_trainer.py): logger.info(f"✨ Global step {global_step}: {log_status}"), a dict's repr
     return f"(PPOTrainer pid=77) INFO 03-20 10:00:{step:02d} ppo_trainer.py:547] ✨ Global step {step}: {status!r}"
 
 
@@ -191,6 +191,15 @@ def test_openrlhf_console_lines_with_timers_and_evaluation(tmp_path):
     assert [s.step for s in st.kept] == [2, 3, 4, 5, 6] and [s.step for s in st.validation_only] == [3]
     assert st.mean("timing_s/step") == pytest.approx(24 + 6.5 + 11.25 + 0.5) and st.mean("response_length/mean") == pytest.approx(304.0)
     assert st.mean("response_length/clip_ratio") == pytest.approx(0.02)
+    # 0.8.5-0.9.5: no timers on the step line; 'Experience making completed in H:MM:SS' before it
+    old = tmp_path / "old.log"
+    old.write_text("\n".join(f"INFO experience_maker.py:610] ✨ Experience making completed in 0:01:0{s}\n"
+                             + openrlhf_line(s, {"policy_loss": 0.1, "response_length": 200.0 + s})
+                             for s in range(1, 5)) + "\n")
+    log = read_log(old)
+    assert [s.metrics["timing/make_experience"] for s in log.steps] == [61.0, 62.0, 63.0, 64.0]
+    assert [s.metrics["response_length/mean"] for s in log.steps] == [201.0, 202.0, 203.0, 204.0]
+    assert any("whole seconds" in n for n in log.notes) and "timing_s/step" not in log.steps[0].metrics
     cut = tmp_path / "cut.log"
     cut.write_text("\n".join(lines[:3] + [lines[4][:120]] + lines[5:]) + "\n")
     assert [b.reason for b in read_log(cut).bad] == ["truncated line (the dict does not close)"]

@@ -2,10 +2,12 @@
 
 What OpenRLHF prints per step (``openrlhf/trainer/ppo_trainer.py``, ``PPOTrainer.fit``), by release:
 
-* 0.8.5 to 0.9.x: ``logger.info(f"✨ Global step {steps}: {status}")``: the Python ``repr`` of the step's status
+* 0.8.5 to 0.9.5: ``logger.info(f"✨ Global step {steps}: {status}")``: the Python ``repr`` of the step's status
   dict (losses, ``reward``, ``response_length``, ``total_length``, ``kl``, ``actor_lr``, ...), no timers. Behind
-  OpenRLHF's log prefix ``INFO 06-16 10:00:00 ppo_trainer.py:525]`` and Ray's ``(PPOTrainer pid=...)``.
-* 0.10 on (March 2026): the same line with per-phase timers in seconds: ``timing/generation`` (vLLM rollouts),
+  OpenRLHF's log prefix ``INFO 06-16 10:00:00 ppo_trainer.py:525]`` and Ray's ``(PPOTrainer pid=...)``. Before it,
+  each step prints ``✨ Experience making completed in H:MM:SS`` (0.7.0 on): read as that step's
+  ``timing/make_experience`` in whole seconds where the step line has none (a note says so).
+* 0.9.6 on (commit 4908e6ee, 2026-03-19): the same line with per-phase timers in seconds: ``timing/generation`` (vLLM rollouts),
   ``timing/make_experience`` (reward, reference, critic values and the actor's log-probs, and the advantages),
   ``timing/ppo_train`` (actor and critic training), ``timing/broadcast`` (weights to vLLM) and
   ``timing/step_total`` (their sum), with rollout statistics (``rollout/response_length_mean``,
@@ -30,6 +32,7 @@ from rlhfsim.fromrun.logformats.base import ANSI, BINARY, BadLine, LogRead, Step
 
 FORMAT = "OpenRLHF console"
 GLOBAL_STEP = re.compile(r"Global step (\d+): (\{.*)$")
+EXPERIENCE = re.compile(r"Experience making completed in (\d+):(\d\d):(\d\d)")
 EVALUATION = re.compile(r"Evaluation completed in [^,]*, global_step (\d+), eval_metrics: (\{.*)$")
 MARKER = re.compile(r"Global step \d+: \{")
 
@@ -92,8 +95,15 @@ def split_dict(body: str) -> tuple[list[tuple[str, str]], str | None]:
 def read(text: str, source: str) -> LogRead:
     """Every ``Global step`` and evaluation line of an OpenRLHF console log (module docstring)."""
     out = LogRead(source, FORMAT, framework="openrlhf")
+    made: float | None = None        # the last "Experience making completed in H:MM:SS", seconds
+    whole_seconds = False
     for i, raw in enumerate(text.split("\n"), 1):
-        if "global_step" not in raw.lower() and "Global step" not in raw:
+        exp = EXPERIENCE.search(raw) if "Experience making" in raw else None
+        if exp:
+            made = int(exp.group(1)) * 3600 + int(exp.group(2)) * 60 + int(exp.group(3))
+            continue
+        low = raw.lower()
+        if "global step" not in low and "global_step" not in low:
             continue
         line = ANSI.sub("", raw).rstrip("\r ")
         m = GLOBAL_STEP.search(line)
@@ -122,5 +132,13 @@ def read(text: str, source: str) -> LogRead:
         if why:
             out.bad.append(BadLine(i, why, excerpt(line), step))
             continue
+        if kind == "train" and made is not None and "timing/make_experience" not in metrics:
+            metrics["timing/make_experience"] = float(made)
+            whole_seconds = True
+        if kind == "train":
+            made = None
         out.steps.append(StepLine(step, i, metrics, kind, source))
+    if whole_seconds:
+        out.notes.append(f"{source}: timing/make_experience from 'Experience making completed in H:MM:SS' lines "
+                         f"(whole seconds; OpenRLHF before 0.9.6 has no timer on the step line)")
     return out
