@@ -20,6 +20,9 @@ from rlhfsim.errors import RlhfsimError
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes / Ray CPUs (default: CPU count).")
 @click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
               help="Override a base-scenario field (repeatable), added to the plan's `set:`, e.g. --set workload.prompts_per_step=56.")
+@click.option("--profile", metavar="NAME|PATH",
+              help="Calibration profile for every configuration, in place of the plan's `profile:` (a name, or a JSON "
+                   "path from here), e.g. the overlay `rlhfsim calibrate --from-run` wrote.")
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Plan directory for results.csv and plan.json (default: runs/plan-<name>).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -27,7 +30,7 @@ from rlhfsim.errors import RlhfsimError
 @click.option("--uncertainty/--no-uncertainty", default=True, show_default=True,
               help="Each configuration on a GPU carries the 90% interval of its step (the model's own error, "
                    "analytic: docs/accuracy.md); results.csv's step_time_lo_s, step_time_hi_s.")
-def plan_command(plan_file, backend, address, workers, sets, out, fmt, resume, uncertainty):
+def plan_command(plan_file, backend, address, workers, sets, profile, out, fmt, resume, uncertainty):
     """Sweep a base scenario over the axes of PLAN.yaml: every configuration's step time, phases,
     utilization and cost (or why it cannot run), the Pareto front of step time against cost and the best
     configuration for the plan's objective."""
@@ -40,7 +43,7 @@ def plan_command(plan_file, backend, address, workers, sets, out, fmt, resume, u
     err = Console(stderr=True)
     from rlhfsim.scenario.loader import parse_set
 
-    plan = load_plan(plan_file, overrides=[parse_set(s) for s in sets])
+    plan = load_plan(plan_file, overrides=[parse_set(s) for s in sets], profile=profile)
     with _Progress(err, plan.name) as bar:
         try:
             outcome = run_plan(plan, backend=backend, workers=workers, address=address, out=out, resume=resume,

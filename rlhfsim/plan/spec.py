@@ -262,12 +262,17 @@ def _heatmap(pf: PlanFile, axes: dict) -> Optional[dict]:
     return {"x": pf.heatmap.x, "y": pf.heatmap.y}
 
 
-def load_plan(source: Union[str, Path], overrides: Optional[list[tuple[str, Any]]] = None) -> Plan:
+def load_plan(source: Union[str, Path], overrides: Optional[list[tuple[str, Any]]] = None,
+              profile: Optional[str] = None) -> Plan:
     """Read a plan YAML, check it and expand it into configurations (nothing is simulated).
-    ``overrides``: (dotted path, value) pairs added to the plan's ``set:`` (``rlhfsim plan --set``)."""
+    ``overrides``: (dotted path, value) pairs added to the plan's ``set:`` (``rlhfsim plan --set``);
+    ``profile``: a profile name or JSON path (relative to the working directory) in place of the plan's
+    ``profile:`` (``rlhfsim plan --profile``)."""
     path = Path(source)
     plan_dir = path.resolve().parent
     doc = read_yaml(path, "plan")
+    if profile is not None:
+        doc["profile"] = str(Path(profile).resolve()) if profile.endswith(".json") else profile
     if overrides:
         if not isinstance(doc.get("set", {}), dict):
             raise ScenarioError("set", f"expected a mapping of dotted paths to values, got {doc['set']!r}")
