@@ -274,20 +274,26 @@ def explain(scenario, steps, profile, sets, fmt):
 @click.option("--draws", type=click.IntRange(min=0), default=32, show_default=True,
               help="Draws of the fitted terms for the 90% interval (each one simulation; 0: no interval).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the draws.")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write each what-if as a scenario, DIR/RUN.yaml (the fitted lengths' shape in it): a base for "
+                   "`rlhfsim plan --profile OVERLAY` or `rlhfsim simulate --profile OVERLAY`.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def whatif(overlay, sets, mean_response_len, mean_prompt_len, run_id, draws, seed, fmt):
+def whatif(overlay, sets, mean_response_len, mean_prompt_len, run_id, draws, seed, out, fmt):
     """A run fitted by `calibrate --from-run` with something changed, under the same fitted terms: measured |
     fitted | what-if per phase and for the step, with a 90% interval from the fit (docs/from-run.md)."""
     from dataclasses import replace
 
-    from rlhfsim.fromrun.whatif import render, split_sets, whatif as run_whatif
+    from rlhfsim.fromrun.whatif import render, split_sets, whatif as run_whatif, write_scenarios
 
     change = replace(split_sets(sets), mean_response=mean_response_len, mean_prompt=mean_prompt_len)
     doc = run_whatif(overlay, change, run_id=run_id, draws=draws, seed=seed)
+    written = write_scenarios(doc, out) if out else []
     if fmt == "json":
-        click.echo(to_json(doc))
+        click.echo(to_json({**doc, "written": written} if out else doc))
     else:
         click.echo("\n".join(render(doc)))
+        for w in written:
+            click.echo(f"wrote {w}")
 
 
 def _missing(name: str, err: ImportError) -> click.Command:

@@ -30,8 +30,10 @@ def _extra() -> list[click.Option]:
                           "nothing; needs --gpu (the run's GPU). See docs/from-run.md."),
         click.Option(["--base"], default="default", show_default=True, metavar="PROFILE",
                      help="--from-run: the profile the overlay extends (a name or a path)."),
-        click.Option(["--set", "run_sets"], multiple=True, metavar="KEY=VALUE",
-                     help="--from-run: a launch setting applied after the launch's own (as `rlhfsim import verl --set`)."),
+        click.Option(["--set", "run_sets"], multiple=True, metavar="[RUN:]KEY=VALUE",
+                     help="--from-run: a launch setting applied after the launch's own (as `rlhfsim import verl --set`); "
+                          "to every run, or with RUN: to one (its place among the --from-run pairs, 1, 2, ..., or its "
+                          "name, the log's file name less .log/.gz), e.g. --set 2:critic.model.use_remove_padding=False."),
         click.Option(["--verl-version"], metavar="X.Y", help="--from-run: the verl release the run used."),
         click.Option(["--warmup"], type=click.IntRange(min=0), default=1, show_default=True,
                      help="--from-run: leading steps skipped as warm-up."),
@@ -127,10 +129,12 @@ def from_run_command(mine: dict, kw: dict) -> None:
     gpu = kw.get("gpu_name")
     if not gpu:
         raise RlhfsimError("calibrate --from-run: expected --gpu NAME (the run's GPU, from `rlhfsim gpus`), got none")
-    specs = [RunSpec(id=run_id(Path(log)), launch=Path(launch), log=Path(log), gpu=gpu,
-                     sets=tuple(mine["run_sets"]), verl_version=mine["verl_version"], warmup=mine["warmup"],
+    ids = unique_ids([run_id(Path(log)) for _, log in mine["from_run"]])
+    sets = sets_by_run(mine["run_sets"], ids)
+    specs = [RunSpec(id=ids[i], launch=Path(launch), log=Path(log), gpu=gpu,
+                     sets=sets[i], verl_version=mine["verl_version"], warmup=mine["warmup"],
                      min_steps=mine["min_steps"], lengths=mine["lengths"], strict=mine["strict"])
-             for launch, log in mine["from_run"]]
+             for i, (launch, log) in enumerate(mine["from_run"])]
     name = kw.get("name") or f"fromrun-{specs[0].id}"
     out = Path(kw["out"]) if kw.get("out") else user_profile_dir() / f"{name}.json"
     command = " ".join(["rlhfsim", *map(shlex.quote, sys.argv[1:])])
@@ -139,6 +143,31 @@ def from_run_command(mine: dict, kw: dict) -> None:
         click.echo(json.dumps({"path": res["path"], **res["doc"]["from_run"]}))
         return
     print_fit(res["doc"]["from_run"], res["path"])
+
+
+def unique_ids(ids: list[str]) -> list[str]:
+    """Run names, a repeated one numbered by its place (two logs named alike in different folders)."""
+    return [f"{x}#{i + 1}" if ids.count(x) > 1 else x for i, x in enumerate(ids)]
+
+
+def sets_by_run(items, ids: list[str]) -> list[tuple[str, ...]]:
+    """``--set [RUN:]KEY=VALUE`` per run: unscoped items go to every run, ``RUN:`` ones (a 1-based place or a run
+    name) to that run only, each run's in the order given."""
+    out: list[list[str]] = [[] for _ in ids]
+    for item in items:
+        key = item.partition("=")[0]
+        scope, colon, rest = key.partition(":")
+        if not colon:
+            for lst in out:
+                lst.append(item)
+            continue
+        value = item[len(key):]
+        target = int(scope) - 1 if scope.isdigit() else (ids.index(scope) if scope in ids else None)
+        if target is None or not 0 <= target < len(ids):
+            raise RlhfsimError(f"--set {item}: expected RUN: to be 1..{len(ids)} or one of {', '.join(ids)} (the "
+                               f"--from-run pairs in order), got {scope!r}")
+        out[target].append(rest + value)
+    return [tuple(x) for x in out]
 
 
 def run_id(log: Path) -> str:

@@ -396,6 +396,24 @@ def whatif(overlay: str, change: Change, run_id: str | None = None, draws: int =
             "runs": out}
 
 
+def write_scenarios(doc: dict, out: Path) -> list[str]:
+    """Each run's what-if scenario as ``out/RUN.yaml`` (``rlhfsim whatif -o``), headed by what it is."""
+    import yaml
+
+    from rlhfsim.files import write_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in doc["runs"]:
+        path = out / f"{r['run']}.yaml"
+        head = [f"# Run {r['run']} of {doc['overlay']}, rebuilt by `rlhfsim whatif` with: {r['change']}.",
+                *(f"# {n}" for n in r["notes"]),
+                f"# Price it with the same fitted terms: --profile {doc['overlay']}"]
+        write_atomic(path, "\n".join(head) + "\n" + yaml.safe_dump(r["scenario"], sort_keys=False))
+        written.append(str(path))
+    return written
+
+
 def render(doc: dict) -> list[str]:
     """The what-if as text lines."""
     def f(v):
