@@ -101,7 +101,8 @@ class Steady:
         if len(self.bad) > NOTICE_LINES:
             by: dict[str, int] = {}
             for b in self.bad[NOTICE_LINES:]:
-                by[b.reason.split(" (")[0].split(":")[0]] = by.get(b.reason.split(" (")[0].split(":")[0], 0) + 1
+                short = b.reason.split(" (")[0].split(":")[0]      # "truncated line", "NaN timing_s/gen", ...
+                by[short] = by.get(short, 0) + 1
             out.append(f"{self.source}: {len(self.bad) - NOTICE_LINES} more bad {self.unit}s skipped ("
                        + "; ".join(f"{n} {why}" for why, n in by.items()) + ")")
         out += self.notes
@@ -112,9 +113,10 @@ class Steady:
         return out
 
     def record(self) -> dict:
-        """The reader's findings for a fit's JSON and overlay."""
+        """The reader's findings for a fit's JSON and overlay (``line``: the record's line, or its event in a
+        TensorBoard file, as ``unit`` says)."""
         return {"format": self.format, "framework": self.framework,
-                "bad_lines": [{"source": b.source or self.source, self.unit: b.line, "step": b.step,
+                "bad_lines": [{"source": b.source or self.source, "line": b.line, "unit": self.unit, "step": b.step,
                                "reason": b.reason, "excerpt": b.excerpt} for b in self.bad],
                 "notes": list(self.notes), "replaced_steps": list(self.replaced),
                 "validation_only_steps": [s.step for s in self.validation_only], "notices": self.notices()}

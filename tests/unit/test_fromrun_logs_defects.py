@@ -231,7 +231,7 @@ def test_the_fits_run_record_and_printout_carry_the_skipped_lines(tmp_path):
     assert 23 not in [s.step for s in run.steady.kept] and run.steady.skipped[23] == "negative timing_s/gen (-8.1)"
     assert run.measured["timing_s/gen"] > 0
     rec = _run_record(run, {}, {})
-    assert rec["log_read"]["bad_lines"] == [{"source": "f6-neg.log", "line": i + 1, "step": 23,
+    assert rec["log_read"]["bad_lines"] == [{"source": "f6-neg.log", "line": i + 1, "unit": "line", "step": 23,
                                              "reason": "negative timing_s/gen (-8.1)", "excerpt": ""}]
     fr = {"terms": [], "warnings": [], "unidentified": [], "runs": [rec]}
     from click.testing import CliRunner
