@@ -221,6 +221,20 @@ class _Forward:
                                    self.tp * self.bw, ks.compute_eff(tokens, self.shard), ks.weight_memory_eff) + self.floor
         return with_overheads_s(kernel, self.p, w.layers), kernel
 
+    def marginal_s(self, n_tokens: float, n_seqs: float) -> float:
+        """The device time ``n_tokens`` new tokens of ``n_seqs`` rows (their last tokens' logits) add to a step that
+        streams the weights already (a prefill chunk inside a decode step, chunked prefill): the roofline of their
+        work less the weight bytes, without the operation's overheads or the layers' kernel floors (the step pays
+        those once)."""
+        w = self.shape.forward(n_tokens, n_seqs, 0.0, n_seqs, None)
+        rest = max(w.bytes - self.shape.weight_bytes, 0.0)
+        ks = self.ks
+        if ks is None:
+            return roofline_kernel_s(w.flops, rest, self.tp * self.peak, self.tp * self.bw, self.p.compute_eff,
+                                     self.p.memory_eff)
+        return roofline_kernel_s(w.flops, ks.weight_equivalent_bytes(rest, 0.0), self.tp * self.peak, self.tp * self.bw,
+                                 ks.compute_eff(n_tokens, self.shard), ks.weight_memory_eff)
+
     def _without_tail_bytes(self, w: fl.Work, logits_tokens) -> fl.Work:
         """``w`` less the bytes of the log-prob tail (``flops.TAIL_LOGIT_BYTES`` per logit): a measured tail is
         added after the roofline instead (the head's own write of its logits stays in it)."""
@@ -670,6 +684,47 @@ class CostModel:
         a = (m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits, gen_runtime, attn_pairs, sp,
              gen_logprobs, head_s_per_logit)
         return fw.split(*self.forward_parts(*a), *(self.cpu.forward_effects(self, *a) if self.cpu is not None else ()))
+
+    # -- an engine's prefill steps (the continuous engine's token budget; docs/cost-model.md "Generation runtimes") --
+    def prefill_step_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
+                           runtime: str | None = None, logprobs: bool = False) -> tuple[float, float]:
+        """(total_s, active_s) of one engine step that prefills ``n_tokens`` tokens of ``n_rows`` rows: the runtime's
+        prefill forward (``forward_parts``) and the engine's host work for the step's rows (``engine_host``: H(rows),
+        its hidden share a floor under the forward's device time)."""
+        total, active = self.forward_parts(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
+                                           gen_logprobs=logprobs)
+        return total + self._step_host(runtime, n_rows, active), active
+
+    def prefill_step_terms(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
+                           runtime: str | None = None, logprobs: bool = False) -> dict[str, float]:
+        """``prefill_step_parts``' total by cost term: the forward's terms and engine_host."""
+        t = self.forward_terms(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
+                               gen_logprobs=logprobs)
+        active = self.forward_parts(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
+                                    gen_logprobs=logprobs)[1]
+        host = self._step_host(runtime, n_rows, active)
+        return {**t, "engine_host": host} if host else t
+
+    def _step_host(self, runtime: str | None, rows: int, device_s: float) -> float:
+        """The engine's host work a step of ``rows`` rows adds beyond ``device_s`` of device time:
+        (1 - overlap) H(rows) + max(overlap H(rows) - device_s, 0) (``genruntimes.engine_host``; 0 without its keys)."""
+        eh = self.engine_host(runtime)
+        if not eh.any:
+            return 0.0
+        h = eh.step_s + eh.per_seq_s * rows
+        return (1.0 - eh.overlap) * h + max(eh.overlap * h - device_s, 0.0)
+
+    def chunk_in_step_s(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
+                        runtime: str | None = None, logprobs: bool = False) -> float:
+        """What a prefill chunk of ``n_tokens`` tokens of ``n_rows`` rows adds to a decode step that carries it (chunked
+        prefill): its work beyond the step's weight reads (``_Forward.marginal_s``), its tensor-parallel all-reduces,
+        and its rows' share of the engine's host work (the serial part of ``step_host_per_seq_s`` x rows)."""
+        if n_tokens <= 0:
+            return 0.0
+        k = self._forward_kernel(m, dtype, tp, "prefill", None, "lm", runtime, logprobs)
+        eh = self.engine_host(runtime)
+        return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp) + \
+            (1.0 - eh.overlap) * eh.per_seq_s * n_rows
 
     def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
                            cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,

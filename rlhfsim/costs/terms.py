@@ -94,6 +94,11 @@ TERMS: tuple[CostTerm, ...] = (
              "vLLM's host code timed on a CPU (calibrate/enginehost: the scheduler, output processor and input "
              "preparation are the same code as on a GPU); vLLM and SGLang performance posts",
              "rlhfsim.costs.model._Decode.host"),
+    CostTerm("prefill_chunk", "prefill tokens a decode step carries under chunked prefill (vLLM V1, V0's "
+             "enable_chunked_prefill, SGLang): their device work beyond the step's weight reads, their all-reduces, and "
+             "their rows' share of the step's host work", "generation.max_num_batched_tokens, chunked_prefill; "
+             "operations.prefill:RT", "any", "the prefill operation's fit (its roofline less the weight bytes)",
+             "rlhfsim.costs.model.CostModel.chunk_in_step_s"),
     CostTerm("sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
              "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes"),
     CostTerm("gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "

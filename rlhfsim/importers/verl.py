@@ -20,6 +20,7 @@ import shlex
 import yaml
 
 from rlhfsim.errors import ScenarioError
+from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.importers import verl_execution
 from rlhfsim.importers.common import (
     ImportError_, ImportOptions, ImportResult, Setting, classify_by_patterns, launch_tokens, logical_lines, model_ref,
@@ -46,6 +47,8 @@ DEFAULTS: dict[str, object] = {
     f"{AR}.rollout.tensor_model_parallel_size": 2,
     f"{AR}.rollout.gpu_memory_utilization": 0.5,
     f"{AR}.rollout.max_num_seqs": 256,
+    f"{AR}.rollout.max_num_batched_tokens": 8192,
+    f"{AR}.rollout.enable_chunked_prefill": True,
     f"{AR}.rollout.dtype": "bfloat16",
     f"{AR}.rollout.enforce_eager": False,
     f"{AR}.rollout.free_cache_engine": True,
@@ -88,7 +91,9 @@ MAPPED: dict[str, str] = {
     f"{AR}.ref.megatron.tensor_model_parallel_size": "placement.tp.reference",
     "critic.megatron.tensor_model_parallel_size": "placement.tp.critic",
     f"{AR}.rollout.name": "generation.engine and generation.runtime",
-    f"{AR}.rollout.max_num_seqs": "generation.max_batch",
+    f"{AR}.rollout.max_num_seqs": "generation.max_batch (vLLM's max_num_seqs; SGLang's max_running_requests from verl 0.6)",
+    f"{AR}.rollout.max_num_batched_tokens": "generation.max_num_batched_tokens (vLLM's per-step token budget)",
+    f"{AR}.rollout.enable_chunked_prefill": "generation.chunked_prefill (vLLM V0; V1 always chunks)",
     f"{AR}.rollout.enforce_eager": "generation.runtime (True with vLLM: vllm_eager, vLLM without CUDA graphs)",
     f"{AR}.rollout.free_cache_engine": "execution.weight_sync.engine_sleep (vLLM's sleep and wake_up, verl >= 0.3)",
     f"{AR}.rollout.gpu_memory_utilization": "generation.kv_cache_fraction (vLLM's share of the whole GPU, turned into the share of what the resident models leave)",
@@ -138,8 +143,7 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"enable_activation_offload", "activation offload (no scenario field)"),
     (r"ulysses_sequence_parallel_size", "sequence parallelism of a model the scenario does not set separately"),
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
-    (r"max_num_batched_tokens|enable_chunked_prefill|enable_prefix_caching",
-     "engine prefill scheduling (not modelled)"),
+    (r"enable_prefix_caching", "engine prefill scheduling (not modelled)"),
     (r"^trainer\.test_freq$", "validation every N steps adds its time to those steps (not simulated; compare steps without it)"),
     (r"^trainer\.save_freq$", "checkpoint saves add their time to those steps (not simulated)"),
     (r"^trainer\.balance_batch$", "sequence-length balancing over ranks (not modelled)"),
@@ -164,7 +168,16 @@ STANDARD_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
 # graph in default"), first released in v0.6.0; v0.1-v0.5 printed True.
 VERSIONED: dict[str, tuple[tuple[int, int], object, str]] = {
     f"{AR}.rollout.enforce_eager": ((0, 6), True, "verl #2956 (2025-08-08) made CUDA graphs the default in v0.6.0"),
+    f"{AR}.rollout.max_num_seqs": ((0, 9), 1024, "ppo_trainer.yaml / rollout.yaml said 1024 from v0.2 to v0.8; 256 "
+                                   "since verl d908005 (2026-08-04), first released in v0.9.0"),
 }
+
+# SGLang's own limits where verl passes none (verl < 0.6 builds its engine with mem_fraction_static alone; 0.6 passes
+# max_running_requests = max_num_seqs): SGLang 0.4's chunked_prefill_size (8192 tokens on a GPU of 25 GB or more, 2048
+# below), its prefill steps separate from decode steps (enable_mixed_chunk off), and its max_running_requests derived
+# from the KV pool (ModelRunner: min(max(tokens / context_len x 512, 2048), 4096), then at most tokens / 2).
+SGLANG_OWN_LIMITS_BEFORE = (0, 6)
+SGLANG_CHUNK = {True: 8192, False: 2048}   # chunked_prefill_size by GPU memory >= 25 GB
 
 # The vLLM engine a verl launch ran (``rlhfsim.costs.genruntimes``: vllm/vllm_eager are V1, vllm_v0/vllm_v0_eager V0).
 # verl 0.2 pinned vLLM <= 0.6.3 (V0 only; verl's docs for vLLM 0.7 say to export VLLM_USE_V1=1 for V1); verl 0.3-0.5
@@ -488,7 +501,8 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
             "max_prompt_tokens": max_prompt,
             "max_response_tokens": max_resp,
         },
-        "generation": {"engine": engine[0], "runtime": runtime, "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs")},
+        "generation": {"engine": engine[0], "runtime": runtime, "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs"),
+                       **_step_budget(cfg, runtime, opts, a)},
         "schedule": {"kind": "sync"},
         "steps": opts.steps,
         "warmup_steps": 1 if opts.steps > 1 else 0,
@@ -507,10 +521,55 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
             a.append("rollout.free_cache_engine with vLLM: the engine sleeps around training (weights to host memory "
                      "and back: execution.weight_sync.engine_sleep)")
     try:
-        scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a)
+        scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a, runtime, opts.verl_version)
+        if runtime == "sglang" and _sglang_own_limits(opts):
+            scenario["generation"]["max_batch"] = sglang_max_running(scenario, a)
     except ScenarioError as e:
         raise ImportError_(f"{SCENARIO_TO_VERL.get(e.path, 'the imported scenario')} (scenario {e.path}): {e.message}") from None
     return scenario
+
+
+def _sglang_own_limits(opts: ImportOptions) -> bool:
+    """Does verl leave SGLang's step budget and running limit to SGLang (verl < 0.6; unknown release: yes)?"""
+    return opts.verl_version is None or parse_version(opts.verl_version) < SGLANG_OWN_LIMITS_BEFORE
+
+
+def _step_budget(cfg: dict, runtime: str, opts: ImportOptions, a: list[str]) -> dict:
+    """generation.max_num_batched_tokens and chunked_prefill of the continuous engine: vLLM's max_num_batched_tokens;
+    chunked steps on V1 (always) and on V0 with enable_chunked_prefill; SGLang's own chunked_prefill_size before verl
+    0.6 (``SGLANG_OWN_LIMITS_BEFORE``), with prefill steps of their own (SGLang mixes no decode into them)."""
+    if runtime == "hf_generate":
+        return {}
+    budget = _int(cfg, f"{AR}.rollout.max_num_batched_tokens")
+    if runtime == "sglang":
+        if _sglang_own_limits(opts):
+            big = get_gpu(opts.gpu).mem_bytes >= 25e9
+            budget = SGLANG_CHUNK[big]
+            a.append(f"SGLang before verl 0.6: its own chunked_prefill_size {budget} (GPU memory {'>=' if big else '<'} "
+                     f"25 GB) and max_running_requests (from its KV pool; rollout.max_num_seqs and "
+                     f"max_num_batched_tokens are not passed to it)")
+        return {"max_num_batched_tokens": budget, "chunked_prefill": False}
+    v0 = runtime.startswith("vllm_v0")
+    chunked = _bool(cfg, f"{AR}.rollout.enable_chunked_prefill") if v0 else True
+    if not v0 and not _bool(cfg, f"{AR}.rollout.enable_chunked_prefill"):
+        a.append("rollout.enable_chunked_prefill=False has no effect on vLLM's V1 engine, whose steps always mix "
+                 "prefill chunks and decodes")
+    return {"max_num_batched_tokens": budget, "chunked_prefill": chunked}
+
+
+def sglang_max_running(scenario: dict, assumptions: list[str]) -> int:
+    """SGLang's max_running_requests when none is passed (``SGLANG_OWN_LIMITS_BEFORE``): from the KV pool of a
+    replica, T tokens, and the model's context length C: min(min(max(T / C x 512, 2048), 4096), T // 2)."""
+    from rlhfsim.scenario.checks import build_setup
+    from rlhfsim.scenario.loader import load_scenario
+
+    setup = build_setup(load_scenario(scenario, check=False))
+    tokens = setup.kv_capacity_tokens
+    ctx = setup.shapes["actor"].max_positions
+    out = max(min(min(max(int(tokens / ctx * 512), 2048), 4096), tokens // 2), 1)
+    assumptions.append(f"SGLang's max_running_requests: {out} (a KV pool of {tokens} tokens per replica, context length "
+                       f"{ctx}): generation.max_batch")
+    return out
 
 
 # The launch setting behind a scenario path that the scenario checks reject (tensor-parallel degrees, memory).
@@ -524,13 +583,38 @@ SCENARIO_TO_VERL = {
 }
 
 
-def kv_fraction(scenario: dict, util: float, assumptions: list[str]) -> float:
-    """vLLM's ``gpu_memory_utilization`` u is its share of the whole GPU (weights and KV cache); the
-    scenario's ``kv_cache_fraction`` is the KV cache's share of what the resident models leave:
+# vLLM's profile run (V0 ``determine_num_available_blocks``, V1 ``determine_available_memory``) takes the peak of a
+# dummy step of max_num_batched_tokens tokens over max_num_seqs rows out of the KV cache: the sampler's logits of every
+# row (bf16 from the head, a float32 copy, float32 probabilities: about 10 bytes per logit, ``PROFILE_LOGIT_BYTES``) and
+# the MLP's gate and up projections of every token (2 x intermediate / TP values in the model's dtype). CUDA graphs are
+# captured after the KV cache is allocated (out of the 1 - gpu_memory_utilization left), so they take none of it.
+PROFILE_LOGIT_BYTES = 10
 
-        kv_cache_fraction = (u x M - rollout weights / tp) / (M - resident),   clipped to [0.01, 1]
 
-    with M the GPU memory and resident the simulator's own per-GPU accounting of the pool."""
+def profile_peak_bytes(gen: dict, shape, dtype: str, tp: int, runtime: str) -> float:
+    """The peak of vLLM's profile run per GPU (``PROFILE_LOGIT_BYTES``): max_num_seqs rows' logits and the MLP of
+    max_num_batched_tokens tokens; 0 for another engine."""
+    from rlhfsim.models.catalog import DTYPE_BYTES
+
+    if not runtime.startswith("vllm"):
+        return 0.0
+    tokens = gen.get("max_num_batched_tokens") or 0
+    return gen["max_batch"] * shape.vocab * PROFILE_LOGIT_BYTES + tokens * 2 * shape.intermediate / tp * DTYPE_BYTES[dtype]
+
+
+def kv_fraction(scenario: dict, util: float, assumptions: list[str], runtime: str = "vllm",
+                version: str | None = None) -> float:
+    """The scenario's ``kv_cache_fraction`` (the KV cache's share of what the resident models leave, M - resident,
+    M the GPU memory and resident the simulator's own per-GPU accounting of the pool) from ``gpu_memory_utilization``
+    u, as each engine reads u:
+
+        vLLM >= 0.7 (verl >= 0.3):  KV = u M - W / tp - A       u is its share of the whole GPU (weights, activations,
+                                                                KV); A the profile run's peak (``PROFILE_LOGIT_BYTES``)
+        vLLM 0.6 (verl 0.2):        KV = u (M - resident - W / tp - A)   verl's patched worker: u x the memory free
+                                                                after the other models (verl's docs of 0.2-0.5)
+        SGLang:                     KV = u M - W / tp           mem_fraction_static: weights and the KV pool
+
+    clipped to [0.01, 1] of M - resident."""
     from rlhfsim.models.catalog import DTYPE_BYTES
     from rlhfsim.scenario.checks import build_setup
     from rlhfsim.scenario.loader import load_scenario
@@ -539,10 +623,21 @@ def kv_fraction(scenario: dict, util: float, assumptions: list[str]) -> float:
     setup = build_setup(load_scenario(probe, check=False))
     mem = setup.gpu.mem_bytes
     resident = setup.resident_bytes[setup.role_pool["rollout"]]
-    weights = setup.shapes["rollout"].params("lm") * DTYPE_BYTES[setup.dtypes["rollout"]] / setup.tp["rollout"]
-    frac = (util * mem - weights) / max(mem - resident, 1.0)
-    out = round(min(max(frac, 0.01), 1.0), 4)
-    assumptions.append(f"KV cache: gpu_memory_utilization={util:g} of {mem / 1e9:.0f} GB less {weights / 1e9:.1f} GB of "
-                       f"engine weights per GPU = kv_cache_fraction {out} of the {max(mem - resident, 0) / 1e9:.1f} GB "
-                       f"the resident models leave")
+    shape, dtype, tp = setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"]
+    weights = shape.params("lm") * DTYPE_BYTES[dtype] / tp
+    peak = profile_peak_bytes(scenario["generation"], shape, dtype, tp, runtime)
+    old = version is not None and parse_version(version) < V1_FROM and runtime.startswith("vllm")
+    if old:
+        kv = util * (mem - resident - weights - peak)
+        how = (f"gpu_memory_utilization={util:g} of the {(mem - resident - weights - peak) / 1e9:.1f} GB free after the "
+               f"resident models, {weights / 1e9:.1f} GB of engine weights and a {peak / 1e9:.1f} GB profile peak per GPU "
+               f"(verl {version}'s vLLM)")
+    else:
+        kv = util * mem - weights - peak
+        how = (f"gpu_memory_utilization={util:g} of {mem / 1e9:.0f} GB less {weights / 1e9:.1f} GB of engine weights"
+               + (f" and a {peak / 1e9:.1f} GB profile-run peak (the sampler's logits of max_num_seqs rows, the MLP of "
+                  f"max_num_batched_tokens tokens)" if peak else "") + " per GPU")
+    out = round(min(max(kv / max(mem - resident, 1.0), 0.01), 1.0), 4)
+    assumptions.append(f"KV cache: {how} = kv_cache_fraction {out} of the {max(mem - resident, 0) / 1e9:.1f} GB the "
+                       f"resident models leave")
     return out

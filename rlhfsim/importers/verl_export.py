@@ -16,6 +16,8 @@ from rlhfsim.importers.common import RESPONSE_LOG_SD, ImportError_, ImportOption
 
 AR = "actor_rollout_ref"
 RUNTIME_NAME = {"vllm": "vllm", "vllm_eager": "vllm", "sglang": "sglang", "hf_generate": "hf"}
+# vLLM's V0 engine has no verl setting: a launch's environment (VLLM_USE_V1=0, VLLM_ATTENTION_BACKEND) or the verl
+# release chooses it (rlhfsim.importers.verl.vllm_engine), so a V0 scenario is not written back as overrides.
 
 
 def _require(cond: bool, path: str, what: str) -> None:
@@ -31,6 +33,10 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
     _require(pl["kind"] in ("colocated", "dedicated_reward"), "placement.kind", "colocated or dedicated_reward")
     _require(w["response_length"]["kind"] == "lognormal", "workload.response_length.kind", "lognormal")
     _require(w["prompt_length"]["kind"] == "normal", "workload.prompt_length.kind", "normal")
+    _require(gen["runtime"] in RUNTIME_NAME, "generation.runtime", f"one of {', '.join(RUNTIME_NAME)} (vLLM's V0 "
+             f"engine is chosen by a launch's environment, not by an override)")
+    _require(gen["runtime"] not in ("vllm", "vllm_eager") or gen.get("chunked_prefill", True),
+             "generation.chunked_prefill", "true with vLLM's V1 engine (its steps always mix prefill chunks and decodes)")
     n = alg["group_size"]
     est = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo"}[alg["kind"]]
     o = [f"algorithm.adv_estimator={est}",
@@ -47,6 +53,8 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
          f"{AR}.rollout.name={RUNTIME_NAME[gen['runtime']]}",
          f"{AR}.rollout.enforce_eager={gen['runtime'] == 'vllm_eager'}",
          f"{AR}.rollout.max_num_seqs={gen['max_batch']}",
+         *([f"{AR}.rollout.max_num_batched_tokens={gen['max_num_batched_tokens']}"]
+           if gen.get("max_num_batched_tokens") is not None and gen["runtime"] != "sglang" else []),
          f"{AR}.rollout.tensor_model_parallel_size={pl['tp']['rollout']}",
          f"trainer.n_gpus_per_node={cl['gpus_per_node']}",
          f"trainer.nnodes={cl['nodes']}",
@@ -110,9 +118,13 @@ def _utilization(sc: dict) -> float:
     from rlhfsim.scenario.checks import build_setup
     from rlhfsim.scenario.loader import load_scenario
 
+    from rlhfsim.importers.verl import profile_peak_bytes
+
     setup = build_setup(load_scenario(sc, check=False))
     mem = setup.gpu.mem_bytes
     resident = setup.resident_bytes[setup.role_pool["rollout"]]
-    weights = setup.shapes["rollout"].params("lm") * DTYPE_BYTES[setup.dtypes["rollout"]] / setup.tp["rollout"]
+    shape, dtype, tp = setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"]
+    weights = shape.params("lm") * DTYPE_BYTES[dtype] / tp
+    peak = profile_peak_bytes(sc["generation"], shape, dtype, tp, sc["generation"]["runtime"])
     frac = sc["generation"]["kv_cache_fraction"]
-    return round((frac * max(mem - resident, 1.0) + weights) / mem, 6)
+    return round((frac * max(mem - resident, 1.0) + weights + peak) / mem, 6)

@@ -181,6 +181,10 @@ class Generation(Frozen):
     step_overhead_s: Optional[Seconds] = Field(None, description="Per decode step overhead in seconds; default: the profile's decode overhead.")
     sampling_logprobs: bool = Field(
         False, description="The runtime also returns each sampled token's log-prob, computed from the step's logits (a log-softmax over the vocabulary per row and step): rlhfsim's executor does, in every runtime (its PPO ratio's old log-probs); TRL's generate() does not. Priced with the profile's sampling tail measured with the executor's recorder (`generation.RUNTIME.sampling_logprobs`, calibrate.sampling) where the runtime's tail is measured without one (hf_generate, hf_static); kv_decoder's tail always includes its log-probs.")
+    max_num_batched_tokens: Optional[PositiveInt] = Field(
+        None, description="Tokens one engine step may process (vLLM's max_num_batched_tokens, SGLang's chunked_prefill_size; continuous engine): admitted rows are prefilled in steps of at most this many tokens, each one forward with one fixed overhead (and, where the profile has the engine's host keys, one step's host work for the rows in it). Default: one prefill call per admitted row (the simulator's older model).")
+    chunked_prefill: bool = Field(
+        False, description="With max_num_batched_tokens: an engine step carries the running rows' decode tokens and, in the rest of its budget, chunks of the admitted rows' prefills, so running rows keep decoding while new rows prefill (vLLM V1 always; V0 with enable_chunked_prefill; SGLang's chunked prefill); the chunks' device work beyond the step's weight reads is term prefill_chunk. Without it a prefill step runs whole prompts only, and the running rows wait (vLLM V0's default).")
     runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
         None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, vllm_eager (vLLM without CUDA graphs, enforce_eager=True), sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
 
@@ -190,6 +194,12 @@ class Generation(Frozen):
         if sem not in (None, "any") and sem != self.engine:
             raise ValueError(f"runtime: expected a runtime with {self.engine} batching for engine {self.engine!r} "
                              f"({', '.join(r for r, k in GEN_RUNTIMES.items() if k in (self.engine, 'any'))}), got {self.runtime!r}")
+        if self.engine != "continuous" and (self.max_num_batched_tokens is not None or self.chunked_prefill):
+            raise ValueError(f"max_num_batched_tokens: expected it (and chunked_prefill) only with engine 'continuous' "
+                             f"(an engine's per-step token budget), got engine {self.engine!r}")
+        if self.chunked_prefill and self.max_num_batched_tokens is None:
+            raise ValueError("chunked_prefill: expected max_num_batched_tokens with it (the step's token budget the "
+                             "chunks fill), got none")
         return self
 
     @property

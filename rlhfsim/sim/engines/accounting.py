@@ -38,11 +38,13 @@ from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import SEGMENT, DeferredClock
 
 
-def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None, extra_s: float) -> tuple[float, dict]:
+def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None, extra_s: float,
+                  extra_term: str = "left_padding") -> tuple[float, dict]:
     """(price_s, terms): ``n`` decode steps of ``batch`` rows from ``kv0`` cached tokens as a replica's clock
     prices them alone (``decode_parts`` of ``Clock.coeffs``: ``dec`` the clock's ``_Decode``, ``overhead_s``
-    the engine's per-step overhead or None, ``extra_s`` the padding added to every step), and the same
-    seconds by cost term, summed over the steps in closed form (module docstring)."""
+    the engine's per-step overhead or None, ``extra_s`` added to every step: a padded static batch's padding, or a
+    chunked prefill's chunk, term ``extra_term``), and the same seconds by cost term, summed over the steps in
+    closed form (module docstring)."""
     c = dec.coeffs(batch, kv0, overhead_s)
     if extra_s:
         c = (*c[:4], c[4] + extra_s)
@@ -56,7 +58,7 @@ def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None,
     priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
     out = {"decode_kernels": kern + n * comm, "engine_step": n * over,
            "sampling_tail": n * (dec.tail0 + dec.tail_row * batch),
-           "host_launch_bound": priced - kern, "left_padding": n * extra_s}
+           "host_launch_bound": priced - kern, extra_term: n * extra_s}
     if dec.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
         serial, _ = dec.host(batch)
         launched = _sum_max_linear(max(c0, dec.launch_floor(batch)), cs, u0, us, n)
@@ -92,6 +94,19 @@ class EngineTerms:
         out: dict[str, float] = {}
         for n in tokens:
             add_terms(out, self.prefill(n, 1))
+        return out
+
+    def prefill_steps(self, steps) -> dict[str, float]:
+        """Engine steps that prefill (tokens, rows) each (the continuous engine's token budget), by term
+        (``CostModel.prefill_step_terms``)."""
+        out: dict[str, float] = {}
+        e = self.eng
+        for tok, rows in steps:
+            key = ("step", tok, rows)
+            t = self._prefill.get(key)
+            if t is None:
+                t = self._prefill[key] = e.cost.prefill_step_terms(e.model, e.dtype, tok, rows, e.tp, e.rt, e.logprobs)
+            add_terms(out, t)
         return out
 
 
@@ -157,10 +172,10 @@ class TermsClock(_Terms, Clock):
         self._slowed, self._frac = False, 0.0
         done = yield from Clock.decode(self, batch, kv0, n)
         e = self.eng
-        price, terms = segment_terms(self._decoder, batch, kv0, done, e.overhead, extra)
+        price, terms = segment_terms(self._decoder, batch, kv0, done, e.overhead, extra, e.EXTRA_TERM)
         s = add_terms(self.acc, terms)
         if self.seg_left and self._frac:   # a stop cut the segment: the share of the step in progress it lost
-            _, step = segment_terms(self._decoder, batch, kv0 + done * batch, 1, e.overhead, extra)
+            _, step = segment_terms(self._decoder, batch, kv0 + done * batch, 1, e.overhead, extra, e.EXTRA_TERM)
             s += add_terms(self.acc, step, self._frac)
         left = (self.env.now - t0) - s
         if left:
@@ -183,10 +198,10 @@ class TermsDeferredClock(_Terms, DeferredClock):
 
     def resolve(self, start: float, parts: tuple | None = None) -> float:
         end = DeferredClock.resolve(self, start, parts)
-        e, j, extra = self.eng, 0, self.book_extra   # (the continuous engine books no padding: empty)
+        e, j, extra = self.eng, 0, self.book_extra   # (empty where the plan books no step extra)
         for d in self.dur:
             if d == SEGMENT:
                 add_terms(self.acc, segment_terms(self._decoder, self.book_batch[j], self.book_kv0[j], self.book_n[j],
-                                             e.overhead, extra[j] if extra else 0.0)[1])
+                                             e.overhead, extra[j] if extra else 0.0, e.EXTRA_TERM)[1])
                 j += 1
         return end

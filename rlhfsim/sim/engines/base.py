@@ -30,6 +30,8 @@ class Engine:
 
     NAME: ClassVar[str]
     DETACH: ClassVar[bool] = True
+    # the cost term of what a clock's ``step_extra_s`` adds to each decode step (``accounting.segment_terms``)
+    EXTRA_TERM: ClassVar[str] = "left_padding"
 
     def __init__(self, sim, req):
         self.sim = sim

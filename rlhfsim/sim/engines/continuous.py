@@ -50,12 +50,51 @@ class ContinuousEngine(Engine):
     """vLLM-like continuous batching with a KV-cache admission watermark (module docstring)."""
 
     NAME: ClassVar[str] = "continuous"
+    EXTRA_TERM: ClassVar[str] = "prefill_chunk"   # what a decode step's step_extra_s is: chunked prefill's chunks
     WATERMARK: ClassVar[float] = 0.01  # vLLM's default ``watermark``: fraction of the KV cache kept free at admission
 
     def __init__(self, sim, req):
         super().__init__(sim, req)
         self.queues = [deque(req.rollouts[i::self.n_rep]) for i in range(self.n_rep)]
         self.watermark = int(self.WATERMARK * self.kv_cap)
+        g = sim.setup.scenario.generation
+        self.budget_tokens = g.max_num_batched_tokens   # None: one prefill call per admitted row (the older model)
+        self.chunked = g.chunked_prefill
+        self._step_memo: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def _steps(self, tokens: list[int]) -> list[tuple[int, int]]:
+        """(tokens, rows) of each engine step that prefills rows of ``tokens`` tokens each, in order, within the step
+        budget: with chunked prefill a row's tokens are split where the budget ends (vLLM V1, V0's
+        enable_chunked_prefill); without, whole rows only, as many as fit (a longer row alone)."""
+        budget, steps, tok, rows = self.budget_tokens, [], 0, 0
+        for t in tokens:
+            if self.chunked:
+                while t > 0:
+                    take = min(t, budget - tok)
+                    tok, t, rows = tok + take, t - take, rows + 1
+                    if tok == budget:
+                        steps.append((tok, rows))
+                        tok = rows = 0
+            else:
+                if tok and tok + t > budget:
+                    steps.append((tok, rows))
+                    tok = rows = 0
+                tok, rows = tok + t, rows + 1
+        if tok:
+            steps.append((tok, rows))
+        return steps
+
+    def _steps_price(self, steps: list[tuple[int, int]]) -> tuple[float, float]:
+        """(total_s, active_s) of ``steps`` (``CostModel.prefill_step_parts`` each, remembered per shape)."""
+        total = active = 0.0
+        for key in steps:
+            p = self._step_memo.get(key)
+            if p is None:
+                p = self._step_memo[key] = self.cost.prefill_step_parts(self.model, self.dtype, key[0], key[1], self.tp,
+                                                                        self.rt, self.logprobs)
+            total += p[0]
+            active += p[1]
+        return total, active
 
     def leftover(self) -> list[Rollout]:
         return [r for q in self.queues for r in q]
@@ -66,6 +105,14 @@ class ContinuousEngine(Engine):
         need = [r for r in rows if not r.kv_resident]
         if not need:
             return []
+        if self.budget_tokens is not None:   # in engine steps of the token budget
+            steps = self._steps([r.prompt_len + r.generated for r in need])
+            if self.terms is not None:
+                clock.charge(self.terms.prefill_steps(steps))
+            yield from clock.busy(*self._steps_price(steps))
+            for r in need:
+                r.kv_resident = True
+            return [r for r in need if r.generated == 0]
         if len(need) == 1:  # the common case once the batch is full: one slot refilled
             total, active = self.prefill_parts(need[0].prompt_len + need[0].generated, 1)
         else:
@@ -99,93 +146,154 @@ class ContinuousEngine(Engine):
         return admitted
 
     def replica(self, idx: int):
-        env = self.env
         clock = self.clock(idx, self.req.stream)
-        queue = self.queues[idx]
-        cap, limit = self.kv_cap, self.kv_cap - self.watermark
-        live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
-        admitting: list[Rollout] = []  # held here so that a stop during their prefill carries them
-        kv_live = 0  # cached tokens of the live rows at step T
-        start = env.now
+        start = self.env.now
         self.decoding(clock, +1)
+        live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
+        held: list[Rollout] = []       # admitted rows in their prefill: a stop carries them
         try:
-            while not self.stopped:
-                # Admission. One token of room per live row is counted, as the preemption test below
-                # does; otherwise a preempted row is readmitted at once and preempted again (livelock).
-                admitted = self._admit(queue, len(live), kv_live, limit, self.max_batch)
-                if not live and not admitted:
-                    break
-                if admitted:
-                    admitting = admitted
-                    try:
-                        fresh = yield from self._prefill(clock, admitted)
-                    except simpy.Interrupt:
-                        break
-                    crossed = 0
-                    for r in fresh:
-                        crossed += clock.first_token(r)
-                    freed = False  # a row that ended at its prefill leaves its slot free at once
-                    for r in admitted:
-                        if clock.activate(r):
-                            live[r.id] = r
-                            kv_live += r.prompt_len + r.generated
-                        elif r.generated >= r.response_len:
-                            self.finish(clock, r)
-                            freed = True
-                        else:
-                            r.paused = True
-                            self.leave(clock, r)
-                            freed = True
-                    admitting = []
-                    if self.stopped:
-                        break
-                    if crossed and not (yield from self.handoff(clock, crossed)):
-                        break
-                    if freed and queue:
-                        continue  # refill the freed slots before the next decode segment, as vLLM's next step does
-                if not live:
-                    continue
-                n_live = len(live)
-                if kv_live + n_live > cap and n_live > 1:
-                    # Recompute preemption: the newest sequence gives up its cache and requeues.
-                    victim = live.pop(next(reversed(live)))
-                    clock.release((victim,))
-                    kv_live -= victim.prompt_len + victim.generated
-                    victim.kv_resident = False
-                    queue.appendleft(victim)
-                    self.preemptions += 1
-                    continue
-                room = int((cap - kv_live) // n_live)
-                n = min(clock.heap[0][0] - clock.T, max(room, 1))
-                n = yield from clock.decode(n_live, kv_live, n)
-                if not n and self.stopped:
-                    break
-                self.generated += n * n_live
-                kv_live += n * n_live
-                leaving, crossed = clock.events()
-                for r, what in leaving:
-                    del live[r.id]
-                    kv_live -= r.prompt_len + r.generated
-                    if what == "done":
-                        # Rows that finish exactly at a stop (the interrupted segment) count as finished.
-                        self.finish(clock, r)
-                    else:
-                        self.leave(clock, r)
-                if crossed and not self.stopped and not (yield from self.handoff(clock, crossed)):
-                    break
+            yield from self._run(clock, self.queues[idx], live, held)
         finally:
             self.decoding(clock, -1)
             clock.release(live.values())
-            for r in list(live.values()) + admitting:
+            for r in list(live.values()) + held:
                 if r.generated < r.response_len:
                     self.leave(clock, r)
             self.record(clock, start)
+
+    def _run(self, clock: Clock, queue, live: dict, held: list):
+        """Process: replica ``idx``'s loop (module docstring) on ``clock``: the event clock (``replica``), or a deferred
+        clock that books instead of waiting (``plan`` with a token budget: nothing yields then). ``live``: the decoding
+        rows; ``held``: rows admitted and not yet decoding (in their prefill), both for the caller to carry at a stop."""
+        cap, limit = self.kv_cap, self.kv_cap - self.watermark
+        chunked = self.chunked
+        pending: list = []   # chunked prefill beside live rows: [row, tokens left to prefill], FIFO
+        kv_live = 0  # cached tokens of the live rows at step T
+        kv_pend = 0  # tokens the rows in ``pending`` hold (counted whole, as at their admission)
+        while not self.stopped:
+            # Admission. One token of room per live row is counted, as the preemption test below
+            # does; otherwise a preempted row is readmitted at once and preempted again (livelock).
+            admitted = self._admit(queue, len(live) + len(pending), kv_live + kv_pend, limit, self.max_batch)
+            if not live and not admitted and not pending:
+                break
+            if chunked and live and admitted:
+                # their prefills run in chunks inside the next decode steps; rows whose KV survived join at once
+                for r in admitted:
+                    if not r.kv_resident:
+                        pending.append([r, r.prompt_len + r.generated])
+                        kv_pend += r.prompt_len + r.generated
+                        held.append(r)
+                admitted = [r for r in admitted if r.kv_resident]
+            if pending and not live:
+                # nothing left to carry the chunks: the rest of their prefills (and the new rows') in steps of their own
+                rows = [r for r, _ in pending] + admitted
+                tokens = [t for _, t in pending] + [r.prompt_len + r.generated for r in admitted if not r.kv_resident]
+                held[:] = rows
+                steps = self._steps(tokens)
+                if self.terms is not None:
+                    clock.charge(self.terms.prefill_steps(steps))
+                try:
+                    yield from clock.busy(*self._steps_price(steps))
+                except simpy.Interrupt:
+                    break
+                fresh = [r for r in rows if r.generated == 0]
+                for r in rows:
+                    r.kv_resident = True
+                pending, kv_pend, admitted = [], 0, rows
+            elif admitted:
+                held[:] = admitted
+                try:
+                    fresh = yield from self._prefill(clock, admitted)
+                except simpy.Interrupt:
+                    break
+            if admitted:
+                crossed = 0
+                for r in fresh:
+                    crossed += clock.first_token(r)
+                freed = False  # a row that ended at its prefill leaves its slot free at once
+                for r in admitted:
+                    if clock.activate(r):
+                        live[r.id] = r
+                        kv_live += r.prompt_len + r.generated
+                    elif r.generated >= r.response_len:
+                        self.finish(clock, r)
+                        freed = True
+                    else:
+                        r.paused = True
+                        self.leave(clock, r)
+                        freed = True
+                held[:] = [r for r, _ in pending]
+                if self.stopped:
+                    break
+                if crossed and not (yield from self.handoff(clock, crossed)):
+                    break
+                if freed and queue:
+                    continue  # refill the freed slots before the next decode segment, as vLLM's next step does
+            if not live:
+                continue
+            n_live = len(live)
+            if kv_live + kv_pend + n_live > cap and n_live > 1:
+                # Recompute preemption: the newest sequence gives up its cache and requeues.
+                victim = live.pop(next(reversed(live)))
+                clock.release((victim,))
+                kv_live -= victim.prompt_len + victim.generated
+                victim.kv_resident = False
+                queue.appendleft(victim)
+                self.preemptions += 1
+                continue
+            room = int((cap - kv_live - kv_pend) // n_live)
+            n = min(clock.heap[0][0] - clock.T, max(room, 1))
+            chunk = 0
+            if pending:   # a mixed segment: each step carries up to the budget less its decode tokens of prefill
+                per = max(self.budget_tokens - n_live, 1)
+                left = sum(t for _, t in pending)
+                n = min(n, -(-left // per))
+                chunk = min(left, n * per)
+                clock.step_extra_s = self.cost.chunk_in_step_s(
+                    self.model, self.dtype, chunk, _touched(pending, chunk), self.tp, self.rt, self.logprobs) / n
+            n = yield from clock.decode(n_live, kv_live, n)
+            clock.step_extra_s = 0.0
+            if not n and self.stopped:
+                break
+            self.generated += n * n_live
+            kv_live += n * n_live
+            leaving, crossed = clock.events()
+            for r, what in leaving:
+                del live[r.id]
+                kv_live -= r.prompt_len + r.generated
+                if what == "done":
+                    # Rows that finish exactly at a stop (the interrupted segment) count as finished.
+                    self.finish(clock, r)
+                else:
+                    self.leave(clock, r)
+            if chunk:   # the rows whose last chunk ran join the batch: their first token is the last chunk's
+                done = _consume(pending, min(chunk, n * per))
+                for r in done:
+                    kv_pend -= r.prompt_len + r.generated
+                    r.kv_resident = True
+                    if r.generated == 0:
+                        crossed += clock.first_token(r)
+                    if clock.activate(r):
+                        live[r.id] = r
+                        kv_live += r.prompt_len + r.generated
+                    elif r.generated >= r.response_len:
+                        self.finish(clock, r)
+                    else:
+                        r.paused = True
+                        self.leave(clock, r)
+                held[:] = [r for r, _ in pending]
+            if crossed and not self.stopped and not (yield from self.handoff(clock, crossed)):
+                break
 
     def plan(self, idx: int, clock: DeferredClock) -> None:
         """``replica``'s loop for a detached replica (no streams, no stop): every step of it in the same
         order, with ``Clock.activate``/``push``/``events``/``first_token``/``release`` and the prefill
         call written out on local variables, and time booked on the deferred clock."""
         queue = self.queues[idx]
+        if self.budget_tokens is not None:   # engine steps of a token budget: the event loop's own code, booking
+            for _ in self._run(clock, queue, {}, []):
+                raise AssertionError("a detached replica never waits")   # pragma: no cover
+            return
         cap, limit, max_batch = self.kv_cap, self.kv_cap - self.watermark, self.max_batch
         step, budget, never = self.req.step, self.req.token_budget, 1 << 62
         prefill, one = self.prefill_parts, self.row_prefills(queue)  # one: a row's prefill parts, by tokens
@@ -313,3 +421,26 @@ class ContinuousEngine(Engine):
                     left.append(r)
         clock.T = T
         self.generated += generated
+
+
+def _touched(pending: list, tokens: int) -> int:
+    """How many rows of ``pending`` ([row, tokens left], in order) the next ``tokens`` prefill tokens reach."""
+    n = 0
+    for _, t in pending:
+        if tokens <= 0:
+            break
+        n += 1
+        tokens -= t
+    return max(n, 1)
+
+
+def _consume(pending: list, tokens: int) -> list[Rollout]:
+    """Take ``tokens`` prefill tokens from ``pending`` in order; the rows whose prefill they complete, removed."""
+    done = []
+    while pending and tokens > 0:
+        take = min(tokens, pending[0][1])
+        pending[0][1] -= take
+        tokens -= take
+        if pending[0][1] == 0:
+            done.append(pending.pop(0)[0])
+    return done

@@ -1,0 +1,117 @@
+"""The continuous engine's per-step token budget (``generation.max_num_batched_tokens``) and chunked prefill
+(``generation.chunked_prefill``): prefills batched into engine steps, chunks carried inside decode steps, priced by
+hand; the event clock and the detached plan alike (rlhfsim.sim.engines.continuous, CostModel.prefill_step_parts,
+CostModel.chunk_in_step_s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlhfsim.costs import terms as T
+from rlhfsim.costs.model import CostModel, decode_sum, roofline_kernel_s
+from rlhfsim.costs.profile import load_profile
+from rlhfsim.hardware.catalog import GPUS
+from rlhfsim.models.catalog import CATALOG
+from rlhfsim.scenario.loader import load_scenario
+from rlhfsim.sim.engines.base import Engine
+from rlhfsim.sim.engines.continuous import ContinuousEngine
+from rlhfsim.sim.explain import explain
+from rlhfsim.sim.run import simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = str(ROOT / "tests" / "fixtures" / "profiles" / "default.json")
+H100 = GPUS["h100-sxm"]
+M = CATALOG["qwen2.5-0.5b"]
+
+
+def _scenario(prompts: int, max_batch: int, budget: int | None, chunked: bool, prompt: int = 300, response: dict | None = None,
+              group: int = 1, kv: float = 0.9) -> dict:
+    gen = {"engine": "continuous", "runtime": "vllm", "max_batch": max_batch, "kv_cache_fraction": kv}
+    if budget is not None:
+        gen.update({"max_num_batched_tokens": budget, "chunked_prefill": chunked})
+    return {"name": "budget", "models": {"actor": {"model": "qwen2.5-0.5b"}, "reward": {"kind": "rule"}},
+            "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 1}, "placement": {"kind": "colocated"},
+            "algorithm": {"kind": "grpo", "group_size": group, "minibatch_size": prompts * group},
+            "workload": {"prompts_per_step": prompts, "prompt_length": {"kind": "fixed", "value": prompt},
+                         "response_length": response or {"kind": "fixed", "value": 50}, "max_prompt_tokens": 512,
+                         "max_response_tokens": 800},
+            "generation": gen, "schedule": {"kind": "sync"}, "steps": 2, "warmup_steps": 1, "seed": 0}
+
+
+class _Eng:   # the parts of an engine ``_steps`` reads
+    def __init__(self, budget, chunked):
+        self.budget_tokens, self.chunked = budget, chunked
+
+
+def test_steps_pack_whole_prompts_or_split_them_at_the_budget():
+    steps = ContinuousEngine._steps
+    assert steps(_Eng(512, False), [300, 300, 300, 300]) == [(300, 1), (300, 1), (300, 1), (300, 1)]
+    assert steps(_Eng(512, False), [100, 200, 300, 600]) == [(300, 2), (300, 1), (600, 1)]   # a longer row alone
+    assert steps(_Eng(512, True), [300, 300, 300, 300]) == [(512, 2), (512, 3), (176, 1)]
+
+
+def test_a_wave_of_admissions_costs_its_budgeted_steps_then_the_decode():
+    # 4 rows of 300 prompt tokens and 50 response tokens on one GPU: prefill steps, then 49 decode steps of 4 rows
+    cost = CostModel(H100, load_profile(FIXTURE))
+    for chunked, steps in ((False, [(300, 1)] * 4), (True, [(512, 2), (512, 3), (176, 1)])):
+        gen = simulate(load_scenario(_scenario(4, 8, 512, chunked)), profile=FIXTURE).steps[-1].phases_s["generate"]
+        pre = sum(cost.prefill_step_parts(M, "bfloat16", t, r, 1, "vllm")[0] for t, r in steps)
+        dec = decode_sum(cost.decode_coeffs(M, "bfloat16", 4, 4 * 301.0, 1, runtime="vllm"), 49)
+        assert gen == pytest.approx(pre + dec, rel=1e-12), chunked
+    # without a budget: one call per row, each with the prefill's fixed overhead (the older model)
+    gen = simulate(load_scenario(_scenario(4, 8, None, False)), profile=FIXTURE).steps[-1].phases_s["generate"]
+    one = cost.forward_parts(M, "bfloat16", 300, 1, op="prefill", head="lm", gen_runtime="vllm")[0]
+    assert gen == pytest.approx(4 * one + dec, rel=1e-12)
+
+
+def test_a_chunk_inside_a_decode_step_is_its_work_beyond_the_weights():
+    cost = CostModel(H100, load_profile(FIXTURE))
+    p = cost.ops["prefill:vllm"]
+    k = cost._forward_kernel(M, "bfloat16", 1, "prefill", None, "lm", "vllm")
+    w = k.shape.forward(700, 3, 0.0, 3, None)
+    want = roofline_kernel_s(w.flops, w.bytes - k.shape.weight_bytes, H100.peak("bfloat16"), H100.mem_bw, p.compute_eff,
+                             p.memory_eff)
+    assert cost.chunk_in_step_s(M, "bfloat16", 700, 3, 1, "vllm") == pytest.approx(want, rel=1e-12)
+    # never more than the same tokens' own prefill kernel (compute-bound at 700 tokens: equal); a small chunk's is far less
+    # (it reads no weights: the step it rides in streams them)
+    for tokens, rows in ((700, 3), (16, 1)):
+        own = cost.forward_parts(M, "bfloat16", tokens, rows, op="prefill", head="lm", gen_runtime="vllm")[1]
+        got = cost.chunk_in_step_s(M, "bfloat16", tokens, rows, 1, "vllm")
+        assert got <= own and (tokens > 100 or got < 0.2 * own)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("kv", [0.9, 0.0004])   # 0.0004: a cache of ~2,900 tokens, rows preempted and readmitted
+def test_detached_equals_event_clock(chunked, kv, monkeypatch):
+    sc = load_scenario(_scenario(24, 6, 512, chunked, prompt=200, group=2, kv=kv,
+                                 response={"kind": "lognormal", "median": 120, "p99": 600}))
+    a = simulate(sc, profile=FIXTURE)
+    monkeypatch.setattr(Engine, "DETACH", False)
+    b = simulate(sc, profile=FIXTURE)
+    assert [r.__dict__ for r in a.steps] == [r.__dict__ for r in b.steps]
+    assert a.summary["step_time_s"] == b.summary["step_time_s"] and a.summary["gpu_active"] == b.summary["gpu_active"]
+
+
+def test_chunked_prefill_lets_the_running_rows_decode_and_explain_names_it():
+    response = {"kind": "lognormal", "median": 120, "p99": 600}
+    plain = simulate(load_scenario(_scenario(24, 6, 512, False, prompt=200, response=response)), profile=FIXTURE)
+    sc = load_scenario(_scenario(24, 6, 512, True, prompt=200, response=response))
+    mixed = simulate(sc, profile=FIXTURE)
+    # the same rows: a refill's prefill rides in the decode steps instead of pausing them
+    assert mixed.summary["phases_s"]["generate"] < plain.summary["phases_s"]["generate"]
+    doc = explain(sc, profile=FIXTURE, steps=2)
+    g = doc["phases"]["generate"]
+    assert g["terms_s"]["prefill_chunk"] > 0 and set(g["terms_s"]) <= set(T.BY_NAME)
+    assert sum(g["terms_s"].values()) + g.get("waiting_s", 0.0) == pytest.approx(g["span_s"], rel=1e-9)
+
+
+def test_the_budget_belongs_to_the_continuous_engine():
+    d = _scenario(4, 8, 512, False)
+    d["generation"] = {"engine": "static", "max_num_batched_tokens": 512}
+    with pytest.raises(Exception, match="max_num_batched_tokens: expected it .* only with engine 'continuous'"):
+        load_scenario(d)
+    d["generation"] = {"engine": "continuous", "chunked_prefill": True}
+    with pytest.raises(Exception, match="chunked_prefill: expected max_num_batched_tokens"):
+        load_scenario(d)
