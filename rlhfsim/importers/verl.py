@@ -49,6 +49,8 @@ DEFAULTS: dict[str, object] = {
     f"{AR}.rollout.max_num_seqs": 256,
     f"{AR}.rollout.max_num_batched_tokens": 8192,
     f"{AR}.rollout.enable_chunked_prefill": True,
+    f"{AR}.rollout.enable_prefix_caching": True,
+    f"{AR}.rollout.mode": "async",
     f"{AR}.rollout.dtype": "bfloat16",
     f"{AR}.rollout.enforce_eager": False,
     f"{AR}.rollout.free_cache_engine": True,
@@ -94,6 +96,10 @@ MAPPED: dict[str, str] = {
     f"{AR}.rollout.max_num_seqs": "generation.max_batch (vLLM's max_num_seqs; SGLang's max_running_requests from verl 0.6)",
     f"{AR}.rollout.max_num_batched_tokens": "generation.max_num_batched_tokens (vLLM's per-step token budget)",
     f"{AR}.rollout.enable_chunked_prefill": "generation.chunked_prefill (vLLM V0; V1 always chunks)",
+    f"{AR}.rollout.enable_prefix_caching": "generation.prefix_caching (a prompt's samples share its prefill; verl 0.3-0.5 "
+                                           "hard-coded it on)",
+    f"{AR}.rollout.mode": "generation.dispatch (sync: whole prompts per engine; async: each sample to a server) and "
+                          "generation.runtime (the async server is vLLM's V1 AsyncLLM)",
     f"{AR}.rollout.enforce_eager": "generation.runtime (True with vLLM: vllm_eager, vLLM without CUDA graphs)",
     f"{AR}.rollout.free_cache_engine": "execution.weight_sync.engine_sleep (vLLM's sleep and wake_up, verl >= 0.3)",
     f"{AR}.rollout.gpu_memory_utilization": "generation.kv_cache_fraction (vLLM's share of the whole GPU, turned into the share of what the resident models leave)",
@@ -125,7 +131,6 @@ NO_COST: list[tuple[str, str]] = [
     (r"checkpoint\.|\.seed$|full_determinism|data_loader_seed|\.shuffle$", "run bookkeeping"),
     (r"^critic\.model\.tokenizer_path$|^critic\.optim|^critic\.grad_clip", "optimizer hyper-parameter"),
     (r"\.load_format$|\.layered_summon$|skip_tokenizer_init|disable_log_stats|\.trace\.", "engine start-up"),
-    (r"rollout\.mode$", "rollout mode (sync or async agent loop: both batch continuously in the engine)"),
     (r"^trainer\.critic_warmup$", "critic warm-up steps (0 after the first steps)"),
     (r"^algorithm\.rollout_correction|rollout_is|rollout_rs", "off-policy correction weights (elementwise)"),
     (r"nccl_timeout|wrap_policy|use_orig_params|fsdp_size$|forward_prefetch|reshard_after_forward|model_dtype|"
@@ -143,7 +148,6 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"enable_activation_offload", "activation offload (no scenario field)"),
     (r"ulysses_sequence_parallel_size", "sequence parallelism of a model the scenario does not set separately"),
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
-    (r"enable_prefix_caching", "engine prefill scheduling (not modelled)"),
     (r"^trainer\.test_freq$", "validation every N steps adds its time to those steps (not simulated; compare steps without it)"),
     (r"^trainer\.save_freq$", "checkpoint saves add their time to those steps (not simulated)"),
     (r"^trainer\.balance_batch$", "sequence-length balancing over ranks (not modelled)"),
@@ -170,6 +174,8 @@ VERSIONED: dict[str, tuple[tuple[int, int], object, str]] = {
     f"{AR}.rollout.enforce_eager": ((0, 6), True, "verl #2956 (2025-08-08) made CUDA graphs the default in v0.6.0"),
     f"{AR}.rollout.max_num_seqs": ((0, 9), 1024, "ppo_trainer.yaml / rollout.yaml said 1024 from v0.2 to v0.8; 256 "
                                    "since verl d908005 (2026-08-04), first released in v0.9.0"),
+    f"{AR}.rollout.mode": ((0, 7), "sync", "verl #4106 (2025-11-18) made the async server mode the default, first "
+                           "released in v0.7.0; async exists from v0.4.1"),
 }
 
 # SGLang's own limits where verl passes none (verl < 0.6 builds its engine with mem_fraction_static alone; 0.6 passes
@@ -469,7 +475,14 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
             runtime = "vllm_eager"
         else:
             a.append(f"rollout.enforce_eager=True has no effect on a {name} rollout (verl passes it to vLLM only)")
-    if runtime in V0_RUNTIME:
+    mode = str(cfg[f"{AR}.rollout.mode"])
+    if mode not in ("sync", "async"):
+        raise ImportError_(f"{AR}.rollout.mode: expected sync or async, got {mode!r}")
+    if runtime in V0_RUNTIME and mode == "async":
+        a.append("rollout.mode=async: verl's async server is vLLM's V1 AsyncLLM (generation.runtime "
+                 f"{runtime}); each sample is a request of its own, dealt to the servers in turn (generation.dispatch: "
+                 "rows); the agent loop's host work per request (tokenizing, an RPC, asyncio) is not priced")
+    elif runtime in V0_RUNTIME:
         runtime = vllm_engine(runtime, env, opts.verl_version, a)
 
     prompts = _int(cfg, "data.train_batch_size")
@@ -502,7 +515,7 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
             "max_response_tokens": max_resp,
         },
         "generation": {"engine": engine[0], "runtime": runtime, "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs"),
-                       **_step_budget(cfg, runtime, opts, a)},
+                       **_step_budget(cfg, runtime, opts, a), **_sharing(cfg, runtime, mode, opts, a)},
         "schedule": {"kind": "sync"},
         "steps": opts.steps,
         "warmup_steps": 1 if opts.steps > 1 else 0,
@@ -555,6 +568,25 @@ def _step_budget(cfg: dict, runtime: str, opts: ImportOptions, a: list[str]) -> 
         a.append("rollout.enable_chunked_prefill=False has no effect on vLLM's V1 engine, whose steps always mix "
                  "prefill chunks and decodes")
     return {"max_num_batched_tokens": budget, "chunked_prefill": chunked}
+
+
+def _sharing(cfg: dict, runtime: str, mode: str, opts: ImportOptions, a: list[str]) -> dict:
+    """generation.prefix_caching and dispatch of the continuous engine. A prompt's samples share its prefill: SGLang's
+    radix cache (on by default); vLLM's prefix caching (verl 0.3-0.5 pass enable_prefix_caching=True whatever the
+    config says; from 0.6 the config's, default True), and on V0 the n samples of SamplingParams(n) fork from one
+    prefill. The synchronous rollout hands each engine whole prompts (dispatch: prompts); the async server mode each
+    sample to a server in turn (dispatch: rows: a prompt's samples mostly on different servers)."""
+    if runtime == "hf_generate":
+        return {}
+    key = f"{AR}.rollout.enable_prefix_caching"
+    v = parse_version(opts.verl_version) if opts.verl_version is not None else None
+    share = True
+    if runtime in ("vllm", "vllm_eager") and (v is None or v >= (0, 6)):
+        share = _bool(cfg, key)
+    elif key in cfg and not _bool(cfg, key):
+        a.append(f"rollout.enable_prefix_caching=False is not passed to the engine by verl {opts.verl_version} "
+                 f"({'SGLang keeps its radix cache' if runtime == 'sglang' else 'vLLM gets True; V0 forks the samples of a prompt from one prefill'})")
+    return {"prefix_caching": share, "dispatch": "prompts" if mode == "sync" else "rows"}
 
 
 def sglang_max_running(scenario: dict, assumptions: list[str]) -> int:

@@ -55,6 +55,9 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
          f"{AR}.rollout.max_num_seqs={gen['max_batch']}",
          *([f"{AR}.rollout.max_num_batched_tokens={gen['max_num_batched_tokens']}"]
            if gen.get("max_num_batched_tokens") is not None and gen["runtime"] != "sglang" else []),
+         *([f"{AR}.rollout.mode={'sync' if gen.get('dispatch') == 'prompts' else 'async'}",
+            f"{AR}.rollout.enable_prefix_caching={gen.get('prefix_caching', False)}"]
+           if gen["runtime"] != "hf_generate" else []),
          f"{AR}.rollout.tensor_model_parallel_size={pl['tp']['rollout']}",
          f"trainer.n_gpus_per_node={cl['gpus_per_node']}",
          f"trainer.nnodes={cl['nodes']}",

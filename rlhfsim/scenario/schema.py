@@ -185,6 +185,10 @@ class Generation(Frozen):
         None, description="Tokens one engine step may process (vLLM's max_num_batched_tokens, SGLang's chunked_prefill_size; continuous engine): admitted rows are prefilled in steps of at most this many tokens, each one forward with one fixed overhead (and, where the profile has the engine's host keys, one step's host work for the rows in it). Default: one prefill call per admitted row (the simulator's older model).")
     chunked_prefill: bool = Field(
         False, description="With max_num_batched_tokens: an engine step carries the running rows' decode tokens and, in the rest of its budget, chunks of the admitted rows' prefills, so running rows keep decoding while new rows prefill (vLLM V1 always; V0 with enable_chunked_prefill; SGLang's chunked prefill); the chunks' device work beyond the step's weight reads is term prefill_chunk. Without it a prefill step runs whole prompts only, and the running rows wait (vLLM V0's default).")
+    prefix_caching: bool = Field(
+        False, description="A prompt's samples share its prefill on a replica (continuous engine): a row whose prompt a sample of the same prompt prefilled there before in the step prefills only the prompt's last partial block of 16 tokens (vLLM's prefix caching, on by default in V1 and in verl's rollouts; V0's n samples forked from one prefill; SGLang's radix cache). The KV cache still counts each row's whole prompt.")
+    dispatch: Literal["rows", "prompts"] = Field(
+        "rows", description="How a step's rollouts are dealt to the generation replicas (continuous engine): `rows`, row i to replica i mod replicas, a prompt's samples spread over replicas (verl's async agent loop sends each sample to the least-loaded server); `prompts`, every sample of a prompt to the same replica (verl's synchronous rollout hands each engine whole prompts with SamplingParams(n)).")
     runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
         None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, vllm_eager (vLLM without CUDA graphs, enforce_eager=True), sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
 
@@ -197,6 +201,9 @@ class Generation(Frozen):
         if self.engine != "continuous" and (self.max_num_batched_tokens is not None or self.chunked_prefill):
             raise ValueError(f"max_num_batched_tokens: expected it (and chunked_prefill) only with engine 'continuous' "
                              f"(an engine's per-step token budget), got engine {self.engine!r}")
+        if self.engine != "continuous" and (self.prefix_caching or self.dispatch != "rows"):
+            raise ValueError(f"prefix_caching: expected it (and dispatch: prompts) only with engine 'continuous', got "
+                             f"engine {self.engine!r}")
         if self.chunked_prefill and self.max_num_batched_tokens is None:
             raise ValueError("chunked_prefill: expected max_num_batched_tokens with it (the step's token budget the "
                              "chunks fill), got none")

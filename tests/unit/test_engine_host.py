@@ -175,9 +175,14 @@ def _runtime(env: str = "", extra: str = "", version: str | None = None) -> str:
     ("export VLLM_USE_V1=0\n", "0.6", False, "vllm_v0"),
 ])
 def test_the_importer_chooses_v0_or_v1_by_release_and_environment(env, version, eager, want):
-    got, assumptions = _runtime(env, f"actor_rollout_ref.rollout.enforce_eager={eager}", version)
+    got, assumptions = _runtime(env, f"actor_rollout_ref.rollout.enforce_eager={eager} actor_rollout_ref.rollout.mode=sync",
+                                version)
     assert got == want
     assert any(a.startswith(f"vLLM engine {'V0' if 'v0' in want else 'V1'}") for a in assumptions)
+    # the async server mode (verl's default from v0.7.0) is vLLM's V1 AsyncLLM whatever the environment says
+    got, assumptions = _runtime(env, f"actor_rollout_ref.rollout.enforce_eager={eager} actor_rollout_ref.rollout.mode=async",
+                                version)
+    assert got == want.replace("_v0", "") and any(a.startswith("rollout.mode=async") for a in assumptions)
 
 
 def test_a_v0_runtime_is_priced_as_its_v1_twin_but_not_its_host_work():

@@ -115,3 +115,43 @@ def test_the_budget_belongs_to_the_continuous_engine():
     d["generation"] = {"engine": "continuous", "chunked_prefill": True}
     with pytest.raises(Exception, match="chunked_prefill: expected max_num_batched_tokens"):
         load_scenario(d)
+
+
+# --- a prompt's samples share its prefill (generation.prefix_caching) and go to one replica (dispatch: prompts) ----
+def _shared(budget: int | None, dispatch: str = "prompts", prompts: int = 1, gpus: int = 1) -> dict:
+    d = _scenario(prompts, 8, budget, False, prompt=100, group=4)
+    d["cluster"]["gpus_per_node"] = gpus
+    d["generation"].update({"prefix_caching": True, "dispatch": dispatch})
+    return d
+
+
+def test_a_prompts_samples_prefill_it_once_then_its_last_partial_block():
+    # 4 samples of a 100-token prompt: the first prefills 100 tokens, the others 100 - 96 = 4 (six full blocks of 16 hit)
+    cost = CostModel(H100, load_profile(FIXTURE))
+    dec = decode_sum(cost.decode_coeffs(M, "bfloat16", 4, 4 * 101.0, 1, runtime="vllm"), 49)
+    one = lambda t: cost.forward_parts(M, "bfloat16", t, 1, op="prefill", head="lm", gen_runtime="vllm")[0]  # noqa: E731
+    gen = simulate(load_scenario(_shared(None)), profile=FIXTURE).steps[-1].phases_s["generate"]
+    assert gen == pytest.approx(one(100) + 3 * one(4) + dec, rel=1e-12)
+    gen = simulate(load_scenario(_shared(512)), profile=FIXTURE).steps[-1].phases_s["generate"]
+    assert gen == pytest.approx(cost.prefill_step_parts(M, "bfloat16", 112, 4, 1, "vllm")[0] + dec, rel=1e-12)
+
+
+def test_dispatch_by_prompts_keeps_a_prompts_samples_together():
+    sim_rows = simulate(load_scenario(_shared(None, "rows", prompts=4, gpus=2)), profile=FIXTURE)
+    sim_prompts = simulate(load_scenario(_shared(None, "prompts", prompts=4, gpus=2)), profile=FIXTURE)
+    # dealt by row, each replica holds 2 samples of each of 4 prompts (4 full prefills); by prompt, 2 whole prompts
+    # (2 full prefills): the same rows, less prefill
+    assert sim_prompts.summary["phases_s"]["generate"] < sim_rows.summary["phases_s"]["generate"]
+
+
+@pytest.mark.parametrize("budget, chunked", [(None, False), (512, False), (512, True)])
+def test_prefix_caching_detached_equals_event_clock(budget, chunked, monkeypatch):
+    d = _scenario(24, 6, budget, chunked, prompt=200, group=4, response={"kind": "lognormal", "median": 120, "p99": 600})
+    d["cluster"]["gpus_per_node"] = 2
+    d["generation"].update({"prefix_caching": True, "dispatch": "prompts"})
+    sc = load_scenario(d)
+    a = simulate(sc, profile=FIXTURE)
+    monkeypatch.setattr(Engine, "DETACH", False)
+    b = simulate(sc, profile=FIXTURE)
+    assert [r.__dict__ for r in a.steps] == [r.__dict__ for r in b.steps]
+    assert a.summary["step_time_s"] == b.summary["step_time_s"]

@@ -51,16 +51,36 @@ class ContinuousEngine(Engine):
 
     NAME: ClassVar[str] = "continuous"
     EXTRA_TERM: ClassVar[str] = "prefill_chunk"   # what a decode step's step_extra_s is: chunked prefill's chunks
+    PREFIX_BLOCK: ClassVar[int] = 16   # vLLM's default KV block (block_size): prefix caching hits whole blocks
     WATERMARK: ClassVar[float] = 0.01  # vLLM's default ``watermark``: fraction of the KV cache kept free at admission
 
     def __init__(self, sim, req):
         super().__init__(sim, req)
-        self.queues = [deque(req.rollouts[i::self.n_rep]) for i in range(self.n_rep)]
-        self.watermark = int(self.WATERMARK * self.kv_cap)
         g = sim.setup.scenario.generation
+        self.group = sim.setup.scenario.algorithm.group_size
+        if g.dispatch == "prompts":   # a prompt's samples on one replica (verl's synchronous rollout)
+            self.queues = [deque(r for r in req.rollouts if (r.id // self.group) % self.n_rep == i) for i in range(self.n_rep)]
+        else:
+            self.queues = [deque(req.rollouts[i::self.n_rep]) for i in range(self.n_rep)]
+        self.watermark = int(self.WATERMARK * self.kv_cap)
+        self.share = g.prefix_caching
         self.budget_tokens = g.max_num_batched_tokens   # None: one prefill call per admitted row (the older model)
         self.chunked = g.chunked_prefill
         self._step_memo: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def _tokens(self, r: Rollout, seen: set | None) -> int:
+        """The tokens ``r``'s prefill computes: its prompt and what it generated before, less the prompt blocks a
+        sibling (a sample of the same prompt, ``id // group_size``) prefilled on this replica already when ``seen``
+        (prefix caching) holds its group (vLLM hits full blocks of ``PREFIX_BLOCK`` tokens and recomputes at least the
+        prompt's last token); the first of its group records it in ``seen``."""
+        t = r.prompt_len + r.generated
+        if seen is not None:
+            g = r.id // self.group
+            if g in seen:
+                t -= (r.prompt_len - 1) // self.PREFIX_BLOCK * self.PREFIX_BLOCK
+            else:
+                seen.add(g)
+        return t
 
     def _steps(self, tokens: list[int]) -> list[tuple[int, int]]:
         """(tokens, rows) of each engine step that prefills rows of ``tokens`` tokens each, in order, within the step
@@ -99,14 +119,16 @@ class ContinuousEngine(Engine):
     def leftover(self) -> list[Rollout]:
         return [r for q in self.queues for r in q]
 
-    def _prefill(self, clock: Clock, rows: list[Rollout]):
-        """Process: one prefill call per row whose KV is not resident. Returns the fresh rows (nothing
-        generated yet), which then take their first token from the prefill's logits."""
+    def _prefill(self, clock: Clock, rows: list[Rollout], seen: set | None = None):
+        """Process: one prefill call per row whose KV is not resident (with a token budget: the engine steps
+        their tokens take). Returns the fresh rows (nothing generated yet), which then take their first token from
+        the prefill's logits. ``seen``: the prompt groups prefilled on this replica so far (prefix caching)."""
         need = [r for r in rows if not r.kv_resident]
         if not need:
             return []
+        tokens = [self._tokens(r, seen) for r in need]
         if self.budget_tokens is not None:   # in engine steps of the token budget
-            steps = self._steps([r.prompt_len + r.generated for r in need])
+            steps = self._steps(tokens)
             if self.terms is not None:
                 clock.charge(self.terms.prefill_steps(steps))
             yield from clock.busy(*self._steps_price(steps))
@@ -114,14 +136,14 @@ class ContinuousEngine(Engine):
                 r.kv_resident = True
             return [r for r in need if r.generated == 0]
         if len(need) == 1:  # the common case once the batch is full: one slot refilled
-            total, active = self.prefill_parts(need[0].prompt_len + need[0].generated, 1)
+            total, active = self.prefill_parts(tokens[0], 1)
         else:
-            parts = [self.prefill_parts(r.prompt_len + r.generated, 1) for r in need]
+            parts = [self.prefill_parts(t, 1) for t in tokens]
             total, active = sum(p[0] for p in parts), sum(p[1] for p in parts)
         # No interference factor: that applies to chunk (scoring) prefills meeting decode on the same
         # GPUs (docs/cost-model.md); this replica's own decode flag is always up here and must not count.
         if self.terms is not None:
-            clock.charge(self.terms.prefills(r.prompt_len + r.generated for r in need))
+            clock.charge(self.terms.prefills(tokens))
         yield from clock.busy(total, active)
         for r in need:
             r.kv_resident = True
@@ -167,6 +189,7 @@ class ContinuousEngine(Engine):
         rows; ``held``: rows admitted and not yet decoding (in their prefill), both for the caller to carry at a stop."""
         cap, limit = self.kv_cap, self.kv_cap - self.watermark
         chunked = self.chunked
+        seen: set | None = set() if self.share else None   # prompt groups prefilled here (prefix caching)
         pending: list = []   # chunked prefill beside live rows: [row, tokens left to prefill], FIFO
         kv_live = 0  # cached tokens of the live rows at step T
         kv_pend = 0  # tokens the rows in ``pending`` hold (counted whole, as at their admission)
@@ -180,14 +203,14 @@ class ContinuousEngine(Engine):
                 # their prefills run in chunks inside the next decode steps; rows whose KV survived join at once
                 for r in admitted:
                     if not r.kv_resident:
-                        pending.append([r, r.prompt_len + r.generated])
+                        pending.append([r, self._tokens(r, seen)])
                         kv_pend += r.prompt_len + r.generated
                         held.append(r)
                 admitted = [r for r in admitted if r.kv_resident]
             if pending and not live:
                 # nothing left to carry the chunks: the rest of their prefills (and the new rows') in steps of their own
                 rows = [r for r, _ in pending] + admitted
-                tokens = [t for _, t in pending] + [r.prompt_len + r.generated for r in admitted if not r.kv_resident]
+                tokens = [t for _, t in pending] + [self._tokens(r, seen) for r in admitted if not r.kv_resident]
                 held[:] = rows
                 steps = self._steps(tokens)
                 if self.terms is not None:
@@ -203,7 +226,7 @@ class ContinuousEngine(Engine):
             elif admitted:
                 held[:] = admitted
                 try:
-                    fresh = yield from self._prefill(clock, admitted)
+                    fresh = yield from self._prefill(clock, admitted, seen)
                 except simpy.Interrupt:
                     break
             if admitted:
@@ -290,7 +313,7 @@ class ContinuousEngine(Engine):
         order, with ``Clock.activate``/``push``/``events``/``first_token``/``release`` and the prefill
         call written out on local variables, and time booked on the deferred clock."""
         queue = self.queues[idx]
-        if self.budget_tokens is not None:   # engine steps of a token budget: the event loop's own code, booking
+        if self.budget_tokens is not None or self.share:   # the event loop's own code, booking on the deferred clock
             for _ in self._run(clock, queue, {}, []):
                 raise AssertionError("a detached replica never waits")   # pragma: no cover
             return
