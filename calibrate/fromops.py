@@ -286,6 +286,13 @@ def predict_ew(w: dict, p: dict, bw: float) -> np.ndarray:
     return t0 + w["bytes"] / (bw * eff)
 
 
+# A collective's small-message floor (``small_message_s``): the median time of the calls of at most this many bytes.
+# NCCL's small messages take about the same time whatever their size (18-60 us per all-reduce on H100 and A100 in
+# Vidur's data, where the fitted latency + bytes / bus bandwidth line says 10-37 us), so the median of those sizes is a
+# floor the line misses.
+SMALL_MESSAGE_BYTES = 1 << 20
+
+
 def wire_bytes(collective: str, size, workers):
     return 2.0 * (workers - 1) / workers * size if collective == "all_reduce" else size * 1.0
 
@@ -307,9 +314,11 @@ def fit_collective(rows: list[dict], collective: str, seed: int = 0) -> dict:
             tr = folds != k
             ak, ck = _linear_relative(x[tr], t[tr])
             err[~tr] = np.abs(ak * x[~tr] + ck - t[~tr]) / t[~tr]
+        small = [r["t_s"] for r in pts if r["size"] <= SMALL_MESSAGE_BYTES]
         out[str(n)] = {"latency_s": c, "bus_bw": 1.0 / a, "heldout_mape": float(err.mean()), "n_points": len(t),
                        "nodes": max(1, n // max(r["devices_per_node"] for r in pts)),
-                       "size_bytes": [int(min(r["size"] for r in pts)), int(max(r["size"] for r in pts))]}
+                       "size_bytes": [int(min(r["size"] for r in pts)), int(max(r["size"] for r in pts))],
+                       **({"small_message_s": float(np.median(small)), "small_message_points": len(small)} if small else {})}
     return out
 
 

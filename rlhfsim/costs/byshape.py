@@ -71,12 +71,27 @@ class ShapeKernels:
         return weight_bytes + (nbytes - weight_bytes) * (self.weight_memory_eff / self.elementwise_eff)
 
 
-def allreduce_terms(profile_collectives: dict | None, n: int, collective: str = "all_reduce") -> tuple[float, float] | None:
-    """(latency_s, bus_bw) of ``collective`` over ``n`` workers from a profile's ``collectives``; None without it."""
+def _nearest(profile_collectives: dict | None, n: int, collective: str) -> dict | None:
+    """The ``by_workers`` entry of ``collective`` nearest ``n`` workers on a log scale (the larger at a tie)."""
     by = ((profile_collectives or {}).get(collective) or {}).get("by_workers")
     if not by:
         return None
     counts = sorted(int(k) for k in by)
     near = min(counts, key=lambda c: (abs(math.log(c) - math.log(n)), -c))
-    p = by[str(near)]
+    return by[str(near)]
+
+
+def allreduce_terms(profile_collectives: dict | None, n: int, collective: str = "all_reduce") -> tuple[float, float] | None:
+    """(latency_s, bus_bw) of ``collective`` over ``n`` workers from a profile's ``collectives``; None without it (or
+    where the entry carries only a small-message floor)."""
+    p = _nearest(profile_collectives, n, collective)
+    if p is None or p.get("bus_bw") is None:
+        return None
     return float(p["latency_s"]), float(p["bus_bw"])
+
+
+def allreduce_floor(profile_collectives: dict | None, n: int, collective: str = "all_reduce") -> float:
+    """``small_message_s`` of ``collective`` over ``n`` workers: the measured time of one call of a small message
+    (the median over sizes up to 1 MiB), under which no call of that collective runs; 0 without it."""
+    p = _nearest(profile_collectives, n, collective)
+    return float(p.get("small_message_s") or 0.0) if p is not None else 0.0

@@ -38,7 +38,7 @@ from functools import partial
 import numpy as np
 
 from rlhfsim.costs import flops as fl
-from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
+from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
@@ -615,13 +615,23 @@ class CostModel:
         return n_bytes / self.link_bw(inter_node) + LINK_LATENCY_S
 
     def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1) -> float:
+        """Tensor-parallel all-reduces of ``n_tokens`` tokens: two per layer per pass, each the fitted latency plus its
+        bytes over the bus bandwidth (the link constants without a fit), and never under the measured time of a
+        small message (``collectives.all_reduce.by_workers.N.small_message_s``, ``byshape.allreduce_floor``)."""
         if tp <= 1:
             return 0.0
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
+        calls = 2 * m.layers * passes
         fitted = allreduce_terms(self.collectives, tp)   # (latency_s, bus_bw) fitted per worker count, else None
-        if fitted is not None:
-            return nbytes / fitted[1] + 2 * m.layers * passes * fitted[0]
-        return nbytes / self.link_bw() + 2 * m.layers * passes * LINK_LATENCY_S
+        lat, bw = fitted if fitted is not None else (LINK_LATENCY_S, self.link_bw())
+        floor = allreduce_floor(self.collectives, tp)
+        if floor:   # (elementwise where the decode's batch is an array: the detached clock's segments at once)
+            small = lat + nbytes / calls / bw < floor
+            if isinstance(small, np.ndarray):
+                return np.where(small, calls * floor, nbytes / bw + calls * lat)
+            if small:
+                return calls * floor
+        return nbytes / bw + calls * lat
 
     def _ulysses_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: int = 1) -> float:
         """Ulysses' all-to-alls within a node: ``flops.ulysses_bytes`` over the link, 10 us per call

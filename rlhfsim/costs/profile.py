@@ -298,7 +298,9 @@ def _check_engine_host(info: dict, where: str) -> None:
 
 def _check_collectives(sec, where: str) -> None:
     """``collectives`` (``calibrate.fromops``): per collective, ``by_workers`` keyed by a worker count >= 2, each with
-    ``latency_s`` finite >= 0 and ``bus_bw`` (bytes/s) finite > 0; None or absent: the link constants."""
+    ``latency_s`` finite >= 0 and ``bus_bw`` (bytes/s) finite > 0, and optionally ``small_message_s`` (seconds >= 0:
+    the measured time of a small call, a floor); an entry may carry the floor alone (beside the link constants);
+    None or absent: the link constants."""
     if sec is None:
         return
     if not isinstance(sec, dict):
@@ -310,11 +312,17 @@ def _check_collectives(sec, where: str) -> None:
         for n, p in by.items():
             if not (isinstance(n, str) and n.isdigit() and int(n) >= 2):
                 raise ProfileError(f"{where}.{coll}.by_workers: expected worker counts >= 2 as keys, got {n!r}")
-            for key, ok in (("latency_s", _non_negative), ("bus_bw", _positive)):
+            only_floor = isinstance(p, dict) and p.get("latency_s") is None and p.get("bus_bw") is None \
+                and p.get("small_message_s") is not None   # a measured floor beside the link constants
+            for key, ok in () if only_floor else (("latency_s", _non_negative), ("bus_bw", _positive)):
                 v = p.get(key) if isinstance(p, dict) else None
                 if not ok(v):
                     raise ProfileError(f"{where}.{coll}.by_workers.{n}.{key}: expected a finite number "
                                        f"{'>= 0 (seconds)' if key == 'latency_s' else '> 0 (bytes/s)'}, got {v!r}")
+            v = p.get("small_message_s") if isinstance(p, dict) else None
+            if v is not None and not _non_negative(v):
+                raise ProfileError(f"{where}.{coll}.by_workers.{n}.small_message_s: expected a finite number >= 0 "
+                                   f"(seconds) or null, got {v!r}")
 
 
 def _eff(v) -> bool:

@@ -81,8 +81,10 @@ TERMS: tuple[CostTerm, ...] = (
     CostTerm("optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
              "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.optimizer_parts"),
     CostTerm("decode_kernels", "a decode step's device work: weights and KV cache streamed, attention and "
-             "GEMM FLOPs, TP all-reduces", "operations.decode:RT; kernels_by_shape", "any",
-             "rlhfsim calibrate; --from-ops", "rlhfsim.costs.model._Decode"),
+             "GEMM FLOPs, TP all-reduces (two per layer, each never under the measured time of a small message)",
+             "operations.decode:RT; kernels_by_shape; collectives.all_reduce.by_workers.N (latency_s, bus_bw, "
+             "small_message_s)", "any", "rlhfsim calibrate; --from-ops; Vidur's NCCL all-reduce times (microsoft/vidur "
+             "data/profiling/network, calibrate/public/vidur)", "rlhfsim.costs.model._Decode, CostModel._tp_comm_s"),
     CostTerm("engine_step", "an engine's fixed host time per decode step (scheduling, input preparation, output "
              "processing), serial with the device", "operations.decode:RT.overhead_s (and per layer without "
              "host_overlap)", "any", "rlhfsim calibrate; derived from vLLM/SGLang performance posts",

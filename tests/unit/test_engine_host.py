@@ -193,3 +193,26 @@ def test_a_v0_runtime_is_priced_as_its_v1_twin_but_not_its_host_work():
     twin = decode_sum(CostModel(H100, load_profile(str(BASE))).decode_coeffs(M, "bfloat16", 32, 3200.0, 1,
                                                                               runtime="vllm_eager"), 1)
     assert decode_sum(cost.decode_coeffs(M, "bfloat16", 32, 3200.0, 1, runtime="vllm_v0_eager"), 1) == twin
+
+
+# --- the tensor-parallel all-reduce of a decode step: never under the measured small-message time -----------------
+def test_collective_floor_prices_small_all_reduces_at_their_measured_time():
+    from rlhfsim.costs import flops as fl
+    from rlhfsim.costs.model import LINK_EFF, LINK_LATENCY_S
+    import numpy as np
+    base = load_profile(str(BASE))
+    floored = {**copy.deepcopy(base), "collectives": {"all_reduce": {"by_workers": {"2": {"small_message_s": 31e-6}}}}}
+    plain, cost = CostModel(H100, base), CostModel(H100, floored)
+    m7 = CATALOG["qwen2.5-7b"]
+    calls = 2 * m7.layers
+    for tokens in (64, 256, 100_000):   # decode steps of 64 and 256 rows: small calls; a long prefill: bandwidth-bound
+        nbytes = fl.tp_allreduce_bytes(m7, "bfloat16", tokens, 2)
+        line = nbytes / (H100.intra_node_bw * LINK_EFF) + calls * LINK_LATENCY_S
+        assert plain._tp_comm_s(m7, "bfloat16", tokens, 2) == line
+        assert cost._tp_comm_s(m7, "bfloat16", tokens, 2) == pytest.approx(max(line, calls * 31e-6), rel=1e-12)
+        assert (line < calls * 31e-6) == (tokens < 100_000)
+    got = cost._tp_comm_s(m7, "bfloat16", np.array([64.0, 100_000.0]), 2)   # the detached clock's arrays, elementwise
+    assert got.tolist() == [cost._tp_comm_s(m7, "bfloat16", 64.0, 2), cost._tp_comm_s(m7, "bfloat16", 100_000.0, 2)]
+    assert cost._tp_comm_s(m7, "bfloat16", 64, 1) == 0.0
+    with pytest.raises(ProfileError, match="small_message_s: expected a finite number >= 0"):
+        validate_profile({**floored, "collectives": {"all_reduce": {"by_workers": {"2": {"small_message_s": -1}}}}})
