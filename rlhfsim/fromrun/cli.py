@@ -16,7 +16,7 @@ import click
 from rlhfsim.errors import RlhfsimError
 
 FROM_RUN_PARAMS = ("from_run", "base", "run_sets", "verl_version", "warmup", "min_steps", "lengths", "weighting",
-                   "prior", "strict")
+                   "prior", "strict", "framework")
 SHARED = ("gpu_name", "out", "name", "fmt")   # the measuring command's options --from-run reads too
 
 
@@ -24,8 +24,9 @@ def _extra() -> list[click.Option]:
     return [
         click.Option(["--from-run", "from_run"], nargs=2, multiple=True, metavar="LAUNCH LOG",
                      type=click.Path(path_type=Path),      # a LOG may be a directory of TensorBoard event files
-                     help="Fit a profile overlay to a run you already have: its verl launch (script or config) and its "
-                          "log (verl console, metrics JSONL, TensorBoard events or a wandb CSV, .gz allowed; bad "
+                     help="Fit a profile overlay to a run you already have: its verl or OpenRLHF launch (script or "
+                          "config) and its log (verl console, metrics JSONL, TensorBoard events, a wandb CSV or "
+                          "OpenRLHF's console, .gz allowed; bad "
                           "records skipped and listed); repeatable (runs fitted together). Measures "
                           "nothing; needs --gpu (the run's GPU). See docs/from-run.md."),
         click.Option(["--base"], default="default", show_default=True, metavar="PROFILE",
@@ -35,6 +36,8 @@ def _extra() -> list[click.Option]:
                           "to every run, or with RUN: to one (its place among the --from-run pairs, 1, 2, ..., or its "
                           "name, the log's file name less .log/.gz), e.g. --set 2:critic.model.use_remove_padding=False."),
         click.Option(["--verl-version"], metavar="X.Y", help="--from-run: the verl release the run used."),
+        click.Option(["--framework"], type=click.Choice(["verl", "openrlhf"]), default=None,
+                     help="--from-run: the runs' framework (default: told from each launch's trainer and its log)."),
         click.Option(["--warmup"], type=click.IntRange(min=0), default=1, show_default=True,
                      help="--from-run: leading steps skipped as warm-up."),
         click.Option(["--min-steps"], type=click.IntRange(min=1), default=3, show_default=True,
@@ -133,7 +136,8 @@ def from_run_command(mine: dict, kw: dict) -> None:
     sets = sets_by_run(mine["run_sets"], ids)
     specs = [RunSpec(id=ids[i], launch=Path(launch), log=Path(log), gpu=gpu,
                      sets=sets[i], verl_version=mine["verl_version"], warmup=mine["warmup"],
-                     min_steps=mine["min_steps"], lengths=mine["lengths"], strict=mine["strict"])
+                     min_steps=mine["min_steps"], lengths=mine["lengths"], strict=mine["strict"],
+                     framework=mine["framework"])
              for i, (launch, log) in enumerate(mine["from_run"])]
     name = kw.get("name") or f"fromrun-{specs[0].id}"
     out = Path(kw["out"]) if kw.get("out") else user_profile_dir() / f"{name}.json"

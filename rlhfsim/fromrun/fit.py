@@ -1,5 +1,10 @@
 """Fit a profile's terms to one or more real runs' logged phases (``rlhfsim calibrate --from-run``).
 
+A run is verl's or OpenRLHF's (``rlhfsim.fromrun.frameworks``: told from the launch and the log, or
+``RunSpec.framework``); an OpenRLHF run is imported by ``rlhfsim import openrlhf`` and compared timer by timer with
+the spans ``frameworks.spans`` gives (``timing/generation``, ``timing/make_experience``, ``timing/ppo_train``,
+``timing/broadcast``). What follows describes verl's.
+
 Each run is its launch (read by ``rlhfsim import verl``, with the GPU, the verl release and any ``--set``
 the user gives, and the mean prompt and response lengths of its own steady steps; by default the response
 lengths' shape too, matched to the log's longest and clipped responses: ``rlhfsim.fromrun.lengths``) and its log's steady steps
@@ -54,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_PROMPT_LENGTH_KEY, VERL_RESPONSE_LENGTH_KEY, VERL_STEP_KEY
+from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_RESPONSE_LENGTH_KEY, VERL_STEP_KEY
 from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.fromrun import terms as T
@@ -102,6 +107,7 @@ class RunSpec:
     min_steps: int = DEFAULT_MIN_STEPS
     lengths: str = "logged"    # "logged": the log's mean, max and clip ratio (fromrun.lengths); "mean": the mean only
     strict: bool = False       # a log with any bad record is an error (else skipped and listed: fromrun.logs)
+    framework: str | None = None   # "verl" | "openrlhf"; None: told from the launch and log (fromrun.frameworks)
 
 
 @dataclass
@@ -121,6 +127,7 @@ class Run:
     reward_in_adv: bool = False        # the log's release times the reward inside timing_s/adv (module docstring)
     launch_text: str = ""              # as read (the overlay keeps it, so a what-if needs no copy of the file)
     old_log_prob_in_gen: bool = False  # the log's release computes the old log-probs inside timing_s/gen
+    framework: str = "verl"            # whose timers ``measured`` holds (fromrun.frameworks)
 
 
 def read_launch(path: Path) -> str:
@@ -176,20 +183,22 @@ def prepare(spec: RunSpec) -> Run:
 def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
     """``prepare`` on given steady steps (a subset of a log's: ``rlhfsim.fromrun.pool`` prepares each bin of a
     run's steps by their longest response as a run of its own)."""
+    from rlhfsim.fromrun import frameworks
     from rlhfsim.hardware.catalog import get_gpu
-    from rlhfsim.importers import ImportOptions, import_verl
+    from rlhfsim.importers import ImportOptions
     from rlhfsim.scenario.loader import load_scenario
 
-    samples = {k: np.asarray(v) for k, v in steady.phase_samples().items()}
+    text = read_launch(spec.launch)
+    fw = frameworks.detect(spec.framework, text, steady.framework, spec.launch.name)
+    samples = {k: np.asarray(v) for k, v in frameworks.samples(fw, steady).items()}
     if VERL_STEP_KEY not in samples:
         raise FitError(f"{spec.log.name}: expected {VERL_STEP_KEY} in every steady step, got it in some only")
-    lengths = {"response": steady.mean(VERL_RESPONSE_LENGTH_KEY), "prompt": steady.mean(VERL_PROMPT_LENGTH_KEY)}
-    text = read_launch(spec.launch)
+    lengths = {"response": steady.mean(VERL_RESPONSE_LENGTH_KEY), "prompt": frameworks.logged_prompt_mean(fw, steady)}
     opts = ImportOptions(gpu=spec.gpu, mean_response_len=lengths["response"], mean_prompt_len=lengths["prompt"],
                          steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
-    res = import_verl(text, opts, spec.launch.name, is_yaml=is_config(spec.launch))
+    res = frameworks.import_launch(fw, text, opts, spec.launch.name, is_config(spec.launch))
     sc = load_scenario(res.scenario, base_dir=spec.launch.parent)
-    check_agreement(steady, sc, "verl", spec.launch.name)   # one run: algorithm, roles and caps as logged
+    check_agreement(steady, sc, fw, spec.launch.name)   # one run: algorithm, roles and caps as logged
     if spec.lengths not in LENGTHS:
         raise FitError(f"lengths: expected one of {', '.join(LENGTHS)}, got {spec.lengths!r}")
     shape = logged_shape(steady, sc.workload.max_response_tokens, sc.workload.prompts_per_step * sc.algorithm.group_size) \
@@ -200,10 +209,10 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
         lengths["response_shape"] = shape
     lengths["response_cap"] = sc.workload.max_response_tokens
     return Run(spec, steady, samples, {k: float(v.mean()) for k, v in samples.items()}, sc, get_gpu(spec.gpu),
-               sc.generation.resolved_runtime, UPDATE_WEIGHTS not in samples, lengths,
+               sc.generation.resolved_runtime, fw == "verl" and UPDATE_WEIGHTS not in samples, lengths,
                [f"{s.key}={s.value}" for s in res.by_status("unmapped")],
-               reward_in_adv=ADV in samples and REWARD not in samples, launch_text=text,
-               old_log_prob_in_gen=GEN in samples and OLD_LOG_PROB not in samples)
+               reward_in_adv=fw == "verl" and ADV in samples and REWARD not in samples, launch_text=text,
+               old_log_prob_in_gen=fw == "verl" and GEN in samples and OLD_LOG_PROB not in samples, framework=fw)
 
 
 def predict(run: Run, profile: dict) -> dict[str, float]:
@@ -211,7 +220,12 @@ def predict(run: Run, profile: dict) -> dict[str, float]:
     key -> seconds (``timing_s/step`` included), in the spans the run's release timed (``verl_spans``)."""
     from rlhfsim.sim.run import simulate
 
-    summary = simulate(run.scenario, cost=CostModel(run.gpu, priced(profile, run.gpu)), max_work=None).summary
+    result = simulate(run.scenario, cost=CostModel(run.gpu, priced(profile, run.gpu)), max_work=None)
+    if run.framework != "verl":
+        from rlhfsim.fromrun.frameworks import spans
+
+        return spans(result, run.scenario)     # the framework's own timers (fromrun.frameworks)
+    summary = result.summary
     out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}, run.fold_weights,
                      run.reward_in_adv, run.old_log_prob_in_gen)
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
@@ -442,6 +456,7 @@ def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
         "id": run.spec.id, "launch": str(run.spec.launch), "launch_text": run.launch_text, "log": str(run.spec.log),
         "gpu": run.spec.gpu,
         "sets": list(run.spec.sets), "verl_version": run.spec.verl_version, "lengths": run.lengths,
+        "framework": run.framework,
         "steady_steps": [s.step for s in run.steady.kept], "steady_lines": run.steady.lines(),
         "skipped_steps": {str(k): v for k, v in run.steady.skipped.items()},
         "log_read": run.steady.record(),      # format, bad records skipped with their reasons, notes, notices
