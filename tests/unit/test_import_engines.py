@@ -75,3 +75,30 @@ def test_kv_fraction_by_engine_by_hand():
     assert kv_fraction(sc, 0.6, [], "vllm") == round((0.6 * mem - w - peak) / (mem - res), 4)
     assert kv_fraction(sc, 0.6, [], "vllm", "0.2") == round(0.6 * (mem - res - w - peak) / (mem - res), 4)
     assert kv_fraction(sc, 0.6, [], "sglang") == round((0.6 * mem - w) / (mem - res), 4)
+
+
+def test_explain_on_an_imported_launch_names_the_generation_terms(tmp_path):
+    """`rlhfsim explain` on a scenario `rlhfsim import verl` wrote, priced with a profile that has the engine's host
+    keys, shows them (engine_host), the chunks riding in decode steps (prefill_chunk) and the decode's own terms."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from rlhfsim.cli import main
+    from rlhfsim.costs.profile import load_profile
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "grpo.yaml"
+    r = CliRunner().invoke(main, ["import", "verl", str(root / "scenarios" / "examples" / "verl-grpo.sh"), "--gpu",
+                                  "h100-sxm", "--set", "data.train_batch_size=256", "--set",
+                                  "actor_rollout_ref.actor.ppo_mini_batch_size=16", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    prof = copy.deepcopy(load_profile("default"))
+    prof["generation"]["vllm"].update({"step_host_s": 1e-3, "step_host_per_seq_s": 30e-6, "step_host_overlap": 0.5})
+    (tmp_path / "p.json").write_text(json.dumps(prof))
+    r = CliRunner().invoke(main, ["explain", str(out), "--steps", "2", "--profile", str(tmp_path / "p.json")])
+    assert r.exit_code == 0, r.output
+    generate = next(line for line in r.output.splitlines() if line.startswith("generate"))
+    assert "engine_host" in generate and "prefill_chunk" in generate and "decode_kernels" in generate

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlhfsim.costs import terms as T
 from rlhfsim.costs.model import CostModel, decode_sum, roofline_kernel_s
@@ -155,3 +157,34 @@ def test_prefix_caching_detached_equals_event_clock(budget, chunked, monkeypatch
     b = simulate(sc, profile=FIXTURE)
     assert [r.__dict__ for r in a.steps] == [r.__dict__ for r in b.steps]
     assert a.summary["step_time_s"] == b.summary["step_time_s"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 600)), min_size=1, max_size=40),
+       max_batch=st.integers(1, 10), kv_fraction=st.sampled_from([0.0001, 0.0005, 0.9]),
+       step_tokens=st.sampled_from([16, 300, 2048]), chunked=st.booleans(), share=st.booleans(),
+       token_budget=st.sampled_from([None, 7, 64]))
+def test_detached_equals_event_clock_on_random_rows(lengths, max_batch, kv_fraction, step_tokens, chunked, share,
+                                                     token_budget, scenario_dict, tracked):
+    # Any rows, slots, cache, step budget, chunking, sharing and partial-rollout budget: the deferred clock replays
+    # the event clock exactly (rows, their ends, the busy intervals).
+    gen = {"engine": "continuous", "max_batch": max_batch, "kv_cache_fraction": kv_fraction,
+           "max_num_batched_tokens": step_tokens, "chunked_prefill": chunked, "prefix_caching": share,
+           "dispatch": "prompts" if share else "rows"}
+    d = scenario_dict("gpu", {"generation": gen}, schedule="sync" if token_budget is None else "partial")
+    if token_budget is not None:
+        d["schedule"]["token_budget"] = token_budget
+    d["workload"]["prompts_per_step"] = max(len(lengths) // 2, 1)
+    d["algorithm"]["minibatch_size"] = d["workload"]["prompts_per_step"]
+    sc = load_scenario(d)
+    rows = lengths * (300 // len(lengths) + 1)
+    a = tracked(sc, steps=2, rollouts=rows)
+    Engine.DETACH = False
+    try:
+        b = tracked(sc, steps=2, rollouts=rows)
+    finally:
+        Engine.DETACH = True
+    assert [r.__dict__ for r in a.records] == [r.__dict__ for r in b.records]
+    assert a.sim.rec.intervals == b.sim.rec.intervals
+    key = [(r.id, r.generated, r.finished_at, r.kv_resident, r.paused, r.tokens_by_step) for r in a.taken]
+    assert key == [(r.id, r.generated, r.finished_at, r.kv_resident, r.paused, r.tokens_by_step) for r in b.taken]
