@@ -109,7 +109,7 @@ def test_flat_launch_of_a_later_release_trains_in_bf16_without_the_flag():
     ("--actor.model_name_or_path OpenRLHF/Llama-3-8b-sft-mixture", "--actor.model_name_or_path acme/unknown-13b",
      "--actor.model_name_or_path: expected a model in the catalog"),
     ("--train.batch_size 128", "--train.batch_size 4096",
-     "--train.batch_size: expected at most rollout_batch_size x n_samples_per_prompt (1024), got 4096"),
+     "--train.batch_size: expected at most rollout.batch_size x rollout.n_samples_per_prompt (1024), got 4096"),
 ])
 def test_dotted_errors_name_the_flag_as_written(old, new, message):
     text = DOTTED_RFN.read_text()
@@ -136,3 +136,19 @@ def test_cli_dotted_launch_error_is_one_line_and_exit_2(tmp_path):
     p.write_text(DOTTED_RFN.read_text().replace("--rollout.batch_size 1024", "--rollout.batch_size lots"))
     res = CliRunner().invoke(main, ["import", "openrlhf", str(p), "--gpu", "h100-sxm"])
     assert res.exit_code == 2 and res.stderr == "error: --rollout.batch_size: expected a whole number >= 1, got 'lots'\n"
+
+
+def test_every_openrlhf_field_launch_imports_and_loads():
+    import yaml
+
+    field = Path(__file__).resolve().parents[2] / "scenarios" / "examples" / "field"
+    docs = [yaml.safe_load(f.read_text()) or {} for f in [field / "runs.yaml", *sorted(field.glob("runs-*.yaml"))]]
+    runs = [r for d in docs for r in (d.get("runs") or []) + (d.get("unscored") or [])
+            if r.get("framework") == "openrlhf"]
+    assert runs
+    for run in runs:
+        for gpu in [run["gpu"]] if "gpu" in run else run["gpus"]:
+            res = _import(field / run["launch"], gpu=gpu, mean_response_len=run.get("mean_response_len"),
+                          mean_prompt_len=run.get("mean_prompt_len"), gpus_per_node=run.get("gpus_per_node"))
+            assert load_scenario(res.scenario).cluster.gpu == gpu
+            assert not [s.key for s in res.settings if s.target.startswith("not recognised")], run["id"]
