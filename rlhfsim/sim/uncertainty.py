@@ -9,7 +9,8 @@ where they run one after another), which is analytic: no re-simulation.
   prediction priced its run with terms fitted without that run's source, so the record already holds those
   terms' own uncertainty: operations without a measured uncertainty are held at their values, not drawn again.
 * A from-run overlay (``rlhfsim calibrate --from-run``; its ``from_run`` section): the phases its runs logged take
-  the fit's misfit, s^2 = RSS / (N - k) over its N logged phase residuals ln(fitted / measured) and k fitted terms
+  the fit's misfit, s^2 = RSS / (N - k) over its N logged timers' residuals ln(fitted / measured) (a verl timer is
+  one phase, an OpenRLHF timer several: ``rlhfsim.fromrun.frameworks.OPENRLHF_TIMERS``) and k fitted terms
   (bias 0: least squares leaves none; k_p = t(0.95, N - k) / 1.645), and so does the step where its phases
   overlap; the phases they did not log keep the field record's (its step's where it has none of the phase).
   Where N <= k the misfit is unmeasured and the field record widens every phase. Its fitted terms
@@ -80,34 +81,48 @@ def model_error(profile: dict, gpu=None) -> me.ModelError | None:
     return field
 
 
+def _timer_phases(run: dict) -> dict[str, tuple[str, ...]]:
+    """A fitted run's logged timers -> the simulator phases each spans: verl's ``timing_s/*`` one phase each (its gen
+    holds the weight update where the release logs none: ``weight_sync_in_gen``), OpenRLHF's several."""
+    if run.get("framework") == "openrlhf":
+        from rlhfsim.fromrun.frameworks import OPENRLHF_TIMERS
+
+        return OPENRLHF_TIMERS
+    out = {k: (p,) for k, p in _SIM_OF_VERL.items()}
+    if run.get("weight_sync_in_gen"):
+        out[VERL_PHASE_KEYS["generate"]] = ("generate", "weight_sync")
+    return out
+
+
 def overlay_error(fit: dict, field: me.ModelError | None) -> me.ModelError | None:
     """An overlay's record: its fit's misfit for the phases its runs logged, the field record's for the rest."""
-    residuals: dict[str, list[float]] = {}
+    residuals: list[float] = []
+    covered: set[str] = set()
     for run in fit.get("runs", []):
+        timers = _timer_phases(run)
         for key, m in run["measured_s"].items():
-            p = _SIM_OF_VERL.get(key)
             f = run["fitted_s"].get(key)
-            if p is not None and m > 0 and f is not None and f > 0:
-                residuals.setdefault(p, []).append(math.log(f / m))
-    n = sum(len(v) for v in residuals.values())
+            if key in timers and m > 0 and f is not None and f > 0:
+                residuals.append(math.log(f / m))
+                covered.update(timers[key])
+    n = len(residuals)
     k = sum(not t.get("at_bound") for t in fit.get("terms", []))
-    if n - k <= 0 or not residuals:
+    if n - k <= 0:
         if field is None:
             return None
         return me.ModelError(field.step, field.phases, field.rho, field.source + "; the fit's own misfit unmeasured "
-                             f"({n} logged phases for {k} fitted terms)", field.runs, field.sources, field.date,
+                             f"({n} logged timers for {k} fitted terms)", field.runs, field.sources, field.date,
                              field.method)
-    s = math.sqrt(sum(x * x for v in residuals.values() for x in v) / (n - k))
+    s = math.sqrt(sum(x * x for x in residuals) / (n - k))
     rec = me.PhaseError(0.0, s, n, me.t95(n - k) / me.Z90)
     runs = tuple(r["id"] for r in fit.get("runs", []))
-    source = (f"the fit's misfit ({', '.join(runs)}: {n} logged phases, {k} fitted terms, s = {s:.3f} in log) for "
+    source = (f"the fit's misfit ({', '.join(runs)}: {n} logged timers, {k} fitted terms, s = {s:.3f} in log) for "
               f"the phases it logged")
     if field is None:
-        return me.ModelError(rec, {p: rec for p in residuals}, 1.0, source, runs, len(runs), method="from-run fit")
-    # a phase the fit's runs did not log keeps the field's record of it (the field's step where it has none); one
-    # the runs logged inside another (weight_sync in gen) follows that one's
-    other = {p: field.record(p)[1] for p in PHASES if p not in residuals and me.MEASURED_WITH.get(p) not in residuals}
-    return me.ModelError(rec, {**other, **{p: rec for p in residuals}}, field.rho,
+        return me.ModelError(rec, {p: rec for p in covered}, 1.0, source, runs, len(runs), method="from-run fit")
+    # a phase the fit's runs did not log keeps the field's record of it (the field's step where it has none)
+    other = {p: field.record(p)[1] for p in PHASES if p not in covered}
+    return me.ModelError(rec, {**other, **{p: rec for p in covered}}, field.rho,
                          f"{source}; other phases: {field.source}", runs, len(runs), field.date, "from-run fit")
 
 
@@ -283,6 +298,7 @@ def interval(run, profile: dict, gpu, n: int = DEFAULT_DRAWS, seed: int = 0, poi
 
 
 def point_interval(summary: dict, err: me.ModelError) -> dict:
-    """The analytic interval of one simulated summary (no parameter draws): what a plan's row carries."""
-    return me.widen(err, [(summary["step_time_s"], summary["phases_s"])])
+    """The analytic interval of one simulated summary's step (no parameter draws, no phases): what a plan's row
+    carries."""
+    return me.widen(err, [(summary["step_time_s"], summary["phases_s"])], phases=False)
 

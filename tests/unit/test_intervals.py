@@ -78,10 +78,11 @@ def test_serial_step_is_its_phases_combined_and_overlapped_takes_the_steps_recor
     gen_bound = me.widen(err, [(10.0, {"generate": 9.0, "actor_train": 1.0})])
     train_bound = me.widen(err, [(10.0, {"generate": 1.0, "actor_train": 9.0})])
     assert gen_bound["step_from"] == train_bound["step_from"] == "phases"
-    # rho = 1: every phase moves with one draw, so the step's bounds are the sum of its phases' bounds
+    # rho = 1: every phase moves with one draw, so the step's bounds are the sum of its phases' bounds (the
+    # step from 4,096 stratified draws, the phases in closed form)
     for w in (gen_bound, train_bound):
-        assert w["step_time_s_interval"][0] == pytest.approx(sum(v[0] for v in w["phases_s_interval"].values()), rel=1e-9)
-        assert w["step_time_s_interval"][1] == pytest.approx(sum(v[1] for v in w["phases_s_interval"].values()), rel=1e-9)
+        assert w["step_time_s_interval"][0] == pytest.approx(sum(v[0] for v in w["phases_s_interval"].values()), rel=1e-3)
+        assert w["step_time_s_interval"][1] == pytest.approx(sum(v[1] for v in w["phases_s_interval"].values()), rel=1e-3)
     width = lambda w: w["step_time_s_interval"][1] / w["step_time_s_interval"][0]  # noqa: E731
     assert width(gen_bound) > 3 * width(train_bound) > 0   # a generation-bound step carries generation's error
     # independent phases (rho = 0) partly cancel: a narrower step than rho = 1
@@ -244,3 +245,20 @@ def test_plan_rows_carry_the_interval_and_the_report_shows_it(tmp_path, syntheti
     res = run.invoke(main, ["plan", str(plan), "--workers", "1", "-o", str(tmp_path / "q"), "--format", "json",
                             "--no-uncertainty"])
     assert json.loads(res.output)["best"]["step_time_lo_s"] is None
+
+
+def test_openrlhf_overlay_misfit_covers_each_timers_phases(synthetic_error):
+    fit = {"terms": [{"term": "engine_host_s", "at_bound": False}],
+           "runs": [{"id": "o", "framework": "openrlhf",
+                     "measured_s": {"timing/generation": 10.0, "timing/make_experience": 4.0, "timing/ppo_train": 6.0,
+                                    "timing_s/step": 20.0},
+                     "fitted_s": {"timing/generation": 10.5, "timing/make_experience": 3.8, "timing/ppo_train": 6.0,
+                                  "timing_s/step": 20.3}}]}
+    err = U.overlay_error(fit, synthetic_error)
+    s = math.sqrt((math.log(1.05) ** 2 + math.log(0.95) ** 2) / (3 - 1))
+    for p in ("generate", "reward", "reference", "critic_fwd", "actor_train", "critic_train"):
+        assert err.record(p)[1].sigma == pytest.approx(s)
+    assert err.record("weight_sync")[1] is synthetic_error.record("weight_sync")[1]   # timing/broadcast not logged
+    # as many logged timers as fitted terms: the misfit is unmeasured, the field record widens every phase
+    fit["terms"] *= 3
+    assert U.overlay_error(fit, synthetic_error).phases == synthetic_error.phases
