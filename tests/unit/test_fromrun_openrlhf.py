@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from rlhfsim.cli import main
 from rlhfsim.costs.profile import load_profile
 from rlhfsim.fromrun import terms as T
-from rlhfsim.fromrun.fit import RunSpec, fit, predict, prepare
+from rlhfsim.fromrun.fit import RunSpec, predict, prepare
 from rlhfsim.fromrun.frameworks import OPENRLHF_TIMERS, FrameworkError, phase_groups
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "openrlhf"
@@ -70,18 +70,8 @@ def test_openrlhf_run_is_prepared_with_its_own_timers(truth):
     assert not run.fold_weights and not run.reward_in_adv
 
 
-def test_fit_recovers_the_training_efficiency_from_openrlhf_timers(truth, base):
-    log, eff = truth
-    res = fit([prepare(RunSpec("r", LAUNCH, log, "h100-sxm", SETS))], base)
-    train = next(t for t in res["terms"] if t["path"] == TRAIN)
-    assert train["fitted"] / train.get("frame", 1.0) == pytest.approx(eff, rel=0.05)
-    err = res["runs"][0]["fitted_error_pct"]
-    assert abs(err["timing/ppo_train"]) < 3 and res["runs"][0]["framework"] == "openrlhf"
-    assert {d["phase"] for d in train["determined_by"]} <= set(OPENRLHF_TIMERS)
-
-
 def test_cli_fits_an_openrlhf_run_and_refuses_a_mismatch_in_one_line(truth, tmp_path):
-    log, _ = truth
+    log, eff = truth
     out = tmp_path / "o.json"
     args = ["calibrate", "--from-run", str(LAUNCH), str(log), "--gpu", "h100-sxm", "-o", str(out)]
     for s in SETS:
@@ -89,7 +79,13 @@ def test_cli_fits_an_openrlhf_run_and_refuses_a_mismatch_in_one_line(truth, tmp_
     res = CliRunner().invoke(main, args + ["--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["runs"][0]["framework"] == "openrlhf" and "timing/make_experience" in doc["runs"][0]["measured_s"]
+    run = doc["runs"][0]
+    assert run["framework"] == "openrlhf" and set(run["measured_s"]) == {*OPENRLHF_TIMERS, "timing_s/step"}
+    # the fit recovers the training efficiency the log was written with, from OpenRLHF's own timers
+    train = next(t for t in doc["terms"] if t["path"] == TRAIN)
+    assert train["fitted"] / train.get("frame", 1.0) == pytest.approx(eff, rel=0.05)
+    assert abs(run["fitted_error_pct"]["timing/ppo_train"]) < 3
+    assert {d["phase"] for d in train["determined_by"]} <= set(OPENRLHF_TIMERS)
     # a verl launch with an OpenRLHF log
     bad = CliRunner().invoke(main, ["calibrate", "--from-run", str(VERL_LAUNCH), str(log), "--gpu", "h100-sxm",
                                     "-o", str(tmp_path / "x.json")])
