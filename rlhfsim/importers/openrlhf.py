@@ -342,8 +342,8 @@ def _build(f: Flags, lengths: str, seen: dict, opts: ImportOptions, res: ImportR
     prompts = f.int("rollout_batch_size")
     mini = f.int("train_batch_size")
     if mini > prompts * n:
-        raise ImportError_(f"{f.name('train_batch_size')}: expected at most rollout_batch_size x n_samples_per_prompt "
-                           f"({prompts * n}), got {mini}")
+        raise ImportError_(f"{f.name('train_batch_size')}: expected at most {f.name('rollout_batch_size')[2:]} x "
+                           f"{f.name('n_samples_per_prompt')[2:]} ({prompts * n}), got {mini}")
     max_prompt, max_resp, prompt_key, resp_key = _caps(f, lengths, opts, a)
     a.append("vLLM engines batch at most 256 sequences each (vLLM's max_num_seqs default)")
     scenario = {
