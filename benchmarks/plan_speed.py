@@ -6,6 +6,7 @@ and what it says about a 10,000-configuration sweep.
     python benchmarks/plan_speed.py --configs 10000       # the 10,000-configuration sweep itself
     python benchmarks/plan_speed.py --configs 100         # a quick run (axes trimmed)
     python benchmarks/plan_speed.py --profile 20          # cProfile 20 sampled configurations in-process
+    python benchmarks/plan_speed.py --no-uncertainty      # rows without the step's 90% interval
 
 Target (issue 12): 10,000 configurations in at most 5 minutes on 2 cores, locally and on Ray. The sweep:
 a PPO setup (Qwen2.5-1.5B actor, critic and reference, Qwen2.5-0.5B reward model, 512 prompts per step)
@@ -90,16 +91,17 @@ def _cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def run(backend: str, workers: int, plan_path: Path, out: Path) -> tuple[float, int]:
-    """Run the sweep; returns (wall seconds, configurations)."""
+def run(backend: str, workers: int, plan_path: Path, out: Path, uncertainty: bool = True) -> tuple[float, int]:
+    """Run the sweep; returns (wall seconds, configurations). ``uncertainty``: each row's 90% interval of the step
+    (the plan's default; ``--no-uncertainty`` measures the sweep without it)."""
     from rlhfsim.plan import load_plan, run_plan
 
     t0, c0 = time.perf_counter(), _cpu_s()
     plan = load_plan(plan_path)
     t_load = time.perf_counter() - t0
-    o = run_plan(plan, backend=backend, workers=workers, out=out)
+    o = run_plan(plan, backend=backend, workers=workers, out=out, uncertainty=uncertainty)
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
-    line = (f"{backend:5}  workers={workers}  configs={len(o.rows)} (feasible {o.feasible}, simulated {o.simulated})  "
+    line = (f"{backend:5}  workers={workers}  interval={'on' if uncertainty else 'off'}  configs={len(o.rows)} (feasible {o.feasible}, simulated {o.simulated})  "
             f"load+check {t_load:.2f} s  wall {wall:.1f} s  {len(o.rows) / wall:.1f} configs/s")
     if backend == "local":
         # On a shared machine the wall time includes waiting for the CPU; CPU time / workers is what the
@@ -183,6 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--configs", type=int, default=2000, help="configurations: 1,000 per seed; fewer trims the axes")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N sampled configurations instead")
+    ap.add_argument("--no-uncertainty", dest="uncertainty", action="store_false",
+                    help="rows without the step's 90%% interval (rlhfsim plan --no-uncertainty)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="plan-bench-") as tmp:
         d = Path(tmp)
@@ -192,7 +196,7 @@ def main(argv=None) -> int:
             return 0
         walls = {}
         for be in (["local", "ray"] if args.backend == "both" else [args.backend]):
-            walls[be] = run(be, args.workers, plan_path, d / f"out-{be}")
+            walls[be] = run(be, args.workers, plan_path, d / f"out-{be}", args.uncertainty)
         if len(walls) == 2:
             a = (d / "out-local" / "results.csv").read_text()
             b = (d / "out-ray" / "results.csv").read_text()

@@ -90,14 +90,14 @@ class PhaseError:
         sd = statistics.stdev(residuals) if n > 1 else 0.0
         return cls(mu, sd, n, t95(n - 1) * math.sqrt(1 + 1 / n) / Z90 if n > 1 else math.inf)
 
-    @property
-    def half_width(self) -> float:
-        """Half the 90% interval's width in log."""
-        return Z90 * self.k * self.sigma
+    def half_width(self, level: float = LEVEL) -> float:
+        """Half the ``level`` interval's width in log."""
+        return NormalDist().inv_cdf(0.5 + level / 2) * self.k * self.sigma
 
-    def factors(self) -> tuple[float, float]:
-        """(low, high): the measured value as a multiple of the prediction, 90%."""
-        return math.exp(-self.bias - self.half_width), math.exp(-self.bias + self.half_width)
+    def factors(self, level: float = LEVEL) -> tuple[float, float]:
+        """(low, high): the measured value as a multiple of the prediction, ``level`` (90%)."""
+        w = self.half_width(level)
+        return math.exp(-self.bias - w), math.exp(-self.bias + w)
 
     def to_dict(self) -> dict:
         return {"bias": round(self.bias, 4), "sigma": round(self.sigma, 4), "runs": self.n, "k": round(self.k, 3)}
@@ -201,9 +201,11 @@ def serial(step_s: float, phases_s: dict[str, float]) -> bool:
     return step_s > 0 and total <= step_s * (1 + SERIAL_TOL) and total >= step_s * (1 - SERIAL_TOL)
 
 
-def widen(err: ModelError, points: list[tuple[float, dict[str, float]]], level: float = LEVEL) -> dict:
+def widen(err: ModelError, points: list[tuple[float, dict[str, float]]], level: float = LEVEL,
+          phases: bool = True) -> dict:
     """The ``level`` interval of the step and of each phase for predictions ``points`` [(step_s, phases_s)]: the
-    point prediction, or one per parameter draw (pooled). See the module docstring."""
+    point prediction, or one per parameter draw (pooled). See the module docstring. A single point's phases are
+    in closed form (``PhaseError.factors``); ``phases=False``: the step's alone (a plan's row)."""
     names = sorted({p for _, ph in points for p in ph})
     recs = {p: err.record(p) for p in names}
     keys = sorted({name for name, _ in recs.values()} | {STEP})
@@ -212,31 +214,42 @@ def widen(err: ModelError, points: list[tuple[float, dict[str, float]]], level: 
     per = max(1, MC_DRAWS // len(points))
     q = 100 * (1 - level) / 2
     a, b = math.sqrt(err.rho), math.sqrt(1 - err.rho)
-    factor = {}
-    for k in keys:
-        rec = err.step if k == STEP else err.phases[k]
-        r = rec.bias + rec.k * rec.sigma * (a * z[:, 0] + b * z[:, col[k]])
-        factor[k] = np.exp(-r)
-    steps, phases, how = [], {p: [] for p in names}, set()
+    factor: dict[str, np.ndarray] = {}
+
+    def f(k: str) -> np.ndarray:   # exp(-r) of record k over the draws, made when first needed
+        if k not in factor:
+            rec = err.step if k == STEP else err.phases[k]
+            factor[k] = np.exp(-(rec.bias + rec.k * rec.sigma * (a * z[:, 0] + b * z[:, col[k]])))
+        return factor[k]
+
+    single = len(points) == 1
+    steps, drawn, how = [], {p: [] for p in names}, set()
     for i, (step_s, ph) in enumerate(points):
         rows = slice((i * per) % MC_DRAWS, (i * per) % MC_DRAWS + per)
-        for p in names:
-            phases[p].append(ph.get(p, 0.0) * factor[recs[p][0]][rows])
+        if phases and not single:
+            for p in names:
+                drawn[p].append(ph.get(p, 0.0) * f(recs[p][0])[rows])
         if serial(step_s, ph):
             how.add("phases")
-            s = step_s - sum(ph.values()) + sum(ph[p] * factor[recs[p][0]][rows] for p in ph)
+            s = step_s - sum(ph.values()) + sum(v * f(recs[p][0])[rows] for p, v in ph.items() if v > 0)
         else:
             how.add("step")
-            s = step_s * factor[STEP][rows]
+            s = step_s * f(STEP)[rows]
         steps.append(s)
 
     def pct(v):
         lo, hi = np.percentile(np.concatenate(v), [q, 100 - q])
         return [float(lo), float(hi)]
 
+    if not phases:
+        phase_iv = {}
+    elif single:
+        phase_iv = {p: [v * x for x in recs[p][1].factors(level)] for p, v in points[0][1].items()}
+    else:
+        phase_iv = {p: pct(v) for p, v in drawn.items()}
     used = {p: {"record": recs[p][0], **recs[p][1].to_dict()} for p in names}
-    return {"step_time_s_interval": pct(steps), "phases_s_interval": {p: pct(v) for p, v in phases.items()},
-            "step_from": "+".join(sorted(how)), "phase_records": used}
+    return {"step_time_s_interval": pct(steps), "phases_s_interval": phase_iv, "step_from": "+".join(sorted(how)),
+            "phase_records": used}
 
 
 # -- the field table: residual rows, the file, leave-one-source-out coverage -----------------------------------
