@@ -173,9 +173,10 @@ def _launch_text(rec: dict, overlay_path: Path) -> tuple[str, Path]:
 
 def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
     """The run as fitted (``change`` empty) or with ``change`` (module docstring), as a scenario."""
+    from rlhfsim.fromrun import frameworks
     from rlhfsim.fromrun.fit import is_config
     from rlhfsim.hardware.catalog import get_gpu
-    from rlhfsim.importers import ImportOptions, import_verl
+    from rlhfsim.importers import ImportOptions
     from rlhfsim.scenario.loader import load_scenario
 
     text, base_dir = _launch_text(rec, overlay_path)
@@ -185,8 +186,9 @@ def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
     opts = ImportOptions(gpu=rec["gpu"], mean_response_len=lengths["response"],
                          mean_prompt_len=prompt if prompt is not None else lengths["prompt"], steps=4, name=rec["id"],
                          sets=tuple(rec["sets"]) + change.launch, verl_version=rec["verl_version"])
+    fw = rec.get("framework", "verl")
     try:
-        res = import_verl(text, opts, Path(rec["launch"]).name, is_yaml=is_config(Path(rec["launch"])))
+        res = frameworks.import_launch(fw, text, opts, Path(rec["launch"]).name, is_config(Path(rec["launch"])))
     except RlhfsimError as e:
         raise WhatIfError(f"run {rec['id']}: {e}") from None
     scen = list(change.scenario)
@@ -195,7 +197,7 @@ def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
     if user_shape:
         notes, out_lengths = ["response lengths: the shape you set replaces the fitted one"], {}
     elif lengths.get("response_shape") is None and resp is not None:
-        sc = _reimport_mean(res, text, opts, base_dir, scen, resp)
+        sc = _reimport_mean(fw, res, text, opts, base_dir, scen, resp, is_config(Path(rec["launch"])))
         notes, out_lengths = [f"response lengths: mean {resp:.1f} with the importer's shape (the fit matched the mean "
                               f"only)"], {}
     else:
@@ -262,13 +264,13 @@ def shape_for_scenario(rec: dict, sc) -> tuple[object, list[str]]:
                          overrides=[("workload.response_length", block)]), notes
 
 
-def _reimport_mean(res, text, opts, base_dir, scen, mean):
+def _reimport_mean(fw, res, text, opts, base_dir, scen, mean, is_yaml):
     from dataclasses import replace
 
-    from rlhfsim.importers import import_verl
+    from rlhfsim.fromrun import frameworks
     from rlhfsim.scenario.loader import load_scenario
 
-    res = import_verl(text, replace(opts, mean_response_len=mean), "launch", is_yaml=res.source.endswith((".yaml", ".yml")))
+    res = frameworks.import_launch(fw, text, replace(opts, mean_response_len=mean), res.source, is_yaml)
     return load_scenario(res.scenario, base_dir=base_dir, overrides=scen)
 
 
@@ -325,22 +327,28 @@ def overlay_draws(prof: dict, n: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def _spans(summary: dict, rec: dict) -> dict[str, float]:
+def _spans(result, rec: dict) -> dict[str, float]:
+    """The simulated run in the spans its framework's timers measure (``fit.predict``'s rule)."""
     from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
     from rlhfsim.fromrun.fit import verl_spans
 
+    if rec.get("framework", "verl") != "verl":
+        from rlhfsim.fromrun.frameworks import spans
+
+        return spans(result, result.setup.scenario)
+    summary = result.summary
     out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()},
                      rec["weight_sync_in_gen"], rec.get("reward_in_adv", False), rec.get("old_log_prob_in_gen", False))
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
     return out
 
 
-def _simulate(built: Built, prof: dict) -> dict:
+def _simulate(built: Built, prof: dict):
     from rlhfsim.costs.model import CostModel
     from rlhfsim.fromrun.fit import priced
     from rlhfsim.sim.run import simulate
 
-    return simulate(built.scenario, cost=CostModel(built.gpu, priced(prof, built.gpu)), max_work=None).summary
+    return simulate(built.scenario, cost=CostModel(built.gpu, priced(prof, built.gpu)), max_work=None)
 
 
 def runs_of(prof: dict, overlay: str, run_id: str | None) -> list[dict]:
