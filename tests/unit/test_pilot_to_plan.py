@@ -38,3 +38,15 @@ def test_the_fitted_run_as_a_scenario_simulates_and_plans_as_fitted(tmp_path):
     rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
     one = next(x for x in rows if x["cluster.nodes"] == "1")
     assert float(one["step_time_s"]) == pytest.approx(fitted, rel=1e-6)   # priced with the overlay, not the plan's default
+
+
+def test_a_joint_fit_takes_a_setting_per_run():
+    from rlhfsim.errors import RlhfsimError
+    from rlhfsim.fromrun.cli import sets_by_run, unique_ids
+
+    ids = unique_ids(["grpo", "ppo", "ppo"])
+    assert ids == ["grpo", "ppo#2", "ppo#3"]
+    got = sets_by_run(["a=1", "2:b=2", "ppo#3:c=hdfs://x:y", "d=4"], ids)
+    assert got == [("a=1", "d=4"), ("a=1", "b=2", "d=4"), ("a=1", "c=hdfs://x:y", "d=4")]
+    with pytest.raises(RlhfsimError, match="expected RUN: to be 1..3"):
+        sets_by_run(["4:b=2"], ids)

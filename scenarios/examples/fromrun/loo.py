@@ -8,7 +8,9 @@ and a framework release (issue 49): for each run of the group, fit an overlay on
 per run for ``timing_s/step`` and for every logged phase the simulator prices, and their medians of |error|
 over the held-out runs. The base profile's errors (nothing fitted) and the in-sample fit on all runs are shown
 beside them. Each run's launch, GPU, verl release and ``set`` list come from ../field/runs.yaml; its log is named
-in groups.yaml here. The "setting changed" check of the issue needs two runs that differ in one setting: the
+in groups.yaml here, or else its own ``log:`` in the runs file. Runs come from runs.yaml and every runs-*.yaml beside
+it (``field_table.load_runs``); a group may hold dev-half runs only (``field_table.half``: nothing of the test half
+is ever fitted). The "setting changed" check of the issue needs two runs that differ in one setting: the
 script counts the settings each pair of the group's launches differs in and reports the closest pair.
 
 Run from the repository root (about a minute or two on two shared cores):
@@ -37,14 +39,28 @@ from rlhfsim.fromrun.fit import RunSpec, fit, predict, prepare
 
 HERE = Path(__file__).resolve().parent
 FIELD = HERE.parent / "field"
+sys.path.insert(0, str(FIELD))
+from field_table import half, load_runs  # noqa: E402  (the field table's runs files and split, one home)
 
 
 def specs(group: dict, lengths: str = "logged") -> list[RunSpec]:
-    field = {r["id"]: r for r in yaml.safe_load((FIELD / "runs.yaml").read_text())["runs"]}
+    doc = load_runs()
+    field = {r["id"]: r for r in doc["runs"] + doc["unscored"]}
     out = []
     for g in group["runs"]:
-        r = field[g["id"]]
-        out.append(RunSpec(g["id"], FIELD / r["launch"], HERE / g["log"], r["gpu"], tuple(r.get("set", ())),
+        r = field.get(g["id"])
+        if r is None:
+            sys.exit(f"groups.yaml: {group['name']}.runs: expected run ids of the runs files, got {g['id']!r}")
+        if half(r["source_group"]) != "dev":
+            sys.exit(f"groups.yaml: {group['name']}.runs.{g['id']}: expected a dev-half run (the test half is never "
+                     f"fitted), got one of the test half ({r['source_group']})")
+        log = HERE / g["log"] if g.get("log") else (FIELD / r["log"] if r.get("log") else None)
+        if log is None:
+            sys.exit(f"groups.yaml: {group['name']}.runs.{g['id']}: expected a log (here or in its runs file), got none")
+        gpu = r.get("gpu") or g.get("gpu")
+        if gpu is None:
+            sys.exit(f"groups.yaml: {group['name']}.runs.{g['id']}: expected the run's GPU (stated), got none")
+        out.append(RunSpec(g["id"], FIELD / r["launch"], log, gpu, tuple(r.get("set", ())),
                            r.get("verl_version"), lengths=lengths))
     return out
 
