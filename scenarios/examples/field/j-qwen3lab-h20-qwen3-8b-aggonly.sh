@@ -13,6 +13,8 @@
 #     update_actor 36.939, update_weights 4.147, step 101.623, perf/total_num_tokens 279741, mfu 0.6641
 #   step 19: response mean 2072.52, max 7342, gen 48.365, old_log_prob 10.443, ref 10.640, adv 0.149,
 #     update_actor 37.918, update_weights 4.127, step 111.665, perf/total_num_tokens 287298, mfu 0.6659
+#   The overrides name actor.loss_agg_mode twice (token-mean, then seq-mean-token-mean): Hydra keeps the last, which
+#   alone is written below.
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=False \
@@ -34,7 +36,6 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.ppo_epochs=1 \
     actor_rollout_ref.actor.clip_ratio_low=0.2 \
     actor_rollout_ref.actor.clip_ratio_high=0.2 \
-    actor_rollout_ref.actor.loss_agg_mode=token-mean \
     actor_rollout_ref.actor.use_dynamic_bsz=True \
     actor_rollout_ref.actor.ppo_max_token_len_per_gpu=32768 \
     actor_rollout_ref.actor.use_kl_loss=True \

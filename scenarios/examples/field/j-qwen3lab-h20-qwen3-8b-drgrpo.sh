@@ -13,10 +13,11 @@
 #     update_actor 34.795, update_weights 4.100, step 98.478, perf/total_num_tokens 265995, mfu 0.6676
 #   step 14: response mean 2455.72, max 8192, gen 58.380, old_log_prob 12.264, ref 12.068, adv 0.127,
 #     update_actor 44.597, update_weights 4.177, step 131.637, perf/total_num_tokens 335140, mfu 0.6687
+#   The overrides name actor.loss_agg_mode (token-mean, then seq-mean-token-sum-norm) and
+#   algorithm.norm_adv_by_std_in_grpo (True, then False) twice: Hydra keeps the last, which alone is written below.
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=False \
-    algorithm.norm_adv_by_std_in_grpo=True \
     algorithm.filter_groups.enable=False \
     data.train_files="['/root/autodl-tmp/rl_lab/data/dapo_math_17k/train.parquet']" \
     data.val_files="['/root/autodl-tmp/rl_lab/data/dapo_math_17k/val.parquet']" \
@@ -34,7 +35,6 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.ppo_epochs=1 \
     actor_rollout_ref.actor.clip_ratio_low=0.2 \
     actor_rollout_ref.actor.clip_ratio_high=0.2 \
-    actor_rollout_ref.actor.loss_agg_mode=token-mean \
     actor_rollout_ref.actor.use_dynamic_bsz=True \
     actor_rollout_ref.actor.ppo_max_token_len_per_gpu=32768 \
     actor_rollout_ref.actor.use_kl_loss=True \

@@ -13,6 +13,8 @@
 #     update_actor 36.254, update_weights 4.135, step 106.628, perf/total_num_tokens 272995, mfu 0.6597
 #   step 17: response mean 2552.30, max 7880, gen 54.377, old_log_prob 12.702, ref 12.503, adv 0.129,
 #     update_actor 46.624, update_weights 4.427, step 130.789, perf/total_num_tokens 349718, mfu 0.6646
+#   The overrides name actor.loss_agg_mode twice (token-mean, then seq-mean-token-mean): Hydra keeps the last, which
+#   alone is written below.
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=False \
@@ -34,7 +36,6 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.ppo_epochs=1 \
     actor_rollout_ref.actor.clip_ratio_low=0.2 \
     actor_rollout_ref.actor.clip_ratio_high=0.2 \
-    actor_rollout_ref.actor.loss_agg_mode=token-mean \
     actor_rollout_ref.actor.use_dynamic_bsz=True \
     actor_rollout_ref.actor.ppo_max_token_len_per_gpu=32768 \
     actor_rollout_ref.actor.use_kl_loss=True \
