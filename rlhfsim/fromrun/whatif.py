@@ -30,9 +30,11 @@ covariances (``from_run.spread``, ``rlhfsim.fromrun.fit``): the bootstrap's over
 misfit's, s^2 (J^T J)^-1. ``overlay_draws`` draws x ~ N(x*, C_bootstrap + C_misfit), clipped to the terms' bounds,
 as whole profiles; the what-if is simulated at each draw (same scenario and seed) and the 5th and 95th percentiles
 of each phase and of the step are its 90% interval. An overlay written before the spread was recorded draws each
-term independently from its two recorded 90% intervals (half-widths / 1.645 added in quadrature, in x). The interval
+term independently from its two recorded 90% intervals (each side's widths over 1.645 added in quadrature, in x;
+a term at a bound held). The interval
 is the fit's uncertainty carried through the simulator: it does not hold the cost model's error on a regime the
-fitted runs did not cover (docs/from-run.md, leave-one-run-out).
+fitted runs did not cover (docs/from-run.md, leave-one-run-out). The draws are ``rlhfsim.sim.uncertainty``'s
+(``term_draws``), the same that ``simulate --profile OVERLAY`` takes.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ from rlhfsim.errors import RlhfsimError
 
 DEFAULT_DRAWS = 32
 LEVEL = 0.90
-Z90 = 1.6448536269514722
 LENGTH_KEYS = ("workload.response_length",)
 
 
@@ -274,57 +275,17 @@ def _reimport_mean(fw, res, text, opts, base_dir, scen, mean, is_yaml):
     return load_scenario(res.scenario, base_dir=base_dir, overrides=scen)
 
 
-def spread_of(prof: dict) -> dict | None:
-    """The fitted coordinates and their covariance (``from_run.spread``), or for an older overlay the same built
-    from the terms' recorded intervals (module docstring); None: nothing fitted."""
-    from rlhfsim.fromrun import terms as T
-
-    fr = prof.get("from_run") or {}
-    if fr.get("spread"):
-        return fr["spread"]
-    by_name = {t.name: t for t in T.TERMS}
-    terms = [t for t in fr.get("terms") or [] if t["term"] in by_name]
-    if not terms:
-        return None
-    paths, kinds, scales, xs, sds, lo, hi, frames = [], [], [], [], [], [], [], []
-    for t in terms:
-        term = by_name[t["term"]]
-        f = float(t.get("frame", 1.0))
-        to_x = lambda v: T.to_x(term, max(v / f, 1e-300))   # noqa: E731
-        half = [abs(to_x(b) - to_x(a)) / 2 / Z90 for a, b in (t["interval"], t.get("interval_misfit") or t["interval"])]
-        paths.append(t["path"]), kinds.append(term.kind), scales.append(term.scale), frames.append(f)
-        xs.append(to_x(t["fitted"])), sds.append(math.hypot(*half))
-        a, b = T.x_bounds(term)
-        lo.append(a), hi.append(b if math.isfinite(b) else None)
-    cov = np.diag(np.square(sds)).tolist()
-    return {"paths": paths, "kinds": kinds, "scales": scales, "x": xs, "frames": frames, "lower": lo, "upper": hi,
-            "cov_bootstrap": cov, "cov_misfit": np.zeros_like(cov).tolist(), "from_intervals": True}
-
-
 def overlay_draws(prof: dict, n: int, seed: int = 0) -> list[dict]:
     """``n`` copies of a from-run overlay profile (merged, as ``load_profile`` returns it) whose fitted terms take
-    one joint draw each from the fit's recorded spread (module docstring); [] when it records none. Meant to be
-    shared: ``rlhfsim.sim.uncertainty`` may draw an overlay's profiles through it."""
+    one joint draw each (``rlhfsim.sim.uncertainty.term_draws``: from ``from_run.spread``, or for an older overlay
+    from the terms' recorded intervals); [] when there is nothing to draw."""
     from rlhfsim.fromrun import terms as T
+    from rlhfsim.sim.uncertainty import term_draws
 
-    sp = spread_of(prof)
-    if sp is None or n <= 0:
+    draws = term_draws(prof.get("from_run") or {}, n, np.random.default_rng(seed)) if n > 0 else {}
+    if not draws:
         return []
-    x = np.asarray(sp["x"], float)
-    cov = np.asarray(sp["cov_bootstrap"], float) + np.asarray(sp["cov_misfit"], float)
-    lo = np.asarray(sp["lower"], float)
-    hi = np.asarray([np.inf if v is None else v for v in sp["upper"]], float)
-    rng = np.random.default_rng(seed)
-    xs = rng.multivariate_normal(x, cov, size=n, method="eigh", check_valid="ignore")
-    xs = np.clip(xs, lo, hi)
-    out = []
-    for row in xs:
-        vals = {}
-        for j, path in enumerate(sp["paths"]):
-            v = math.exp(row[j]) if sp["kinds"][j] == "eff" else row[j] * sp["scales"][j]
-            vals[path] = v * float(sp["frames"][j])
-        out.append(T.with_values(copy.copy(prof), vals))
-    return out
+    return [T.with_values(copy.copy(prof), {path: vals[k] for path, vals in draws.items()}) for k in range(n)]
 
 
 def _spans(result, rec: dict) -> dict[str, float]:
@@ -398,9 +359,9 @@ def whatif(overlay: str, change: Change, run_id: str | None = None, draws: int =
         out.append({"run": rec["id"], "change": change.text, "notes": notes, "lengths": changed.lengths,
                     "scenario": changed.scenario.model_dump(mode="json"), "rows": rows})
     return {"overlay": overlay, "draws": len(profiles), "seed": seed, "level": LEVEL,
-            "interval_source": ("the fitted terms' recorded 90% intervals, drawn independently"
-                                if (spread_of(prof) or {}).get("from_intervals") else
-                                "the fit's bootstrap and misfit covariance (from_run.spread)"),
+            "interval_source": ("the fit's bootstrap and misfit covariance (from_run.spread)"
+                                if (prof.get("from_run") or {}).get("spread") else
+                                "the fitted terms' recorded 90% intervals, drawn independently"),
             "runs": out}
 
 
