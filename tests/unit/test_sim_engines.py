@@ -44,6 +44,7 @@ def _cost(sc, generation: dict | None = None) -> CostModel:
     prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
     prof["generation"] = generation if generation is not None else {}
     prof.pop("framework", None)  # the engines' own costs: no framework host time on the forward and training calls
+    prof.pop("collectives", None)  # ... and the link constants' all-reduces (no measured small-message floor)
     return CostModel(setup.gpu, prof)
 
 
