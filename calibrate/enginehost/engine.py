@@ -128,19 +128,55 @@ def _loadavg() -> list[float]:
         return []
 
 
+def write_tokenizer(model_dir: Path, vocab: int) -> None:
+    """A byte-level BPE tokenizer (Qwen2's and Llama 3's kind) of ``vocab`` tokens, trained here on this
+    Python's own standard library sources (no download), saved as ``tokenizer.json``, so the engine's
+    detokenizer (tokenizers' ``DecodeStream``) runs on real merges."""
+    import sysconfig
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:200]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train([str(f) for f in files], trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<pad>", "<s>", "</s>"],
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if tok.get_vocab_size() != vocab:
+        raise RuntimeError(f"write_tokenizer: trained {tok.get_vocab_size()} tokens, expected {vocab}")
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                            pad_token="<pad>").save_pretrained(str(model_dir))
+
+
+def _knows_nobind() -> bool:
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    root = Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+    return bool(root) and any("nobind" in f.read_text(errors="ignore")
+                              for f in (root / "utils" / "ompmultiprocessing.py", root / "v1" / "worker" / "cpu_worker.py")
+                              if f.exists())
+
+
 def start_engine(spec: dict, workdir: Path):
     """An ``LLM`` on a random-weight tiny model and the clock wired into its host functions."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_space_gib", 2)))
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # see __main__.measure: no barrier spin
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    model_dir = workdir / f"{spec['arch']}-l{spec['layers']}"
+    # one OpenMP thread, no barrier spin (see __main__.measure): unbound where this vLLM knows "nobind"
+    # (0.10 and later), else bound to core 0
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind" if _knows_nobind() else "0"
+    os.environ["OMP_NUM_THREADS"] = "1"
+    with_tokenizer = bool(spec.get("tokenizer"))
+    model_dir = workdir / f"{spec['arch']}-l{spec['layers']}{'-tok' if with_tokenizer else ''}"
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(model_config(spec["arch"], spec["layers"])))
+    if with_tokenizer:
+        write_tokenizer(model_dir, vocab=2048)
     from vllm import LLM
 
     t0 = time.perf_counter()
-    llm = LLM(model=str(model_dir), load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16",
+    llm = LLM(model=str(model_dir), load_format="dummy", skip_tokenizer_init=not with_tokenizer, dtype="bfloat16",
               max_num_seqs=spec["max_num_seqs"], max_model_len=spec["max_model_len"],
               max_num_batched_tokens=spec["max_num_batched_tokens"], enable_prefix_caching=True,
               enforce_eager=True, seed=0, disable_log_stats=True)
@@ -157,10 +193,15 @@ def start_engine(spec: dict, workdir: Path):
     sched = core.scheduler
     sched.schedule = clock.wrap("schedule", sched.schedule, on_schedule)
     sched.update_from_output = clock.wrap("update", sched.update_from_output)
+    # vLLM releases differ: before ~0.10 the runner samples inside execute_model (no sample_tokens, no
+    # _bookkeeping_sync) and calls the model directly (no _model_forward); wrap what this one has.
     for name, attr in (("execute", "execute_model"), ("update_states", "_update_states"),
                        ("prepare_inputs", "_prepare_inputs"), ("forward", "_model_forward"),
                        ("sample_tokens", "sample_tokens"), ("bookkeeping", "_bookkeeping_sync")):
-        setattr(runner, attr, clock.wrap(name, getattr(runner, attr)))
+        if hasattr(runner, attr):
+            setattr(runner, attr, clock.wrap(name, getattr(runner, attr)))
+    if not hasattr(runner, "_model_forward"):
+        runner.model.forward = clock.wrap("forward", runner.model.forward)
     runner.model.compute_logits = clock.wrap("logits", runner.model.compute_logits)
     runner.sampler.forward = clock.wrap("sampler", runner.sampler.forward)
     engine.output_processor.process_outputs = clock.wrap("output", engine.output_processor.process_outputs)
@@ -169,7 +210,7 @@ def start_engine(spec: dict, workdir: Path):
 
     info = {"vllm_version": vllm.__version__, "startup_s": startup_s,
             "scheduler_cls": type(sched).__name__, "runner_cls": type(runner).__name__,
-            "async_scheduling": bool(engine.vllm_config.scheduler_config.async_scheduling),
+            "async_scheduling": bool(engine.vllm_config.scheduler_config.__dict__.get("async_scheduling")),
             "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens}
     return llm, engine, clock, info
 
@@ -209,7 +250,7 @@ def run_point(engine, clock: StepClock, run: dict, rng, out, base: dict, engine_
     from vllm import SamplingParams
 
     sp = SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens=run["max_tokens"], ignore_eos=True,
-                        logprobs=run.get("logprobs", 0), detokenize=False, seed=None)
+                        logprobs=run.get("logprobs", 0), detokenize=bool(run.get("detokenize", False)), seed=None)
     vocab = base["vocab"]
     for i in range(run["n"]):
         ids = [int(x) for x in rng.integers(3, vocab, size=run["prompt_len"])]
@@ -222,7 +263,8 @@ def run_point(engine, clock: StepClock, run: dict, rng, out, base: dict, engine_
         engine.step()
         reqs, tokens, prefill, new = (sched_info or _v1_sched_info)(clock)
         rec = {**base, **{f: run[f] for f in ("run", "n", "prompt_len", "max_tokens", "round", "kind")},
-               "logprobs": run.get("logprobs", 0), "step": k, "engine_step": engine_steps[0],
+               "logprobs": run.get("logprobs", 0), "detokenize": bool(run.get("detokenize", False)),
+               "step": k, "engine_step": engine_steps[0],
                "running": clock.running, "reqs": reqs, "tokens": tokens, "prefill_tokens": prefill,
                "new_reqs": new, "loadavg": load, **ref}
         for h in clock.names:
@@ -248,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     llm, engine, clock, info = start_engine(spec, workdir)
     info["wrapper_cost_s"] = wrapper_cost_ns(clock) * 1e-9
     base = {"engine": "v1", "arch": spec["arch"], "layers": spec["layers"], "vocab": 2048,
+            "tokenizer": bool(spec.get("tokenizer")),
             "max_num_batched_tokens": info["max_num_batched_tokens"], "wrapper_cost_s": info["wrapper_cost_s"]}
     rng = np.random.default_rng(spec.get("seed", 0))
     engine_steps = [0]

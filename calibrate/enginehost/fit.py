@@ -32,6 +32,7 @@ what a step costs with no model at all (host work plus the embedding, the logits
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -63,10 +64,11 @@ def parts_of(r: dict) -> dict:
 
 
 def load_rows(paths) -> list[dict]:
-    """Every step record of the given JSONL files."""
+    """Every step record of the given JSONL files (gzipped where the name ends in .gz)."""
     rows = []
     for p in paths:
-        with Path(p).open() as f:
+        p = Path(p)
+        with (gzip.open(p, "rt") if p.suffix == ".gz" else p.open()) as f:
             rows.extend(json.loads(line) for line in f if line.strip())
     return rows
 
@@ -113,7 +115,8 @@ def quiet_reference_s(rows: list[dict]) -> float | None:
     return min(refs) if refs else None
 
 
-def decode_points(rows: list[dict], value=host_s, key=("arch", "layers", "running", "prompt_len", "logprobs"),
+def decode_points(rows: list[dict], value=host_s,
+                  key=("arch", "layers", "running", "prompt_len", "logprobs", "detokenize"),
                   ref_quiet: float | None = None) -> list[dict]:
     """One point per ``key`` over the decode steps: the summary of ``value``, its 20th percentile, the load
     beside it and, where the runs carry the reference workload (``engine.reference_s``), ``norm_median_s``:
@@ -124,7 +127,7 @@ def decode_points(rows: list[dict], value=host_s, key=("arch", "layers", "runnin
     groups = defaultdict(list)
     for r in rows:
         if is_decode(r, last):
-            groups[tuple(r[k] for k in key)].append(r)
+            groups[tuple(r.get(k, False if k == "detokenize" else None) for k in key)].append(r)
     points = []
     for k, rs in sorted(groups.items(), key=lambda kv: tuple(-1 if v is None else v for v in kv[0])):
         loads = [r["loadavg"][0] for r in rs if r.get("loadavg")]
