@@ -11,10 +11,16 @@ lengths' shape too, matched to the log's longest and clipped responses: ``rlhfsi
 (``rlhfsim.fromrun.logs``). Its measured phases are the means over those steps of verl's ``timing_s/*``
 metrics. Each is compared with the span that verl's release timed, not the simulator's phase of the same name
 alone (``verl_spans``): releases that log no ``timing_s/update_weights`` time the weight sync inside
-``timing_s/gen`` (the simulator's ``weight_sync`` is added to its ``generate``); releases up to v0.3.0.post1 (verl
-before commit 070ed6a, 2025-04-03) log no ``timing_s/reward`` and time the reward model and reward function inside
-``timing_s/adv`` (the simulator's ``reward`` is added to its ``adv``). verl has no timer of its own for the
-re-tokenizing the simulator prices apart (``retokenize``): it sits inside the span that holds the reward. Releases
+``timing_s/gen`` (the simulator's ``weight_sync`` is added to its ``generate``). Where the reward is timed
+(``reward_span``) goes by release and rollout mode: up to v0.3.0.post1 (before verl PR #1114, commit 6a9bef7,
+2025-04-23, first in v0.4.0) verl logs no ``timing_s/reward`` and times the reward model and function inside
+``timing_s/adv`` (the simulator's ``reward`` is added to its ``adv``); from v0.6.0 (verl PR #3055, 2025-08-19) the
+async rollout mode (the default from v0.7.0, verl #4106) scores each response inside the agent loop as it finishes
+(a reward function, or a reward model on its own resource pool; from v0.7.0 while ``reward_model.use_reward_loop``
+is on, its default), i.e. inside ``timing_s/gen`` (the simulator's ``reward`` is added to its ``generate``; the
+``timing_s/reward`` such a release still logs times only the scores' extraction and is not compared); otherwise
+the reward has its own ``timing_s/reward``. verl has no timer of its own for the re-tokenizing the simulator
+prices apart (``retokenize``): it sits inside the span that holds the reward. Releases
 before verl PR #129 (2025-01-24, first in v0.2) computed the actor's old log-probs inside ``generate_sequences``
 and log no ``timing_s/old_log_prob``: there the simulator's ``old_log_prob`` is added to its ``generate``.
 
@@ -85,8 +91,14 @@ OLD_LOG_PROB_IN_GEN = ("the log has timing_s/gen and no timing_s/old_log_prob: v
                        "v0.2) computes the old log-probs inside generate_sequences, so the simulator's old_log_prob is "
                        "added to its gen")
 REWARD_IN_ADV = ("the log has timing_s/adv and no timing_s/reward: verl up to v0.3.0.post1 times the reward model and "
-                 "function inside adv (verl commit 070ed6a, 2025-04-03, gave them their own timer), so the simulator's "
-                 "reward is added to its adv")
+                 "function inside adv (verl PR #1114, 2025-04-23, first in v0.4.0, gave them their own timer), so the "
+                 "simulator's reward is added to its adv")
+REWARD_IN_GEN = ("verl {version} in the async rollout mode scores each response inside the agent loop (verl PR #3055, "
+                 "first in v0.6.0), i.e. inside timing_s/gen: the simulator's reward is added to its gen{logged}")
+REWARD_IN_GEN_LOGGED = ("; the log's timing_s/reward (the scores' extraction alone) is not compared")
+AGENT_LOOP_REWARD_FROM = (0, 6)    # verl PR #3055 (2025-08-19): the agent loop scores each response (first in v0.6.0)
+REWARD_TIMER_FROM = (0, 4)         # verl PR #1114 (2025-04-23): timing_s/reward (first in v0.4.0)
+REWARD_LOOP_SWITCH_FROM = (0, 7)   # reward_model.use_reward_loop (verl #4452, default true) gates the agent loop's scoring
 
 
 class FitError(RlhfsimError):
@@ -125,9 +137,11 @@ class Run:
     lengths: dict[str, float]
     unmapped: list[str] = field(default_factory=list)
     reward_in_adv: bool = False        # the log's release times the reward inside timing_s/adv (module docstring)
+    reward_in_gen: bool = False        # ... inside timing_s/gen (the agent loop scores it: ``reward_span``)
     launch_text: str = ""              # as read (the overlay keeps it, so a what-if needs no copy of the file)
     old_log_prob_in_gen: bool = False  # the log's release computes the old log-probs inside timing_s/gen
     framework: str = "verl"            # whose timers ``measured`` holds (fromrun.frameworks)
+    reward_logged: bool = False        # the log has timing_s/reward (dropped from ``measured`` where reward_in_gen)
 
 
 def read_launch(path: Path) -> str:
@@ -151,21 +165,48 @@ def is_config(path: Path) -> bool:
 
 
 def verl_spans(phases: dict[str, float], weight_sync_in_gen: bool, reward_in_adv: bool,
-               old_log_prob_in_gen: bool = False) -> dict[str, float]:
+               old_log_prob_in_gen: bool = False, reward_in_gen: bool = False) -> dict[str, float]:
     """The simulator's phases (verl names) as a verl release timed them (module docstring): the weight sync inside
-    ``timing_s/gen`` where it has no timer of its own, the reward inside ``timing_s/adv`` where it has none, the old
-    log-probs inside ``timing_s/gen`` where they have none."""
+    ``timing_s/gen`` where it has no timer of its own, the reward inside ``timing_s/adv`` where it has none or inside
+    ``timing_s/gen`` where the agent loop scores it (``reward_span``), the old log-probs inside ``timing_s/gen``
+    where they have none. The folds add span means: a reward scored in the agent loop overlaps the generation of
+    the responses still running, so the sum is an upper bound of that span (by the reward's own time at most)."""
     out = dict(phases)
     if old_log_prob_in_gen and OLD_LOG_PROB in out:
         out[GEN] = out.get(GEN, 0.0) + out.pop(OLD_LOG_PROB)
+    holder = ADV if reward_in_adv else GEN if reward_in_gen else REWARD
     if RETOKENIZE in out:
-        holder = ADV if reward_in_adv else REWARD
         out[holder] = out.get(holder, 0.0) + out.pop(RETOKENIZE)
-    if reward_in_adv and REWARD in out:
-        out[ADV] = out.get(ADV, 0.0) + out.pop(REWARD)
+    if holder != REWARD and REWARD in out:
+        out[holder] = out.get(holder, 0.0) + out.pop(REWARD)
     if weight_sync_in_gen and UPDATE_WEIGHTS in out:
         out[GEN] = out.get(GEN, 0.0) + out.pop(UPDATE_WEIGHTS)
     return out
+
+
+def reward_span(keys, version: str | None, settings: dict[str, str], scenario) -> str:
+    """The verl timer that holds the reward of a run (module docstring): ``"adv"``, ``"gen"`` or ``"reward"`` (its
+    own), from the release (``version``; None: the log's timers and the importer's defaults decide), the launch's
+    settings (``settings``: key -> value as given) and the imported scenario (a reward model on the actor's GPUs is
+    scored by the trainer, not by the agent loop)."""
+    from rlhfsim.importers.verl import AR, VERSIONED, parse_version
+
+    v = parse_version(version) if version is not None else None
+    if REWARD not in keys and ADV in keys and (v is None or v < REWARD_TIMER_FROM):
+        return "adv"
+    mode_key = f"{AR}.rollout.mode"
+    if mode_key in settings:
+        mode = settings[mode_key].strip("'\"")
+    else:
+        since, before, _ = VERSIONED[mode_key]
+        mode = before if v is not None and v < since else "async"
+    loop = settings.get("reward_model.use_reward_loop", "True").strip("'\"").lower() not in ("false", "0")
+    own_pool = getattr(scenario.placement, "kind", None) == "dedicated_reward"
+    if (mode == "async" and (v is None or v >= AGENT_LOOP_REWARD_FROM)
+            and (v is None or v < REWARD_LOOP_SWITCH_FROM or loop)
+            and (scenario.models.reward.kind == "rule" or own_pool)):
+        return "gen"
+    return "reward"
 
 
 def priced(profile: dict, gpu) -> dict:
@@ -208,11 +249,17 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
                            overrides=[("workload.response_length", shape["block"])])
         lengths["response_shape"] = shape
     lengths["response_cap"] = sc.workload.max_response_tokens
+    holder = reward_span(samples, spec.verl_version, {s.key: str(s.value) for s in res.settings}, sc) \
+        if fw == "verl" else "reward"
+    reward_logged = REWARD in samples
+    if holder == "gen":
+        samples.pop(REWARD, None)      # the extraction of scores the agent loop made: nothing the simulator prices
     return Run(spec, steady, samples, {k: float(v.mean()) for k, v in samples.items()}, sc, get_gpu(spec.gpu),
                sc.generation.resolved_runtime, fw == "verl" and UPDATE_WEIGHTS not in samples, lengths,
                [f"{s.key}={s.value}" for s in res.by_status("unmapped")],
-               reward_in_adv=fw == "verl" and ADV in samples and REWARD not in samples, launch_text=text,
-               old_log_prob_in_gen=fw == "verl" and GEN in samples and OLD_LOG_PROB not in samples, framework=fw)
+               reward_in_adv=holder == "adv", reward_in_gen=holder == "gen", launch_text=text,
+               old_log_prob_in_gen=fw == "verl" and GEN in samples and OLD_LOG_PROB not in samples, framework=fw,
+               reward_logged=reward_logged)
 
 
 def predict(run: Run, profile: dict) -> dict[str, float]:
@@ -227,7 +274,7 @@ def predict(run: Run, profile: dict) -> dict[str, float]:
         return spans(result, run.scenario)     # the framework's own timers (fromrun.frameworks)
     summary = result.summary
     out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()}, run.fold_weights,
-                     run.reward_in_adv, run.old_log_prob_in_gen)
+                     run.reward_in_adv, run.old_log_prob_in_gen, run.reward_in_gen)
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
     return out
 
@@ -461,8 +508,10 @@ def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
         "skipped_steps": {str(k): v for k, v in run.steady.skipped.items()},
         "log_read": run.steady.record(),      # format, bad records skipped with their reasons, notes, notices
         "weight_sync_in_gen": run.fold_weights, "reward_in_adv": run.reward_in_adv,
-        "old_log_prob_in_gen": run.old_log_prob_in_gen,
-        "spans": [REWARD_IN_ADV] * run.reward_in_adv + [OLD_LOG_PROB_IN_GEN] * run.old_log_prob_in_gen,
+        "reward_in_gen": run.reward_in_gen, "old_log_prob_in_gen": run.old_log_prob_in_gen,
+        "spans": [REWARD_IN_ADV] * run.reward_in_adv + [OLD_LOG_PROB_IN_GEN] * run.old_log_prob_in_gen
+        + [REWARD_IN_GEN.format(version=run.spec.verl_version or "(its release not given: the current default)",
+                                logged=REWARD_IN_GEN_LOGGED if run.reward_logged else "")] * run.reward_in_gen,
         "measured_s": {k: round(run.measured[k], 4) for k in keys},
         "base_s": {k: round(base_pred[k], 4) for k in keys if k in base_pred},
         "fitted_s": {k: round(pred[k], 4) for k in keys},

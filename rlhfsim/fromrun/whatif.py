@@ -299,7 +299,8 @@ def _spans(result, rec: dict) -> dict[str, float]:
         return spans(result, result.setup.scenario)
     summary = result.summary
     out = verl_spans({VERL_PHASE_KEYS[p]: float(v) for p, v in summary["phases_s"].items()},
-                     rec["weight_sync_in_gen"], rec.get("reward_in_adv", False), rec.get("old_log_prob_in_gen", False))
+                     rec["weight_sync_in_gen"], rec.get("reward_in_adv", False), rec.get("old_log_prob_in_gen", False),
+                     rec.get("reward_in_gen", False))
     out[VERL_STEP_KEY] = float(summary["step_time_s"])
     return out
 
