@@ -82,15 +82,23 @@ def model_error(profile: dict, gpu=None) -> me.ModelError | None:
 
 
 def _timer_phases(run: dict) -> dict[str, tuple[str, ...]]:
-    """A fitted run's logged timers -> the simulator phases each spans: verl's ``timing_s/*`` one phase each (its gen
-    holds the weight update where the release logs none: ``weight_sync_in_gen``), OpenRLHF's several."""
+    """A fitted run's logged timers -> the simulator phases each spans: verl's ``timing_s/*`` one phase each, with the
+    folds its release made (``rlhfsim.fromrun.fit.verl_spans``: the weight update, the old log-probs or the reward
+    inside gen, the reward inside adv), OpenRLHF's several."""
     if run.get("framework") == "openrlhf":
         from rlhfsim.fromrun.frameworks import OPENRLHF_TIMERS
 
         return OPENRLHF_TIMERS
     out = {k: (p,) for k, p in _SIM_OF_VERL.items()}
+    gen, adv = VERL_PHASE_KEYS["generate"], VERL_PHASE_KEYS["adv"]
     if run.get("weight_sync_in_gen"):
-        out[VERL_PHASE_KEYS["generate"]] = ("generate", "weight_sync")
+        out[gen] += ("weight_sync",)
+    if run.get("old_log_prob_in_gen"):
+        out[gen] += ("old_log_prob",)
+    if run.get("reward_in_gen"):
+        out[gen] += ("reward", "retokenize")
+    if run.get("reward_in_adv"):
+        out[adv] += ("reward", "retokenize")
     return out
 
 
