@@ -25,12 +25,9 @@ shape; ``tiny-qwen2`` by default), samples kept in ``step.samples``:
   sizes (CUDA: ``del``, ``empty_cache``, ``torch.empty`` on the device, synchronized; CPU: ``torch.empty``
   and a first write of every page, since the OS maps pages at first touch); a line through the two
   medians (intercept and slope per GiB, each clipped at 0).
-* ``adv_per_position_s``, ``adv_per_token_s``: verl's GAE on CPU tensors (a reverse loop over positions
-  of a few element-wise ops on [batch] slices, then stacking and a masked whitening) at four
-  (batch, length) points; least squares of t = a L + c B L. ``adv_per_row_s``: verl's group
-  normalization (a Python loop over rows building per-prompt score lists, mean and std per group, a
-  second loop normalizing) at three batch sizes: median over points of (t - c B L) / B. The driver does
-  this work, so it is timed on the host CPU whatever the device.
+* ``adv_per_op_s``, ``adv_per_strided_s``, ``adv_per_element_s``, ``adv_per_row_s``: verl's advantage code paths
+  on the driver's CPU tensors, one thread (``calibrate.advbench``, its small shapes). The driver does this work,
+  so it is timed on the host CPU whatever the device.
 * ``retokenize_s``, ``retokenize_per_token_s``: ``calibrate.retokenize.Retokenizer`` from the model's
   tokenizer to tiny-deberta's (the actor's ids decoded to text, the texts encoded for the reward model;
   Rust ``tokenizers``) at five (rows, tokens per row) points; least squares of t = a + c x tokens. Host
@@ -48,6 +45,7 @@ import time
 import numpy as np
 import torch
 
+from calibrate import advbench
 from calibrate.measure import time_calls
 from calibrate.models import build_hf_model, random_batch
 from rlhfsim.costs.stepcosts import GIB, STEP_SCALARS
@@ -184,55 +182,6 @@ def _kv_realloc(device: str, sizes_gib: tuple[float, float], iters: int) -> dict
     return out
 
 
-def _gae(b: int, length: int, gamma: float = 1.0, lam: float = 0.95):
-    """verl's compute_gae_advantage_return on CPU tensors."""
-    rewards, values = torch.rand(b, length), torch.rand(b, length)
-    mask = torch.ones(b, length)
-    last = 0
-    rev = []
-    for t in reversed(range(length)):
-        nxt = values[:, t + 1] if t < length - 1 else 0.0
-        delta = rewards[:, t] + gamma * nxt - values[:, t]
-        last = delta + gamma * lam * last
-        rev.append(last)
-    adv = torch.stack(rev[::-1], dim=1)
-    ret = adv + values
-    mean = (adv * mask).sum() / mask.sum()
-    var = ((adv - mean) ** 2 * mask).sum() / mask.sum()
-    return (adv - mean) * torch.rsqrt(var + 1e-8) * mask, ret
-
-
-def _grpo(b: int, length: int, group: int = 8):
-    """verl's compute_grpo_outcome_advantage: per-row Python loops over a [b, length] score tensor."""
-    token_scores = torch.rand(b, length)
-    mask = torch.ones(b, length)
-    scores = token_scores.sum(dim=-1)
-    index = [i // group for i in range(b)]
-    groups: dict = {}
-    for i in range(b):
-        groups.setdefault(index[i], []).append(scores[i])
-    stats = {k: (torch.mean(torch.stack(v)), torch.std(torch.stack(v))) for k, v in groups.items()}
-    for i in range(b):
-        m, s = stats[index[i]]
-        scores[i] = (scores[i] - m) / (s + 1e-6)
-    return scores.unsqueeze(-1) * mask
-
-
-def _advantages(iters: int) -> dict:
-    gae_pts = [(64, 128), (64, 512), (256, 128), (256, 512)]
-    gae = {f"{b}x{n}": _median(time_calls(lambda b=b, n=n: _gae(b, n), device="cpu", warmup=1, iters=iters).samples_s)
-           for b, n in gae_pts}
-    grpo_pts = [(64, 128), (256, 128), (1024, 128)]
-    grpo = {f"{b}x{n}": _median(time_calls(lambda b=b, n=n: _grpo(b, n), device="cpu", warmup=1, iters=iters).samples_s)
-            for b, n in grpo_pts}
-    x = np.array([[n, b * n] for b, n in gae_pts], dtype=np.float64)
-    y = np.array([gae[f"{b}x{n}"] for b, n in gae_pts])
-    (a, c), *_ = np.linalg.lstsq(x, y, rcond=None)
-    a, c = max(float(a), 0.0), max(float(c), 0.0)
-    per_row = _median([max((grpo[f"{b}x{n}"] - c * b * n) / b, 0.0) for b, n in grpo_pts])
-    return {"gae_s": gae, "grpo_s": grpo, "adv_per_position_s": a, "adv_per_token_s": c, "adv_per_row_s": per_row}
-
-
 RETOKENIZE_POINTS = ((1, 64), (1, 480), (8, 32), (8, 128), (8, 480))   # (rows, tokens per row)
 
 
@@ -268,7 +217,7 @@ def measure_step_scalars(device: str, dtype: str, shape: ModelShape, spec: GpuSp
         load = _reshard(shape, device, dtype, iters, (1024 if cuda else 64) * 2**20)
         kv_sizes = (1.0, 4.0) if cuda else (0.0625, 0.25)
         kv = _kv_realloc(device, kv_sizes, max(iters // 2, 1))
-        adv = _advantages(max(iters // 2, 1))
+        adv = advbench.measure(max(iters // 2, 1), quick=True)
         retok = _retokenize(shape, iters)
     kv_lo, kv_hi = (_median(kv[str(g)]) for g in kv_sizes)
     slope = max((kv_hi - kv_lo) / (kv_sizes[1] - kv_sizes[0]), 0.0)
@@ -280,9 +229,7 @@ def measure_step_scalars(device: str, dtype: str, shape: ModelShape, spec: GpuSp
         "reshard_eff": min(2 * load["weight_bytes"] / _median(load["samples_s"]) / spec.mem_bw, 1.5),
         "kv_realloc_s": max(kv_lo - slope * kv_sizes[0], 0.0),
         "kv_realloc_s_per_gib": slope,
-        "adv_per_token_s": adv["adv_per_token_s"],
-        "adv_per_row_s": adv["adv_per_row_s"],
-        "adv_per_position_s": adv["adv_per_position_s"],
+        **adv["scalars"],
         "retokenize_s": retok["retokenize_s"],
         "retokenize_per_token_s": retok["retokenize_per_token_s"],
     }

@@ -40,6 +40,7 @@ import numpy as np
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
+from rlhfsim.costs import driver
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
@@ -415,6 +416,7 @@ class CostModel:
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
         self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
         self.step_sources = {k: "profile" if step.get(k) is not None else "default" for k in STEP_SCALARS}
+        self.adv_costs = driver.AdvantageCosts(**{k: self.step[k] for k in driver.ADV_SCALARS})
         inter = profile.get("interference", {})
         self.decode_slowdown = float(inter.get("decode_slowdown", 1.0))
         self.prefill_slowdown = float(inter.get("prefill_slowdown", 1.0))
@@ -1019,13 +1021,7 @@ class CostModel:
             parts["broadcast_s"] = self.weight_sync_s(m, dtype, engine_tp, inter_node)
         return parts
 
-    def advantage_s(self, rows: int, response_tokens: int, longest_response: int, gae: bool) -> float:
-        """Advantage computation on the driver: adv_per_token_s x tokens, plus GAE's reverse loop
-        (adv_per_position_s x the longest response) when a critic gives values, else the group
-        statistics' loop over rows (adv_per_row_s x rows)."""
-        if rows <= 0:
-            return 0.0
-        t = self.step["adv_per_token_s"] * response_tokens
-        if gae:
-            return t + self.step["adv_per_position_s"] * longest_response
-        return t + self.step["adv_per_row_s"] * rows
+    def advantage_s(self, rows: int, width: int, gae: bool, code: driver.AdvantageCode = driver.AdvantageCode()) -> float:
+        """The driver's advantage step over ``rows`` rows padded to ``width`` positions (``rlhfsim.costs.driver``):
+        GAE's reverse loop when a critic gives values, else GRPO's loops over rows, plus their element-wise passes."""
+        return sum(driver.advantage_parts(self.adv_costs, code, rows, width, gae).values())

@@ -31,10 +31,11 @@ reshard_eff              0.7       memory efficiency of loading gathered weights
                                    layout (a copy through device memory: read + write)
 kv_realloc_s             0.02      fixed cost of freeing and allocating the engine's KV cache again
 kv_realloc_s_per_gib     0.002     ... plus this per GiB of KV cache per GPU
-adv_per_token_s          5e-9      advantage computation per response token (element-wise passes)
-adv_per_row_s            2e-6      ... per rollout (GRPO/RLOO group statistics: a Python loop per row)
-adv_per_position_s       5e-5      ... per response position of the longest row (GAE's reverse loop
-                                   over positions, a few small tensor ops each; PPO with a critic)
+adv_per_op_s             ADV       the driver's advantage step (rlhfsim.costs.driver): fixed dispatch of
+                                   one small tensor op of GAE's reverse loop over positions
+adv_per_strided_s        ADV       ... per row and op of that loop (a strided column of [rows, width])
+adv_per_element_s        ADV       ... per element of [rows, padded width] and element-wise pass
+adv_per_row_s            ADV       ... per row of GRPO's Python loops (group statistics, normalization)
 retokenize_s             1e-4      a reward model of another tokenizer: one call decoding a batch of
                                    the actor's token ids to text and tokenizing the texts for the
                                    reward model (TRL's ``reward_processing_classes``), fixed part ...
@@ -42,16 +43,27 @@ retokenize_per_token_s   1e-6      ... plus this per token (prompt + response) o
                                    work: it does not depend on the accelerator
 ======================== ========= ==================================================================
 
-The defaults are assumptions, not measurements (the summary says so): the micro-batch terms default to 0,
-a piece costing its fitted ``forward``/``train`` operation (the step before they were measured); 1/3 is the
-FLOP count of one extra forward; 0.8 is a typical pinned-copy share of PCIe; 0.7 is the link efficiency
-the cost model assumes elsewhere (``LINK_EFF``); the KV and advantage terms are order-of-magnitude guesses
-for a host-side allocator call and CPU tensor ops; the retokenize terms are the order of a Rust
-``tokenizers`` decode + encode (about a microsecond per token). ``rlhfsim calibrate`` (``calibrate.stepbench``)
-replaces them with measurements on its device.
+The defaults are assumptions, not measurements of the profile's device (the summary says so): the micro-batch
+terms default to 0, a piece costing its fitted ``forward``/``train`` operation (the step before they were
+measured); 1/3 is the FLOP count of one extra forward; 0.8 is a typical pinned-copy share of PCIe; 0.7 is the
+link efficiency the cost model assumes elsewhere (``LINK_EFF``); the KV terms are order-of-magnitude guesses for a
+host-side allocator call; the retokenize terms are the order of a Rust ``tokenizers`` decode + encode (about a
+microsecond per token). The advantage terms (ADV) are host work measured: ``calibrate.advbench``'s timings of
+verl's code paths on this project's 2-vCPU VM (AMD EPYC, Zen 5; the fastest of 9 calls, the median over shapes;
+``ADV_MEASURED_HERE``), times ``ADV_HOST_SCALE``, the factor from that VM to the reference host the profile's host
+terms are stated for (the H100/H200 servers' Xeon Platinum 8480C: ``rlhfsim.hardware.hosts``). ``rlhfsim calibrate``
+(``calibrate.stepbench``) replaces them with measurements on its device.
 """
 
 from __future__ import annotations
+
+# calibrate.advbench on this project's VM (2026-12-07, torch 2.13 CPU, one thread; the median of five runs, the element
+# cost with the passes' fresh allocations: lab/results/advbench-2026-12-07): seconds per op, per row-op, per
+# element-pass, per row; and the VM-to-reference-host factor of host work (docs/calibration.md, "From this CPU to a
+# GPU server's host": one Python thread on a Xeon 8480C takes 1.35 times as long as here)
+ADV_MEASURED_HERE = {"adv_per_op_s": 3.7e-6, "adv_per_strided_s": 3.3e-9, "adv_per_element_s": 1.2e-9,
+                     "adv_per_row_s": 1.23e-5}
+ADV_HOST_SCALE = 1.35
 
 STEP_DEFAULTS: dict[str, float] = {
     "microbatch_forward_s": 0.0,
@@ -61,9 +73,7 @@ STEP_DEFAULTS: dict[str, float] = {
     "reshard_eff": 0.7,
     "kv_realloc_s": 0.02,
     "kv_realloc_s_per_gib": 0.002,
-    "adv_per_token_s": 5e-9,
-    "adv_per_row_s": 2e-6,
-    "adv_per_position_s": 5e-5,
+    **{k: v * ADV_HOST_SCALE for k, v in ADV_MEASURED_HERE.items()},
     "retokenize_s": 1e-4,
     "retokenize_per_token_s": 1e-6,
 }

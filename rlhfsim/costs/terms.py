@@ -118,9 +118,12 @@ TERMS: tuple[CostTerm, ...] = (
     CostTerm("weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
              "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
              "calibrate.stepbench", "rlhfsim.costs.model.reshard_parts"),
-    CostTerm("advantage", "advantages on the driver's CPU (GAE's loop over positions, group statistics)",
-             "step.adv_per_token_s, adv_per_row_s, adv_per_position_s", "any", "calibrate.stepbench",
-             "rlhfsim.costs.model.advantage_s"),
+    CostTerm("advantage", "advantages on the driver's CPU over every row padded to the response cap, as verl's code "
+             "runs them: GAE's reverse loop over positions (small tensor ops on strided columns), GRPO's Python loops "
+             "over rows, their element-wise passes, and verl 0.9's rollout-correction metrics",
+             "step.adv_per_op_s, adv_per_strided_s, adv_per_element_s, adv_per_row_s; execution.advantage.gae_loop, "
+             "rollout_metrics", "any", "verl's code paths timed on a CPU, one thread (calibrate.advbench; "
+             "calibrate.stepbench on a profile's host)", "rlhfsim.costs.driver.advantage_parts"),
     CostTerm("interference", "decode and prefill slowed while they share GPUs (OPPO intra-step; a streamed scorer "
              "call's seconds beyond its price alone)",
              "interference.decode_slowdown, prefill_slowdown, handover", "any", "calibrate.cpu.corun",

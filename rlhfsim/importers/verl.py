@@ -157,7 +157,6 @@ UNMAPPED: list[tuple[str, str]] = [
      "Megatron parallelism other than TP (not modelled)"),
     (r"rollout\.(data_parallel_size|expert_parallel_size|pipeline_model_parallel_size)", "engine parallelism other than TP"),
     (r"multi_turn|agent\.|tool_config", "multi-turn / agent rollouts (not modelled)"),
-    (r"rollout\.calculate_log_probs", "engine-side log-probs (not modelled)"),
     (r"^algorithm\.use_pf_ppo|^algorithm\.pf_ppo", "prioritized replay (not modelled)"),
     (r"critic\.ppo_epochs|critic\.ppo_mini_batch_size", "critic epochs/minibatch differing from the actor's (one value in the scenario)"),
 ]
@@ -176,6 +175,7 @@ VERSIONED: dict[str, tuple[tuple[int, int], object, str]] = {
                                    "since verl d908005 (2026-08-04), first released in v0.9.0"),
     f"{AR}.rollout.mode": ((0, 7), "sync", "verl #4106 (2025-11-18) made the async server mode the default, first "
                            "released in v0.7.0; async exists from v0.4.1"),
+    f"{AR}.rollout.calculate_log_probs": ((0, 9), False, "rollout.yaml said False through v0.8.0 and True in v0.9.0"),
 }
 
 # SGLang's own limits where verl passes none (verl < 0.6 builds its engine with mem_fraction_static alone; 0.6 passes
@@ -525,7 +525,8 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
         raise ImportError_(f"{AR}.rollout.gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
     if opts.execution:
-        scenario["execution"] = verl_execution.execution(cfg, seen, total, models, a)
+        scenario["execution"] = verl_execution.execution(
+            cfg, seen, total, models, a, parse_version(opts.verl_version) if opts.verl_version is not None else None)
         # verl >= 0.3 puts vLLM (>= 0.7) to sleep around training (level 1: its weights offloaded to host memory)
         # and wakes it before the next rollout; verl 0.2's patched vLLM freed the weights with no host copy
         old = opts.verl_version is not None and parse_version(opts.verl_version) < (0, 3)

@@ -27,7 +27,15 @@ DEFAULTS: dict[str, object] = {
     "critic.model.fsdp_config.param_offload": False,
     "critic.model.fsdp_config.optimizer_offload": False,
     "critic.ppo_max_token_len_per_gpu": 32768,
+    f"{AR}.rollout.calculate_log_probs": True,
 }
+
+# verl's advantage code by release (rlhfsim.costs.driver): GAE's masked reverse loop and masked_sum's torch.where
+# came in v0.5.0 (core_algos.compute_gae_advantage_return, torch_functional.masked_sum); the rollout-correction
+# metrics run on the adv timer when the rollout returns its log-probs, with the algorithm.rollout_correction config
+# that v0.6.1 added to ppo_trainer.yaml (v0.7 taken: parse_version reads minor releases)
+MASKED_GAE_FROM = (0, 5)
+ROLLOUT_METRICS_FROM = (0, 7)
 
 MAPPED: dict[str, str] = {
     f"{AR}.actor.ppo_micro_batch_size_per_gpu": "execution.micro_batch.ppo_micro_batch_size_per_gpu",
@@ -59,6 +67,8 @@ MAPPED: dict[str, str] = {
     "critic.forward_micro_batch_size_per_gpu": "execution.micro_batch.critic_forward_micro_batch_size_per_gpu",
     "critic.forward_micro_batch_size": "execution.micro_batch.critic_forward_micro_batch_size_per_gpu (global size / GPUs)",
     "critic.ppo_max_token_len_per_gpu": "execution.micro_batch.critic_ppo_max_token_len_per_gpu",
+    f"{AR}.rollout.calculate_log_probs": "execution.advantage.rollout_metrics (verl >= 0.7 computes the rollout-"
+                                          "correction metrics on the driver when the rollout returns log-probs)",
 }
 
 # Per-model settings the scenario holds once: mapped when equal to the value used, else unmapped.
@@ -101,8 +111,20 @@ def _flag(cfg: dict, key: str) -> bool:
     return v
 
 
-def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list[str]) -> dict:
-    """The scenario's ``execution`` block from verl's settings (``cfg``: the launch over verl's defaults)."""
+def advantage(cfg: dict, version: tuple[int, int] | None, a: list[str]) -> dict:
+    """``execution.advantage``: verl's advantage code on the driver as the release (None: the current one) has it."""
+    masked = version is None or version >= MASKED_GAE_FROM
+    metrics = _flag(cfg, f"{AR}.rollout.calculate_log_probs") and (version is None or version >= ROLLOUT_METRICS_FROM)
+    a.append(f"advantages on the driver as verl {'>= 0.5' if masked else '<= 0.4'} computes them (GAE's "
+             f"{'masked' if masked else 'plain'} reverse loop)" + (", with the rollout-correction metrics "
+             "(rollout.calculate_log_probs)" if metrics else ""))
+    return {"enabled": True, "gae_loop": "masked" if masked else "plain", "rollout_metrics": metrics}
+
+
+def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list[str],
+              version: tuple[int, int] | None = None) -> dict:
+    """The scenario's ``execution`` block from verl's settings (``cfg``: the launch over verl's defaults; ``version``:
+    the release, None for the current one)."""
     a = assumptions
     mb: dict = {}
     sp = _int(cfg, f"{AR}.actor.ulysses_sequence_parallel_size")
@@ -180,7 +202,7 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
         "sharding": "fsdp" if strategy in ("fsdp", "fsdp2") else "none",
         "entropy": True,
         "old_log_prob": True,
-        "advantage": {"enabled": True},
+        "advantage": advantage(cfg, version, a),
         "micro_batch": mb,
         "gradient_checkpointing": ckpt,
         "offload": offload,

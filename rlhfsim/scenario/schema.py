@@ -273,7 +273,9 @@ class WeightSync(Frozen):
 
 
 class Advantage(Frozen):
-    enabled: bool = Field(False, description="Record advantage computation (GAE for PPO, group normalization for GRPO/RLOO) as the phase `adv`, on the driver's CPU between the forward passes and training; priced from the profile's adv_* step scalars.")
+    enabled: bool = Field(False, description="Record advantage computation (GAE for PPO, group normalization for GRPO/RLOO) as the phase `adv`, on the driver's CPU between the forward passes and training, over every row padded to workload.max_response_tokens as verl holds them; priced from the profile's adv_* step scalars (rlhfsim.costs.driver).")
+    gae_loop: Literal["plain", "masked"] = Field("masked", description="GAE's reverse loop over response positions as the framework's code runs it: `plain`, 5 tensor ops per position (verl <= 0.4); `masked`, 13, with the observation-token masks (verl >= 0.5).")
+    rollout_metrics: bool = Field(False, description="The driver also computes the rollout-correction metrics (the rollout's log-probs against the recomputed ones: KL, perplexities, chi-square) on the advantage timer, as verl does when the rollout returns its log-probs (rollout.calculate_log_probs, the default from verl 0.9).")
 
 
 class Execution(Frozen):

@@ -121,7 +121,8 @@ def step_scalars_used(s, measured: tuple[str, ...] = ()) -> tuple[str, ...]:
         if s.pool_of("actor") is s.pool_of("rollout"):
             used += ["kv_realloc_s", "kv_realloc_s_per_gib"]
     if ex.advantage.enabled:
-        used += ["adv_per_token_s", "adv_per_position_s" if "critic" in s.shapes else "adv_per_row_s"]
+        used += ["adv_per_op_s", "adv_per_strided_s"] if "critic" in s.shapes else ["adv_per_row_s"]
+        used.append("adv_per_element_s")
     if s.retokenize:
         used += ["retokenize_s", "retokenize_per_token_s"]
     return tuple(used)

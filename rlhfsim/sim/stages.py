@@ -28,6 +28,7 @@ import simpy
 
 from rlhfsim.contracts import CPU_POOL
 from rlhfsim.costs import price
+from rlhfsim.costs.driver import AdvantageCode
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.costs.terms import add_terms
 from rlhfsim.sim import execution as ex
@@ -152,11 +153,13 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
 
 def advantage(env, sim, step: int, rows: list[Rollout]):
     """Process: advantage computation on the driver's CPU (``CostModel.advantage_s``; GAE when a critic
-    gives values), recorded as phase ``adv`` on the pseudo-pool ``cpu`` (no GPU works meanwhile)."""
+    gives values) over every row padded to the response cap, as verl holds them, recorded as phase ``adv`` on
+    the pseudo-pool ``cpu`` (no GPU works meanwhile)."""
     if not rows:
         return
-    t = sim.cost.advantage_s(len(rows), sum(r.response_len for r in rows), max(r.response_len for r in rows),
-                             gae="critic" in sim.setup.shapes)
+    sc = sim.setup.scenario
+    code = AdvantageCode(sc.execution.advantage.gae_loop, sc.execution.advantage.rollout_metrics)
+    t = sim.cost.advantage_s(len(rows), sc.workload.max_response_tokens, "critic" in sim.setup.shapes, code)
     start = env.now
     yield env.timeout(t)
     if t > 0:

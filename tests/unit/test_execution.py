@@ -93,10 +93,12 @@ def test_host_copy_reshard_and_advantage_by_hand():
     sep = cost.reshard_parts(TINY, "bfloat16", train_gpus=1, engine_tp=1, kv_bytes=0.0, shared=False)
     assert sep["gather_s"] == 0.0 and "kv_realloc_s" not in sep
     assert sep["broadcast_s"] == pytest.approx(cost.weight_sync_s(TINY, "bfloat16", 1))
-    # GAE: 100 tokens x 5e-9 + 40 positions x 5e-5 = 5e-7 + 2e-3 = 2.0005e-3 s
-    assert cost.advantage_s(4, 100, 40, gae=True) == pytest.approx(2.0005e-3)
-    # group statistics: 100 x 5e-9 + 4 rows x 2e-6 = 5e-7 + 8e-6 = 8.5e-6 s
-    assert cost.advantage_s(4, 100, 40, gae=False) == pytest.approx(8.5e-6)
+    # the driver's advantage step (rlhfsim.costs.driver) with the default costs (3.7e-6, 3.3e-9, 1.2e-9, 1.23e-5 s
+    # measured, x 1.35 for the reference host: 4.995e-6, 4.455e-9, 1.62e-9, 1.6605e-5 s), 4 rows padded to 40:
+    # GAE, masked loop: 40 x 13 x (4.995e-6 + 4 x 4.455e-9) + 22 x 160 x 1.62e-9 = 2.606666e-3 + 5.7024e-6 s
+    assert cost.advantage_s(4, 40, gae=True) == pytest.approx(2.606666e-3 + 5.7024e-6)
+    # GRPO: 4 x 1.6605e-5 + 2 x 160 x 1.62e-9 = 6.642e-5 + 5.184e-7 s
+    assert cost.advantage_s(4, 40, gae=False) == pytest.approx(6.642e-5 + 5.184e-7)
 
 
 def test_step_scalars_from_profile_or_flagged_defaults(tmp_path):
@@ -210,12 +212,15 @@ def test_reshard_weight_sync_and_advantage():
     load = 3.5576686e-4
     kv = 0.02 + 0.002 * s.kv_capacity_tokens * 1024 / 2**30
     assert sim.rec.steps[1].phases_s["weight_sync"] == pytest.approx(load + kv, rel=1e-7)
-    # GRPO (no critic): 16 rows x 2e-6 + 16 x 64 tokens x 5e-9 = 3.2e-5 + 5.12e-6 = 3.712e-5 s
-    assert sim.rec.steps[1].phases_s["adv"] == pytest.approx(3.712e-5)
+    # GRPO (no critic), 16 rows padded to the 128-token response cap (the responses are 64): 16 x 1.6605e-5
+    # + 2 x 2,048 x 1.62e-9 = 2.6568e-4 + 6.63552e-6 s
+    want = 2.6568e-4 + 6.63552e-6
+    assert s.scenario.workload.max_response_tokens == 128
+    assert sim.rec.steps[1].phases_s["adv"] == pytest.approx(want)
     summ = summarize(sim, sim.rec.steps)
-    assert summ["verl_timing"]["timing_s/adv"] == pytest.approx(3.712e-5)
-    assert set(summ["step_costs"]) == {"reshard_eff", "kv_realloc_s", "kv_realloc_s_per_gib", "adv_per_token_s",
-                                       "adv_per_row_s"}
+    assert summ["verl_timing"]["timing_s/adv"] == pytest.approx(want)
+    assert set(summ["step_costs"]) == {"reshard_eff", "kv_realloc_s", "kv_realloc_s_per_gib", "adv_per_row_s",
+                                       "adv_per_element_s"}
     assert all(v["source"] == "default" for v in summ["step_costs"].values())
 
 

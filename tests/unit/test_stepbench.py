@@ -36,7 +36,7 @@ def test_step_scalars_measured_and_read_back():
     doc["step"] = step
     cost = CostModel(gpu, validate_profile(json.loads(json.dumps(doc))))  # survives a JSON round trip
     assert all(v["source"] == "profile" for v in cost.step_costs().values())
-    assert cost.step_scalar("adv_per_token_s") == step["adv_per_token_s"]
+    assert cost.step_scalar("adv_per_element_s") == step["adv_per_element_s"]
 
 
 def test_stepbench_imports_without_simulator_dependencies():
