@@ -189,7 +189,8 @@ def print_fit(fr: dict, path: str) -> None:
     echo("fitted terms (base -> fitted, 90% interval over steady steps; misfit interval; determined by):")
     for t in fr["terms"]:
         mis = t["interval_misfit"]
-        by = ", ".join(f"{d['run']} {d['phase']} {100 * d['share']:.0f}%" for d in t["determined_by"][:4]) or "at its bound"
+        by = ", ".join(f"{d['run']} {d['phase']} {100 * d['share']:.0f}%" for d in t["determined_by"][:4]) or (
+            "pinned at its bound (the terms it kept out fitted in its place)" if t.get("pinned") else "at its bound")
         echo(f"  {t['term']:21} {t['path']}: {t['base']:.4g} -> {t['fitted']:.4g} [{t['interval'][0]:.4g}, "
              f"{t['interval'][1]:.4g}]" + (f" misfit [{mis[0]:.4g}, {mis[1]:.4g}]" if mis else "") + f"; {by}")
     for w in fr["warnings"]:

@@ -73,6 +73,8 @@ from rlhfsim.fromrun.agree import check_agreement
 from rlhfsim.fromrun.lengths import logged_shape
 from rlhfsim.fromrun.logs import DEFAULT_MIN_STEPS, DEFAULT_WARMUP, Steady, read_log, steady_steps
 
+CONFOUNDED = "confounded with {}: moves the same logged phases alike"
+MAX_PINS = 4            # rounds of pinning a term held at its bound (``fit``)
 LENGTHS = ("logged", "mean")
 WEIGHTINGS = ("equal", "share")
 MIN_SIN = 0.3
@@ -197,9 +199,12 @@ def reward_span(keys, version: str | None, settings: dict[str, str], scenario) -
     mode_key = f"{AR}.rollout.mode"
     if mode_key in settings:
         mode = settings[mode_key].strip("'\"")
+    elif v is None:
+        mode = "sync"       # no release given: the agent loop only where the launch asks for it (its timers do not
+                            # tell a v0.4-v0.6 sync run, which logs timing_s/reward, from a v0.7 async one)
     else:
         since, before, _ = VERSIONED[mode_key]
-        mode = before if v is not None and v < since else "async"
+        mode = before if v < since else "async"
     loop = settings.get("reward_model.use_reward_loop", "True").strip("'\"").lower() not in ("false", "0")
     own_pool = getattr(scenario.placement, "kind", None) == "dedicated_reward"
     if (mode == "async" and (v is None or v >= AGENT_LOOP_REWARD_FROM)
@@ -309,11 +314,12 @@ class Param:
 class Problem:
     """The fit's residual function over a set of runs and a base profile."""
 
-    def __init__(self, runs: list[Run], base: dict, weighting: str = "equal"):
+    def __init__(self, runs: list[Run], base: dict, weighting: str = "equal", exclude: frozenset[str] = frozenset(),
+                 base_pred: list[dict[str, float]] | None = None):
         if weighting not in WEIGHTINGS:
             raise FitError(f"weighting: expected one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
         self.runs, self.base = runs, base
-        base_pred = [predict(r, base) for r in runs]
+        base_pred = base_pred if base_pred is not None else [predict(r, base) for r in runs]
         self.rows = [(i, k) for i, r in enumerate(runs) for k in residual_keys(r, base_pred[i])]
         if not self.rows:
             raise FitError("fit: expected logged phases the simulator prices (timing_s/gen, timing_s/update_actor, ...), "
@@ -325,7 +331,7 @@ class Problem:
         for t in T.TERMS:
             for r in runs:
                 path = T.resolve(t, base, r.gen_runtime)
-                if path is not None and path not in seen:
+                if path is not None and path not in seen and path not in exclude:
                     seen[path] = Param(t, path)
         self.candidates = list(seen.values())
         self.base_pred = base_pred
@@ -359,7 +365,8 @@ class Problem:
 
 
 def identify(prob: Problem) -> tuple[list[Param], dict[str, str]]:
-    """The candidates the runs identify (relevant, not confounded, in priority order) and, for the others, why not."""
+    """The candidates the runs identify (relevant, not confounded, in priority order) and, for the others, why not
+    (a confounded one: ``CONFOUNDED`` naming the kept term it moves alike)."""
     cands = prob.candidates
     x0 = prob.x0(cands)
     r0 = prob.residuals(cands, x0)
@@ -377,7 +384,7 @@ def identify(prob: Problem) -> tuple[list[Param], dict[str, str]]:
             v -= (v @ b) * b
         if np.linalg.norm(v) < MIN_SIN * np.linalg.norm(col) or len(chosen) >= len(col):
             top = max(chosen, key=lambda c: abs(col @ J[:, c]) / (np.linalg.norm(J[:, c]) + 1e-300))
-            why[p.path] = f"confounded with {cands[top].term.name}: moves the same logged phases alike"
+            why[p.path] = CONFOUNDED.format(cands[top].term.name)
             continue
         chosen.append(j)
         basis.append(v / np.linalg.norm(v))
@@ -389,24 +396,25 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
     ``weighting``: each phase's residual as it is (equal) or times sqrt(phase / step) of its run (share);
     ``prior`` > 0: add the rows prior x (x_j - x_base_j) / u_j (u_j one unit of ``terms.plausible_dx``), which
     keep a term near its base value unless the phases move it."""
-    from scipy.optimize import least_squares
-
-    prob = Problem(runs, base, weighting)
-    params, unidentified = identify(prob)
-    if not params:
-        raise FitError("fit: expected at least one term the logged phases identify, got none (" +
-                       "; ".join(f"{k}: {v}" for k, v in unidentified.items())[:300] + ")")
-    lo = np.array([T.x_bounds(p.term)[0] for p in params])
-    hi = np.array([T.x_bounds(p.term)[1] for p in params])
-    x0 = np.clip(prob.x0(params), lo, hi)
-    xb = prob.x0(params)
-    u = np.array([T.plausible_dx(p.term) for p in params])
-    sol = least_squares(lambda x: np.concatenate([prob.residuals(params, x), prior * (x - xb) / u]), x0,
-                        bounds=(lo, hi), method="trf", diff_step=0.02, x_scale=1.0, max_nfev=60 * len(params))
-    x = np.where(sol.x - lo < 1e-9, lo, np.where(hi - sol.x < 1e-9, hi, sol.x))   # a term at its bound: exactly there
-    r = prob.residuals(params, x)
-    J = prob.jacobian(params, x, r)
-    warnings = _bound_warnings(prob, params, x, r, J, lo, hi)
+    prob0 = Problem(runs, base, weighting)
+    pinned: dict[str, tuple[Param, float, str]] = {}    # path -> (term, its bound's value, the warning)
+    for _ in range(MAX_PINS + 1):
+        work = T.with_values(base, {path: v for path, (_, v, _) in pinned.items()}) if pinned else base
+        prob = Problem(runs, work, weighting, frozenset(pinned), prob0.base_pred) if pinned else prob0
+        params, unidentified = identify(prob)
+        if not params:
+            raise FitError("fit: expected at least one term the logged phases identify, got none (" +
+                           "; ".join(f"{k}: {v}" for k, v in unidentified.items())[:300] + ")")
+        x, r, J, lo, hi, u, sol, pulled = _solve(prob, params, prior)
+        # a term held at its bound by a pull past it explains none of that pull; where it kept a term confounded
+        # with it out of the fit, pin it at the bound and identify again, so that term may take the pull
+        blocking = {j: w for j, w in pulled.items()
+                    if CONFOUNDED.format(params[j].term.name) in unidentified.values()}
+        if not blocking:
+            break
+        pinned.update({params[j].path: (params[j], T.from_x(params[j].term, float(x[j])), w)
+                       for j, w in blocking.items()})
+    warnings = [w for _, _, w in pinned.values()] + list(pulled.values())
     free = [j for j in range(len(params)) if lo[j] < x[j] < hi[j]]
     pinv = np.zeros((len(params), len(r)))
     if free:
@@ -420,7 +428,7 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
         cov = float(r @ r) / dof * np.linalg.pinv(J[:, free].T @ J[:, free])
         sd[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
     preds = prob.predictions(params, x)
-    terms_out = []
+    terms_out = [_pinned_record(p, v, base, runs) for p, v, _ in pinned.values()]
     frames = [frame(base, runs, p.path) for p in params]
     for j, p in enumerate(params):
         f = frames[j]
@@ -449,14 +457,41 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
     return {"params": params, "x": x, "terms": terms_out, "warnings": warnings, "spread": spread,
             "unidentified": [{"term": p.term.name, "path": p.path, "why": unidentified[p.path]}
                              for p in prob.candidates if p.path in unidentified],
+            "pinned": [p.path for p, _, _ in pinned.values()],
             "runs": [_run_record(r, prob.base_pred[i], preds[i]) for i, r in enumerate(runs)],
             "rms_log_residual": float(np.sqrt(np.mean(r ** 2))), "evaluations": int(sol.nfev),
             "options": {"weighting": weighting, "prior": prior},
             "profile": prob.profile(params, x)}
 
 
-def _bound_warnings(prob: Problem, params, x, r, J, lo, hi) -> list[str]:
-    out = []
+def _solve(prob: Problem, params: list[Param], prior: float):
+    """Least squares over ``params`` from the base: (x, residuals, Jacobian, bounds lo and hi, units, the solver's
+    result, {index: warning} for the terms held at a bound by a pull past it)."""
+    from scipy.optimize import least_squares
+
+    lo = np.array([T.x_bounds(p.term)[0] for p in params])
+    hi = np.array([T.x_bounds(p.term)[1] for p in params])
+    x0 = np.clip(prob.x0(params), lo, hi)
+    xb = prob.x0(params)
+    u = np.array([T.plausible_dx(p.term) for p in params])
+    sol = least_squares(lambda x: np.concatenate([prob.residuals(params, x), prior * (x - xb) / u]), x0,
+                        bounds=(lo, hi), method="trf", diff_step=0.02, x_scale=1.0, max_nfev=60 * len(params))
+    x = np.where(sol.x - lo < 1e-6, lo, np.where(hi - sol.x < 1e-6, hi, sol.x))   # a term at its bound: exactly there
+    r = prob.residuals(params, x)
+    J = prob.jacobian(params, x, r)
+    return x, r, J, lo, hi, u, sol, _bound_warnings(prob, params, x, r, J, lo, hi)
+
+
+def _pinned_record(p: Param, value: float, base: dict, runs: list[Run]) -> dict:
+    """A term pinned at its bound (``fit``): its value there, no interval, determined by no phase."""
+    f = frame(base, runs, p.path)
+    return {"term": p.term.name, "path": p.path, "meaning": p.term.meaning, "base": f * T.get_value(base, p.path),
+            "fitted": f * value, "interval": [f * value, f * value], "interval_misfit": None, "at_bound": True,
+            "pinned": True, "determined_by": [], **({"frame": f} if f != 1.0 else {})}
+
+
+def _bound_warnings(prob: Problem, params, x, r, J, lo, hi) -> dict[int, str]:
+    out = {}
     for j, p in enumerate(params):
         contrib = J[:, j] * r      # d(cost/2)/dx_j by residual; negative: pulls x_j up
         if x[j] >= hi[j] and contrib.sum() < 0:
@@ -467,7 +502,7 @@ def _bound_warnings(prob: Problem, params, x, r, J, lo, hi) -> list[str]:
             continue
         run, key = prob.runs[prob.rows[i][0]], prob.rows[i][1]
         bound = T.from_x(p.term, float(x[j]))
-        out.append(f"{p.path}: the fit wants it {what}; held at {bound:.4g}; pulled by {key} of {run.spec.id} "
+        out[j] = (f"{p.path}: the fit wants it {what}; held at {bound:.4g}; pulled by {key} of {run.spec.id} "
                    f"(measured {run.measured[key]:.4g} s, log lines {run.steady.lines()})")
     return out
 

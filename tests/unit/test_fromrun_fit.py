@@ -24,15 +24,26 @@ SETS = ("actor_rollout_ref.rollout.max_num_seqs=1024", "actor_rollout_ref.rollou
 HOST = "operations.decode:vllm_eager.overhead_s"
 
 
+def real_lengths() -> dict[str, float]:
+    """The real log's steady means of what the fit reads the lengths from (mean, longest and clipped responses,
+    prompts): a synthetic log carries them, so that it is priced with the same length shape as the real run."""
+    from rlhfsim.fromrun.logs import read_log, steady_steps
+
+    steady = steady_steps(read_log(REAL_LOG), REAL_LOG.name, 1, 3)
+    keys = ("response_length/mean", "response_length/max", "response_length/clip_ratio", "prompt_length/mean")
+    return {k: steady.mean(k) for k in keys}
+
+
 def synthetic_log(path: Path, phases: dict, n: int = 12, noise: float = 0.01, seed: int = 3) -> Path:
-    """A verl console log whose steady steps scatter ``noise`` around ``phases`` (step 1: a slow warm-up)."""
+    """A verl console log whose steady steps scatter ``noise`` around ``phases`` (step 1: a slow warm-up), with the
+    real log's lengths."""
     rng = np.random.default_rng(seed)
+    lengths = real_lengths()
     lines = []
     for step in range(1, n + 1):
         f = 3.0 if step == 1 else 1.0
         vals = {k: v * f * (1 + noise * rng.standard_normal()) for k, v in phases.items() if k != "timing_s/step"}
-        metrics = {"response_length/mean": 141.2, "prompt_length/mean": 103.6, **vals,
-                   "timing_s/step": sum(vals.values())}
+        metrics = {**lengths, **vals, "timing_s/step": sum(vals.values())}
         lines.append(f"(TaskRunner pid=7) step:{step} - " + " - ".join(f"{k}:{v:.4f}" for k, v in metrics.items()))
     path.write_text("\n".join(lines) + "\n")
     return path

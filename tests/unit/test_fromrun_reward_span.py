@@ -31,6 +31,8 @@ def scenario(reward: str = "rule", placement: str = "colocated"):
     ({"timing_s/gen", "timing_s/adv"}, None, {}, scenario(), "adv"),               # no release given: the log tells
     ({"timing_s/gen", "timing_s/reward", "timing_s/adv"}, "0.3", {}, scenario(), "reward"),   # main after PR #1114
     ({"timing_s/gen", "timing_s/adv"}, "0.9", {}, scenario(), "gen"),              # async by default from v0.7
+    ({"timing_s/gen", "timing_s/reward"}, None, {}, scenario(), "reward"),           # no release: async only if set
+    ({"timing_s/gen", "timing_s/reward"}, None, {MODE: "async"}, scenario(), "gen"),
     ({"timing_s/gen", "timing_s/reward", "timing_s/adv"}, "0.9", {}, scenario(), "gen"),
     ({"timing_s/gen", "timing_s/reward"}, "0.9", {MODE: "sync"}, scenario(), "reward"),
     ({"timing_s/gen", "timing_s/reward"}, "0.6", {}, scenario(), "reward"),         # sync was v0.6's default
