@@ -25,16 +25,25 @@ lengths, and says what it did:
   policy's lengths as fitted, only the cut moves, so the mean moves with it (the note gives the new mean);
 * the KEY sets ``workload.response_length`` itself: that shape, and a note that it replaced the fitted one.
 
-**Interval.** The overlay records the fitted coordinates (x = ln e for an efficiency, s / scale for a time) with two
-covariances (``from_run.spread``, ``rlhfsim.fromrun.fit``): the bootstrap's over the log's steady steps and the
-misfit's, s^2 (J^T J)^-1. ``overlay_draws`` draws x ~ N(x*, C_bootstrap + C_misfit), clipped to the terms' bounds,
-as whole profiles; the what-if is simulated at each draw (same scenario and seed) and the 5th and 95th percentiles
-of each phase and of the step are its 90% interval. An overlay written before the spread was recorded draws each
-term independently from its two recorded 90% intervals (each side's widths over 1.645 added in quadrature, in x;
-a term at a bound held). The interval
-is the fit's uncertainty carried through the simulator: it does not hold the cost model's error on a regime the
-fitted runs did not cover (docs/from-run.md, leave-one-run-out). The draws are ``rlhfsim.sim.uncertainty``'s
-(``term_draws``), the same that ``simulate --profile OVERLAY`` takes.
+**Interval.** Two parts, the same two that ``simulate --profile OVERLAY`` carries (``rlhfsim.sim.uncertainty``):
+
+* the fitted terms' uncertainty: the overlay records the fitted coordinates (x = ln e for an efficiency, s / scale
+  for a time) with two covariances (``from_run.spread``, ``rlhfsim.fromrun.fit``): the bootstrap's over the log's
+  steady steps and the misfit's, s^2 (J^T J)^-1. ``overlay_draws`` draws x ~ N(x*, C_bootstrap + C_misfit), clipped
+  to the terms' bounds, as whole profiles (``term_draws``; an overlay written before the spread was recorded draws
+  each term independently from its two recorded 90% intervals), and the what-if is simulated at each draw (same
+  scenario and seed);
+* the fit's misfit: what the fitted model still leaves between its phases and the logged ones, s^2 = RSS / (N - k)
+  over the fit's N logged timers and k free terms, as a log-normal error on each phase its timers spanned (the
+  bundled field record on the phases they did not; ``uncertainty.model_error``), applied to every draw by
+  ``rlhfsim.sim.modelerror.widen``: each phase's span times exp(-r), the step as the sum of the widened phases
+  where they run one after another (else the step's own record).
+
+Each timer's interval is read off the simulator phase it is measured as (verl's ``timing_s/gen`` off generate, its
+folds included: the weight sync, the old log-probs or the reward where the release times them there; OpenRLHF's
+timers off the first phase of each). On a CPU profile (no model error) the interval is the draws' 5th and 95th
+percentiles alone. It is still the fitted runs' error: a change that leaves their regime (another GPU, a model
+size the fit did not see) can miss by more (docs/from-run.md, leave-one-run-out).
 """
 
 from __future__ import annotations
@@ -194,6 +203,9 @@ def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
         raise WhatIfError(f"run {rec['id']}: {e}") from None
     scen = list(change.scenario)
     sc = load_scenario(res.scenario, base_dir=base_dir, overrides=scen)
+    given = {item.partition("=")[0].strip().lstrip("+") for item in change.launch}
+    ignored = [f"{st.key}={st.value} is not priced ({st.target}): the what-if does not move with it"
+               for st in res.settings if st.key in given and st.status in ("unmapped", "no_cost")]
     user_shape = any(k == p or k.startswith(p + ".") for k, _ in scen for p in LENGTH_KEYS)
     if user_shape:
         notes, out_lengths = ["response lengths: the shape you set replaces the fitted one"], {}
@@ -205,6 +217,7 @@ def build(rec: dict, overlay_path: Path, change: Change = Change()) -> Built:
         block, notes, out_lengths = fitted_shape(lengths, sc.workload.max_response_tokens, resp)
         if block is not None:
             sc = load_scenario(res.scenario, base_dir=base_dir, overrides=[*scen, ("workload.response_length", block)])
+    notes = ignored + notes
     out_lengths.update(mean_prompt=opts.mean_prompt_len, cap=sc.workload.max_response_tokens)
     if get_gpu(sc.cluster.gpu).name != get_gpu(rec["gpu"]).name:
         notes.append(f"GPU: fitted on {rec['gpu']}, priced on {sc.cluster.gpu} with the same fitted fractions of peak and "
@@ -288,6 +301,43 @@ def overlay_draws(prof: dict, n: int, seed: int = 0) -> list[dict]:
     return [T.with_values(copy.copy(prof), {path: vals[k] for path, vals in draws.items()}) for k in range(n)]
 
 
+def _timer_phase(rec: dict, scenario) -> dict[str, str]:
+    """Each logged timer -> the simulator phase its interval is read off (module docstring, "Interval")."""
+    from rlhfsim.contracts import VERL_PHASE_KEYS
+
+    if rec.get("framework", "verl") != "verl":
+        from rlhfsim.fromrun.frameworks import phase_groups
+
+        return {k: ps[0] for k, ps in phase_groups(scenario).items() if ps}
+    return {v: k for k, v in VERL_PHASE_KEYS.items()}
+
+
+def _interval(prof: dict, gpu, rec: dict, scenario, point: dict, samples: list[dict]) -> tuple[dict, str]:
+    """{timer: [lo, hi]} (``timing_s/step`` included) of a what-if: the draws ``samples`` widened by the fit's misfit
+    (module docstring), or their percentiles alone where no model error applies; and what it rests on."""
+    from rlhfsim.contracts import VERL_STEP_KEY
+    from rlhfsim.sim.modelerror import widen
+    from rlhfsim.sim.uncertainty import model_error
+
+    q = (1 - LEVEL) / 2
+    err = model_error(prof, gpu)
+    if err is None:
+        out = {}
+        for k in point:
+            vals = [s[k] for s in samples if k in s]
+            if len(vals) >= 2:
+                out[k] = [float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))]
+        return out, "the draws alone (no model error on this device)"
+    rep = _timer_phase(rec, scenario)
+    points = [(s[VERL_STEP_KEY], {rep[k]: v for k, v in s.items() if k in rep}) for s in (samples or [point])]
+    w = widen(err, points, LEVEL)
+    out = {VERL_STEP_KEY: w["step_time_s_interval"]}
+    for k in point:
+        if k in rep and rep[k] in w["phases_s_interval"]:
+            out[k] = w["phases_s_interval"][rep[k]]
+    return out, err.source
+
+
 def _spans(result, rec: dict) -> dict[str, float]:
     """The simulated run in the spans its framework's timers measure (``fit.predict``'s rule)."""
     from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
@@ -335,7 +385,7 @@ def whatif(overlay: str, change: Change, run_id: str | None = None, draws: int =
     prof = load_profile(overlay)
     profiles = overlay_draws(prof, draws, seed)
     out = []
-    q = (1 - LEVEL) / 2
+    misfit = ""
     for rec in runs_of(prof, overlay, run_id):
         fitted_b = build(rec, path)
         fitted = _spans(_simulate(fitted_b, prof), rec)
@@ -349,21 +399,20 @@ def whatif(overlay: str, change: Change, run_id: str | None = None, draws: int =
                          + ", ".join(f"{k} ({rec['fitted_s'][k]:.3f} s then)" for k in drift)
                          + " (the cost model changed since the fit: fit again for a what-if on today's model)")
         keys = list(dict.fromkeys([*rec["measured_s"], *wi]))
+        iv, misfit = _interval(prof, changed.gpu, rec, changed.scenario, wi, samples)
         rows = []
         for k in keys:
-            vals = [s[k] for s in samples if k in s]
             rows.append({"phase": k, "measured_s": rec["measured_s"].get(k), "fitted_s": fitted.get(k),
                          "whatif_s": wi.get(k),
                          "change_pct": (100 * (wi[k] - fitted[k]) / fitted[k] if fitted.get(k) and k in wi else None),
-                         "whatif_interval_s": ([float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))]
-                                               if len(vals) >= 2 else None)})
+                         "whatif_interval_s": iv.get(k) if k in wi else None})
         out.append({"run": rec["id"], "change": change.text, "notes": notes, "lengths": changed.lengths,
                     "scenario": changed.scenario.model_dump(mode="json"), "rows": rows})
     return {"overlay": overlay, "draws": len(profiles), "seed": seed, "level": LEVEL,
             "interval_source": ("the fit's bootstrap and misfit covariance (from_run.spread)"
                                 if (prof.get("from_run") or {}).get("spread") else
                                 "the fitted terms' recorded 90% intervals, drawn independently"),
-            "runs": out}
+            "interval_misfit": misfit, "runs": out}
 
 
 def write_scenarios(doc: dict, out: Path) -> list[str]:
@@ -401,10 +450,11 @@ def render(doc: dict) -> list[str]:
             iv = row["whatif_interval_s"]
             ivs = f"[{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "-"
             lines.append(f"  {row['phase']:26} {f(row['measured_s'])} {f(row['fitted_s'])} {f(row['whatif_s'])} {ch}  {ivs}")
-    if doc["draws"]:
-        lines.append(f"interval: {doc['draws']} draws of the fitted terms ({doc['interval_source']}), each simulated; it "
-                     "holds the fit's uncertainty, not the cost model's error where the change leaves the fitted runs' "
-                     "regime (docs/from-run.md)")
-    else:
-        lines.append("interval: none (--draws 0, or the overlay records no fitted terms)")
+    terms = (f"{doc['draws']} draws of the fitted terms ({doc['interval_source']}), each simulated"
+             if doc["draws"] else "no draws of the fitted terms (--draws 0, or none recorded)")
+    misfit = doc.get("interval_misfit") or ""
+    lines.append(f"interval: {terms}; widened by {misfit}" if misfit and not misfit.startswith("the draws alone")
+                 else f"interval: {terms} ({misfit or 'no model error'})")
+    lines.append("  it holds the fitted runs' error, not the cost model's where the change leaves their regime "
+                 "(docs/from-run.md)")
     return lines

@@ -93,6 +93,17 @@ def test_cli_fits_an_openrlhf_run_and_refuses_a_mismatch_in_one_line(truth, tmp_
     assert "expected an OpenRLHF launch for an OpenRLHF log, got a launch running verl's trainer" in bad.stderr
     ver = CliRunner().invoke(main, args + ["--verl-version", "0.4"])
     assert ver.exit_code == 2 and ver.stderr.startswith("error: --verl-version: expected only with a verl run")
+    # a what-if on the overlay: rebuilt by OpenRLHF's importer, priced in its timers, with the fit's misfit interval
+    wi = CliRunner().invoke(main, ["whatif", str(out), "--set", "actor.num_gpus_per_node=8", "--set",
+                                   "trainer.nnodes=2", "--draws", "0", "--format", "json"])
+    assert wi.exit_code == 0, wi.output
+    w = json.loads(wi.stdout)["runs"][0]
+    rows = {r["phase"]: r for r in w["rows"]}
+    assert set(rows) == {*OPENRLHF_TIMERS, "timing_s/step"}
+    assert rows["timing/ppo_train"]["change_pct"] < 0 and rows["timing/generation"]["change_pct"] == pytest.approx(0)
+    lo, hi = rows["timing_s/step"]["whatif_interval_s"]
+    assert lo < rows["timing_s/step"]["whatif_s"] < hi
+    assert any(n.startswith("trainer.nnodes=2 is not priced") for n in w["notes"])   # not an OpenRLHF flag
 
 
 def test_a_log_before_openrlhf_timed_its_steps_is_one_line(tmp_path):

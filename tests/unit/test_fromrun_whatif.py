@@ -114,3 +114,26 @@ def test_compare_applies_the_fitted_shape(overlay, tmp_path):
     out = side_by_side(overlay, str(path))
     step = next(r for r in out["rows"] if r["phase"] == STEP)
     assert abs(step["change_pct"]) < 0.5 and "the fitted shape carried" in out["notes"][0]
+
+
+def test_the_interval_carries_the_fits_misfit(overlay):
+    """With no draws of the terms the interval is the fit's misfit alone: each timer's span times the misfit
+    record's factors (s^2 = RSS / (N - k) over the fit's logged timers), the same record ``simulate --profile
+    OVERLAY`` widens with; with draws it is at least as wide as the draws' own spread."""
+    from rlhfsim.costs.profile import load_profile
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.sim.uncertainty import model_error
+
+    change = split_sets(["trainer.nnodes=2"])
+    alone = whatif(overlay, change, draws=0)
+    assert alone["interval_misfit"].startswith("the fit's misfit")
+    err = model_error(load_profile(overlay), get_gpu("h100-sxm"))
+    lo_f, hi_f = err.record("generate")[1].factors(0.90)
+    gen = rows(alone)["timing_s/gen"]
+    assert gen["whatif_interval_s"] == pytest.approx([gen["whatif_s"] * lo_f, gen["whatif_s"] * hi_f], rel=1e-9)
+    step = rows(alone)[STEP]
+    assert step["whatif_interval_s"][0] < step["whatif_s"] < step["whatif_interval_s"][1]
+    drawn = whatif(overlay, change, draws=6)
+    width = {d: rows(doc)[STEP]["whatif_interval_s"][1] / rows(doc)[STEP]["whatif_interval_s"][0]
+             for d, doc in (("alone", alone), ("drawn", drawn))}
+    assert width["drawn"] >= width["alone"] * 0.9
