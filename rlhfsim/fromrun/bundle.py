@@ -7,10 +7,12 @@ Where each term goes (``write_bundled``):
   GPU profile of the package extends, and the profile a GPU without one of its own is priced with
   (``rlhfsim.costs.profile.default_profile_for``);
 * a ``device`` term into its GPU family's profile (``h100-sxm.json`` for H100 SXM, H200 and GH200; ``a100-80gb.json``
-  for the A100s), which then extends ``public``.
+  for the A100s; a GPU of its own family, e.g. ``h20.json``, created when its logs identify a device term), which then
+  extends ``public``.
 
 Each file records its fitted terms under ``from_logs``, keyed by profile path (so the layers merge):
-``{"term", "scope", "value", "prior", "prior_in_file", "runs", "determined_by": [{"run", "source", "log", "share",
+``{"term", "scope", "value", "prior", "prior_in_file", "runs", "sources", "held_out_checked" (determined by two
+sources or more, so a leave-one-source-out fold still fits it), "determined_by": [{"run", "source", "log", "share",
 "phases"}], "at_bound"}``, and under ``provenance.from_logs`` the command, the date, the runs fitted and the terms no
 log identified (those keep their prior: the datasheet-derived value of ``default``, or a measured one where the
 prior was measured). ``prior`` and ``prior_in_file`` let a later fit start from the prior again
@@ -67,6 +69,7 @@ def _take_back(doc: dict) -> dict:
         else:
             _delete(out, path)
     (out.get("provenance") or {}).pop("from_logs", None)
+    (out.get("provenance") or {}).pop("extends_public", None)
     return out
 
 
@@ -77,6 +80,17 @@ def public_skeleton() -> dict:
             "provenance": {"source": "fitted-from-public-logs",
                            "inherited": "every term no log identified from the bundled default profile (extends), "
                                         "with its own provenance"}}
+
+
+def family_skeleton(fam: str) -> dict:
+    """The profile of a GPU family that had none: the public layer with this family's device terms over it
+    (``rlhfsim.costs.profile.default_profile_for`` finds a profile named after the GPU)."""
+    return {"schema_version": 1, "extends": PUBLIC, "name": fam, "gpu": fam, "dtype": "bfloat16",
+            "device": {"kind": "cuda", "name": f"{fam}: the bundled default's datasheet-derived terms with this GPU's "
+                                                f"device terms fitted to its public logs"},
+            "provenance": {"source": "fitted-from-public-logs",
+                           "inherited": "every term no log of this GPU identified from public (extends), with its own "
+                                        "provenance"}}
 
 
 def write_bundled(fit: PoolFit, command: str, date: str, profiles_dir: Path = BUNDLED_DIR,
@@ -94,23 +108,25 @@ def write_bundled(fit: PoolFit, command: str, date: str, profiles_dir: Path = BU
     targets = {"all": profiles_dir / f"{PUBLIC}.json"}
     for fam in sorted(set(fit.bases) | set(GPU_PROFILES.values())):   # every family profile extends public
         path = profiles_dir / f"{fam}.json"
-        if fam in scopes and not path.is_file():
-            raise ValueError(f"family {fam}: expected a bundled profile {path.name} for its device terms, got none "
-                             f"(add one, e.g. from calibrate.fromops, and map its GPUs in GPU_PROFILES)")
-        if path.is_file():
+        if path.is_file() or fam in scopes:     # a family with device terms and no profile yet gets one
             targets[fam] = path
     unidentified: dict[str, list[dict]] = {}
     for u in fit.unidentified:
         unidentified.setdefault(u["scope"], []).append(u)
     written = []
     for scope, path in targets.items():
-        doc = _take_back(_read(path)) if path.is_file() else public_skeleton()
+        doc = _take_back(_read(path)) if path.is_file() else public_skeleton() if scope == "all" else family_skeleton(scope)
         if scope != "all":
             doc["extends"] = PUBLIC
+            doc.setdefault("provenance", {})["extends_public"] = (
+                "extends public (the host and software terms fitted to every public log, over the bundled default), "
+                "not default directly: what this file does not set comes from there")
         recs = {}
         for j in scopes.get(scope, []):
             p, t = fit.params[j], fit.terms[j]
-            rec = {"term": p.term.name, "meaning": p.term.meaning,
+            sources = sorted({d["source"] for d in t["determined_by"]})
+            rec = {"term": p.term.name, "meaning": p.term.meaning, "sources": sources,
+                   "held_out_checked": len(sources) >= 2,
                    "scope": "every GPU (host and software)" if scope == "all" else f"GPU family {scope}",
                    "value": t["fitted"], "prior": t["prior"], "prior_in_file": _has_own(doc, p.path),
                    "runs": t["moves_runs"], "at_bound": t["at_bound"],
@@ -133,11 +149,12 @@ def provenance_lines(profile: dict) -> list[str]:
     the runs and logs that determined it; then the terms no log identified (they keep their prior)."""
     out = []
     for path, rec in sorted((profile.get("from_logs") or {}).items(), key=lambda kv: kv[1]["term"]):
+        one = "" if rec.get("held_out_checked", True) else " [one source: not checked held out]"
         by = ", ".join(f"{d['run']} {100 * d['share']:.0f}%" + (f" ({'/'.join(k.removeprefix('timing_s/') for k in d['phases'][:3])})"
                                                               if d["phases"] else "")
                        for d in rec["determined_by"]) or "held at a bound by " + ", ".join(rec["runs"])
         out.append(f"  {rec['term']} = {rec['value']:.4g} (prior {rec['prior']:.4g}) at {path}; {rec['scope']}; "
-                   f"from {by}{' [at its bound]' if rec['at_bound'] else ''}")
+                   f"from {by}{' [at its bound]' if rec['at_bound'] else ''}{one}")
     logs: dict[str, set[str]] = {}
     for rec in (profile.get("from_logs") or {}).values():
         for d in rec["determined_by"]:

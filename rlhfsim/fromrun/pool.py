@@ -68,6 +68,9 @@ MIN_SIN = 0.3
 FD_STEP = 0.25           # identification Jacobian step, x units
 JAC_STEP = 0.02          # the fit's forward-difference step, x units (times max(1, |x|))
 PRED_FLOOR_S = 1e-6
+GEN_KEY = "timing_s/gen"
+LN2 = math.log(2.0)
+RELEASE_ROUNDS = 2       # refits after letting in the terms confounded with one held at its bound
 NOT_POOLED = {"gemm_e_max": "the GEMM ceiling of kernels_by_shape is measured per operation (calibrate.fromops, "
                             "Vidur's public profiling): a fit through whole phases would fold the framework into it"}
 
@@ -275,10 +278,14 @@ class Pool:
     def residuals(self, params: list[Param], x: np.ndarray) -> np.ndarray:
         return self.residuals_of(self.predictions(params, x))
 
-    def jacobian(self, params: list[Param], x: np.ndarray, r0: np.ndarray, step: float) -> np.ndarray:
-        """Forward differences (downward at an upper bound), re-simulating only the units each parameter moves."""
+    def jacobian(self, params: list[Param], x: np.ndarray, r0: np.ndarray, step: float,
+                 cols: list[int] | None = None) -> np.ndarray:
+        """Forward differences (downward at an upper bound), re-simulating only the units each parameter moves;
+        ``cols``: only these parameters' columns (the others left 0)."""
         J = np.zeros((len(r0), len(params)))
         for j, p in enumerate(params):
+            if cols is not None and j not in cols:
+                continue
             h = step * max(1.0, abs(float(x[j])))
             if x[j] + h > T.x_bounds(p.term)[1] + 1e-12:
                 h = -h
@@ -296,14 +303,18 @@ class Pool:
 
     def find_moves(self) -> None:
         """Which units each candidate moves: its path priced for the unit and a large move (x +/- 1 unit) changing
-        some phase; the rest are never re-simulated for it."""
+        some phase of the run's first unit (a run's bins differ in lengths only, so they are priced alike); the rest
+        are never re-simulated for it."""
         x0 = self.x_base(self.candidates)
-        base = self.predictions(self.candidates, x0)
+        first: dict[str, int] = {}
+        for i, u in enumerate(self.units):
+            first.setdefault(u.run.id, i)
+        base = self.predictions(self.candidates, x0, only=set(first.values()))
         for j, p in enumerate(self.candidates):
             lo, hi = T.x_bounds(p.term)
             moved = []
-            for i, u in enumerate(self.units):
-                if not self.applies(p, u):
+            for rid, i in first.items():
+                if not self.applies(p, self.units[i]):
                     continue
                 for d in (T.plausible_dx(p.term), -T.plausible_dx(p.term)):
                     xj = min(max(x0[j] + d, lo), hi)
@@ -314,13 +325,15 @@ class Pool:
                     self.moves[j] = [*moved, i]     # let this unit see the move while testing it
                     pr = self.predictions(self.candidates, xx, only={i})[i]
                     if any(abs(pr.get(k, 0.0) - v) > 1e-9 * max(abs(v), 1e-9) for k, v in base[i].items()):
-                        moved.append(i)
+                        moved += [n for n, u in enumerate(self.units) if u.run.id == rid]
                         break
-            self.moves[j] = moved
+            self.moves[j] = sorted(moved)
 
 
-def identify(pool: Pool) -> tuple[list[Param], dict[Param, str]]:
-    """``fit.identify``'s rules over the pooled candidates (module docstring); for the others, why not."""
+def identify(pool: Pool, keep_confounded: bool = False) -> tuple[list[Param], dict[Param, str], dict[Param, Param]]:
+    """``fit.identify``'s rules over the pooled candidates (module docstring); for the others, why not, and for a
+    confounded one the term it was confounded with. ``keep_confounded``: every relevant term is fitted (a prior
+    resolves what the logs cannot tell apart)."""
     pool.find_moves()
     cands = pool.candidates
     x0 = pool.x_base(cands)
@@ -329,6 +342,7 @@ def identify(pool: Pool) -> tuple[list[Param], dict[Param, str]]:
     chosen: list[int] = []
     basis: list[np.ndarray] = []
     why: dict[Param, str] = {}
+    confounded: dict[Param, Param] = {}
     for j, p in enumerate(cands):
         col = J[:, j]
         if not pool.moves.get(j) or np.max(np.abs(col)) * T.plausible_dx(p.term) < RELEVANT:
@@ -337,13 +351,15 @@ def identify(pool: Pool) -> tuple[list[Param], dict[Param, str]]:
         v = col.copy()
         for b in basis:
             v -= (v @ b) * b
-        if np.linalg.norm(v) < MIN_SIN * np.linalg.norm(col) or len(chosen) >= len(col):
+        if not keep_confounded and (np.linalg.norm(v) < MIN_SIN * np.linalg.norm(col) or len(chosen) >= len(col)):
             top = max(chosen, key=lambda c: abs(col @ J[:, c]) / (np.linalg.norm(J[:, c]) + 1e-300))
             why[p] = f"confounded with {cands[top].label}: moves the same logged phases alike"
+            confounded[p] = cands[top]
             continue
         chosen.append(j)
-        basis.append(v / np.linalg.norm(v))
-    return [cands[j] for j in chosen], why
+        if np.linalg.norm(v) > 0:
+            basis.append(v / np.linalg.norm(v))
+    return [cands[j] for j in chosen], why, confounded
 
 
 @dataclass
@@ -360,6 +376,7 @@ class PoolFit:
     evaluations: int
     simulations: int
     runs: list[str] = field(default_factory=list)
+    tails: list[dict] = field(default_factory=list)
 
     def values(self, fam: str) -> dict[str, float]:
         """path -> fitted value of every parameter that applies to ``fam`` (host terms and the family's own)."""
@@ -413,35 +430,74 @@ def solve(fun, jac, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, J0: np.ndarr
     return x, evals
 
 
+def prior_rows(params: list[Param], x: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each term's distance from its prior (the base's value) in units of a factor of 2, and d/dx of it: ln(e / e_0)
+    / ln 2 for an efficiency; ln((s + 0.1 s_0) / 1.1 s_0) / ln 2 for a time with a prior s_0 > 0 (softened near 0, so a
+    term may still reach 0 at a finite cost); for a time whose prior is 0, s in units of its scale; for a share, its
+    change over half the range."""
+    res, d = np.zeros(len(x)), np.zeros(len(x))
+    for j, p in enumerate(params):
+        if p.term.kind == "eff":
+            res[j], d[j] = (x[j] - xb[j]) / LN2, 1 / LN2
+        elif p.term.kind == "share" or xb[j] <= 0:
+            unit = T.plausible_dx(p.term)
+            res[j], d[j] = (x[j] - xb[j]) / unit, 1 / unit
+        else:
+            e = 0.1 * xb[j]
+            res[j], d[j] = math.log((x[j] + e) / (xb[j] + e)) / LN2, 1 / ((x[j] + e) * LN2)
+    return res, d
+
+
 def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.0, weighting: str = "equal",
-             max_iter: int = 30) -> PoolFit:
-    """The pooled fit (module docstring) over ``units``."""
+             max_iter: int = 30, keep_confounded: bool = False) -> PoolFit:
+    """The pooled fit (module docstring) over ``units``; ``keep_confounded`` (with ``prior`` > 0): no term is left
+    out as confounded, the prior settles how the change is shared."""
+    if keep_confounded and prior <= 0:
+        raise FitError("pool: keep_confounded needs prior > 0 (nothing else tells confounded terms apart)")
     bases = {fam: base_for(fam) for fam in sorted({u.family for u in units})}
     pool = Pool(units, bases, cache, weighting)
     sims0 = pool.cache.simulations
-    params, why = identify(pool)
+    params, why, confounded = identify(pool, keep_confounded)
     if not params:
         raise FitError("pool: expected at least one term the logs identify, got none")
-    lo = np.array([T.x_bounds(p.term)[0] for p in params])
-    hi = np.array([T.x_bounds(p.term)[1] for p in params])
-    xb = pool.x_base(params)
-    u = np.array([T.plausible_dx(p.term) for p in params])
+    n_eval, released, J_start = 0, {}, None
+    x_start = pool.x_base(params)
+    for _ in range(RELEASE_ROUNDS + 1):
+        lo = np.array([T.x_bounds(p.term)[0] for p in params])
+        hi = np.array([T.x_bounds(p.term)[1] for p in params])
+        xb = pool.x_base(params)
 
-    def fun(x):
-        return np.concatenate([pool.residuals(params, x), prior * (x - xb) / u])
+        def fun(x, params=params, xb=xb):
+            return np.concatenate([pool.residuals(params, x), prior * prior_rows(params, x, xb)[0]])
 
-    def jac(x):
+        def jac(x, params=params, xb=xb):
+            r = pool.residuals(params, x)
+            return np.vstack([pool.jacobian(params, x, r, JAC_STEP), prior * np.diag(prior_rows(params, x, xb)[1])])
+
+        sol_x, evals = solve(fun, jac, x_start, lo, hi, J0=J_start, max_iter=max_iter)
+        n_eval += evals
+        x = np.where(sol_x - lo < 1e-9, lo, np.where(hi - sol_x < 1e-9, hi, sol_x))
         r = pool.residuals(params, x)
-        return np.vstack([pool.jacobian(params, x, r, JAC_STEP), np.diag(np.full(len(x), prior) / u)])
-
-    sol_x, n_eval = solve(fun, jac, xb, lo, hi, max_iter=max_iter)
-    x = np.where(sol_x - lo < 1e-9, lo, np.where(hi - sol_x < 1e-9, hi, sol_x))
-    r = pool.residuals(params, x)
-    J = pool.jacobian(params, x, r, JAC_STEP)
-    free = [j for j in range(len(params)) if lo[j] < x[j] < hi[j]]
+        J = pool.jacobian(params, x, r, JAC_STEP)
+        free = [j for j in range(len(params)) if lo[j] < x[j] < hi[j]]
+        # a term held at its bound while the residuals pull it past: the terms confounded with it are no longer
+        # redundant (it cannot move further), so they join the fit, in priority order
+        g = J.T @ r
+        held = {params[j] for j in range(len(params)) if (x[j] <= lo[j] and g[j] > 0) or (x[j] >= hi[j] and g[j] < 0)}
+        add = [q for q in pool.candidates if q in confounded and confounded[q] in held and q not in params]
+        if not add:
+            break
+        for q in add:
+            released[q] = confounded[q]
+            why.pop(q, None)
+        x_start = np.concatenate([x, pool.x_base(add)])
+        new = pool.jacobian(params + add, x_start, r, JAC_STEP,
+                            cols=list(range(len(params), len(params) + len(add))))[:, len(params):]
+        params = params + add
+        J_start = np.vstack([np.hstack([J, new]), prior * np.diag(prior_rows(params, x_start, pool.x_base(params))[1])])
     pinv = np.zeros((len(params), len(r)))
     if free:
-        aug = np.vstack([J[:, free], prior * np.diag(1 / u[free])])
+        aug = np.vstack([J[:, free], prior * np.diag(prior_rows(params, x, xb)[1][free])])
         pinv[free, :] = np.linalg.pinv(aug)[:, :len(r)]
     preds = pool.predictions(params, x)
     base_preds = pool.predictions(params, xb)
@@ -452,6 +508,7 @@ def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.
                           "meaning": p.term.meaning, "prior": T.get_value(bases[fam], p.path),
                           "fitted": T.from_x(p.term, float(x[j])), "at_bound": j not in free,
                           "determined_by": _trace(pool, pinv[j]) if j in free else [],
+                          **({"released_by": released[p].label} if p in released else {}),
                           "moves_runs": sorted({units[i].run.id for i in pool.moves.get(pool.candidates.index(p), [])})})
     unit_rows = []
     for i, un in enumerate(units):
@@ -464,7 +521,36 @@ def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.
     return PoolFit(params, x, bases, terms_out,
                    [{"term": p.term.name, "path": p.path, "scope": p.scope, "why": w} for p, w in why.items()], unit_rows,
                    float(np.sqrt(np.mean(r ** 2))), n_eval, pool.cache.simulations - sims0,
-                   sorted({un.run.id for un in units}))
+                   sorted({un.run.id for un in units}), tails(units, unit_rows))
+
+
+def tails(units: list[Unit], unit_rows: list[dict]) -> list[dict]:
+    """Per run cut into bins: ``timing_s/gen`` against the binned length over its steady steps (least squares
+    gen = a + b x: b the seconds per token of the longest response, the decode step at the tail batch; a what gen
+    costs besides), and the same slope between its first and last bins as logged, as the base priced it and as the
+    fit prices it."""
+    out = []
+    for rid in dict.fromkeys(u.run.id for u in units):
+        idx = [i for i, u in enumerate(units) if u.run.id == rid]
+        if len(idx) < 2:
+            continue
+        key = units[idx[0]].label.split(" ")[0]
+        steps = [s for i in idx for s in units[i].prepared.steady.kept]
+        xs = np.array([float(s.metrics[key]) for s in steps])
+        ys = np.array([float(s.metrics[GEN_KEY]) for s in steps])
+        b, a = np.polyfit(xs, ys, 1)
+        r2 = 1 - float(np.var(ys - (a + b * xs))) / float(np.var(ys)) if np.var(ys) > 0 else 0.0
+        lo, hi = unit_rows[idx[0]], unit_rows[idx[-1]]
+        dx = units[idx[-1]].prepared.steady.mean(key) - units[idx[0]].prepared.steady.mean(key)
+
+        def slope(col):
+            return (hi[col][GEN_KEY] - lo[col][GEN_KEY]) / dx if dx and GEN_KEY in hi[col] else None
+
+        out.append({"run": rid, "key": key, "steps": len(steps), "per_step_fit": {"a_s": round(float(a), 4),
+                    "b_s_per_unit": float(f"{b:.4g}"), "r2": round(r2, 3)},
+                    "bin_slope": {c.removesuffix("_s"): (float(f"{v:.4g}") if v is not None else None)
+                                  for c in ("measured_s", "base_s", "fitted_s") for v in [slope(c)]}})
+    return out
 
 
 def _trace(pool: Pool, row: np.ndarray) -> list[dict]:

@@ -7,7 +7,8 @@ the plain ``decode`` that prices it; a profile with a ``forward`` operation fits
 each term's effect by re-simulating, so a term the cost model stops reading simply drops out as unidentified.
 
 Parameterisation (what the least-squares fit moves): an efficiency e as x = ln e, bounded to (0.001, 1]
-(above 1 is not physical); a time in seconds s as x = s / scale, bounded below by 0. ``scale`` is a numerical
+(above 1 is not physical); a time in seconds s as x = s / scale, bounded below by 0; a share (the part of the
+engine's host work hidden behind the device) as itself, bounded to [0, 1]. ``scale`` is a numerical
 unit of the fit, the order of the term's magnitude, not a result: it sets the finite-difference step and the
 relevance test (a term is relevant when moving it by one unit, or an efficiency by a factor of 2, moves some
 logged phase by 2% or more).
@@ -50,13 +51,21 @@ TERMS: tuple[Term, ...] = (
     Term("engine_host_s", ("operations.decode:{gen}.overhead_s", "operations.decode.overhead_s"), "seconds", 2e-3,
          "engine host time per decode step (scheduling, input preparation, output processing) beyond the roofline",
          "host"),
+    Term("engine_step_host_per_seq_s", ("generation.{gen}.step_host_per_seq_s",), "seconds", 1e-5,
+         "the engine's host work per step and running sequence (scheduler, sampler bookkeeping, output processing, "
+         "detokenizing; rlhfsim.costs.genruntimes.engine_host)", "host"),
     Term("engine_launch_per_layer_s", ("operations.decode:{gen}.overhead_per_layer_s",), "seconds", 1e-4,
          "an eager engine's host time per layer of a decode step (kernel launches without CUDA graphs)", "host"),
-    Term("kv_realloc_s", ("step.kv_realloc_s",), "seconds", 0.1,
+    Term("kv_realloc_s", ("step.kv_realloc_s",), "seconds", 0.5,
          "fixed cost of a hybrid engine's generate call beyond its steps: freeing and taking back its KV cache",
          "host"),
     Term("kv_realloc_per_gib_s", ("step.kv_realloc_s_per_gib",), "seconds", 0.01,
          "... plus this per GiB of KV cache per GPU (mapping and clearing the device memory)"),
+    Term("engine_step_host_s", ("generation.{gen}.step_host_s",), "seconds", 1e-3,
+         "the engine's fixed host work per step (rlhfsim.costs.genruntimes.engine_host); after engine_host_s, which "
+         "moves a step alike while none of it is hidden", "host"),
+    Term("engine_step_host_overlap", ("generation.{gen}.step_host_overlap",), "share", 1.0,
+         "the share of the engine's host work per step hidden behind the device's work", "host"),
     Term("train_eff", ("operations.train.compute_eff",), "eff", 1.0,
          "sustained training efficiency: fraction of the datasheet peak a training pass reaches"),
     Term("host_train_per_layer_s", ("framework.host_train_per_layer_s",), "seconds", 1e-3,
@@ -95,12 +104,19 @@ def _walk(profile: dict, path: str):
     return (node if isinstance(node, dict) else None), key
 
 
+# a generation runtime's engine host keys, 0 where its entry has none (rlhfsim.costs.genruntimes.engine_host)
+ZERO_WHEN_ABSENT = ("step_host_s", "step_host_per_seq_s", "step_host_overlap")
+
+
 def has_path(profile: dict, path: str) -> bool:
-    """Whether ``path`` names a number the profile has (a step scalar always has one: its default)."""
+    """Whether ``path`` names a number the profile has (a step scalar always has one: its default; an engine host key
+    of a runtime the profile lists: 0 when absent)."""
     section, _, rest = path.partition(".")
     if section == "step":
         return rest in STEP_DEFAULTS
     node, key = _walk(profile, path)
+    if section == "generation" and key in ZERO_WHEN_ABSENT and node is not None and node.get(key) is None:
+        return True
     v = node.get(key) if node is not None else None
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -112,6 +128,8 @@ def get_value(profile: dict, path: str) -> float:
         v = (profile.get("step") or {}).get(rest)
         return float(STEP_DEFAULTS[rest] if v is None else v)
     node, key = _walk(profile, path)
+    if section == "generation" and key in ZERO_WHEN_ABSENT and node.get(key) is None:
+        return 0.0
     return float(node[key])
 
 
@@ -149,9 +167,12 @@ def from_x(term: Term, x: float) -> float:
 
 
 def x_bounds(term: Term) -> tuple[float, float]:
-    return (math.log(EFF_BOUNDS[0]), math.log(EFF_BOUNDS[1])) if term.kind == "eff" else (0.0, math.inf)
+    if term.kind == "eff":
+        return (math.log(EFF_BOUNDS[0]), math.log(EFF_BOUNDS[1]))
+    return (0.0, 1.0) if term.kind == "share" else (0.0, math.inf)
 
 
 def plausible_dx(term: Term) -> float:
-    """One unit of the relevance test: a factor of 2 for an efficiency, one ``scale`` for a time."""
-    return math.log(2.0) if term.kind == "eff" else 1.0
+    """One unit of the relevance test: a factor of 2 for an efficiency, half of the range for a share, one ``scale``
+    for a time."""
+    return math.log(2.0) if term.kind == "eff" else 0.5 if term.kind == "share" else 1.0

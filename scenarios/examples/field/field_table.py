@@ -11,6 +11,15 @@ Run from the repository root:
     python scenarios/examples/field/field_table.py [--json] [--half dev|test|all] [--coverage] [--profile NAME]
         (default: the dev half, the half to tune on; the bundled default profile)
     python scenarios/examples/field/field_table.py --write-model-error rlhfsim/profiles/model-error/field-dev.json
+
+The bundled GPU profiles' fit to the public logs (``rlhfsim.fromrun.pool``; docs/accuracy.md, "GPU: public runs"):
+
+    python scenarios/examples/field/field_table.py --loso [--json] [--write-model-error PATH]
+        every scored run (both halves) predicted with the profiles fitted to the dev half's logs less the run's own
+        source (a test-half run: the dev half's fit), beside the GPU's bundled prior and ``default``; PATH gets the
+        dev half's residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
+    python scenarios/examples/field/field_table.py --write-profiles
+        the fit of every dev-half log written into rlhfsim/profiles/ (public.json, the GPU families' profiles)
 """
 
 from __future__ import annotations
@@ -154,6 +163,12 @@ def load_runs() -> dict:
 
 # -- leave-one-source-out: the bundled profiles' pooled fit (rlhfsim.fromrun.pool), each run's source held out ----
 
+# The pooled fit's options, chosen on the dev half's leave-one-source-out errors alone (docs/notebook.md, 2026-12-07,
+# issue 53): a prior of 1 (each term a factor of 2 from its prior costs as much as a residual of ln 2), phases weighed
+# by their share of the step, and no term left out as confounded (the prior shares what the logs cannot tell apart).
+FIT_DEFAULTS = {"prior": 1.0, "weighting": "share", "keep_confounded": True}
+
+
 def pool_runs(doc: dict, halves: tuple[str, ...] = ("dev",)) -> list:
     """The runs of ``halves`` with a ``log:`` (a path relative to the runs file, as ``launch:``), as the pooled fit
     takes them. Only dev-half logs are ever fitted (runs.yaml's header)."""
@@ -177,7 +192,8 @@ def _profile_file(tmp: Path, name: str, profile: dict) -> str:
     return str(path)
 
 
-def loso(doc: dict, execution: bool = True, prior: float = 0.0, weighting: str = "equal") -> dict:
+def loso(doc: dict, execution: bool = True, prior: float = FIT_DEFAULTS["prior"],
+         weighting: str = FIT_DEFAULTS["weighting"], keep_confounded: bool = FIT_DEFAULTS["keep_confounded"]) -> dict:
     """Every scored run (both halves) predicted with the pooled profiles fitted to the dev half's logs less its own
     source (a test-half run: the dev half's fit, its source never in it), beside the bundled ``default`` and each
     GPU's own bundled prior (``--profile auto`` before any log was fitted). Fits with the same runs are shared."""
@@ -198,22 +214,24 @@ def loso(doc: dict, execution: bool = True, prior: float = 0.0, weighting: str =
             key = tuple(sorted({u.run.id for u in mine}))
             if key not in fits:
                 t = time.perf_counter()
-                fits[key] = fit_pool(mine, cache, prior=prior, weighting=weighting) if mine else None
+                fits[key] = fit_pool(mine, cache, prior=prior, weighting=weighting,
+                                     keep_confounded=keep_confounded) if mine else None
                 folds[key] = {"fitted_on": list(key), "seconds": round(time.perf_counter() - t, 1),
-                              "terms": ({f"{p['term']}@{p['scope']}": p["fitted"] for p in fits[key].terms}
+                              "terms": ({f"{p['path']}@{p['scope']}": p["fitted"] for p in fits[key].terms}
                                         if fits[key] else {})}
             f, fam = fits[key], family(r["gpu"])
             prof = f.profile(fam) if f is not None else base_for(fam)
             row = predict(r, r["gpu"], execution, profile=_profile_file(tmp, f"{r['id']}-loso", prof))
             prior_row = predict(r, r["gpu"], execution, profile=_profile_file(tmp, f"{r['id']}-prior", base_for(fam)))
-            default_row = predict(r, r["gpu"], execution)
+            default_row = predict(r, r["gpu"], execution, profile="default")   # the datasheet-derived profile by name
             rows.append({**row, "fitted_on": list(key), "prior_error_pct": prior_row["error_pct"],
                          "prior_phase_error_pct": prior_row["phase_error_pct"],
                          "default_error_pct": default_row["error_pct"],
                          "default_phase_error_pct": default_row["phase_error_pct"]})
     summ = {h: loso_summary([r for r in rows if h in ("all", r["half"])]) for h in ("dev", "test", "all")}
     return {"rows": rows, "summary": summ, "folds": list(folds.values()), "simulations": cache.simulations,
-            "seconds": round(time.perf_counter() - t0, 1), "options": {"prior": prior, "weighting": weighting}}
+            "seconds": round(time.perf_counter() - t0, 1),
+            "options": {"prior": prior, "weighting": weighting, "keep_confounded": keep_confounded}}
 
 
 def loso_summary(rows: list[dict]) -> dict:
@@ -261,20 +279,47 @@ def show_loso(out: dict) -> None:
 
 
 def fit_options() -> dict:
-    """--prior X (rows keeping each term near its prior, fit.fit's) and --weighting equal|share."""
-    return {"prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else 0.0,
-            "weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv else "equal"}
+    """--prior X (rows keeping each term near its prior: rlhfsim.fromrun.pool.prior_rows), --weighting equal|share and
+    --drop-confounded (a term confounded with one before it is left out, as calibrate --from-run does; needed with
+    --prior 0); ``FIT_DEFAULTS`` otherwise."""
+    return {"prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else FIT_DEFAULTS["prior"],
+            "weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv
+            else FIT_DEFAULTS["weighting"],
+            "keep_confounded": FIT_DEFAULTS["keep_confounded"] and "--drop-confounded" not in sys.argv}
+
+
+def write_loso_error(doc: dict, out: dict, path: Path) -> dict:
+    """The model-error file of the leave-one-source-out rows (``rlhfsim.sim.modelerror.model_error_doc``: each run's
+    residual ln(predicted / measured) of the step and of every logged phase, the per-phase bias, sigma and runs that
+    ``rlhfsim.sim.uncertainty`` widens a GPU prediction with). The record is the dev half's runs only, as every fit
+    of the table; the test half's LOSO summary rides along under ``test_half`` and is read by nothing."""
+    from rlhfsim.sim.modelerror import model_error_doc
+
+    groups = {r["id"]: r["source_group"] for r in doc["runs"]}
+    dev = [r for r in out["rows"] if r["half"] == "dev"]
+    me = model_error_doc(dev, groups, "python scenarios/examples/field/field_table.py --loso --write-model-error: the "
+                         "field table's dev half, each run predicted with the bundled profiles' pooled fit of the public "
+                         "logs refitted without its own source (rlhfsim.fromrun.pool)",
+                         "leave-one-source-out", datetime.date.today().isoformat())
+    me["profiles"] = "the bundled GPU profiles fitted to the public logs (public.json and the GPU families' profiles)"
+    me["fit_options"] = out["options"]
+    me["test_half"] = out["summary"]["test"]
+    path.write_text(json.dumps(me, indent=1) + "\n")
+    return me
 
 
 def loso_main(doc: dict) -> None:
     out = loso(doc, **fit_options())
+    if "--write-model-error" in sys.argv:
+        out["model_error_file"] = write_loso_error(doc, out, Path(sys.argv[sys.argv.index("--write-model-error") + 1]))
     if "--json" in sys.argv:
         print(json.dumps(out, indent=1))
     else:
         show_loso(out)
 
 
-def write_profiles(doc: dict, prior: float = 0.0, weighting: str = "equal") -> dict:
+def write_profiles(doc: dict, prior: float = FIT_DEFAULTS["prior"], weighting: str = FIT_DEFAULTS["weighting"],
+                   keep_confounded: bool = FIT_DEFAULTS["keep_confounded"]) -> dict:
     """The pooled fit of every dev-half log written into the bundled profiles (rlhfsim.fromrun.bundle)."""
     import time
 
@@ -282,13 +327,15 @@ def write_profiles(doc: dict, prior: float = 0.0, weighting: str = "equal") -> d
     from rlhfsim.fromrun.pool import fit_pool, prepare_units
 
     t0 = time.perf_counter()
-    fit = fit_pool(prepare_units(pool_runs(doc)), prior=prior, weighting=weighting)
-    cmd = "python scenarios/examples/field/field_table.py --write-profiles" + (f" --prior {prior:g}" if prior else "") \
-        + (f" --weighting {weighting}" if weighting != "equal" else "")
+    fit = fit_pool(prepare_units(pool_runs(doc)), prior=prior, weighting=weighting, keep_confounded=keep_confounded)
+    cmd = "python scenarios/examples/field/field_table.py --write-profiles" \
+        + (f" --prior {prior:g}" if prior != FIT_DEFAULTS["prior"] else "") \
+        + (f" --weighting {weighting}" if weighting != FIT_DEFAULTS["weighting"] else "") \
+        + (" --drop-confounded" if not keep_confounded else "")
     paths = write_bundled(fit, cmd, datetime.date.today().isoformat(), root=HERE.parents[2])
     return {"written": [str(p.relative_to(HERE.parents[2])) for p in paths], "runs": fit.runs,
             "terms": [{k: t[k] for k in ("term", "path", "scope", "prior", "fitted", "at_bound")} for t in fit.terms],
-            "not_identified": fit.unidentified, "rms_log_residual": round(fit.rms_log_residual, 4),
+            "not_identified": fit.unidentified, "tails": fit.tails, "rms_log_residual": round(fit.rms_log_residual, 4),
             "evaluations": fit.evaluations, "simulations": fit.simulations, "seconds": round(time.perf_counter() - t0, 1)}
 
 
