@@ -64,13 +64,19 @@ AUTO_PROFILE = "auto"
 # SXM4 board). H100 PCIe is not mapped: its GPUs talk over PCIe, not the NVSwitch of Vidur's collectives.
 GPU_PROFILES = {"h100-sxm": "h100-sxm", "h200": "h100-sxm", "gh200": "h100-sxm",
                 "a100-80gb": "a100-80gb", "a100-40gb": "a100-80gb"}
+# The host and software terms fitted to every public log (rlhfsim.fromrun.bundle): the layer the GPU profiles extend,
+# and the profile of a GPU with none of its own
+PUBLIC_PROFILE = "public"
 
 
 def default_profile_for(gpu_name: str) -> str:
-    """The profile ``--profile auto`` prices a scenario on ``gpu_name`` with: its bundled profile (``GPU_PROFILES``)
-    where that file ships, else ``default``."""
-    ref = GPU_PROFILES.get(gpu_name)
-    return ref if ref is not None and (BUNDLED_DIR / f"{ref}.json").is_file() else DEFAULT_PROFILE
+    """The profile ``--profile auto`` prices a scenario on ``gpu_name`` with: its bundled profile (``GPU_PROFILES``, else
+    one named after the GPU, written when its own public logs identified a device term) where that file ships, else
+    ``public`` where it ships, else ``default``."""
+    ref = GPU_PROFILES.get(gpu_name, gpu_name)
+    if gpu_name != "cpu" and (BUNDLED_DIR / f"{ref}.json").is_file():
+        return ref
+    return PUBLIC_PROFILE if (BUNDLED_DIR / f"{PUBLIC_PROFILE}.json").is_file() else DEFAULT_PROFILE
 
 
 def user_profile_dir() -> Path:

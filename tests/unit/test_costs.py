@@ -23,7 +23,7 @@ Q05 = CATALOG["qwen2.5-0.5b"]
 
 @pytest.fixture(scope="module")
 def h100():
-    return CostModel.load(get_gpu("h100-sxm"))
+    return CostModel.load(get_gpu("h100-sxm"), "default")   # the datasheet-derived profile the tests work by hand
 
 
 # --- model shapes and FLOP counts -------------------------------------------------------------------
@@ -59,7 +59,7 @@ def test_forward_work_terms():
 
 def test_logprob_pass_pays_for_every_tokens_logits():
     # A reference (log-prob) pass needs the LM head at every token, a generation prefill at the last one.
-    cm = CostModel.load(get_gpu("h100-sxm"))
+    cm = CostModel.load(get_gpu("h100-sxm"), "default")
     last = cm.forward_s(Q7, "bfloat16", 4096, 8, head="lm")
     every = cm.forward_s(Q7, "bfloat16", 4096, 8, head="lm", all_logits=True)
     w_last = fl.forward_work(Q7, "bfloat16", 4096, 8, 0.0, 8, "lm")

@@ -78,7 +78,7 @@ def test_packed_attention_pairs_replace_the_even_spread():
 
 # --- cost-model terms -----------------------------------------------------------------------------
 def test_host_copy_reshard_and_advantage_by_hand():
-    cost = CostModel.load(get_gpu("h200"))
+    cost = CostModel.load(get_gpu("h200"), "default")
     assert cost.gpu.host_link_bw == 64e9  # PCIe Gen5, 128 GB/s both directions
     # 5.12 GB / (64 GB/s x 0.8) = 0.1 s
     assert cost.host_copy_s(5.12e9) == pytest.approx(0.1)
@@ -285,7 +285,7 @@ def test_ulysses_work_and_all_to_all_by_hand():
     # x (sp - 1)/sp = 1/2 = 512,000 B per GPU per pass
     assert fl.ulysses_bytes(TINY, "bfloat16", 1000, 2) == 512_000
     # on an H200: 512,000 / 315 GB/s + 4 x 2 calls x 10 us = 1.6254e-6 + 8e-5 = 8.16254e-5 s
-    cost = CostModel.load(get_gpu("h200"))
+    cost = CostModel.load(get_gpu("h200"), "default")
     assert cost._ulysses_comm_s(TINY, "bfloat16", 1000, 2) == pytest.approx(8.16254e-5, rel=1e-5)
 
 

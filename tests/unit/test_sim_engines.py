@@ -41,7 +41,8 @@ def _cost(sc, generation: dict | None = None) -> CostModel:
     """The bundled profile of the scenario's GPU with ``generation`` entries (runtime -> scalars)
     replaced; None: without any (no call overhead, no handoff)."""
     setup = build_setup(sc)
-    prof = copy.deepcopy(CostModel.load(setup.gpu).profile)
+    # a GPU's datasheet-derived profile by name (no longer what a GPU gets without --profile); a CPU's bundled one
+    prof = copy.deepcopy(CostModel.load(setup.gpu, None if setup.gpu.kind == "cpu" else "default").profile)
     prof["generation"] = generation if generation is not None else {}
     prof.pop("framework", None)  # the engines' own costs: no framework host time on the forward and training calls
     prof.pop("collectives", None)  # ... and the link constants' all-reduces (no measured small-message floor)
@@ -415,7 +416,7 @@ def _large_kv_tight(n: int, watermark: float, monkeypatch):
         "seed": 0,
     }
     setup = build_setup(load_scenario(d))
-    sim = Simulation(setup, CostModel.load(setup.gpu))
+    sim = Simulation(setup, CostModel.load(setup.gpu, "default"))
     rollouts = sim.stream.take(n, 0)
     proc = sim.env.process(Generation(sim, GenRequest(0, rollouts)).run())
     sim.env.run(proc)

@@ -35,7 +35,7 @@ SEPARATE = {"kind": "pools", "pools": [
 def _profile(**ops) -> dict:
     """The bundled default profile with operation parameters replaced: ``train={"overhead_s": 1.0}``, without
     its framework section (these tests check the roofline's active/busy split, not the host's dispatch)."""
-    doc = copy.deepcopy(CostModel.load(get_gpu("a100-80gb")).profile)
+    doc = copy.deepcopy(CostModel.load(get_gpu("a100-80gb"), "default").profile)   # the datasheet-derived profile
     doc.pop("framework", None)
     for op, values in ops.items():
         doc["operations"][op].update(values)
@@ -44,7 +44,7 @@ def _profile(**ops) -> dict:
 
 def _zero_overheads() -> dict:
     # Every operation, the generation runtimes' own prefill:RT/decode:RT included.
-    ops = CostModel.load(get_gpu("a100-80gb")).profile["operations"]
+    ops = CostModel.load(get_gpu("a100-80gb"), "default").profile["operations"]
     doc = _profile(**{op: {"overhead_s": 0.0, "overhead_per_layer_s": 0.0} for op in ops})
     doc["generation"] = {}  # no call overhead, no chunk handoff
     return doc
