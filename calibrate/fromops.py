@@ -472,8 +472,11 @@ def term_lines(prof: dict) -> list[str]:
     for coll, body in (prof.get("collectives") or {}).items():
         src = body.get("source") or {}
         for n, p in body["by_workers"].items():
-            out.append(f"  {coll} over {n} GPUs: {p['latency_s'] * 1e6:.1f} us + wire bytes / {p['bus_bw'] / 1e9:.1f} GB/s; "
-                       f"5-fold MAPE {_pct(p.get('heldout_mape'))}  [source: {src.get('repository', '?')}@"
+            # a profile may carry only the small-message floor of a worker count (the default's, with the link constants)
+            fit = (f"{p['latency_s'] * 1e6:.1f} us + wire bytes / {p['bus_bw'] / 1e9:.1f} GB/s; 5-fold MAPE "
+                   f"{_pct(p.get('heldout_mape'))}" if "latency_s" in p else "the link constants")
+            floor = f"; small-message floor {p['small_message_s'] * 1e6:.1f} us" if p.get("small_message_s") is not None else ""
+            out.append(f"  {coll} over {n} GPUs: {fit}{floor}  [source: {src.get('repository', '?')}@"
                        f"{(src.get('commit') or '?')[:12]}, {', '.join(src.get('files') or [])}]")
     prov = prof.get("provenance") or {}
     out.append(f"  {prov.get('inherited') or prov.get('copied') or 'every other term: the profile own'}")

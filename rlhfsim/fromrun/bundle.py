@@ -149,7 +149,7 @@ def provenance_lines(profile: dict) -> list[str]:
     the runs and logs that determined it; then the terms no log identified (they keep their prior)."""
     out = []
     for path, rec in sorted((profile.get("from_logs") or {}).items(), key=lambda kv: kv[1]["term"]):
-        one = "" if rec.get("held_out_checked", True) else " [one source: not checked held out]"
+        one = "" if rec.get("held_out_checked", True) or not rec["determined_by"] else " [one source: not checked held out]"
         by = ", ".join(f"{d['run']} {100 * d['share']:.0f}%" + (f" ({'/'.join(k.removeprefix('timing_s/') for k in d['phases'][:3])})"
                                                               if d["phases"] else "")
                        for d in rec["determined_by"]) or "held at a bound by " + ", ".join(rec["runs"])

@@ -134,3 +134,19 @@ def test_prior_profile_restores_every_fitted_term():
     assert T.get_value(P.prior_profile(fitted), TRAIN_HOST) == 0.0037257
     assert "from_logs" not in P.prior_profile(fitted)
     assert P.family("h200") == P.family("gh200") == "h100-sxm" and P.family("mi300x") == "mi300x"
+
+
+def test_runtimes_says_which_terms_came_from_which_logs():
+    from click.testing import CliRunner
+
+    from rlhfsim.cli import main
+
+    for name in ("h100-sxm", "h20", "public"):
+        r = CliRunner().invoke(main, ["runtimes", "--profile", name])
+        assert r.exit_code == 0, r.output
+        assert "terms fitted to public runs' logs" in r.output
+        assert "prior kept (no log identifies it)" in r.output or name == "h20"
+    doc = load_profile("h100-sxm")
+    for path, rec in doc["from_logs"].items():          # every fitted term: its value in the profile, its provenance
+        assert T.get_value(doc, path) == rec["value"] and (rec["determined_by"] or rec["at_bound"])
+        assert all(Path(ROOT / d["log"]).is_file() for d in rec["determined_by"])
