@@ -60,7 +60,7 @@ which grows with what the cost model's form leaves unexplained (none when n <= k
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -232,6 +232,7 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
     from rlhfsim.fromrun import frameworks
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.importers import ImportOptions
+    from rlhfsim.importers.common import ImportError_
     from rlhfsim.scenario.loader import load_scenario
 
     text = read_launch(spec.launch)
@@ -242,7 +243,18 @@ def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
     lengths = {"response": steady.mean(VERL_RESPONSE_LENGTH_KEY), "prompt": frameworks.logged_prompt_mean(fw, steady)}
     opts = ImportOptions(gpu=spec.gpu, mean_response_len=lengths["response"], mean_prompt_len=lengths["prompt"],
                          steps=4, name=spec.id, sets=tuple(spec.sets), verl_version=spec.verl_version)
-    res = frameworks.import_launch(fw, text, opts, spec.launch.name, is_config(spec.launch))
+    try:
+        res = frameworks.import_launch(fw, text, opts, spec.launch.name, is_config(spec.launch))
+    except ImportError_ as e:
+        if not str(e).startswith(("--mean-response-len", "--mean-prompt-len")):
+            raise
+        # the log's own mean lengths do not fit under the launch's caps: launch and log are not one run; the
+        # agreement check names the setting and the log line (a mean over the cap has a longest one over it)
+        bare = frameworks.import_launch(fw, text, replace(opts, mean_response_len=None, mean_prompt_len=None),
+                                        spec.launch.name, is_config(spec.launch))
+        check_agreement(steady, load_scenario(bare.scenario, base_dir=spec.launch.parent), fw, spec.launch.name)
+        raise FitError(f"{spec.log.name}: its steady steps' mean lengths do not fit the launch's caps "
+                       f"({spec.launch.name}): {e}") from None
     sc = load_scenario(res.scenario, base_dir=spec.launch.parent)
     check_agreement(steady, sc, fw, spec.launch.name)   # one run: algorithm, roles and caps as logged
     if spec.lengths not in LENGTHS:

@@ -47,7 +47,7 @@ def test_the_fit_prices_a_run_as_simulate_does_on_a_gpu_of_another_stack(tmp_pat
     base = load_profile("default")
     run = prepare(RunSpec("F5", LAUNCH, LOG, "mi300x", SETS))
     assert predict(run, base)["timing_s/step"] == pytest.approx(
-        simulate(run.scenario, max_work=None).summary["step_time_s"], rel=1e-9)
+        simulate(run.scenario, profile="default", max_work=None).summary["step_time_s"], rel=1e-9)   # the same profile
     # an overlay that fitted nothing but the advantage keeps every other operation as the base priced it here
     fake = {"terms": [{"term": "adv_per_token_s", "path": "step.adv_per_token_s", "fitted": 2e-7}],
             "unidentified": [], "warnings": [], "runs": [], "rms_log_residual": 0.0, "evaluations": 0, "options": {},
@@ -102,3 +102,14 @@ def test_calibrate_help_groups_its_three_modes():
     runs = out.index("--from-run LAUNCH LOG: fit")
     assert runs < out.index("  --warmup") < out.index("--from-ops DIR: fit") < out.index("  --quick")
     assert out.index("Every mode") < out.index("  --gpu NAME") < runs
+
+
+def test_a_log_whose_mean_response_exceeds_the_launch_cap_names_the_cap_and_the_line(tmp_path):
+    """F5's log (responses up to 192 tokens, mean 141) with the launch's cap set to 128: the log's mean does not fit
+    under the cap, so launch and log are not one run; the refusal names the launch setting and the log line, not
+    --mean-response-len (which the user never gave)."""
+    r = CliRunner().invoke(main, ["calibrate", "--from-run", str(LAUNCH), str(LOG), "--gpu", "h100-sxm",
+                                  "--set", "data.max_response_length=128", "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert r.output.startswith("error: data.max_response_length: the launch") and "caps responses at 128" in r.output
+    assert "response_length/max:192" in r.output and "--mean-response-len" not in r.output
