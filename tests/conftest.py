@@ -289,7 +289,9 @@ class FreeRewardCost(CostModel):
 
 def free_reward_cost(sc: Scenario) -> FreeRewardCost:
     setup = build_setup(sc)
-    base = CostModel.load(setup.gpu)
+    # a GPU's datasheet-derived profile by name (the fitted one a GPU now gets by default prices a forward
+    # micro-batch's framework time, step.microbatch_forward_s, which a free scorer would still pay)
+    base = CostModel.load(setup.gpu, None if setup.gpu.kind == "cpu" else "default")
     other = {setup.shapes[r] for r in setup.shapes if r != "reward"}
     if setup.shapes["reward"] in other:
         raise ValueError("free_reward_cost needs a reward model shape no other role uses")
