@@ -42,6 +42,7 @@ from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
 from rlhfsim.costs import driver
 from rlhfsim.costs import framework as fw
+from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profile
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
@@ -400,7 +401,12 @@ class CostModel:
 
     def __init__(self, gpu: GpuSpec, profile: dict):
         self.gpu = gpu
+        # the profile as given (a CostModel rebuilt from it, as the interval's draws do, prices the same)
         self.profile = profile
+        # every host-side term read through one factor: the GPU's server CPU against the profile's reference host
+        # (rlhfsim.costs.hostscale); the sections below are read from the scaled copy
+        self.host_factor = host_factor(gpu, profile)
+        profile = scaled_profile(profile, self.host_factor)
         self.ops = {op: OpParams.from_dict(d) for op, d in profile["operations"].items()}
         self.generation = profile.get("generation", {})
         # the CPU host effects (rlhfsim.costs.cpuhost): None unless this device is a CPU whose profile measured any
@@ -414,7 +420,8 @@ class CostModel:
         self.host = fw.FrameworkHost.of(profile)
         step = profile.get("step") or {}
         # Framework step scalars (rlhfsim.costs.stepcosts): the profile's where measured, else defaults.
-        self.step = {k: float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k] for k in STEP_SCALARS}
+        self.step = {k: (float(step[k]) if step.get(k) is not None else STEP_DEFAULTS[k])
+                     * (self.host_factor if k in HOST_STEP_SCALARS else 1.0) for k in STEP_SCALARS}
         self.step_sources = {k: "profile" if step.get(k) is not None else "default" for k in STEP_SCALARS}
         self.adv_costs = driver.AdvantageCosts(**{k: self.step[k] for k in driver.ADV_SCALARS})
         inter = profile.get("interference", {})

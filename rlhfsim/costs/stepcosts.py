@@ -57,13 +57,15 @@ terms are stated for (the H100/H200 servers' Xeon Platinum 8480C: ``rlhfsim.hard
 
 from __future__ import annotations
 
+from rlhfsim.hardware.hosts import scale_from_clock
+
 # calibrate.advbench on this project's VM (2026-12-07, torch 2.13 CPU, one thread; the median of five runs, the element
 # cost with the passes' fresh allocations: lab/results/advbench-2026-12-07): seconds per op, per row-op, per
-# element-pass, per row; and the VM-to-reference-host factor of host work (docs/calibration.md, "From this CPU to a
-# GPU server's host": one Python thread on a Xeon 8480C takes 1.35 times as long as here)
+# element-pass, per row; and the VM-to-reference-host factor of host work (rlhfsim.hardware.hosts; docs/calibration.md,
+# "From this CPU to a GPU server's host": one Python thread on a Xeon 8480C takes 1.35 times as long as here)
 ADV_MEASURED_HERE = {"adv_per_op_s": 3.7e-6, "adv_per_strided_s": 3.3e-9, "adv_per_element_s": 1.2e-9,
                      "adv_per_row_s": 1.23e-5}
-ADV_HOST_SCALE = 1.35
+ADV_HOST_SCALE = scale_from_clock(3.9, "zen5")
 
 STEP_DEFAULTS: dict[str, float] = {
     "microbatch_forward_s": 0.0,

@@ -31,6 +31,10 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
 
 A streamed phase's span also holds the time its replica waits for generation to hand tokens over: that is
 not a cost term, and ``WAITING`` names it.
+
+Host-side terms (op_overhead, host_launch_bound, framework_piece, engine_step, engine_host, gen_call_overhead,
+handoff, advantage, retokenize) read their profile values times one factor, the GPU's server host CPU against the
+host the profile states them for (``rlhfsim.costs.hostscale``; ``rlhfsim gpus`` lists each GPU's host).
 """
 
 from __future__ import annotations
@@ -186,5 +190,7 @@ def markdown() -> str:
 if __name__ == "__main__":
     print("# Cost terms\n\nGenerated from `rlhfsim/costs/terms.py` (`python -m rlhfsim.costs.terms`); the equations "
           "are in [cost-model.md](../cost-model.md). `rlhfsim explain SCENARIO` shows which of them a step's "
-          "phases are made of.\n")
+          "phases are made of. Host-side terms (op_overhead, host_launch_bound, framework_piece, engine_step, "
+          "engine_host, gen_call_overhead, handoff, advantage, retokenize) are read times the GPU's host factor "
+          "(cost-model.md, \"The host CPU of each GPU's server\").\n")
     print(markdown())

@@ -46,6 +46,10 @@ together: A100 SXM "PCIe Gen4: 64 GB/s", H100 SXM and H200 SXM "PCIe Gen5: 128 G
 PCIe Gen5 x16 (H100 PCIe, H20, B200, MI300X) 64 GB/s, PCIe Gen4 x16 (L4, A10G) 32 GB/s each way; GH200's
 host memory sits behind NVLink-C2C (900 GB/s both directions: 450 each way).
 
+Host CPU (``host_cpu``, a key of ``rlhfsim.hardware.hosts.HOSTS``): the CPU of the server the GPU ships in, which
+runs the host-side work of a step (the engine's scheduler, kernel launches, the driver); that module's docstring
+gives each GPU's server and source, and says which are choices (H20, H100 PCIe, MI300X, A40, RTX 4090).
+
 Prices are rough on-demand dollars per GPU-hour for plans to start from (override them in a plan's
 ``prices:``); they are not vendor figures.
 
@@ -82,6 +86,7 @@ class GpuSpec:
     price_per_hour: float  # default on-demand dollars per GPU-hour (overridable in plans)
     kind: str = "cuda"
     host_link_bw: float = 0.0  # bytes/s host <-> device, one direction (PCIe); 0: not known
+    host_cpu: str = ""  # the server's host CPU (rlhfsim.hardware.hosts.HOSTS); "": none apart (the CPU device)
 
     def peak(self, dtype: str) -> float:
         return self.peak_flops[dtype]
@@ -90,28 +95,28 @@ class GpuSpec:
         return asdict(self)
 
 
-def _gpu(name, bf16, fp32, bw, mem, intra, inter, price, host):
+def _gpu(name, bf16, fp32, bw, mem, intra, inter, price, host, cpu):
     return GpuSpec(name, {"bfloat16": bf16 * TFLOPS, "float16": bf16 * TFLOPS, "float32": fp32 * TFLOPS},
-                   bw * GB, mem, intra * GB, inter * GB, price, host_link_bw=host * GB)
+                   bw * GB, mem, intra * GB, inter * GB, price, host_link_bw=host * GB, host_cpu=cpu)
 
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        _gpu("a100-40gb", 312, 19.5, 1555, 40 * GiB, 300, 25, 1.80, 32),
-        _gpu("a100-80gb", 312, 19.5, 2039, 80 * GiB, 300, 25, 2.20, 32),
-        _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50, 64),
-        _gpu("h100-pcie", 756, 51, 2000, 80 * GiB, 64, 25, 2.90, 64),
-        _gpu("h200", 989, 67, 4800, 141 * GiB, 450, 50, 4.50, 64),
-        _gpu("gh200", 989, 67, 4000, 96 * GiB, 450, 25, 3.50, 450),
-        _gpu("h20", 148, 44, 4000, 96 * GiB, 450, 50, 1.80, 64),
-        _gpu("b200", 2250, 75, 8000, 180 * GiB, 900, 50, 6.00, 64),
-        _gpu("l40s", 362, 91.6, 864, 48 * GiB, 32, 12.5, 1.20, 32),
-        _gpu("a40", 149.7, 37.4, 696, 48 * GiB, 32, 12.5, 0.70, 32),
-        _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32),
-        _gpu("a10g", 125, 31.2, 600, 24 * GiB, 32, 12.5, 1.00, 32),
-        _gpu("rtx-4090", 165.2, 82.6, 1008, 24 * GiB, 32, 12.5, 0.40, 32),
-        _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64),
+        _gpu("a100-40gb", 312, 19.5, 1555, 40 * GiB, 300, 25, 1.80, 32, "epyc-7742"),
+        _gpu("a100-80gb", 312, 19.5, 2039, 80 * GiB, 300, 25, 2.20, 32, "epyc-7742"),
+        _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50, 64, "xeon-8480"),
+        _gpu("h100-pcie", 756, 51, 2000, 80 * GiB, 64, 25, 2.90, 64, "xeon-8480"),
+        _gpu("h200", 989, 67, 4800, 141 * GiB, 450, 50, 4.50, 64, "xeon-8480"),
+        _gpu("gh200", 989, 67, 4000, 96 * GiB, 450, 25, 3.50, 450, "grace"),
+        _gpu("h20", 148, 44, 4000, 96 * GiB, 450, 50, 1.80, 64, "xeon-8480"),
+        _gpu("b200", 2250, 75, 8000, 180 * GiB, 900, 50, 6.00, 64, "xeon-8570"),
+        _gpu("l40s", 362, 91.6, 864, 48 * GiB, 32, 12.5, 1.20, 32, "epyc-7r13"),
+        _gpu("a40", 149.7, 37.4, 696, 48 * GiB, 32, 12.5, 0.70, 32, "epyc-7r13"),
+        _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32, "epyc-7r13"),
+        _gpu("a10g", 125, 31.2, 600, 24 * GiB, 32, 12.5, 1.00, 32, "epyc-7r32"),
+        _gpu("rtx-4090", 165.2, 82.6, 1008, 24 * GiB, 32, 12.5, 0.40, 32, "epyc-7r13"),
+        _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64, "epyc-9004"),
         # Generic 2-core AVX2 CPU at ~3 GHz: 2 cores x 32 fp32 FLOP/cycle; bf16 has no native matmul
         # units there, so its peak is taken as fp32's. Its "host link" is a copy within host memory,
         # taken as its intra-node figure.

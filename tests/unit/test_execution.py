@@ -94,11 +94,14 @@ def test_host_copy_reshard_and_advantage_by_hand():
     assert sep["gather_s"] == 0.0 and "kv_realloc_s" not in sep
     assert sep["broadcast_s"] == pytest.approx(cost.weight_sync_s(TINY, "bfloat16", 1))
     # the driver's advantage step (rlhfsim.costs.driver) with the default costs (3.7e-6, 3.3e-9, 1.2e-9, 1.23e-5 s
-    # measured, x 1.35 for the reference host: 4.995e-6, 4.455e-9, 1.62e-9, 1.6605e-5 s), 4 rows padded to 40:
-    # GAE, masked loop: 40 x 13 x (4.995e-6 + 4 x 4.455e-9) + 22 x 160 x 1.62e-9 = 2.606666e-3 + 5.7024e-6 s
-    assert cost.advantage_s(4, 40, gae=True) == pytest.approx(2.606666e-3 + 5.7024e-6)
-    # GRPO: 4 x 1.6605e-5 + 2 x 160 x 1.62e-9 = 6.642e-5 + 5.184e-7 s
-    assert cost.advantage_s(4, 40, gae=False) == pytest.approx(6.642e-5 + 5.184e-7)
+    # measured, x 1.3492632 for the reference host: 4.9922737e-6, 4.4525684e-9, 1.6191158e-9, 1.6595937e-5 s; an
+    # H200's host is the reference), 4 rows padded to 40:
+    # GAE, masked loop: 40 x 13 x (4.9922737e-6 + 4 x 4.4525684e-9) + 22 x 160 x 1.6191158e-9
+    #                   = 2.60524367e-3 + 5.6992876e-6 s
+    assert cost.host_factor == 1.0
+    assert cost.advantage_s(4, 40, gae=True) == pytest.approx(2.60524367e-3 + 5.6992876e-6)
+    # GRPO: 4 x 1.6595937e-5 + 2 x 160 x 1.6191158e-9 = 6.6383748e-5 + 5.1811706e-7 s
+    assert cost.advantage_s(4, 40, gae=False) == pytest.approx(6.6383748e-5 + 5.1811706e-7)
 
 
 def test_step_scalars_from_profile_or_flagged_defaults(tmp_path):
@@ -212,9 +215,9 @@ def test_reshard_weight_sync_and_advantage():
     load = 3.5576686e-4
     kv = 0.02 + 0.002 * s.kv_capacity_tokens * 1024 / 2**30
     assert sim.rec.steps[1].phases_s["weight_sync"] == pytest.approx(load + kv, rel=1e-7)
-    # GRPO (no critic), 16 rows padded to the 128-token response cap (the responses are 64): 16 x 1.6605e-5
-    # + 2 x 2,048 x 1.62e-9 = 2.6568e-4 + 6.63552e-6 s
-    want = 2.6568e-4 + 6.63552e-6
+    # GRPO (no critic), 16 rows padded to the 128-token response cap (the responses are 64): 16 x 1.6595937e-5
+    # + 2 x 2,048 x 1.6191158e-9 = 2.6553499e-4 + 6.6318983e-6 s (a CPU device: no host apart, factor 1)
+    want = 2.6553499e-4 + 6.6318983e-6
     assert s.scenario.workload.max_response_tokens == 128
     assert sim.rec.steps[1].phases_s["adv"] == pytest.approx(want)
     summ = summarize(sim, sim.rec.steps)

@@ -46,6 +46,8 @@ def _cost(sc, generation: dict | None = None) -> CostModel:
     prof["generation"] = generation if generation is not None else {}
     prof.pop("framework", None)  # the engines' own costs: no framework host time on the forward and training calls
     prof.pop("collectives", None)  # ... and the link constants' all-reduces (no measured small-message floor)
+    if setup.gpu.host_cpu:   # host terms stated for the GPU's own host: the engines' mechanics, no host factor
+        prof["host_cpu"] = setup.gpu.host_cpu
     return CostModel(setup.gpu, prof)
 
 
