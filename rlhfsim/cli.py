@@ -176,18 +176,22 @@ def models(fmt):
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def gpus(fmt):
-    """List the hardware catalog (datasheet dense peaks; memory in GiB, bandwidths in GB/s)."""
+    """List the hardware catalog (datasheet dense peaks; memory in GiB, bandwidths in GB/s; the server's host CPU and
+    how long host work takes on it against the H100/H200 servers' Xeon, rlhfsim.hardware.hosts)."""
     from rlhfsim.hardware.catalog import GPUS, GiB
+    from rlhfsim.hardware.hosts import host_scale
 
     rows = [{"name": g.name, "bf16_tflops": g.peak("bfloat16") / 1e12, "fp32_tflops": g.peak("float32") / 1e12,
              "hbm_gb_s": g.mem_bw / 1e9, "memory_gib": g.mem_bytes / GiB, "intra_node_gb_s": g.intra_node_bw / 1e9,
-             "inter_node_gb_s": g.inter_node_bw / 1e9, "price_per_hour": g.price_per_hour} for g in GPUS.values()]
+             "inter_node_gb_s": g.inter_node_bw / 1e9, "price_per_hour": g.price_per_hour, "host_cpu": g.host_cpu or "-",
+             "host_x": f"{host_scale(g.host_cpu):.2f}" if g.host_cpu else "-"} for g in GPUS.values()]
     if fmt == "json":
         click.echo(json.dumps([{**g.to_dict(), "memory_gib": g.mem_bytes / GiB} for g in GPUS.values()]))
         return
     cols = [("name", "name", "{}"), ("bf16 TFLOP/s", "bf16_tflops", "{:.1f}"), ("fp32 TFLOP/s", "fp32_tflops", "{:.1f}"),
             ("HBM GB/s", "hbm_gb_s", "{:.0f}"), ("memory GiB", "memory_gib", "{:.1f}"),
-            ("NVLink GB/s", "intra_node_gb_s", "{:.0f}"), ("net GB/s", "inter_node_gb_s", "{:.1f}"), ("$/h", "price_per_hour", "{:.2f}")]
+            ("NVLink GB/s", "intra_node_gb_s", "{:.0f}"), ("net GB/s", "inter_node_gb_s", "{:.1f}"), ("$/h", "price_per_hour", "{:.2f}"),
+            ("host CPU", "host_cpu", "{}"), ("host x", "host_x", "{}")]
     _print_table("gpus", cols, rows)
 
 
@@ -272,7 +276,8 @@ def explain(scenario, steps, profile, sets, fmt):
 @click.option("--mean-prompt-len", metavar="TOKENS|Nx", help="Prompts this long on average, or N times the logged mean.")
 @click.option("--run", "run_id", help="Which of the overlay's runs (default: each of them).")
 @click.option("--draws", type=click.IntRange(min=0), default=32, show_default=True,
-              help="Draws of the fitted terms for the 90% interval (each one simulation; 0: no interval).")
+              help="Draws of the fitted terms for the 90% interval, each one simulation, widened by the fit's misfit "
+                   "(0: the misfit alone; on a CPU profile, no interval).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the draws.")
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Also write each what-if as a scenario, DIR/RUN.yaml (the fitted lengths' shape in it): a base for "
@@ -280,7 +285,8 @@ def explain(scenario, steps, profile, sets, fmt):
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def whatif(overlay, sets, mean_response_len, mean_prompt_len, run_id, draws, seed, out, fmt):
     """A run fitted by `calibrate --from-run` with something changed, under the same fitted terms: measured |
-    fitted | what-if per phase and for the step, with a 90% interval from the fit (docs/from-run.md)."""
+    fitted | what-if per phase and for the step, with a 90% interval from the fitted terms' draws and the fit's
+    misfit (docs/from-run.md)."""
     from dataclasses import replace
 
     from rlhfsim.fromrun.whatif import render, split_sets, whatif as run_whatif, write_scenarios
