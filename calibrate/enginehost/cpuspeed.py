@@ -31,32 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
-# ipc: per-clock single-thread speed relative to AMD Zen 5, chained from vendor claims:
-#   Zen 5 = +16% IPC over Zen 4 (AMD, Computex 2024); Zen 4 = +13% over Zen 3 (AMD, Ryzen 7000 launch,
-#   2022); Zen 3 = +19% over Zen 2 (AMD, Zen 3 launch, 2020). Golden Cove (Sapphire Rapids) taken equal to
-#   Zen 4 (Intel's +19% over Sunny/Cypress Cove puts it at 0.90, reviews of client parts put Zen 4 and
-#   Golden Cove within a few percent: 0.86 kept, the lower). Neoverse V2 (Grace) 0.75: Arm's +13% over
-#   V1, V1 at about Zen 3's per-clock speed on integer code; the least certain entry.
-IPC = {"zen5": 1.0, "zen4": 1.0 / 1.16, "zen3": 1.0 / 1.16 / 1.13, "zen2": 1.0 / 1.16 / 1.13 / 1.19,
-       "golden_cove": 1.0 / 1.16, "neoverse_v2": 0.75}
+from rlhfsim.hardware import hosts
 
-# GPU server host CPUs: datasheet max single-core boost and all-core turbo (GHz).
-HOSTS = {
-    "epyc-7742": {"servers": "DGX A100 (2x)", "uarch": "zen2", "boost_ghz": 3.4, "allcore_ghz": 3.2,
-                  "source": "AMD EPYC 7742 datasheet: base 2.25, max boost 3.4 GHz"},
-    "xeon-8480": {"servers": "DGX H100 / DGX H200 (2x 8480C), HGX H100 builds (8480+)", "uarch": "golden_cove",
-                  "boost_ghz": 3.8, "allcore_ghz": 3.0,
-                  "source": "Intel Xeon Platinum 8480+ spec: base 2.0, max turbo 3.8, all-core turbo 3.0 GHz"},
-    "xeon-8468": {"servers": "HGX H100/H200 builds (Supermicro, Dell XE9680)", "uarch": "golden_cove",
-                  "boost_ghz": 3.8, "allcore_ghz": 3.1,
-                  "source": "Intel Xeon Platinum 8468 spec: base 2.1, max turbo 3.8, all-core turbo 3.1 GHz"},
-    "epyc-9004": {"servers": "HGX H100/H200 builds on Genoa (e.g. EPYC 9654, 9554)", "uarch": "zen4",
-                  "boost_ghz": 3.7, "allcore_ghz": 3.55,
-                  "source": "AMD EPYC 9654 datasheet: base 2.4, max boost 3.7, all-core boost 3.55 GHz"},
-    "grace": {"servers": "GH200 / GB200 (Grace, 72 Neoverse V2 cores per chip)", "uarch": "neoverse_v2",
-              "boost_ghz": 3.1, "allcore_ghz": 3.1,
-              "source": "NVIDIA Grace datasheet: Neoverse V2 cores up to 3.1 GHz (no separate boost)"},
-}
+# Per-clock speed relative to Zen 5 and the GPU servers' host CPUs (datasheet boost and all-core clocks): one home,
+# rlhfsim.hardware.hosts, which the simulator's host factor reads too (its docstring and IPC's comment give sources).
+IPC = hosts.IPC
+HOSTS = {n: {"servers": h.servers, "uarch": h.uarch, "boost_ghz": h.boost_ghz, "allcore_ghz": h.allcore_ghz,
+             "source": h.source} for n, h in hosts.HOSTS.items()}
 HERE_UARCH = {("AuthenticAMD", 26): "zen5", ("AuthenticAMD", 25): "zen4", ("AuthenticAMD", 23): "zen2"}
 
 _CHAIN_C = r"""
