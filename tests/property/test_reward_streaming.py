@@ -19,7 +19,8 @@ from rlhfsim.sim.run import simulate
 from rlhfsim.sim.streaming import STREAMING
 
 ENCODERS = st.sampled_from(sorted(n for n, m in CATALOG.items() if m.arch == "encoder"))
-COSTS = {"h200": CostModel.load(GPUS["h200"]), "a100-80gb": CostModel.load(GPUS["a100-80gb"]),
+# the GPUs' datasheet-derived profile by name (constant efficiencies, which these properties assume)
+COSTS = {"h200": CostModel.load(GPUS["h200"], "default"), "a100-80gb": CostModel.load(GPUS["a100-80gb"], "default"),
          "cpu": CostModel.load(GPUS["cpu"], str(FIXTURES / "profiles" / "cpu.json")),
          "cpu-bundled": CostModel.load(GPUS["cpu"])}
 DEVICES = st.sampled_from(sorted(COSTS))
