@@ -16,7 +16,9 @@ A profile with kernel terms fitted by shape from public per-operation data (``ke
 ``calibrate.fromops``) replaces, for the operations it names, the constant compute_eff by a curve in the tokens per
 call and the shard, the memory_eff by the GEMMs' and element-wise ops' efficiencies plus per-layer kernel floors, and
 the TP all-reduce's LINK_EFF / LINK_LATENCY_S by the fitted bus bandwidth and latency (``rlhfsim.costs.byshape``). A
-derived profile on a GPU of another software stack has its compute_eff scaled by ``catalog.stack_factor``.
+derived profile (efficiencies stated for an H100 under CUDA) priced on another GPU has its compute_eff carried to it
+(``with_stack_rate``: ``catalog.carried_compute_eff``, the GEMMs at the GPU stack's rate and the rest of a pass at its
+memory's speed).
 
 A CPU's host effects (GEMM weight passes by footprint, cold fixed costs, training rate by width, page faults, the
 measured log-prob tail: ``rlhfsim.costs.cpuhost``) enter only where the device is a CPU whose profile measured them:
@@ -46,7 +48,7 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.hardware.catalog import GpuSpec, stack_factor
+from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_compute_eff, stack_factor
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
@@ -379,15 +381,19 @@ class _Decode:
 
 
 def with_stack_rate(doc: dict, gpu: GpuSpec) -> dict:
-    """A derived profile (``gpu: any``: typical fractions of NVIDIA peaks under CUDA, no kernel terms of its own)
-    priced on a GPU of another software stack: every operation's compute_eff times ``catalog.stack_factor`` (MI300X
-    under ROCm 6.3: 0.64, ``catalog.SUSTAINED``), the provenance saying so; any other profile as it is."""
-    f = stack_factor(gpu.name)
-    if f == 1.0 or doc.get("gpu") != "any" or doc.get("kernels_by_shape"):
+    """A derived profile (``gpu: any``: typical fractions of an H100's peaks under CUDA, no kernel terms of its own)
+    priced on another GPU: every operation's compute_eff carried to it (``catalog.carried_compute_eff``: the GEMMs at
+    the GPU stack's sustained rate, ``catalog.stack_factor``, MI300X under ROCm 6.3 0.64; the rest of a pass at the
+    speed of the GPU's memory, ``catalog.balance_ratio``), the provenance saying so; any other profile, and the
+    reference GPU, as it is."""
+    if doc.get("gpu") != "any" or doc.get("kernels_by_shape") or gpu.kind == "cpu":
         return doc
-    ops = {op: {**p, "compute_eff": p["compute_eff"] * f} for op, p in doc["operations"].items()}
-    prov = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: compute x{f:.2f}, {gpu.name}'s stack "
-            f"(catalog.SUSTAINED)"}
+    f, r = stack_factor(gpu.name), balance_ratio(gpu.name)
+    if f == 1.0 and r == 1.0:
+        return doc
+    ops = {op: {**p, "compute_eff": carried_compute_eff(p["compute_eff"], gpu.name)} for op, p in doc["operations"].items()}
+    prov = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: compute efficiencies carried to "
+            f"{gpu.name} (stack x{f:.2f}, compute-to-bandwidth balance x{r:.2f} the H100's; catalog.carried_compute_eff)"}
     return {**doc, "operations": ops, "provenance": prov}
 
 

@@ -180,6 +180,32 @@ def stack_factor(name: str) -> float:
     return s.fraction(key) / SUSTAINED[REFERENCE_STACK_GPU].fraction(REFERENCE_STACK_GPU)
 
 
+def balance_ratio(name: str) -> float:
+    """The GPU's compute-to-bandwidth balance (dense BF16 FLOP/s per byte/s of memory bandwidth) over the reference
+    GPU's (``REFERENCE_STACK_GPU``): 1 for an H100 SXM, 0.70 for an H200 (more bandwidth, the same tensor cores), 0.13
+    for an H20 (a sixth of the tensor rate, more bandwidth), 1.42 for an L40S."""
+    g, ref = GPUS[ALIASES.get(name.lower(), name.lower())], GPUS[REFERENCE_STACK_GPU]
+    return (g.peak("bfloat16") / g.mem_bw) / (ref.peak("bfloat16") / ref.mem_bw)
+
+
+def carried_compute_eff(eff: float, name: str) -> float:
+    """A pass's compute efficiency ``eff`` stated for the reference GPU (a derived profile's typical fraction of peak),
+    carried to GPU ``name``. A pass is GEMMs at the reference stack's sustained GEMM fraction e_g (``SUSTAINED``:
+    0.803 of an H100's peak) and the rest of its time (element-wise kernels, norms, softmax passes, the loss), which
+    the tensor rate does not shorten; on the reference that rest is 1/eff - 1/e_g per FLOP/peak, and on another GPU it
+    takes the time its memory moves at (``balance_ratio``), while the GPU's own stack scales e_g (``stack_factor``)::
+
+        eff' = 1 / ( 1 / (e_g x stack_factor) + balance_ratio x (1/eff - 1/e_g) )
+
+    The reference GPU gets ``eff`` back (CUDA, ratio 1). An efficiency at or above e_g (no rest to carry) is only scaled
+    by the stack."""
+    e_g = SUSTAINED[REFERENCE_STACK_GPU].fraction(REFERENCE_STACK_GPU)
+    sf = stack_factor(name)
+    if eff >= e_g:
+        return eff * sf
+    return 1.0 / (1.0 / (e_g * sf) + balance_ratio(name) * (1.0 / eff - 1.0 / e_g))
+
+
 def get_gpu(name: str, yaml_path: str = "cluster.gpu") -> GpuSpec:
     key = ALIASES.get(name.lower(), name.lower())
     if key not in GPUS:

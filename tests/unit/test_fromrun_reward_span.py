@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlhfsim.costs.model import CostModel
+from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.costs.profile import load_profile
 from rlhfsim.fromrun.fit import RunSpec, predict, prepare, reward_span, verl_spans
 
@@ -62,7 +62,8 @@ def test_a_verl_09_async_run_is_compared_with_its_reward_inside_gen():
     assert run.reward_in_gen and not run.reward_in_adv
     base = load_profile("default")
     pred = predict(run, base)
-    raw = simulate(run.scenario, cost=CostModel(run.gpu, base), max_work=None).summary["phases_s"]
+    # priced as the fit prices a datasheet-derived profile on the run's GPU (fit.priced: with_stack_rate)
+    raw = simulate(run.scenario, cost=CostModel(run.gpu, with_stack_rate(base, run.gpu)), max_work=None).summary["phases_s"]
     assert raw["reward"] > 0
     assert pred["timing_s/gen"] == pytest.approx(raw["generate"] + raw["reward"], rel=1e-9)
     assert pred["timing_s/adv"] == pytest.approx(raw["adv"], rel=1e-9)

@@ -10,6 +10,7 @@ import typing
 import pytest
 
 from rlhfsim.costs.model import CostModel, decode_parts
+from rlhfsim.costs.profile import load_profile
 from rlhfsim.scenario import load_scenario
 from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.schema import Generation as GenerationConfig
@@ -41,8 +42,9 @@ def _cost(sc, generation: dict | None = None) -> CostModel:
     """The bundled profile of the scenario's GPU with ``generation`` entries (runtime -> scalars)
     replaced; None: without any (no call overhead, no handoff)."""
     setup = build_setup(sc)
-    # a GPU's datasheet-derived profile by name (no longer what a GPU gets without --profile); a CPU's bundled one
-    prof = copy.deepcopy(CostModel.load(setup.gpu, None if setup.gpu.kind == "cpu" else "default").profile)
+    # a GPU's datasheet-derived profile by name (no longer what a GPU gets without --profile), its efficiencies as
+    # stated (not carried to the GPU: the pinned values' prices); a CPU's bundled one
+    prof = copy.deepcopy(CostModel.load(setup.gpu).profile if setup.gpu.kind == "cpu" else load_profile("default"))
     prof["generation"] = generation if generation is not None else {}
     prof.pop("framework", None)  # the engines' own costs: no framework host time on the forward and training calls
     prof.pop("collectives", None)  # ... and the link constants' all-reduces (no measured small-message floor)

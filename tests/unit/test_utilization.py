@@ -124,7 +124,9 @@ def test_training_overheads_leave_the_train_pool_busy_but_not_active(separate):
     base = _run(separate()).summary
     slow = _run(separate(), _profile(train={"overhead_s": 2.0}, prefill={"overhead_s": 0.5})).summary
     assert slow["gpu_active"]["train"] < 0.5 * slow["gpu_busy"]["train"]
-    assert base["gpu_active"]["train"] > 0.8 * base["gpu_busy"]["train"]
+    # the datasheet profile carried to the A100 (catalog.carried_compute_eff): its kernels are short enough that the
+    # fixed overheads are a fifth of the busy time (0.78 active)
+    assert base["gpu_active"]["train"] > 0.7 * base["gpu_busy"]["train"]
 
 
 def test_large_decode_overhead_makes_generation_mostly_inactive(separate):
