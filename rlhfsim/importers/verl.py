@@ -150,7 +150,6 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"lora_rank|lora_alpha|target_modules", "LoRA adapters train far fewer weights (not modelled)"),
     (r"^trainer\.test_freq$", "validation every N steps adds its time to those steps (not simulated; compare steps without it)"),
     (r"^trainer\.save_freq$", "checkpoint saves add their time to those steps (not simulated)"),
-    (r"^trainer\.balance_batch$", "sequence-length balancing over ranks (not modelled)"),
     (r"use_fused_kernels|use_liger|use_torch_compile|entropy_from_logits_with_chunking|entropy_checkpointing",
      "kernel choice (the profile prices one implementation)"),
     (r"megatron\.(pipeline_model_parallel_size|virtual_pipeline|context_parallel|expert|sequence_parallel)",

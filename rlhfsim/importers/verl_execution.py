@@ -28,6 +28,7 @@ DEFAULTS: dict[str, object] = {
     "critic.model.fsdp_config.optimizer_offload": False,
     "critic.ppo_max_token_len_per_gpu": 32768,
     f"{AR}.rollout.calculate_log_probs": True,
+    "trainer.balance_batch": True,
 }
 
 # verl's advantage code by release (rlhfsim.costs.driver): GAE's masked reverse loop and masked_sum's torch.where
@@ -36,6 +37,8 @@ DEFAULTS: dict[str, object] = {
 # that v0.6.1 added to ppo_trainer.yaml (v0.7 taken: parse_version reads minor releases)
 MASKED_GAE_FROM = (0, 5)
 ROLLOUT_METRICS_FROM = (0, 7)
+# trainer.balance_batch (ray_trainer._balance_batch) is in ppo_trainer.yaml from v0.3.0 (True), absent in v0.2
+BALANCE_FROM = (0, 3)
 
 MAPPED: dict[str, str] = {
     f"{AR}.actor.ppo_micro_batch_size_per_gpu": "execution.micro_batch.ppo_micro_batch_size_per_gpu",
@@ -69,6 +72,8 @@ MAPPED: dict[str, str] = {
     "critic.ppo_max_token_len_per_gpu": "execution.micro_batch.critic_ppo_max_token_len_per_gpu",
     f"{AR}.rollout.calculate_log_probs": "execution.advantage.rollout_metrics (verl >= 0.7 computes the rollout-"
                                           "correction metrics on the driver when the rollout returns log-probs)",
+    "trainer.balance_batch": "execution.balance_batch (verl >= 0.3: rows spread over the data-parallel ranks by "
+                             "sequence length)",
 }
 
 # Per-model settings the scenario holds once: mapped when equal to the value used, else unmapped.
@@ -198,8 +203,13 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
              "fsdp: gathers and fp32 gradient reduce-scatters every micro-batch)" if strategy in ("fsdp", "fsdp2")
              else "no per-call parameter gathers (execution.sharding: none)") + "; every log-prob call computes the "
              "entropy too (execution.entropy, verl's dp_actor)")
+    balance = _flag(cfg, "trainer.balance_batch") and (version is None or version >= BALANCE_FROM)
+    if balance and "trainer.balance_batch" not in seen:
+        a.append("trainer.balance_batch not set: True, verl's default from v0.3 (rows spread over the ranks by sequence "
+                 "length: execution.balance_batch)")
     return {
         "sharding": "fsdp" if strategy in ("fsdp", "fsdp2") else "none",
+        "balance_batch": balance,
         "entropy": True,
         "old_log_prob": True,
         "advantage": advantage(cfg, version, a),

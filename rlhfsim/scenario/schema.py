@@ -287,6 +287,8 @@ class Execution(Frozen):
     micro_batch: MicroBatch = MicroBatch()
     sharding: Literal["none", "fsdp"] = Field(
         "none", description="How the actor, critic and reference parameters are sharded over their pool's data-parallel GPUs: `none`, each rank holds them whole (the gradients all-reduced once per minibatch); `fsdp`, FSDP FULL_SHARD / ZeRO-3 (verl's fsdp and fsdp2 strategies, OpenRLHF's --zero_stage 3): every forward call all-gathers the parameters, every training call gathers them twice and reduce-scatters fp32 gradients (rlhfsim.costs.framework).")
+    balance_batch: bool = Field(
+        False, description="Rows are spread over each pool's data-parallel ranks so that every rank holds about the same number of tokens (verl's trainer.balance_batch, on by default from verl 0.3: a partition by sequence length, equal row counts), each rank's mini-batches slices of its share; off: rows dealt round-robin (rlhfsim.sim.balance).")
     entropy: bool = Field(
         False, description="Every log-prob call (old_log_prob, reference, actor training) also computes the entropy of every position from its logits (verl's entropy_from_logits), priced as element-wise passes over the vocabulary on GPU profiles.")
     gradient_checkpointing: bool = Field(False, description="Activation recomputation in training: one more forward per training piece, priced as the profile's checkpoint_extra_frac of the piece's train time (verl: enable_gradient_checkpointing).")

@@ -24,6 +24,12 @@ def framework_calls(s) -> bool:
                                            m.critic_ppo_micro_batch_size_per_gpu)))
 
 
+def balanced(s) -> bool:
+    """Are rows balanced over data-parallel ranks by tokens (``execution.balance_batch``: verl's balance_batch,
+    ``rlhfsim.sim.balance``) rather than dealt round-robin?"""
+    return s.scenario.execution.balance_batch
+
+
 def packed_of(s, role: str) -> bool:
     """Does ``role`` pack its rows (the critic's own flag where the scenario sets one)?"""
     m = s.scenario.execution.micro_batch

@@ -33,6 +33,7 @@ from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.costs.terms import add_terms
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
+from rlhfsim.sim.balance import balanced_ranks
 from rlhfsim.sim.engines.clock import wait_until
 from rlhfsim.sim.rollouts import Rollout, truncated
 from rlhfsim.sim.streaming import STREAMING
@@ -116,16 +117,19 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
         tokens = _row_tokens(rows) if budget is None and not packed else None
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)
+        # verl's balance_batch: each replica an equal share of the tokens (rlhfsim.sim.balance); else rows round-robin
+        shares = balanced_ranks(_row_tokens(rows), n_rep) if ex.balanced(s) and n_rep > 1 else None
         terms = sim.rec.terms is not None   # rlhfsim explain: the slowest replica's seconds by cost term
         worst: tuple[float, dict] = (-1.0, {})
         for k in range(n_rep):
-            mine = rows[k::n_rep]
+            mine = rows[k::n_rep] if shares is None else [rows[j] for j in shares[k].tolist()]
             t = active = 0.0
             mine_terms: dict[str, float] = {}
             if tokens is None:
                 calls = mb.pieces(mine, size, budget, packed, model.arch == "encoder", pad_len)
             else:  # padded pieces of ``size`` rows, on arrays (issue 12): the same pieces as mb.pieces
-                calls = [mb.Piece(n, n * length) for n, length in _padded_microbatches(tokens[k::n_rep], size)]
+                calls = [mb.Piece(n, n * length) for n, length in _padded_microbatches(
+                    tokens[k::n_rep] if shares is None else tokens[shares[k]], size)]
             for p in calls:
                 # a framework call (rlhfsim.costs.framework): the roofline, the log-prob head, FSDP's
                 # gathers and, on a GPU, the host's dispatch where the call is launch-bound
@@ -236,8 +240,25 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)
 
+        def balanced_minibatches():
+            """verl's balance_batch: rank k holds its balanced share in verl's order (rlhfsim.sim.balance) and takes
+            the m-th slice of it in minibatch m (verl splits each rank's share; no shuffle)."""
+            shares = balanced_ranks(_row_tokens(rows), ranks)
+            per = -(-alg.minibatch_size // ranks)
+            for i in range(0, max(len(sh) for sh in shares), per):
+                idx = [sh[i:i + per] for sh in shares if len(sh) > i]
+                if tokens is not None:
+                    yield [[(len(j) * int(tokens[j].max()), len(j), None)] for j in idx]
+                else:
+                    yield [[(p.tokens, p.rows, p.attn_pairs) for p in mb.pieces([rows[x] for x in j.tolist()], size,
+                                                                               budget, packed, pad_len=pad_len)]
+                           for j in idx]
+
         def minibatches(perm):
             """Each minibatch as its ranks' pieces, (tokens, rows, attention pairs) per call."""
+            if ex.balanced(s) and ranks > 1:
+                yield from balanced_minibatches()
+                return
             if tokens is not None:  # one padded call per rank, on arrays (issue 12): as mb.pieces would cut
                 for counts, lengths in zip(*_rank_longest(tokens[perm], alg.minibatch_size, ranks)):
                     yield [[(n * length, n, None)] for n, length in zip(counts, lengths)]
