@@ -57,9 +57,11 @@ class CostTerm:
 TERMS: tuple[CostTerm, ...] = (
     CostTerm("kernels", "an operation's device work: max(FLOPs / (peak x compute_eff), bytes / (bandwidth x "
              "memory_eff)), plus tensor-parallel and Ulysses communication, and a forward log-prob pass's head",
-             "operations.OP.compute_eff, memory_eff; kernels_by_shape (GPU profiles built from public measurements)",
+             "operations.OP.compute_eff, memory_eff (a derived profile's carried to the GPU by its compute-to-bandwidth "
+             "balance: catalog.carried_compute_eff); kernels_by_shape (GPU profiles built from public measurements)",
              "any", "rlhfsim calibrate (fit of measured points); rlhfsim calibrate --from-ops (Vidur's per-operation "
-             "GPU data)", "rlhfsim.costs.model.roofline_parts"),
+             "GPU data); MAMF's sustained GEMM fraction and datasheet peaks and bandwidths (the carrying)",
+             "rlhfsim.costs.model.roofline_parts"),
     CostTerm("op_overhead", "an operation's fitted fixed time per call and per layer beside its kernels",
              "operations.OP.overhead_s, overhead_per_layer_s", "any", "rlhfsim calibrate (fit)",
              "rlhfsim.costs.model.with_overheads_s"),
