@@ -45,7 +45,12 @@ simulates in 0.03-0.12 s here). The fit minimises sum res_rp^2 with scipy's boun
 
 Guard rails: a term the fit holds at a bound while the residuals still pull it past the bound (an efficiency
 that would exceed 1, a time that would go negative) is reported in one line naming the phase that pulled it
-hardest (the largest term of J_rp,j x res_rp in the pulling direction).
+hardest (the largest term of J_rp,j x res_rp in the pulling direction). Where every run the term moves pulls it
+past the bound (summed over each run's rows) and it kept terms confounded with it out of the fit, it explains none
+of that pull: it is pinned at the bound (set there in the base, out of the candidates) and the terms identified
+again, up to ``MAX_PINS`` rounds, so that a term it kept out may take the pull. A term that runs pull both ways is
+their compromise and stays (freeing another term would let one side's residual pick it, and carry it to the runs
+on the other side).
 
 Trace: every fitted term lists the logged phases that determined it, with their share (|row| of the
 pseudo-inverse of the Jacobian at the solution, normalised) and the log lines of the steps they came from.
@@ -410,7 +415,7 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
     keep a term near its base value unless the phases move it."""
     prob0 = Problem(runs, base, weighting)
     pinned: dict[str, tuple[Param, float, str]] = {}    # path -> (term, its bound's value, the warning)
-    for _ in range(MAX_PINS + 1):
+    for round_ in range(MAX_PINS + 1):
         work = T.with_values(base, {path: v for path, (_, v, _) in pinned.items()}) if pinned else base
         prob = Problem(runs, work, weighting, frozenset(pinned), prob0.base_pred) if pinned else prob0
         params, unidentified = identify(prob)
@@ -418,11 +423,14 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
             raise FitError("fit: expected at least one term the logged phases identify, got none (" +
                            "; ".join(f"{k}: {v}" for k, v in unidentified.items())[:300] + ")")
         x, r, J, lo, hi, u, sol, pulled = _solve(prob, params, prior)
-        # a term held at its bound by a pull past it explains none of that pull; where it kept a term confounded
-        # with it out of the fit, pin it at the bound and identify again, so that term may take the pull
+        # a term held at its bound by a pull past it from every run it moves explains none of that pull; where it
+        # kept a term confounded with it out of the fit, pin it at the bound and identify again, so that term may
+        # take the pull. A term the runs pull both ways (one past the bound, another back) is a compromise between
+        # them, not a term with nothing to explain: it stays, and so do the terms it confounded.
         blocking = {j: w for j, w in pulled.items()
-                    if CONFOUNDED.format(params[j].term.name) in unidentified.values()}
-        if not blocking:
+                    if CONFOUNDED.format(params[j].term.name) in unidentified.values()
+                    and _unanimous(prob, J[:, j] * r, x[j] >= hi[j])}
+        if not blocking or round_ == MAX_PINS:
             break
         pinned.update({params[j].path: (params[j], T.from_x(params[j].term, float(x[j])), w)
                        for j, w in blocking.items()})
@@ -492,6 +500,18 @@ def _solve(prob: Problem, params: list[Param], prior: float):
     r = prob.residuals(params, x)
     J = prob.jacobian(params, x, r)
     return x, r, J, lo, hi, u, sol, _bound_warnings(prob, params, x, r, J, lo, hi)
+
+
+def _unanimous(prob: Problem, contrib: np.ndarray, upper: bool, tol: float = 0.05) -> bool:
+    """Whether every run the term moves pulls it past its bound (``contrib``: J_rj x res_r per residual row, negative
+    pulling the term up): a run whose own pull, summed over its rows, goes the other way by more than ``tol`` of
+    the largest run's pull disagrees."""
+    per: dict[int, float] = {}
+    for (i, _), c in zip(prob.rows, contrib):
+        per[i] = per.get(i, 0.0) + float(c)
+    past = [(-c if upper else c) for c in per.values()]      # > 0: this run pulls past the bound
+    top = max((abs(v) for v in past), default=0.0)
+    return top > 0 and all(v > -tol * top for v in past)
 
 
 def _pinned_record(p: Param, value: float, base: dict, runs: list[Run]) -> dict:
