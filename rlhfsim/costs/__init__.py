@@ -1,6 +1,3 @@
-"""Cost models: FLOP/byte counts from shapes, the roofline-with-efficiency CostModel, Profiles."""
-
-from rlhfsim.costs.model import CostModel, OpParams
-from rlhfsim.costs.profile import SCHEMA_VERSION, load_profile
-
-__all__ = ["CostModel", "OpParams", "SCHEMA_VERSION", "load_profile"]
+"""Cost models: FLOP/byte counts from shapes (``flops``), the roofline-with-efficiency ``CostModel`` (``model``),
+the named cost terms a price is made of (``terms``), Profiles (``profile``). The package imports none of them, so
+that ``python -m rlhfsim.costs.terms`` runs its module once."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhfsim.costs.flops import FP32_LOGIT_BYTES, ShapeCoeffs, gemm_passes
+from rlhfsim.costs.terms import COLD_OVERHEADS, DECODE_KERNELS, ENGINE_STEP, GEMM_FOOTPRINT, HOST_LAUNCH_BOUND, LOGPROB_TAIL_CPU, PAGE_FAULTS, SAMPLING_TAIL, WIDTH_RATE
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.models.catalog import ModelShape
 
@@ -121,10 +122,10 @@ class CpuHostEffects:
             else:
                 (t1, a1), (t0, a0) = (k.parts(n_tokens, n_seqs, cached_tokens, n_tokens, attn_pairs, lp)
                                       for lp in (self.logprob_tail, 0.0))
-            out["logprob_tail_cpu"], active = t1 - t0, a1 - a0
+            out[LOGPROB_TAIL_CPU], active = t1 - t0, a1 - a0
         f = self.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward") if self.page_faults else 0.0
         if f:
-            out["page_faults"] = f
+            out[PAGE_FAULTS] = f
         return out, active
 
     def train_effects(self, cost, scale: float, m, dtype, n_tokens, n_seqs, tp, head, attn_pairs,
@@ -140,10 +141,10 @@ class CpuHostEffects:
         if rate != 1.0:
             t1, a1 = cost._train_roofline(shape, rate, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
             t0, a0 = cost._train_roofline(shape, 1.0, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
-            out["width_rate"], active = (t1 - t0) * scale, (a1 - a0) * scale
+            out[WIDTH_RATE], active = (t1 - t0) * scale, (a1 - a0) * scale
         f = self.fault_s(n_tokens / sp, m.vocab / tp, "logprob_train") if head == "lm" and self.page_faults else 0.0
         if f:
-            out["page_faults"] = f * scale
+            out[PAGE_FAULTS] = f * scale
         return out, active
 
     @staticmethod
@@ -156,15 +157,15 @@ class CpuHostEffects:
         unless the engine set its own, ``engine_cold``) less their hot values (/ ``cold``; the launch floor's hot
         value given as ``hot_floor``)."""
         if plain != kern:
-            out.update({"decode_kernels": plain + comm, "gemm_footprint": kern - plain})
+            out.update({DECODE_KERNELS: plain + comm, GEMM_FOOTPRINT: kern - plain})
         if cold != 1.0:
-            names = ("sampling_tail", "host_launch_bound", "engine_step")[:3 if engine_cold else 2]
+            names = (SAMPLING_TAIL, HOST_LAUNCH_BOUND, ENGINE_STEP)[:3 if engine_cold else 2]
             fixed = sum(out[k] for k in names)
-            out["sampling_tail"] /= cold
-            out["host_launch_bound"] = hot_floor
+            out[SAMPLING_TAIL] /= cold
+            out[HOST_LAUNCH_BOUND] = hot_floor
             if engine_cold:
-                out["engine_step"] /= cold
-            out["cold_overheads"] = fixed - sum(out[k] for k in names)
+                out[ENGINE_STEP] /= cold
+            out[COLD_OVERHEADS] = fixed - sum(out[k] for k in names)
 
     # -- the calibration fit's points --------------------------------------------------------------------
     def point_fields(self, p: dict) -> dict:

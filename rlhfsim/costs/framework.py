@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, KERNELS, LOGPROB_HEAD, OP_OVERHEAD
 from rlhfsim.models.catalog import ModelShape
 
 LOGPROB_BYTES = 6.0     # bytes per logit: temperature div_ (read + write bf16) + fused cross entropy (read)
@@ -122,11 +123,11 @@ def split(total_s: float, active_s: float, effects: dict[str, float] | None = No
     """A roofline price (``total_s``, of which ``active_s`` the device's kernels) by term: kernels and
     op_overhead, less the CPU host effects priced inside them (``effects``: seconds by term, of which
     ``effects_active_s`` inside ``active_s``), which are given as their own terms. Sums to ``total_s``."""
-    out = {"kernels": active_s, "op_overhead": total_s - active_s}
+    out = {KERNELS: active_s, OP_OVERHEAD: total_s - active_s}
     if effects:
         host = sum(effects.values()) - effects_active_s
-        out["kernels"] = active_s - effects_active_s
-        out["op_overhead"] = total_s - active_s - host
+        out[KERNELS] = active_s - effects_active_s
+        out[OP_OVERHEAD] = total_s - active_s - host
         out.update(effects)
     return out
 
@@ -165,6 +166,6 @@ class CallParts:
         """Seconds by cost term (``rlhfsim.costs.terms``), summing to ``total_s``: the host counts only where it
         exceeds the device's time; a CPU's host effects (``effects``) are split out of kernels and op_overhead."""
         out = split(self.kernel_s, self.kernel_active_s, *(self.effects() if self.effects is not None else ()))
-        out.update({"logprob_head": self.head_s, "fsdp_exposed": max(self.device_s - self.kernel_s - self.head_s, 0.0),
-                    "host_launch_bound": max(self.host_s - self.device_s, 0.0)})
+        out.update({LOGPROB_HEAD: self.head_s, FSDP_EXPOSED: max(self.device_s - self.kernel_s - self.head_s, 0.0),
+                    HOST_LAUNCH_BOUND: max(self.host_s - self.device_s, 0.0)})
         return out

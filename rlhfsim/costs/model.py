@@ -48,6 +48,7 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
+from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, SAMPLING_TAIL
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_compute_eff, stack_factor
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
@@ -354,11 +355,11 @@ class _Decode:
         kern = max(c0, u0)
         comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
         lf = self.launch_floor(batch)
-        out = {"decode_kernels": kern + comm, "engine_step": self.over, "sampling_tail": self.tail0 + self.tail_row * batch,
-               "host_launch_bound": max(lf - kern, 0.0)}
+        out = {DECODE_KERNELS: kern + comm, ENGINE_STEP: self.over, SAMPLING_TAIL: self.tail0 + self.tail_row * batch,
+               HOST_LAUNCH_BOUND: max(lf - kern, 0.0)}
         if self.eh is not None:   # the serial host work, and the hidden share where it outlasts the device and launches
             serial, hidden = self.host(batch)
-            out["engine_host"] = serial + max(hidden - max(kern, lf), 0.0)
+            out[ENGINE_HOST] = serial + max(hidden - max(kern, lf), 0.0)
         if self.cpu is not None:
             c0, _, u0, _ = self._lines(batch, kv0, plain=True)
             self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, max(lf / self.cold - kern, 0.0))
@@ -733,7 +734,7 @@ class CostModel:
         active = self.forward_parts(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
                                     gen_logprobs=logprobs)[1]
         host = self._step_host(runtime, n_rows, active)
-        return {**t, "engine_host": host} if host else t
+        return {**t, ENGINE_HOST: host} if host else t
 
     def _step_host(self, runtime: str | None, rows: int, device_s: float) -> float:
         """The engine's host work a step of ``rows`` rows adds beyond ``device_s`` of device time:

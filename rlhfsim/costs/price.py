@@ -33,7 +33,7 @@ they sum to the price up to rounding): validate's per-call tables show what a pr
 from __future__ import annotations
 
 from rlhfsim.costs.framework import CallParts
-from rlhfsim.costs.terms import add_terms
+from rlhfsim.costs.terms import FRAMEWORK_PIECE, GEN_CALL_OVERHEAD, HANDOFF, LEFT_PADDING, OPTIMIZER, RETOKENIZE, add_terms
 from rlhfsim.errors import RlhfsimError
 
 
@@ -91,13 +91,13 @@ def train_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float) -> flo
 
 def forward_piece_terms(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> dict[str, float]:
     """``forward_piece_s`` by cost term."""
-    return {**forward_call(cost, setup, role, n_tokens, n_rows, runtime=runtime).terms(), "framework_piece": piece_s(cost, False)}
+    return {**forward_call(cost, setup, role, n_tokens, n_rows, runtime=runtime).terms(), FRAMEWORK_PIECE: piece_s(cost, False)}
 
 
 def train_piece_terms(cost, setup, role: str, n_tokens: float, n_rows: float) -> dict[str, float]:
     """``train_piece_s`` by cost term."""
-    return {**train_call(cost, setup, role, n_tokens, n_rows).terms(), "framework_piece": piece_s(cost, True),
-            "optimizer": optimizer_step(cost, setup, role)[0]}
+    return {**train_call(cost, setup, role, n_tokens, n_rows).terms(), FRAMEWORK_PIECE: piece_s(cost, True),
+            OPTIMIZER: optimizer_step(cost, setup, role)[0]}
 
 
 def scorer_call(cost, strategy, model, dtype: str, tokens: float, n_seqs: int, prefix: float, tp: int, head: str,
@@ -117,7 +117,7 @@ def scorer_call_terms(cost, strategy, model, dtype: str, tokens: float, n_seqs: 
     scored (None: all of them, so a re-encoding strategy shows no ``reencode_prefix``)."""
     out = strategy.parts(cost, model, dtype, tokens, n_seqs, prefix, tokens if new is None else new, tp, head, runtime)
     if retokenize:
-        out["retokenize"] = cost.retokenize_s(n_seqs, tokens)
+        out[RETOKENIZE] = cost.retokenize_s(n_seqs, tokens)
     return out
 
 
@@ -173,12 +173,12 @@ def generate_call_terms(cost, model, dtype: str, runtime: str | None, rows: int,
     (``handoff``), left padding (``left_padding``), the prefill's and the decode steps' terms."""
     pad = cost.pad_step_s(runtime, rows) if padded else 0.0
     if first:
-        out = {"gen_call_overhead": cost.call_overhead_s(runtime),
-               "left_padding": (cost.pad_prefill_s(runtime) if padded else 0.0) + (steps - 1) * pad}
+        out = {GEN_CALL_OVERHEAD: cost.call_overhead_s(runtime),
+               LEFT_PADDING: (cost.pad_prefill_s(runtime) if padded else 0.0) + (steps - 1) * pad}
         add_terms(out, prefill_terms(cost, model, dtype, runtime, rows * width, rows, logprobs))
         add_terms(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs))
         return out
-    out = {"handoff": cost.handoff_s(runtime, rows), "left_padding": steps * pad}
+    out = {HANDOFF: cost.handoff_s(runtime, rows), LEFT_PADDING: steps * pad}
     add_terms(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * width, steps, logprobs))
     return out
 

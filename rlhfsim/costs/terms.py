@@ -3,6 +3,10 @@ breakdown (``rlhfsim explain``), by validate's per-call tables (``rlhfsim.costs.
 docs' term table (``python -m rlhfsim.costs.terms`` prints it as
 Markdown: docs/reference/cost-terms.md).
 
+A term is a ``CostTerm`` object, registered by one row below (``KERNELS = _row("kernels", ...)``); a breakdown's
+keys are these objects (a ``CostTerm`` is the ``str`` of its name, so a breakdown prints and writes JSON as
+before), and code names a term by importing its constant: a misspelt name fails when its module is imported.
+
 Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
 (``any``; ``gpu``: priced only from a GPU profile's sections, a CPU profile never reaches it; ``cpu``: a host
 effect measured on a CPU, priced only where the device is a CPU: ``rlhfsim.costs.cpuhost``) and what measures
@@ -39,134 +43,208 @@ host the profile states them for (``rlhfsim.costs.hostscale``; ``rlhfsim gpus`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+DEVICES = ("any", "gpu", "cpu")
 
 
-@dataclass(frozen=True)
-class CostTerm:
-    """One named term of the cost model."""
+class CostTerm(str):
+    """One named term of the cost model: a registry row (``_row``). The object is its name (a ``str``: a breakdown's
+    keys are these objects, so a breakdown prints, compares and writes to JSON as its names do), and it carries what
+    it prices, the profile or scenario key holding its numbers, the devices it applies to (``DEVICES``), what
+    measures or sources it, and the module (or ``module.Class.method``) whose formula computes it.
 
-    name: str
+    Code names a term by importing its constant (``from rlhfsim.costs.terms import INTERFERENCE``), never by writing
+    its name: a misspelt constant is an ImportError when the module is imported, where a misspelt string would have
+    been a new term, silently, at run time."""
+
     prices: str
     key: str          # profile (or scenario) key holding its numbers
     devices: str      # any | gpu | cpu
     measured_by: str  # what measures or sources it
-    module: str       # where the formula lives
+    module: str       # where the formula lives: a module, or a module's function, class or method (dotted)
+
+    def __new__(cls, name: str, prices: str, key: str, devices: str, measured_by: str, module: str) -> "CostTerm":
+        if devices not in DEVICES:
+            raise ValueError(f"cost term {name!r}: devices expected one of {', '.join(DEVICES)}, got {devices!r}")
+        t = super().__new__(cls, name)
+        for k, v in (("prices", prices), ("key", key), ("devices", devices), ("measured_by", measured_by),
+                     ("module", module)):
+            object.__setattr__(t, k, v)
+        return t
+
+    def __setattr__(self, k, v):
+        raise AttributeError(f"cost term {self.name!r} is read-only")
+
+    def __reduce__(self):
+        return term, (self.name,)   # a copy, or a breakdown unpickled in another process, is the registry's object
+
+    @property
+    def name(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"CostTerm({self.name!r})"
 
 
-TERMS: tuple[CostTerm, ...] = (
-    CostTerm("kernels", "an operation's device work: max(FLOPs / (peak x compute_eff), bytes / (bandwidth x "
-             "memory_eff)), plus tensor-parallel and Ulysses communication, and a forward log-prob pass's head",
-             "operations.OP.compute_eff, memory_eff (a derived profile's carried to the GPU by its compute-to-bandwidth "
-             "balance: catalog.carried_compute_eff); kernels_by_shape (GPU profiles built from public measurements)",
-             "any", "rlhfsim calibrate (fit of measured points); rlhfsim calibrate --from-ops (Vidur's per-operation "
-             "GPU data); MAMF's sustained GEMM fraction and datasheet peaks and bandwidths (the carrying)",
-             "rlhfsim.costs.model.roofline_parts"),
-    CostTerm("op_overhead", "an operation's fitted fixed time per call and per layer beside its kernels",
-             "operations.OP.overhead_s, overhead_per_layer_s", "any", "rlhfsim calibrate (fit)",
-             "rlhfsim.costs.model.with_overheads_s"),
-    CostTerm("logprob_head", "a training piece's element-wise passes over its logits (temperature, log-probs, "
-             "entropy and their backward), after the GEMMs", "framework (present: GPU profile); execution.entropy",
-             "gpu", "bytes per logit counted from verl's code (rlhfsim.costs.framework)", "rlhfsim.costs.framework"),
-    CostTerm("fsdp_exposed", "FSDP/ZeRO-3 parameter gathers and gradient reduce-scatters of a piece, where they "
-             "outlast its compute (the first unit's gather always)", "execution.sharding; the GPU's link bandwidth",
-             "any", "bytes from FSDP FULL_SHARD's mixed precision; hardware catalog link bandwidth",
-             "rlhfsim.costs.framework"),
-    CostTerm("host_launch_bound", "host dispatch beyond the device's time in a launch-bound piece or decode step "
-             "(a max, not a sum: launches run ahead of the device); a CUDA-graph engine's decode step above its graph "
-             "limit launches eagerly", "framework.host_forward_per_layer_s, "
-             "host_train_per_layer_s, host_checkpoint_mult, fsdp_host_per_unit_s; operations.decode:RT.host_overlap; "
-             "generation.RT.graph_max_batch, eager_runtime",
-             "gpu", "H200 measurement of Qwen2.5-0.5B pieces (h200-measured step.samples); pytorch/pytorch#173680",
-             "rlhfsim.costs.framework, rlhfsim.costs.model._Decode"),
-    CostTerm("framework_piece", "a framework's host time per piece beyond the fitted call (slicing, the loss)",
-             "step.microbatch_forward_s, microbatch_train_s", "any", "calibrate.stepbench", "rlhfsim.costs.stepcosts"),
-    CostTerm("offload", "parameters, gradients and optimizer state crossing the host link",
-             "execution.offload; step.host_copy_eff; hardware host_link_bw", "any", "calibrate.stepbench (host_copy_eff)",
-             "rlhfsim.sim.execution.offload_s"),
-    CostTerm("optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
-             "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.optimizer_parts"),
-    CostTerm("decode_kernels", "a decode step's device work: weights and KV cache streamed, attention and "
-             "GEMM FLOPs, TP all-reduces (two per layer, each never under the measured time of a small message)",
-             "operations.decode:RT; kernels_by_shape; collectives.all_reduce.by_workers.N (latency_s, bus_bw, "
-             "small_message_s)", "any", "rlhfsim calibrate; --from-ops; Vidur's NCCL all-reduce times (microsoft/vidur "
-             "data/profiling/network, calibrate/public/vidur)", "rlhfsim.costs.model._Decode, CostModel._tp_comm_s"),
-    CostTerm("engine_step", "an engine's fixed host time per decode step (scheduling, input preparation, output "
-             "processing), serial with the device", "operations.decode:RT.overhead_s (and per layer without "
-             "host_overlap)", "any", "rlhfsim calibrate; derived from vLLM/SGLang performance posts",
-             "rlhfsim.costs.model._Decode"),
-    CostTerm("engine_host", "the engine's host work per step as a function of the sequences running in it (scheduler, "
-             "input preparation, the sampler's bookkeeping, output processing, detokenizing): (1 - overlap) x H(b) serial "
-             "with the step, and the share hidden behind the device where it outlasts the device's work and launches",
-             "generation.RT.step_host_s, step_host_per_seq_s, step_host_overlap", "any",
-             "vLLM's host code timed on a CPU (calibrate/enginehost: the scheduler, output processor and input "
-             "preparation are the same code as on a GPU); vLLM and SGLang performance posts",
-             "rlhfsim.costs.model._Decode.host"),
-    CostTerm("prefill_chunk", "prefill tokens a decode step carries under chunked prefill (vLLM V1, V0's "
-             "enable_chunked_prefill, SGLang): their device work beyond the step's weight reads, their all-reduces, and "
-             "their rows' share of the step's host work", "generation.max_num_batched_tokens, chunked_prefill; "
-             "operations.prefill:RT", "any", "the prefill operation's fit (its roofline less the weight bytes)",
-             "rlhfsim.costs.model.CostModel.chunk_in_step_s"),
-    CostTerm("sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
-             "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes"),
-    CostTerm("gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "
-             "checks, cache setup, the stopping criteria), beside its prefill and decode steps",
-             "generation.RT.call_overhead_s", "any", "rlhfsim calibrate (calibrate.genbench prefill points)",
-             "rlhfsim.costs.price.generate_call_s"),
-    CostTerm("handoff", "the actor's pause at a chunk boundary under intra-step streaming (a generate() call "
-             "returning its tokens and the next one continuing on the cache), per boundary and row",
-             "generation.RT.handoff_s, handoff_per_row_s", "any", "rlhfsim calibrate (calibrate.genbench handoff "
-             "points)", "rlhfsim.sim.engines.base.Engine.handoff"),
-    CostTerm("left_padding", "what a left-padded static batch (rows of different contexts) adds to its prefill call "
-             "and to each decode step (the attention mask applied at every step)",
-             "generation.RT.pad_step_s, pad_step_per_row_s, pad_prefill_s", "any",
-             "rlhfsim calibrate (calibrate.genbench pad points)", "rlhfsim.sim.engines.static"),
-    CostTerm("weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
-             "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
-             "calibrate.stepbench", "rlhfsim.costs.model.reshard_parts"),
-    CostTerm("advantage", "advantages on the driver's CPU over every row padded to the response cap, as verl's code "
-             "runs them: GAE's reverse loop over positions (small tensor ops on strided columns), GRPO's Python loops "
-             "over rows, their element-wise passes, and verl 0.9's rollout-correction metrics",
-             "step.adv_per_op_s, adv_per_strided_s, adv_per_element_s, adv_per_row_s; execution.advantage.gae_loop, "
-             "rollout_metrics", "any", "verl's code paths timed on a CPU, one thread (calibrate.advbench; "
-             "calibrate.stepbench on a profile's host)", "rlhfsim.costs.driver.advantage_parts"),
-    CostTerm("interference", "decode and prefill slowed while they share GPUs (OPPO intra-step; a streamed scorer "
-             "call's seconds beyond its price alone)",
-             "interference.decode_slowdown, prefill_slowdown, handover", "any", "calibrate.cpu.corun",
-             "rlhfsim.costs.model.corun"),
-    CostTerm("page_faults", "minor page faults of logits-sized tensors above glibc's mmap threshold (out of "
-             "op_overhead)",
-             "kernels.page_faults", "cpu", "calibrate.cpu.pagefaults", "rlhfsim.costs.cpuhost.page_fault_s"),
-    CostTerm("logprob_tail_cpu", "a log-prob pass's log-softmax and gather measured on a CPU, priced after its "
-             "roofline instead of as bytes inside it (the difference, out of kernels: negative where the measured "
-             "tail is faster than the bytes)",
-             "kernels.page_faults.logprob_tail.s_per_logit", "cpu", "calibrate.cpu.pagefaults.measure_logprob_tail",
-             "rlhfsim.costs.cpuhost.CpuHostEffects, rlhfsim.costs.model._Forward.parts"),
-    CostTerm("cold_overheads", "a decode step's fixed costs (engine step, sampling tail, launch floor) beyond their "
-             "hot values, after its weights swept the CPU caches",
-             "kernels.cold_overheads", "cpu", "calibrate.cpu.coldfixed", "rlhfsim.costs.cpuhost.cold_factor"),
-    CostTerm("gemm_footprint", "a decode step's weight passes (a multi-row GEMM) and its weights' streaming rate, by "
-             "the weights' cache footprint (out of decode_kernels)",
-             "kernels.gemm_weight_passes, gemm_passes_by_footprint", "cpu", "calibrate.cpu.gemm",
-             "rlhfsim.costs.cpuhost.footprint_passes, stream_factor"),
-    CostTerm("width_rate", "training rate by model width (the body FLOPs' extra time, out of kernels)", "kernels.width_efficiency", "cpu", "calibrate.cpu.widths",
-             "rlhfsim.costs.cpuhost.width_rate"),
-    CostTerm("reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
-             "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "
-             "against incremental", "models.reward.streaming; operations.reencode:RT (else score:RT, prefill)",
-             "any", "calibrate.rescore", "rlhfsim.sim.streaming.Reencode.parts"),
-    CostTerm("retokenize", "the host decoding the actor's ids to text and tokenizing it for a reward model of "
-             "another tokenizer (per batch, or per streamed call)", "step.retokenize_s, retokenize_per_token_s",
-             "any", "calibrate.stepbench", "rlhfsim.costs.model.retokenize_s"),
-    CostTerm("rule_reward", "a rule-based reward checker on CPU workers", "models.reward.cpu_s_per_sample, workers",
-             "any", "the scenario", "rlhfsim.costs.model.rule_reward_s"),
-)
+_ROWS: list[CostTerm] = []
+
+
+def _row(name: str, prices: str, key: str, devices: str, measured_by: str, module: str) -> CostTerm:
+    """Register one cost term (a new term is one row below); a repeated name or an unknown device kind fails at import."""
+    if any(t == name for t in _ROWS):
+        raise ValueError(f"cost term {name!r}: registered twice")
+    t = CostTerm(name, prices, key, devices, measured_by, module)
+    _ROWS.append(t)
+    return t
+
+
+KERNELS = _row(
+    "kernels", "an operation's device work: max(FLOPs / (peak x compute_eff), bytes / (bandwidth x "
+    "memory_eff)), plus tensor-parallel and Ulysses communication, and a forward log-prob pass's head",
+    "operations.OP.compute_eff, memory_eff (a derived profile's carried to the GPU by its compute-to-bandwidth "
+    "balance: catalog.carried_compute_eff); kernels_by_shape (GPU profiles built from public measurements)",
+    "any", "rlhfsim calibrate (fit of measured points); rlhfsim calibrate --from-ops (Vidur's per-operation "
+    "GPU data); MAMF's sustained GEMM fraction and datasheet peaks and bandwidths (the carrying)",
+    "rlhfsim.costs.model.roofline_parts")
+OP_OVERHEAD = _row(
+    "op_overhead", "an operation's fitted fixed time per call and per layer beside its kernels",
+    "operations.OP.overhead_s, overhead_per_layer_s", "any", "rlhfsim calibrate (fit)",
+    "rlhfsim.costs.model.with_overheads_s")
+LOGPROB_HEAD = _row(
+    "logprob_head", "a training piece's element-wise passes over its logits (temperature, log-probs, "
+    "entropy and their backward), after the GEMMs", "framework (present: GPU profile); execution.entropy",
+    "gpu", "bytes per logit counted from verl's code (rlhfsim.costs.framework)", "rlhfsim.costs.framework")
+FSDP_EXPOSED = _row(
+    "fsdp_exposed", "FSDP/ZeRO-3 parameter gathers and gradient reduce-scatters of a piece, where they "
+    "outlast its compute (the first unit's gather always)", "execution.sharding; the GPU's link bandwidth",
+    "any", "bytes from FSDP FULL_SHARD's mixed precision; hardware catalog link bandwidth",
+    "rlhfsim.costs.framework")
+HOST_LAUNCH_BOUND = _row(
+    "host_launch_bound", "host dispatch beyond the device's time in a launch-bound piece or decode step "
+    "(a max, not a sum: launches run ahead of the device); a CUDA-graph engine's decode step above its graph "
+    "limit launches eagerly", "framework.host_forward_per_layer_s, "
+    "host_train_per_layer_s, host_checkpoint_mult, fsdp_host_per_unit_s; operations.decode:RT.host_overlap; "
+    "generation.RT.graph_max_batch, eager_runtime",
+    "gpu", "H200 measurement of Qwen2.5-0.5B pieces (h200-measured step.samples); pytorch/pytorch#173680",
+    "rlhfsim.costs.framework, rlhfsim.costs.model._Decode")
+FRAMEWORK_PIECE = _row(
+    "framework_piece", "a framework's host time per piece beyond the fitted call (slicing, the loss)",
+    "step.microbatch_forward_s, microbatch_train_s", "any", "calibrate.stepbench", "rlhfsim.costs.stepcosts")
+OFFLOAD = _row(
+    "offload", "parameters, gradients and optimizer state crossing the host link",
+    "execution.offload; step.host_copy_eff; hardware host_link_bw", "any", "calibrate.stepbench (host_copy_eff)",
+    "rlhfsim.sim.execution.offload_s")
+OPTIMIZER = _row(
+    "optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
+    "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.CostModel.optimizer_parts")
+DECODE_KERNELS = _row(
+    "decode_kernels", "a decode step's device work: weights and KV cache streamed, attention and "
+    "GEMM FLOPs, TP all-reduces (two per layer, each never under the measured time of a small message)",
+    "operations.decode:RT; kernels_by_shape; collectives.all_reduce.by_workers.N (latency_s, bus_bw, "
+    "small_message_s)", "any", "rlhfsim calibrate; --from-ops; Vidur's NCCL all-reduce times (microsoft/vidur "
+    "data/profiling/network, calibrate/public/vidur)", "rlhfsim.costs.model._Decode, rlhfsim.costs.model.CostModel._tp_comm_s")
+ENGINE_STEP = _row(
+    "engine_step", "an engine's fixed host time per decode step (scheduling, input preparation, output "
+    "processing), serial with the device", "operations.decode:RT.overhead_s (and per layer without "
+    "host_overlap)", "any", "rlhfsim calibrate; derived from vLLM/SGLang performance posts",
+    "rlhfsim.costs.model._Decode")
+ENGINE_HOST = _row(
+    "engine_host", "the engine's host work per step as a function of the sequences running in it (scheduler, "
+    "input preparation, the sampler's bookkeeping, output processing, detokenizing): (1 - overlap) x H(b) serial "
+    "with the step, and the share hidden behind the device where it outlasts the device's work and launches",
+    "generation.RT.step_host_s, step_host_per_seq_s, step_host_overlap", "any",
+    "vLLM's host code timed on a CPU (calibrate/enginehost: the scheduler, output processor and input "
+    "preparation are the same code as on a GPU); vLLM and SGLang performance posts",
+    "rlhfsim.costs.model._Decode.host")
+PREFILL_CHUNK = _row(
+    "prefill_chunk", "prefill tokens a decode step carries under chunked prefill (vLLM V1, V0's "
+    "enable_chunked_prefill, SGLang): their device work beyond the step's weight reads, their all-reduces, and "
+    "their rows' share of the step's host work", "generation.max_num_batched_tokens, chunked_prefill; "
+    "operations.prefill:RT", "any", "the prefill operation's fit (its roofline less the weight bytes)",
+    "rlhfsim.costs.model.CostModel.chunk_in_step_s")
+SAMPLING_TAIL = _row(
+    "sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
+    "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes")
+GEN_CALL_OVERHEAD = _row(
+    "gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "
+    "checks, cache setup, the stopping criteria), beside its prefill and decode steps",
+    "generation.RT.call_overhead_s", "any", "rlhfsim calibrate (calibrate.genbench prefill points)",
+    "rlhfsim.costs.price.generate_call_s")
+HANDOFF = _row(
+    "handoff", "the actor's pause at a chunk boundary under intra-step streaming (a generate() call "
+    "returning its tokens and the next one continuing on the cache), per boundary and row",
+    "generation.RT.handoff_s, handoff_per_row_s", "any", "rlhfsim calibrate (calibrate.genbench handoff "
+    "points)", "rlhfsim.sim.engines.base.Engine.handoff")
+LEFT_PADDING = _row(
+    "left_padding", "what a left-padded static batch (rows of different contexts) adds to its prefill call "
+    "and to each decode step (the attention mask applied at every step)",
+    "generation.RT.pad_step_s, pad_step_per_row_s, pad_prefill_s", "any",
+    "rlhfsim calibrate (calibrate.genbench pad points)", "rlhfsim.sim.engines.static")
+WEIGHT_SYNC = _row(
+    "weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
+    "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
+    "calibrate.stepbench", "rlhfsim.costs.model.CostModel.reshard_parts")
+ADVANTAGE = _row(
+    "advantage", "advantages on the driver's CPU over every row padded to the response cap, as verl's code "
+    "runs them: GAE's reverse loop over positions (small tensor ops on strided columns), GRPO's Python loops "
+    "over rows, their element-wise passes, and verl 0.9's rollout-correction metrics",
+    "step.adv_per_op_s, adv_per_strided_s, adv_per_element_s, adv_per_row_s; execution.advantage.gae_loop, "
+    "rollout_metrics", "any", "verl's code paths timed on a CPU, one thread (calibrate.advbench; "
+    "calibrate.stepbench on a profile's host)", "rlhfsim.costs.driver.advantage_parts")
+INTERFERENCE = _row(
+    "interference", "decode and prefill slowed while they share GPUs (OPPO intra-step; a streamed scorer "
+    "call's seconds beyond its price alone)",
+    "interference.decode_slowdown, prefill_slowdown, handover", "any", "calibrate.cpu.corun",
+    "rlhfsim.costs.model.CostModel.corun")
+PAGE_FAULTS = _row(
+    "page_faults", "minor page faults of logits-sized tensors above glibc's mmap threshold (out of "
+    "op_overhead)",
+    "kernels.page_faults", "cpu", "calibrate.cpu.pagefaults", "rlhfsim.costs.cpuhost.page_fault_s")
+LOGPROB_TAIL_CPU = _row(
+    "logprob_tail_cpu", "a log-prob pass's log-softmax and gather measured on a CPU, priced after its "
+    "roofline instead of as bytes inside it (the difference, out of kernels: negative where the measured "
+    "tail is faster than the bytes)",
+    "kernels.page_faults.logprob_tail.s_per_logit", "cpu", "calibrate.cpu.pagefaults.measure_logprob_tail",
+    "rlhfsim.costs.cpuhost.CpuHostEffects, rlhfsim.costs.model._Forward.parts")
+COLD_OVERHEADS = _row(
+    "cold_overheads", "a decode step's fixed costs (engine step, sampling tail, launch floor) beyond their "
+    "hot values, after its weights swept the CPU caches",
+    "kernels.cold_overheads", "cpu", "calibrate.cpu.coldfixed", "rlhfsim.costs.cpuhost.cold_factor")
+GEMM_FOOTPRINT = _row(
+    "gemm_footprint", "a decode step's weight passes (a multi-row GEMM) and its weights' streaming rate, by "
+    "the weights' cache footprint (out of decode_kernels)",
+    "kernels.gemm_weight_passes, gemm_passes_by_footprint", "cpu", "calibrate.cpu.gemm",
+    "rlhfsim.costs.cpuhost.footprint_passes, rlhfsim.costs.cpuhost.stream_factor")
+WIDTH_RATE = _row(
+    "width_rate", "training rate by model width (the body FLOPs' extra time, out of kernels)", "kernels.width_efficiency", "cpu", "calibrate.cpu.widths",
+    "rlhfsim.costs.cpuhost.width_rate")
+REENCODE_PREFIX = _row(
+    "reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
+    "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "
+    "against incremental", "models.reward.streaming; operations.reencode:RT (else score:RT, prefill)",
+    "any", "calibrate.rescore", "rlhfsim.sim.streaming.Reencode.parts")
+RETOKENIZE = _row(
+    "retokenize", "the host decoding the actor's ids to text and tokenizing it for a reward model of "
+    "another tokenizer (per batch, or per streamed call)", "step.retokenize_s, retokenize_per_token_s",
+    "any", "calibrate.stepbench", "rlhfsim.costs.model.CostModel.retokenize_s")
+RULE_REWARD = _row(
+    "rule_reward", "a rule-based reward checker on CPU workers", "models.reward.cpu_s_per_sample, workers",
+    "any", "the scenario", "rlhfsim.costs.model.CostModel.rule_reward_s")
+
 
 # The one line of an explanation that is not a cost term: a streamed phase's replica idle inside the span,
 # waiting for generation to hand tokens over (``rlhfsim explain``'s ``waiting_s``).
 WAITING = "waiting for rollouts"
 
+TERMS: tuple[CostTerm, ...] = tuple(_ROWS)   # the registry, in the docs' order
 BY_NAME = {t.name: t for t in TERMS}
+
+
+def term(name: str) -> CostTerm:
+    """The registered term called ``name`` (a name read from outside the code: a table, a JSON document)."""
+    t = BY_NAME.get(name)
+    if t is None:
+        raise KeyError(f"cost term: expected one of {', '.join(BY_NAME)}, got {name!r}")
+    return t
 
 
 def add_terms(acc: dict[str, float], parts: dict[str, float], scale: float = 1.0) -> float:

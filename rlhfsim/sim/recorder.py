@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlhfsim.costs.terms import add_terms
+from rlhfsim.costs.terms import INTERFERENCE, add_terms
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Recorder:
         entry = self.streamed.setdefault((step, phase), {}).setdefault(replica, [end_at, {}])
         entry[0] = max(entry[0], end_at)
         add_terms(entry[1], parts)
-        add_terms(entry[1], {"interference": interference})
+        add_terms(entry[1], {INTERFERENCE: interference})
 
     def phase_terms(self) -> dict[tuple[int, str], tuple[dict[str, float], float | None]]:
         """Per (step, phase): the seconds by term of the work that sets the span, and for a streamed phase the

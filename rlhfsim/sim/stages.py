@@ -30,7 +30,7 @@ from rlhfsim.contracts import CPU_POOL
 from rlhfsim.costs import price
 from rlhfsim.costs.driver import AdvantageCode
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
-from rlhfsim.costs.terms import add_terms
+from rlhfsim.costs.terms import ADVANTAGE, FRAMEWORK_PIECE, OFFLOAD, OPTIMIZER, RETOKENIZE, RULE_REWARD, WEIGHT_SYNC, add_terms
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.balance import balanced_ranks
@@ -139,12 +139,12 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
                 active += call.active_s
                 if terms:
                     add_terms(mine_terms, call.terms())
-                    add_terms(mine_terms, {"framework_piece": per_call_s})
+                    add_terms(mine_terms, {FRAMEWORK_PIECE: per_call_s})
             if mine:
                 off = ex.offload_s(sim, role, "forward", len(calls))
                 t += off
                 if terms:
-                    add_terms(mine_terms, {"offload": off})
+                    add_terms(mine_terms, {OFFLOAD: off})
             if terms and t > worst[0]:
                 worst = (t, mine_terms)
             durs.append(t)
@@ -169,7 +169,7 @@ def advantage(env, sim, step: int, rows: list[Rollout]):
     if t > 0:
         sim.rec.busy(step, CPU_POOL, 0, 1, "actor", "adv", start, env.now, active_s=0.0)
         if sim.rec.terms is not None:
-            sim.rec.add_terms(step, "adv", {"advantage": t})
+            sim.rec.add_terms(step, "adv", {ADVANTAGE: t})
 
 
 def retokenize(env, sim, step: int, rows: list[Rollout]):
@@ -186,7 +186,7 @@ def retokenize(env, sim, step: int, rows: list[Rollout]):
     if t > 0:
         sim.rec.busy(step, CPU_POOL, 0, 1, "reward", "retokenize", start, env.now, active_s=0.0)
         if sim.rec.terms is not None:
-            sim.rec.add_terms(step, "retokenize", {"retokenize": t})
+            sim.rec.add_terms(step, "retokenize", {RETOKENIZE: t})
 
 
 def rule_reward(env, sim, step: int, rows: list[Rollout]):
@@ -198,7 +198,7 @@ def rule_reward(env, sim, step: int, rows: list[Rollout]):
     if t > 0:  # no GPU work: the pseudo-pool is never counted in GPU utilization
         sim.rec.busy(step, CPU_POOL, 0, 1, "reward", "reward", start, env.now, active_s=0.0)
         if sim.rec.terms is not None:
-            sim.rec.add_terms(step, "reward", {"rule_reward": t})
+            sim.rec.add_terms(step, "reward", {RULE_REWARD: t})
 
 
 def train(env, sim, step: int, role: str, rows: list[Rollout]):
@@ -285,21 +285,21 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                         rank = (rank[0] + call.total_s + per_call_s, rank[1] + call.active_s)  # 0.0 + x == x: one call, as before
                         if terms:
                             add_terms(rank_terms, call.terms())
-                            add_terms(rank_terms, {"framework_piece": per_call_s})
+                            add_terms(rank_terms, {FRAMEWORK_PIECE: per_call_s})
                     if rank > slowest:
                         slowest, slowest_terms = rank, rank_terms
                 t += slowest[0] + opt
                 active += slowest[1] + opt_active
                 if terms:
                     add_terms(phase_terms, slowest_terms)
-                    add_terms(phase_terms, {"optimizer": opt})
+                    add_terms(phase_terms, {OPTIMIZER: opt})
         off = ex.offload_s(sim, role, "train")
         t += off
         yield env.timeout(t)
         if t > 0:
             sim.rec.busy(step, pool.name, 0, pool.gpus, role, phase, start, env.now, active_s=active)
             if terms:
-                add_terms(phase_terms, {"offload": off})
+                add_terms(phase_terms, {OFFLOAD: off})
                 sim.rec.add_terms(step, phase, phase_terms)
 
 
@@ -335,7 +335,7 @@ def weight_sync(env, sim, step: int):
         yield env.timeout(t)
         sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
         if t > 0 and sim.rec.terms is not None:   # rlhfsim explain: the update's parts are weight_sync's
-            sim.rec.add_terms(step, "weight_sync", {"weight_sync": t - off, "offload": off})
+            sim.rec.add_terms(step, "weight_sync", {WEIGHT_SYNC: t - off, OFFLOAD: off})
 
 
 def weight_sync_parts(sim) -> dict[str, float]:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rlhfsim.costs.terms import REENCODE_PREFIX
+
 
 class Streaming:
     """One way of streaming a response to the reward model. Subclasses set ``NAME`` and ``ARCHS``."""
@@ -101,7 +103,7 @@ class Reencode(Streaming):
         if new >= tokens:   # nothing scored before: one plain pass
             return cost.rescore_terms(model, dtype, tokens, n_seqs, tp, runtime)
         out = cost.rescore_terms(model, dtype, new, n_seqs, tp, runtime)
-        out["reencode_prefix"] = cost.rescore_parts(model, dtype, tokens, n_seqs, tp, runtime)[0] - sum(out.values())
+        out[REENCODE_PREFIX] = cost.rescore_parts(model, dtype, tokens, n_seqs, tp, runtime)[0] - sum(out.values())
         return out
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pickle
 from pathlib import Path
 
 import pytest
@@ -23,12 +26,56 @@ def test_registry_names_are_unique_and_the_docs_table_is_generated_from_it():
     assert T.markdown() in (ROOT / "docs" / "reference" / "cost-terms.md").read_text()
 
 
-def test_every_term_a_breakdown_returns_is_registered():
-    produced = set(CallParts(1.0, 0.5, 0.1, 0.2, 0.01, 2.0).terms())
-    produced |= {"framework_piece", "offload", "optimizer", "decode_kernels", "engine_step", "sampling_tail",
-                 "interference", "reencode_prefix", "retokenize", "rule_reward", "advantage", "weight_sync"}
-    produced |= {"logprob_tail_cpu", "page_faults", "width_rate", "gemm_footprint", "cold_overheads"}  # a CPU's
-    assert produced <= set(T.BY_NAME) and T.WAITING not in T.BY_NAME   # waiting is not a cost term
+def _registered(keys) -> bool:
+    """Every key is the registry's own object (a plain string spelt like a term is not)."""
+    return all(type(k) is T.CostTerm and T.BY_NAME.get(k) is k for k in keys)
+
+
+@pytest.mark.parametrize("path, sets", [
+    ("verl-ppo.yaml", ["execution.sharding=fsdp", "execution.entropy=true", "execution.advantage.enabled=true",
+                       "execution.weight_sync.kind=reshard", "execution.offload.actor.param=true"]),
+    ("oppo.yaml", []),                                        # a streamed reward model, generate() hand-overs
+    ("validate/oppo-full.yaml", []),                          # a CPU: co-running interference, the CPU host effects
+    ("validate/oppo-encoder-reencode.yaml", []),
+    ("validate/grpo-retokenize.yaml", []),
+    ("validate/sync-static.yaml", []),
+])
+def test_every_key_a_breakdown_returns_is_a_registry_object(path, sets):
+    doc = explain(load_scenario(ROOT / "scenarios" / path, overrides=[parse_set(s) for s in sets]), steps=2)
+    keys = [k for e in doc["phases"].values() for k in e.get("terms_s", {})] + list(doc["decode_step"]["terms_s"])
+    assert keys and _registered(keys) and T.WAITING not in T.BY_NAME   # waiting is not a cost term
+    assert _registered(CallParts(1.0, 0.5, 0.1, 0.2, 0.01, 2.0).terms())
+
+
+def test_a_misspelt_term_fails_at_import_and_a_bad_row_at_registration():
+    with pytest.raises(ImportError):
+        exec("from rlhfsim.costs.terms import INTERFERENSE", {})
+    assert T.INTERFERENCE == "interference" and T.term("interference") is T.INTERFERENCE
+    with pytest.raises(KeyError, match="interferense"):
+        T.term("interferense")
+    with pytest.raises(ValueError, match="registered twice"):
+        T._row("kernels", "", "", "any", "", "")
+    with pytest.raises(ValueError, match="devices"):
+        T.CostTerm("tpu_term", "", "", "tpu", "", "")
+    assert all(getattr(T, t.name.upper()) is t for t in T.TERMS)   # each row's constant is its name
+    assert pickle.loads(pickle.dumps({T.KERNELS: 1.0})) == {"kernels": 1.0} and \
+        next(iter(pickle.loads(pickle.dumps({T.KERNELS: 1.0})))) is T.KERNELS
+
+
+def test_each_term_names_code_that_exists():
+    def resolve(path):
+        parts, obj = path.split("."), None
+        for i, part in enumerate(parts):   # the longest importable module, then attributes of it
+            try:
+                obj = importlib.import_module(".".join(parts[:i + 1]))
+            except ImportError:
+                assert obj is not None, path
+                return functools.reduce(getattr, parts[i:], obj)
+        return obj
+
+    for t in T.TERMS:
+        for path in t.module.split(", "):
+            assert resolve(path) is not None, (t, path)
 
 
 def test_each_phase_is_the_sum_of_its_terms():

@@ -33,13 +33,13 @@ busy time, and a test holds the generate phase's terms plus its idle time to its
 from __future__ import annotations
 
 from rlhfsim.costs.model import _sum_max_linear, decode_parts
-from rlhfsim.costs.terms import add_terms
+from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, INTERFERENCE, LEFT_PADDING, SAMPLING_TAIL, CostTerm, add_terms
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import SEGMENT, DeferredClock
 
 
 def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None, extra_s: float,
-                  extra_term: str = "left_padding") -> tuple[float, dict]:
+                  extra_term: CostTerm = LEFT_PADDING) -> tuple[float, dict]:
     """(price_s, terms): ``n`` decode steps of ``batch`` rows from ``kv0`` cached tokens as a replica's clock
     prices them alone (``decode_parts`` of ``Clock.coeffs``: ``dec`` the clock's ``_Decode``, ``overhead_s``
     the engine's per-step overhead or None, ``extra_s`` added to every step: a padded static batch's padding, or a
@@ -56,19 +56,19 @@ def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None,
     comm = dec.cost._tp_comm_s(dec.m, dec.dtype, batch, dec.tp)
     over = dec.over if overhead_s is None else overhead_s
     priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
-    out = {"decode_kernels": kern + n * comm, "engine_step": n * over,
-           "sampling_tail": n * (dec.tail0 + dec.tail_row * batch),
-           "host_launch_bound": priced - kern, extra_term: n * extra_s}
+    out = {DECODE_KERNELS: kern + n * comm, ENGINE_STEP: n * over,
+           SAMPLING_TAIL: n * (dec.tail0 + dec.tail_row * batch),
+           HOST_LAUNCH_BOUND: priced - kern, extra_term: n * extra_s}
     if dec.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
         serial, _ = dec.host(batch)
         launched = _sum_max_linear(max(c0, dec.launch_floor(batch)), cs, u0, us, n)
-        out["host_launch_bound"] = launched - kern
-        out["engine_host"] = n * serial + (priced - launched)
+        out[HOST_LAUNCH_BOUND] = launched - kern
+        out[ENGINE_HOST] = n * serial + (priced - launched)
     if dec.cpu is not None:   # a CPU's host effects, split out as _Decode.terms splits them
         p0, _, pu0, pus = dec._lines(batch, kv0, plain=True)
         dec.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, dec.cold,
-                             out["host_launch_bound"] / dec.cold, engine_cold=overhead_s is None)
-    out["decode_kernels"] += price - sum(out.values())   # rounding: the terms sum to the price
+                             out[HOST_LAUNCH_BOUND] / dec.cold, engine_cold=overhead_s is None)
+    out[DECODE_KERNELS] += price - sum(out.values())   # rounding: the terms sum to the price
     return price, out
 
 
@@ -121,7 +121,7 @@ class _Terms:
     def charge(self, terms: dict[str, float], slowed: bool = False) -> None:
         """The next ``busy`` call's price alone by term; ``slowed``: co-running stretches it (what it takes
         beyond the terms is interference)."""
-        self._pending = (terms, "interference" if slowed else None)
+        self._pending = (terms, INTERFERENCE if slowed else None)
 
     def booked(self, terms: dict[str, float], total_s: float) -> None:
         """A call of ``total_s`` booked without ``busy`` (the continuous engine's detached loop), by term."""
@@ -137,7 +137,7 @@ class _Terms:
         s = add_terms(self.acc, terms, done)
         left = took_s - s
         if left:
-            key = rest or next(iter(terms), "engine_step")
+            key = rest or next(iter(terms), ENGINE_STEP)
             self.acc[key] = self.acc.get(key, 0.0) + left
 
 
@@ -179,7 +179,7 @@ class TermsClock(_Terms, Clock):
             s += add_terms(self.acc, step, self._frac)
         left = (self.env.now - t0) - s
         if left:
-            key = "interference" if self._slowed else "decode_kernels"
+            key = INTERFERENCE if self._slowed else DECODE_KERNELS
             self.acc[key] = self.acc.get(key, 0.0) + left
         return done
 

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import simpy
 
+from rlhfsim.costs.terms import HANDOFF, LEFT_PADDING, CostTerm
 from rlhfsim.sim.engines.accounting import EngineTerms, TermsClock, TermsDeferredClock
 from rlhfsim.sim.engines.clock import Clock, wait_until
 from rlhfsim.sim.engines.deferred import DeferredClock
@@ -31,7 +32,7 @@ class Engine:
     NAME: ClassVar[str]
     DETACH: ClassVar[bool] = True
     # the cost term of what a clock's ``step_extra_s`` adds to each decode step (``accounting.segment_terms``)
-    EXTRA_TERM: ClassVar[str] = "left_padding"
+    EXTRA_TERM: ClassVar[CostTerm] = LEFT_PADDING
 
     def __init__(self, sim, req):
         self.sim = sim
@@ -170,7 +171,7 @@ class Engine:
         if self.sim.slows_decode == "live":
             t *= self.sim.decode_factor(self.pool.name, clock.gpus)
         if self.terms is not None:
-            clock.charge({"handoff": base}, slowed=t != base)
+            clock.charge({HANDOFF: base}, slowed=t != base)
         try:
             yield from clock.busy(t, 0.0)
         except simpy.Interrupt:

@@ -40,6 +40,7 @@ from typing import ClassVar
 
 import simpy
 
+from rlhfsim.costs.terms import PREFILL_CHUNK, CostTerm
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import SEGMENT, DeferredClock
@@ -50,7 +51,7 @@ class ContinuousEngine(Engine):
     """vLLM-like continuous batching with a KV-cache admission watermark (module docstring)."""
 
     NAME: ClassVar[str] = "continuous"
-    EXTRA_TERM: ClassVar[str] = "prefill_chunk"   # what a decode step's step_extra_s is: chunked prefill's chunks
+    EXTRA_TERM: ClassVar[CostTerm] = PREFILL_CHUNK   # what a decode step's step_extra_s is: chunked prefill's chunks
     PREFIX_BLOCK: ClassVar[int] = 16   # vLLM's default KV block (block_size): prefix caching hits whole blocks
     WATERMARK: ClassVar[float] = 0.01  # vLLM's default ``watermark``: fraction of the KV cache kept free at admission
 

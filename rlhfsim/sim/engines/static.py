@@ -73,6 +73,7 @@ import simpy
 
 from rlhfsim.costs.genruntimes import ROW_HANDOVER
 from rlhfsim.costs.model import decode_parts
+from rlhfsim.costs.terms import GEN_CALL_OVERHEAD, LEFT_PADDING
 from rlhfsim.sim.engines.accounting import segment_terms
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
@@ -119,8 +120,8 @@ class StaticEngine(Engine):
         total += self.cost.call_overhead_s(self.rt)
         if self.terms is not None and total > 0:
             clock.charge({**(self.terms.prefill(ctx0 * len(need), len(need)) if need else {}),
-                          "gen_call_overhead": self.cost.call_overhead_s(self.rt),
-                          "left_padding": self.cost.pad_prefill_s(self.rt) if need and padded else 0.0})
+                          GEN_CALL_OVERHEAD: self.cost.call_overhead_s(self.rt),
+                          LEFT_PADDING: self.cost.pad_prefill_s(self.rt) if need and padded else 0.0})
         if total > 0:
             yield from clock.busy(total, active)
         for r in need:
@@ -293,7 +294,7 @@ class StaticEngine(Engine):
         if total <= 0:
             return True
         if self.terms is not None:   # the prefill's terms less those of the decode step its token replaces
-            parts = {**self.terms.prefill(width * b, b), "left_padding": self.cost.pad_prefill_s(self.rt)
+            parts = {**self.terms.prefill(width * b, b), LEFT_PADDING: self.cost.pad_prefill_s(self.rt)
                      if clock.step_extra_s else 0.0}
             for k, v in segment_terms(clock._decoder, b, b * width, 1, self.overhead, clock.step_extra_s)[1].items():
                 parts[k] = parts.get(k, 0.0) - v
