@@ -73,7 +73,7 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--threads", type=click.IntRange(min=1), help="torch threads (default: the usable cores).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where exported/compiled artifacts and the "
               "C++ program are cached (default: $RLHFSIM_CACHE_DIR or ~/.cache/rlhfsim).")
-@click.option("--grid", "grid_json", metavar="JSON|PATH", help="Override grid fields (calibrate/grid.py), as a JSON "
+@click.option("--grid", "grid_json", metavar="JSON|PATH", help="Override grid fields (calibrate/running/grid.py), as a JSON "
               "object or a JSON file, e.g. '{\"score\": [[1, 64], [8, 256]], \"max_iters\": 10}'.")
 @click.option("--no-progress", is_flag=True, help="No progress display (warnings still print).")
 @click.option("--name", "name", metavar="NAME", help="Profile name (default: the device's: cpu-<cpu model>, or the "
@@ -85,7 +85,7 @@ def _on_sigterm(signum, frame):  # a kill ends the run like Ctrl-C: the journal 
 @click.option("--from-ops", "from_ops", type=click.Path(file_okay=False), metavar="DIR", help="Measure nothing: fit "
               "the GPU kernel terms of --gpu (kernels_by_shape, collectives) from published per-operation measurements in "
               "Vidur's data/profiling layout (calibrate/public/vidur is a copy) and write a profile that extends the "
-              "default one (calibrate.fromops).")
+              "default one (calibrate.fitting.fromops).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: the profile's name, path, seconds taken, quality and runtime summary as one JSON object.")
 def calibrate_command(gpu_name, device, force, quick, models, model_paths, runtimes, out, resume, dtype, threads,
@@ -115,9 +115,9 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
             shapes = (shapes or []) + [shape]
     except RlhfsimError as e:
         _fail(str(e))
-    from calibrate.journal import journal_path
-    from calibrate.report import fit_table, interference_line, runtime_table
-    from calibrate.run import assemble_journal, run_calibration
+    from calibrate.running.journal import journal_path
+    from calibrate.running.report import fit_table, interference_line, runtime_table
+    from calibrate.running.run import assemble_journal, run_calibration
 
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
     finally:
         signal.signal(signal.SIGTERM, old)
     if fmt == "json":
-        from calibrate.report import runtime_json
+        from calibrate.running.report import runtime_json
 
         click.echo(json.dumps({"profile": profile["name"], "path": profile["_path"],
                                "seconds": time.perf_counter() - t0, "quality": profile["quality"],
@@ -160,7 +160,7 @@ def calibrate_command(gpu_name, device, force, quick, models, model_paths, runti
 
 def _rich_runtime_table(profile: dict) -> None:
     """The scoring-runtime comparison as a rich table (plain text where rich is not installed)."""
-    from calibrate.report import RUNTIME_HEADER, runtime_cells, runtime_rows, runtime_table
+    from calibrate.running.report import RUNTIME_HEADER, runtime_cells, runtime_rows, runtime_table
 
     try:
         from rich.console import Console
@@ -185,8 +185,8 @@ def _rich_runtime_table(profile: dict) -> None:
 
 
 def _from_ops(root: str, gpu_name: str | None, out: str | None, fmt: str) -> None:
-    """``calibrate --from-ops DIR --gpu GPU [-o OUT]``: ``calibrate.fromops.run`` (no torch, no device)."""
-    from calibrate.fromops import run
+    """``calibrate --from-ops DIR --gpu GPU [-o OUT]``: ``calibrate.fitting.fromops.run`` (no torch, no device)."""
+    from calibrate.fitting.fromops import run
     from rlhfsim.contracts import PROFILE_FILE
     from rlhfsim.files import out_path
 
@@ -211,8 +211,8 @@ def _from_ops(root: str, gpu_name: str | None, out: str | None, fmt: str) -> Non
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def runtimes_command(profile_ref, fmt):
     """Compare the scoring runtimes, batching strategies and generation runtimes a profile measured."""
-    from calibrate.journal import points_path, with_points
-    from calibrate.report import batching_table, chunk_table, generation_table, runtime_json, sampling_table
+    from calibrate.running.journal import points_path, with_points
+    from calibrate.running.report import batching_table, chunk_table, generation_table, runtime_json, sampling_table
     from rlhfsim.costs.profile import load_profile
 
     try:
@@ -297,9 +297,9 @@ def runtimes_command(profile_ref, fmt):
             click.echo(f"co-running, {rt} beside an intra-step scorer (calibrate.cpu.corun.overlap_fit, "
                        f"{ov['n_configs']} actors): x{ov['idle_x']:.2f} while it waits, x{ov['busy_x']:.2f} while a call runs (medians){by}")
     if profile.get("kernels_by_shape") or profile.get("collectives"):
-        from calibrate.fromops import term_lines
+        from calibrate.fitting.fromops import term_lines
 
-        click.echo("\nGPU kernel terms from public per-operation measurements (calibrate.fromops), with provenance:")
+        click.echo("\nGPU kernel terms from public per-operation measurements (calibrate.fitting.fromops), with provenance:")
         click.echo("\n".join(term_lines(profile)))
     if profile.get("from_logs"):
         from rlhfsim.fromrun.bundle import provenance_lines

@@ -10,8 +10,8 @@ CPU calibration adds to the operations (prefill, decode, scoring, training) ever
   scorer), not a measurement.
 
 Each probe writes the profile's ``kernels`` or ``interference.handover`` section, and runs only where the
-calibration grid names its field (``calibrate.grid``: the CPU grids name them all; a GPU grid names ``gemm`` and
+calibration grid names its field (``calibrate.running.grid``: the CPU grids name them all; a GPU grid names ``gemm`` and
 ``widths`` at its own shapes). The simulator prices them from the profile (the terms of ``rlhfsim.costs.terms``).
-They live apart from the calibration's product modules (``calibrate.run``, ``calibrate.genruntimes``, the
+They live apart from the calibration's product modules (``calibrate.running.run``, ``calibrate.genruntimes``, the
 executor, the frameworks, validation) so that a reader sees which code a GPU calibration needs.
 """

@@ -2,7 +2,7 @@
 
 A decode step of one row is the weights streamed once plus fixed work per step and per layer (dispatch,
 norms, one-row attention, the cache writes, the sampling tail). The decode fit prices that fixed work as
-``overhead_s + overhead_per_layer_s x L`` and the sampling tail as ``calibrate.sampling`` measures it, hot: one
+``overhead_s + overhead_per_layer_s x L`` and the sampling tail as ``calibrate.measuring.sampling`` measures it, hot: one
 number for every model size. In a real step each layer's fixed work runs right after the other layers' weights
 (this step's and the last one's) have swept the caches, so it costs more the larger the model: on the AMD EPYC
 2-vCPU VM a small in-cache model's whole step took 1.25-1.8x as long after 12-48 MiB of other weights had
@@ -16,7 +16,7 @@ cost, each timed right after an untimed sweep of one-row products (``F.linear`` 
 footprint sweep streams them. ``kernels.cold_overheads`` (``cold_summary``) holds, per footprint, the step's
 time over the same step with no sweep, at least 1: the factor by which a model of that decode-weight footprint
 pays its fixed costs and sampling tail (``rlhfsim.costs.cpuhost.cold_factor``), in the decode fit
-(``calibrate.fit``: each decode point's overheads and tail times its factor, field ``cold_x``) and in the
+(``calibrate.fitting.fit``: each decode point's overheads and tail times its factor, field ``cold_x``) and in the
 simulator alike (``rlhfsim.costs.model._Decode``). On a GPU the sweep streams device memory and the fixed work
 is the host's, so the factors there come out near 1.
 """
@@ -28,7 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from calibrate.session import Session, point_key
+from calibrate.running.session import Session, point_key
 from rlhfsim.costs import flops as fl
 from rlhfsim.models.catalog import ModelShape
 
@@ -62,7 +62,7 @@ def sweep_weights(foot_mib: float, device, dtype, generator) -> list:
 
 def measure_cold(s: Session, actors: list[ModelShape]) -> None:
     """Every footprint's ``cold_step`` point on the smallest of ``actors`` (module docstring)."""
-    from calibrate.bench import _fields, decode_loop
+    from calibrate.measuring.bench import _fields, decode_loop
 
     shape = probe_shape(actors, s.dtype)
     todo = [(f, _key(shape, s.dtype, f)) for f in feet(s.grid)] if shape is not None else []

@@ -1,7 +1,7 @@
 """Co-running in the hand-over pattern, per generation runtime (``interference`` points of strategy
 ``handover``; grid field ``Grid.handover``).
 
-The plain ``interference`` points (``calibrate.bench.measure_interference``) time two loops of our own
+The plain ``interference`` points (``calibrate.measuring.bench.measure_interference``) time two loops of our own
 decoder that are busy all the time. An intra-step OPPO step does not run like that: the actor generates
 with its runtime (HF ``generate()`` calls of one chunk each, or our decoder's steps) and hands each
 row's new chunk to a scorer thread at the chunk boundary; the scorer wakes for one short call at a time
@@ -35,14 +35,14 @@ Every actor operation of the kept intervals is stamped on the host clock, and so
 forward's start to the next (forward pre-hooks on the model, ``call_steps``: stamped whole, a call is one
 operation, which the scorer's calls never cover by half, so no ``generate()`` runtime would get a fit).
 
-Recorded, each with its alone samples (``alone_*``: ``calibrate.measure.alone_fields``): side
+Recorded, each with its alone samples (``alone_*``: ``calibrate.measuring.measure.alone_fields``): side
 ``decode`` (the actor intervals after the first hand-over of each round: the first runs before the
 scorer has anything to do, as the step's first chunk does) and side ``prefill`` (the scorer's calls),
 ``slowdown`` = median beside / median alone (medians: a round of a few calls on a shared CPU now and then
 holds a call of seconds, which a trimmed mean of 15 samples keeps). The profile keeps them per generation runtime
-(``interference.handover``, ``calibrate.assemble.interference_summary``) with a fit of the time the pattern
+(``interference.handover``, ``calibrate.fitting.assemble.interference_summary``) with a fit of the time the pattern
 adds to one operation by its model's layers and its time alone (``added``,
-``calibrate.assemble.handover_added_fit``), and the simulator applies that fit (else the slowdowns) over
+``calibrate.fitting.assemble.handover_added_fit``), and the simulator applies that fit (else the slowdowns) over
 the window in which a scorer is live beside generation (``rlhfsim.sim.simulation``), since that is
 the window they were measured over.
 """
@@ -58,11 +58,11 @@ import numpy as np
 
 import torch
 
-from calibrate.decoder import sample_next
-from calibrate.genbench import runtime_key
+from calibrate.measuring.decoder import sample_next
+from calibrate.measuring.genbench import runtime_key
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, left_pad
-from calibrate.measure import Clock, Measurement, alone_fields, summarize
-from calibrate.session import Session, point_key
+from calibrate.measuring.measure import Clock, Measurement, alone_fields, summarize
+from calibrate.running.session import Session, point_key
 from calibrate.cpu.threadpool import one_thread_here, scorer_threads
 from rlhfsim.models.catalog import ModelShape
 
@@ -311,7 +311,7 @@ def overlap_fit(alone_ops: list[tuple[float, float]], ops: list[tuple[float, flo
     ``OVERLAP_MIN_OPS`` operations, without one operation at most ``OVERLAP_SPAN[0]`` and one at least
     ``OVERLAP_SPAN[1]`` overlapped (a line through a narrow span says nothing of its ends), or where the line
     does not fall with the overlap (the actor made no progress at all beside a call, or noise)."""
-    from calibrate.measure import trimmed_mean
+    from calibrate.measuring.measure import trimmed_mean
 
     if len(ops) < OVERLAP_MIN_OPS or not alone_ops:
         return None

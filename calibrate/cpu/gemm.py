@@ -8,7 +8,7 @@ small), proportional to the weight bytes. A roofline with one memory efficiency 
 decode fit under-priced every batch-4 point by 9-38% while fitting batch 1 and 16
 (on scenarios drawn by ``rlhfsim validate --generate``). So the ratio is measured on its own, here, and the decode
 work counts the weights ``gemm_weight_passes`` times when a step has two rows or more
-(``rlhfsim.costs.flops.ShapeCoeffs.decode``), in the fit (``calibrate.fit.point_work``) and in the
+(``rlhfsim.costs.flops.ShapeCoeffs.decode``), in the fit (``calibrate.fitting.fit.point_work``) and in the
 simulator alike. Prefill, scoring and training always multiply many rows: their single memory efficiency
 absorbs the packing.
 
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from calibrate.session import Session, point_key
+from calibrate.running.session import Session, point_key
 from rlhfsim.costs.cpuhost import rates_from_ratios
 
 

@@ -36,7 +36,7 @@ Measured here (``measure_page_faults``; ``kernels.page_faults`` in the profile):
 The simulator adds ``tensors x logits bytes x fault_s_per_byte`` to a forward pass with every logit
 (``CostModel.forward_parts``, ``all_logits``) and to a training pass of an LM head (``train_parts``)
 whenever one logits tensor of the call is above the threshold; the fit of ``train`` takes the
-``labels_train`` faults off its points (``calibrate.fit.fitted_value``). CPU only: CUDA's caching
+``labels_train`` faults off its points (``calibrate.fitting.fit.fitted_value``). CPU only: CUDA's caching
 allocator keeps its blocks, and a profile without the key prices nothing.
 """
 
@@ -49,7 +49,7 @@ import statistics
 
 import torch
 
-from calibrate.devstate import median_call_s
+from calibrate.measuring.devstate import median_call_s
 from rlhfsim.costs.cpuhost import FAULT_PATTERNS
 from rlhfsim.models.catalog import ModelShape
 
@@ -140,7 +140,7 @@ def count_shape(decoders: list[ModelShape]) -> ModelShape:
 
 def measure_page_faults(shape: ModelShape, threads: int | None = None, calls: int = 9) -> dict:
     """``kernels.page_faults`` on this CPU (see the module docstring), counting with ``shape``'s model."""
-    from calibrate.models import build_hf_model
+    from calibrate.measuring.models import build_hf_model
 
     old = torch.get_num_threads()
     if threads:

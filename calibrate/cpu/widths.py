@@ -8,7 +8,7 @@ points of hidden-128 models were under-priced by 7-21% at 1,024 tokens and those
 over-priced by 6-16%, and generated scenarios' actor training was under-priced by a median 20% at hidden
 128 and over by 5% at hidden 320 (``rlhfsim validate --generate``). So the rate is measured per width, here, and the
 body FLOPs of a training pass are divided by the width's relative rate in the fit
-(``calibrate.fit.point_work``) and in the simulator (``CostModel.train_parts``) alike:
+(``calibrate.fitting.fit.point_work``) and in the simulator (``CostModel.train_parts``) alike:
 
     F_train = 3 (F_body / r(h) + F_attn + F_head),   r(h) = rate(h) / max_w rate(w)
 
@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import torch
 
-from calibrate.session import Session, point_key
+from calibrate.running.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
 
 VOCAB = 256
@@ -69,7 +69,7 @@ def measure_widths(s: Session) -> None:
 
         def step(model=model, ids=ids):
             model.zero_grad(set_to_none=True)
-            with autocast():    # as calibrate.bench.measure_training trains: bf16 autocast on CUDA
+            with autocast():    # as calibrate.measuring.bench.measure_training trains: bf16 autocast on CUDA
                 loss = model(input_ids=ids).logits.float().pow(2).mean()
             loss.backward()
 

@@ -45,7 +45,7 @@ class ExecConfig:
     threads: int | None = None
     gen_runtime: str = "kv_decoder"   # what generates: calibrate.executor.generation.EXEC_RUNTIMES
     reward_streaming: str = "incremental"  # under intra: how chunks reach the reward model (rlhfsim.sim.streaming)
-    retokenize: bool = False          # the reward model reads another tokenizer: decode + re-tokenize (calibrate.retokenize)
+    retokenize: bool = False          # the reward model reads another tokenizer: decode + re-tokenize (calibrate.measuring.retokenize)
 
     @property
     def batch_rollouts(self) -> int:

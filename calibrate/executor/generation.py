@@ -55,11 +55,11 @@ from typing import Callable, ClassVar
 
 import torch
 
-from calibrate.decoder import StaticKVDecoder, sample_next
+from calibrate.measuring.decoder import StaticKVDecoder, sample_next
 from calibrate.executor.timing import Clock, StepLog
 from calibrate.genruntimes import left_pad
 from calibrate.genruntimes.hf_generate import HfGenerate, LogprobRecorder, RowStop
-from calibrate.models import PAD_ID
+from calibrate.measuring.models import PAD_ID
 from rlhfsim.errors import RlhfsimError
 
 

@@ -4,7 +4,7 @@ Step timeline (t = 0 when generation starts; every role time-shares the one devi
 
     generate      decode until B*g rollouts have finished (generation.py)
     retokenize    (a reward model of another tokenizer, not under intra) the trained rollouts' ids decoded
-                  to text and tokenized for the reward model, one call over the batch (calibrate.retokenize)
+                  to text and tokenized for the reward model, one call over the batch (calibrate.measuring.retokenize)
     reward        sync: after generate, the HF reward model over the B*g trained rollouts in batches of
                   max_batch (prompt + response, right-padded), or rule_reward_s per rollout on the CPU;
                   intra: chunks scored during generation by the scorer thread (by the reward streaming
@@ -20,7 +20,7 @@ Step timeline (t = 0 when generation starts; every role time-shares the one devi
 Minibatches are a seeded shuffle of the B*g trained rollouts per epoch, cut into slices of
 minibatch_size. Old log-probs are the sampling log-probs recorded during generation (no extra actor
 forward). Reward model, reference, critic and actor all run through HF transformers models built by
-``calibrate.models.build_hf_model``; the reference starts from the actor's weights (same seed).
+``calibrate.measuring.models.build_hf_model``; the reference starts from the actor's weights (same seed).
 
 Every forward call of the reward, reference and critic phases (``forward_call``) and every training
 minibatch (``train_call``) is also recorded with its shape (``StepLog.piece``: role, phase, rows, padded
@@ -34,14 +34,14 @@ import sys
 
 import torch
 
-from calibrate.decoder import StaticKVDecoder
+from calibrate.measuring.decoder import StaticKVDecoder
 from calibrate.executor import training as T
 from calibrate.executor.config import ExecConfig, StepResult, validate
 from calibrate.executor.generation import EXEC_RUNTIMES, Sequence
 from calibrate.executor.scorer import Scorer, rule_reward
 from calibrate.executor.timing import Clock, StepLog, device_allocs, minor_faults
-from calibrate.models import build_hf_model, torch_dtype
-from calibrate.retokenize import Retokenizer
+from calibrate.measuring.models import build_hf_model, torch_dtype
+from calibrate.measuring.retokenize import Retokenizer
 
 LR = 1e-5
 

@@ -22,7 +22,7 @@ Streaming strategies (``ExecConfig.reward_streaming``, ``rlhfsim.sim.streaming``
 (batch 1, no cache: an encoder's bidirectional attention leaves nothing to reuse); the final item's score
 is the reward. ``final_only`` queues one item per rollout, when it has finished: prompt + response scored
 whole, batch 1. When the reward model reads another tokenizer (``ExecConfig.retokenize``), each item's
-ids are decoded and tokenized again (``calibrate.retokenize.Retokenizer``) inside the timed call.
+ids are decoded and tokenized again (``calibrate.measuring.retokenize.Retokenizer``) inside the timed call.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from calibrate.decoder import StaticKVDecoder
+from calibrate.measuring.decoder import StaticKVDecoder
 from calibrate.executor.timing import Clock, StepLog
 from calibrate.cpu.threadpool import one_thread_here, scorer_threads
 

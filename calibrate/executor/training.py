@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from calibrate.models import PAD_ID
+from calibrate.measuring.models import PAD_ID
 
 CLIP_RATIO = 0.2
 CLIP_VALUE = 0.2
@@ -88,7 +88,7 @@ def reward_scores(reward_model, b: Packed) -> torch.Tensor:
 
 def pack_ids(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``input_ids`` and ``attention_mask`` [n, longest] of token-id rows (the reward model's
-    own ids after re-tokenizing: ``calibrate.retokenize``)."""
+    own ids after re-tokenizing: ``calibrate.measuring.retokenize``)."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
     attn = torch.zeros((len(rows), width), dtype=torch.long)

@@ -5,7 +5,7 @@
 * a word-level tokenizer (``tokenizers`` ``WordLevel`` wrapped in ``PreTrainedTokenizerFast``): token 0 is
   ``<|endoftext|>`` (EOS and pad, as for Qwen2 base models), 1 ``<unk>``, 2.. ``w2`` .. ``wV-1``, so a
   prompt of n words is n tokens and decoding joins words with spaces;
-* the actor (``*ForCausalLM``, random weights from ``calibrate.models``), saved with ``save_pretrained``;
+* the actor (``*ForCausalLM``, random weights from ``calibrate.measuring.models``), saved with ``save_pretrained``;
   TRL loads it from that path, and with ``beta > 0`` (the scenario has a reference) builds the reference
   from the same path; the reward model (``*ForSequenceClassification``, one label) likewise, or a rule
   function (``rule_reward``: a cheap word-count rule) for ``models.reward.kind: rule``;
@@ -129,7 +129,7 @@ def _prompts(spec: FrameworkSpec, vocab: int) -> list[str]:
 
 
 def _save_models(spec: FrameworkSpec, tok, root: Path) -> tuple[str, str | None, float]:
-    from calibrate.models import build_hf_model
+    from calibrate.measuring.models import build_hf_model
 
     actor = build_hf_model(spec.actor, "lm", spec.dtype, "cpu", seed=spec.seed)
     actor.generation_config.eos_token_id = EOS_ID

@@ -3,7 +3,7 @@ profile keys are the contract in ``rlhfsim.costs.genruntimes`` (interface: ``bas
 
 ``hf_generate`` (``hf_generate``), ``hf_static`` (``hf_static``), ``kv_decoder`` (``kv_decoder``),
 ``vllm``, ``vllm_eager``, ``vllm_v0`` and ``vllm_v0_eager`` (``vllm_engine``) and ``sglang`` (``sglang_engine``), all over ``offline``. What is measured
-of each: ``calibrate.genbench``.
+of each: ``calibrate.measuring.genbench``.
 """
 
 from calibrate.genruntimes.base import (Generation, GenRuntime, GumbelNoise, check_prompts, check_runtime, eager_greedy,

@@ -1,7 +1,7 @@
 """The generation-runtime interface, the eager reference and the correctness check.
 
 Every runtime generates from a batch of LEFT-padded prompts (``ids``, ``mask`` [B, T]; pad id
-``calibrate.models.PAD_ID`` = 0, which is also the EOS id of our random-weight models), the way TRL hands
+``calibrate.measuring.models.PAD_ID`` = 0, which is also the EOS id of our random-weight models), the way TRL hands
 prompts to ``generate()``:
 
     gen = rt.generate(ids, mask, n)                       # one call: n new tokens per row
@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import torch
 from transformers import LogitsProcessor
 
-from calibrate.models import PAD_ID
+from calibrate.measuring.models import PAD_ID
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES
 from rlhfsim.models.catalog import ModelShape
 

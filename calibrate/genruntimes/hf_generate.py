@@ -27,7 +27,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from calibrate.genruntimes.base import Generation, GenRuntime
-from calibrate.models import PAD_ID
+from calibrate.measuring.models import PAD_ID
 from rlhfsim.models.catalog import ModelShape
 
 EOS_ID = PAD_ID   # our random-weight models: EOS = pad = 0 (as for Qwen2 base models, whose pad is EOS)
@@ -74,7 +74,7 @@ class LogprobRecorder(LogitsProcessor):
     stopping criterion then hands it the sampled tokens (``take``), whose log-probs are gathered on the
     device and read once per call (``logprobs``). Sampling at temperature 1 with no top-k/top-p: no
     warper follows it, so these are the log-probs the tokens were drawn with (pad masked, like
-    ``calibrate.decoder.sample_next``)."""
+    ``calibrate.measuring.decoder.sample_next``)."""
 
     def __init__(self):
         self.steps: list[torch.Tensor] = []

@@ -1,6 +1,6 @@
-"""``kv_decoder``: rlhfsim's own static-KV decoder (``calibrate.decoder.StaticKVDecoder``) with the HF
+"""``kv_decoder``: rlhfsim's own static-KV decoder (``calibrate.measuring.decoder.StaticKVDecoder``) with the HF
 model's weights copied in. Its costs are the profile's plain ``prefill``/``decode`` operations
-(``calibrate.bench``: the executor's own decode loop); here it only takes part in the correctness check.
+(``calibrate.measuring.bench``: the executor's own decode loop); here it only takes part in the correctness check.
 
 Its decode loop hands every step's tokens to the host (``sample_next``'s ``.tolist()``), so there is no
 call boundary: a chunk boundary costs nothing beyond the steps (the profile writes ``call_overhead_s``
@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import torch
 
-from calibrate.decoder import StaticKVDecoder, sample_next
+from calibrate.measuring.decoder import StaticKVDecoder, sample_next
 from calibrate.genruntimes.base import Generation, GenRuntime
-from calibrate.models import PAD_ID
+from calibrate.measuring.models import PAD_ID
 from rlhfsim.models.catalog import ModelShape
 
 

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from calibrate.genruntimes.base import Generation, GenRuntime
-from calibrate.models import PAD_ID
+from calibrate.measuring.models import PAD_ID
 from rlhfsim.models.catalog import ModelShape
 
 GPU_MEMORY_FRACTION = 0.5

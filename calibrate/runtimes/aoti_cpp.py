@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from calibrate.interleave import Sampler
+from calibrate.measuring.interleave import Sampler
 from calibrate.runtimes.base import Runtime, ScoreModule, model_key
 from rlhfsim.errors import RlhfsimError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from calibrate.interleave import Prepared
+from calibrate.measuring.interleave import Prepared
 from calibrate.runtimes.aoti_cpp import export_remembered
 from calibrate.runtimes.base import Runtime
 from rlhfsim.errors import RlhfsimError

@@ -2,7 +2,7 @@
 right-padded batch, returning one float score per row.
 
 ``Runtime.prepare(model, input_ids, attention_mask, device=, cache_dir=)`` returns the scoring call
-(``Prepared``); ``Runtime.sampler(...)`` wraps it in a ``Sampler`` (``calibrate.interleave``) whose
+(``Prepared``); ``Runtime.sampler(...)`` wraps it in a ``Sampler`` (``calibrate.measuring.interleave``) whose
 rounds the calibration interleaves with the other runtimes'. A runtime timed outside this process
 (``aoti_cpp``) overrides ``sampler`` instead.
 ``Runtime.time_scoring(model, input_ids, attention_mask, device=, warmup=, iters=, cache_dir=)`` returns a
@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import torch
 
-from calibrate.interleave import InProcessSampler, Prepared, Sampler
+from calibrate.measuring.interleave import InProcessSampler, Prepared, Sampler
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Runtime(ABC):
         raise NotImplementedError(f"{type(self).__name__} implements neither prepare nor sampler")
 
     def sampler(self, model, input_ids, attention_mask, *, device: str, warmup: int, cache_dir: Path) -> Sampler:
-        """A ``Sampler`` of this runtime at one operating point (``calibrate.interleave``)."""
+        """A ``Sampler`` of this runtime at one operating point (``calibrate.measuring.interleave``)."""
         p = self.prepare(model, input_ids, attention_mask, device=device, cache_dir=cache_dir)
         return InProcessSampler(p.call, device=device, warmup=warmup, setup_s=p.setup_s, host_clock=p.host_clock)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from calibrate.interleave import Prepared
+from calibrate.measuring.interleave import Prepared
 from calibrate.runtimes.base import Runtime, ScoreModule
 
 

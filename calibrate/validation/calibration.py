@@ -51,8 +51,8 @@ def calibrate_passes(device: str, shapes: list, dtype: str, path: Path, grid: di
     """Measure passes 0 .. upto - 1 of the calibration cached at ``path`` into its partial journal (a
     pass already in the journal is not measured again, so an interrupted run resumes); ``finish``
     moves the result into place once the last pass is in."""
-    from calibrate.devstate import pool_pass_probes, profile_probes
-    from calibrate.run import run_calibration
+    from calibrate.measuring.devstate import pool_pass_probes, profile_probes
+    from calibrate.running.run import run_calibration
 
     out = _partial(path)
     prior = profile_probes(json.loads(out.read_text())) if upto > 1 and out.is_file() else []
@@ -62,7 +62,7 @@ def calibrate_passes(device: str, shapes: list, dtype: str, path: Path, grid: di
 
 
 def finish_calibration(path: Path) -> None:
-    from calibrate.journal import journal_path
+    from calibrate.running.journal import journal_path
 
     part = _partial(path)
     os.replace(journal_path(part), journal_path(path))
@@ -70,7 +70,7 @@ def finish_calibration(path: Path) -> None:
 
 
 def discard_calibration(path: Path) -> None:
-    from calibrate.journal import journal_path
+    from calibrate.running.journal import journal_path
 
     for p in (path, journal_path(path), _partial(path), journal_path(_partial(path))):
         p.unlink(missing_ok=True)
@@ -118,7 +118,7 @@ def operating_points(prepared, kind: str, lean: bool = False) -> dict:
     the measured cost terms at a few points (``_lean_roles``)."""
     import numpy as np
 
-    from calibrate.grid import Grid, default_grid
+    from calibrate.running.grid import Grid, default_grid
 
     base = default_grid(kind, True)
     extra = {"decode": set(), "prefill": set(), "score": set(), "train": set(),
@@ -140,7 +140,7 @@ def operating_points(prepared, kind: str, lean: bool = False) -> dict:
         extra["train"].add((sc.algorithm.minibatch_size, seq))
         rt = sc.generation.resolved_runtime
         if rt != "kv_decoder":
-            # The runtime's own calls at the same operating points (calibrate.genbench).
+            # The runtime's own calls at the same operating points (calibrate.measuring.genbench).
             runtimes.add(rt)
             extra["gen_prefill"].add((mb, _round(np.quantile(p, 0.9))))
             extra["gen_decode"].add((mb, _round(p.mean() + r.mean() / 2)))
@@ -159,7 +159,7 @@ def operating_points(prepared, kind: str, lean: bool = False) -> dict:
     if lean:
         out.update(_lean_roles(prepared, base))
     if kind == "cpu":
-        # Three passes over the whole grid, samples pooled (calibrate.journal.merge_passes): a shared VM's
+        # Three passes over the whole grid, samples pooled (calibrate.running.journal.merge_passes): a shared VM's
         # speed wanders from second to second and from minute to minute, and the real runs see its usual
         # speed, not the speed of the minute in which one operation's points happened to be measured.
         out.update(passes=3, point_budget_s=0.15)
@@ -186,14 +186,14 @@ def _lean_roles(prepared, base) -> dict:
     first_actor = prepared[0][1].shapes["actor"].name
     out = {"actor_models": sorted(actors), "critic_models": sorted(critics) or [first_actor],
            "strategies": [min(base.strategies)]}
-    # The measured cost terms (calibrate.sampling, calibrate.cpu.gemm, calibrate.cpu.widths), leanly: the sampling
+    # The measured cost terms (calibrate.measuring.sampling, calibrate.cpu.gemm, calibrate.cpu.widths), leanly: the sampling
     # tail at the base grid's three spanning points plus each actor's (max_batch, vocab); two matrices at
     # 1 and 2 rows, alone and cycled through the base grid's footprints; the widths of the trained models
     # between the base grid's narrowest and widest.
     sampling = _thin(base.sampling) | {(sc.generation.max_batch, setup.shapes["actor"].vocab) for sc, setup, _, _ in prepared}
     widths = {setup.shapes[r].hidden for _, setup, _, _ in prepared for r in ("actor", "critic") if r in setup.shapes}
     out.update(sampling=sorted(sampling))
-    if base.gemm:   # CPU host effects (calibrate.grid.CPU_ONLY_FIELDS): a GPU's base grid schedules none of them
+    if base.gemm:   # CPU host effects (calibrate.running.grid.CPU_ONLY_FIELDS): a GPU's base grid schedules none of them
         out.update(gemm=[(r, o, i) for o, i in ((1024, 256), (4096, 256)) for r in (1, 2)],
                    gemm_footprints_mib=list(base.gemm_footprints_mib),
                    widths=sorted(widths | ({min(base.widths), max(base.widths)} if base.widths else set())))
@@ -239,7 +239,7 @@ GENERIC = "generic"   # --profile name of the generic quick calibration measured
 
 
 # The generic calibration under validate: the bundled quick grid in GENERIC_PASSES passes whose samples are
-# pooled (calibrate.journal.merge_passes), each with a third of the quick grid's point budget, so that it
+# pooled (calibrate.running.journal.merge_passes), each with a third of the quick grid's point budget, so that it
 # takes about as long as one pass at the full budget, and so that its passes can alternate with blocks of
 # the real steps (``validate``): both sides then time the machine over the same stretch of the run.
 GENERIC_PASSES = 3
@@ -274,10 +274,10 @@ def measure_generic(device: str, threads: int | None, out: Path, progress: bool 
     if device != "cpu":
         raise RlhfsimError(f"--profile {GENERIC}: expected --device cpu (a GPU's generic calibration is "
                            f"`rlhfsim calibrate --gpu NAME`), got --device {device}")
-    from calibrate.devstate import pool_pass_probes, profile_probes
-    from calibrate.extend import _profile_decoders, extend_handover, extension_journal
-    from calibrate.journal import journal_path
-    from calibrate.run import run_calibration
+    from calibrate.measuring.devstate import pool_pass_probes, profile_probes
+    from calibrate.running.extend import _profile_decoders, extend_handover, extension_journal
+    from calibrate.running.journal import journal_path
+    from calibrate.running.run import run_calibration
 
     g = {"passes": GENERIC_PASSES, "point_budget_s": GENERIC_POINT_BUDGET_S, **(grid or {})}
     passes = int(g["passes"])

@@ -1,5 +1,5 @@
 """The device check of a validation on CPU: the state probes taken around the real steps against each
-profile's own (``calibrate.devstate``), per scenario where the scenarios ran one after another, and a
+profile's own (``calibrate.measuring.devstate``), per scenario where the scenarios ran one after another, and a
 scenario's result marked inconclusive when the machine ran at other rates than its profile priced."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import statistics
 
 def device_checks(refs: list[str], probes: list[dict]) -> dict:
     """``device_check`` of a validation on CPU: the device state probes taken before and after the real
-    steps (``calibrate.devstate``) and, per distinct profile, its comparison with them."""
-    from calibrate.devstate import compare
+    steps (``calibrate.measuring.devstate``) and, per distinct profile, its comparison with them."""
+    from calibrate.measuring.devstate import compare
     from rlhfsim.costs.profile import load_profile
 
     per = [{"ref": ref, **compare(load_profile(ref), probes)} for ref in dict.fromkeys(refs)]
@@ -20,7 +20,7 @@ def device_checks(refs: list[str], probes: list[dict]) -> dict:
 def mark_inconclusive(doc: dict, refs: list[list[str]], tolerance: float) -> None:
     """A scenario's error measures its profile only when the steps ran on the machine the profile priced:
     its row gets ``conclusive: false`` and ``inconclusive_reason`` when the device check (``device_check``:
-    the state probes around the steps against the profile's own, ``calibrate.devstate.compare``) found
+    the state probes around the steps against the profile's own, ``calibrate.measuring.devstate.compare``) found
     another CPU model, or a rate of this machine that moved by more than ``tolerance`` (now / then; the
     scenario's own ``device_ratios`` when it has them, else the run's). A run whose memory rates read
     0.57-0.84x its cached calibration's turned a -23% error into +9% after recalibrating in the same
@@ -51,7 +51,7 @@ def scenario_device_ratios(doc: dict, profile_of, around: list[list[dict]]) -> N
     against the probes taken just before and just after its own steps (``around``: per scenario, a pair
     per visit, their medians), so a scenario measured in a slow minute of a shared machine says so next to its error.
     The probe takes 0.15 s: a burst, not the minute's average."""
-    from calibrate.devstate import compare
+    from calibrate.measuring.devstate import compare
     from rlhfsim.costs.profile import load_profile
 
     loaded: dict[str, dict] = {}

@@ -76,7 +76,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
     prepared = [prepare(p, device, steps, threads, overrides) for p in scenarios]
     from calibrate.executor import RoundRobin, run_steps
 
-    from calibrate.devstate import host_probe, state_probe
+    from calibrate.measuring.devstate import host_probe, state_probe
 
     cfgs, names = [cfg for _, _, cfg, _ in prepared], [sc.name for sc, _, _, _ in prepared]
     generic_path = None
@@ -170,7 +170,7 @@ def validate(scenarios: list[Path], device: str, profile: str | None, steps: int
         doc["device_check"] = device_checks([profile_of(name, j) for name in profiles for j in range(len(prepared))], probes)
         if around:
             scenario_device_ratios(doc, profile_of, around)
-        from calibrate.devstate import TOLERANCE
+        from calibrate.measuring.devstate import TOLERANCE
 
         mark_inconclusive(doc, [[profile_of(name, j) for j in range(len(prepared))] for name in profiles], TOLERANCE)
         for w in doc["device_check"]["warnings"]:

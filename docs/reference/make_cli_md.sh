@@ -32,10 +32,10 @@ cmds=$(COLUMNS=200 rlhfsim --help | awk '/^Commands:/{f=1;next} f && /^  [a-z]/ 
   echo "## Scripts beside the CLI"
   echo
   echo "The profile extender (the time-boxed GPU session scripts are lab tooling: lab/README.md):"
-  echo; echo "### python -m calibrate.extend"; echo
-  echo "\`python -m calibrate.extend PROFILE.json [--handover | --cost-terms | --page-faults | --refit-encoders]"
+  echo; echo "### python -m calibrate.running.extend"; echo
+  echo "\`python -m calibrate.running.extend PROFILE.json [--handover | --cost-terms | --page-faults | --refit-encoders]"
   echo "[--models M,...] [--runtimes R,...] [--actor A] [--threads N] [--resume]\`: measure further operations into a"
-  echo "measured profile without measuring the rest again (\`python -m calibrate.extend -h\` describes each)."
+  echo "measured profile without measuring the rest again (\`python -m calibrate.running.extend -h\` describes each)."
 } > "$tmp"
 mv "$tmp" "$out"
 echo wrote $out; wc -l $out

@@ -54,7 +54,7 @@ def encoder_cells(models, warmup: int = 3, calls: int = 15):
 
     import torch
 
-    from calibrate.models import build_hf_model
+    from calibrate.measuring.models import build_hf_model
 
     with torch.inference_mode():
         for m in models:
@@ -77,10 +77,10 @@ def decode_call(dec, vocab: int, rows: int, context: int):
     """(call, rewind): the executor's decode step (``Generator._decode``: a ``StaticKVDecoder`` step and
     ``sample_next``) of ``rows`` rows on ``dec`` (its ``max_slots`` at least ``rows``, its ``max_len`` at least
     ``context + 2``), prefilled here with ``context`` tokens per row, and the rewind to ``context`` cached tokens to run
-    before every call: ``calibrate.bench.decode_loop``, as ``calibrate.bench.measure_generation`` uses it."""
+    before every call: ``calibrate.measuring.bench.decode_loop``, as ``calibrate.measuring.bench.measure_generation`` uses it."""
     import torch
 
-    from calibrate.bench import decode_loop
+    from calibrate.measuring.bench import decode_loop
 
     slots = torch.arange(rows)
     dec.reset(slots)
@@ -91,7 +91,7 @@ def decode_call(dec, vocab: int, rows: int, context: int):
 def decode_step_ms(dec, vocab: int, rows: int, context: int, iters: int) -> float:
     """The executor's decode step at ``rows`` rows of ``context`` cached tokens each, on ``dec`` (``decode_call``): the
     median of ``iters`` timed calls after 10 untimed, rewound before every call; in ms."""
-    from calibrate.measure import time_calls
+    from calibrate.measuring.measure import time_calls
 
     call, rewind = decode_call(dec, vocab, rows, context)
     t = time_calls(call, device="cpu", warmup=10, iters=iters, setup=rewind)

@@ -77,7 +77,7 @@ def main() -> None:
     import torch.nn.functional as F
 
     from _common import decode_call
-    from calibrate.decoder import StaticKVDecoder, sample_next
+    from calibrate.measuring.decoder import StaticKVDecoder, sample_next
 
     feet = [float(f) for f in args.feet.split(",") if f]
     if 0.0 not in feet:

@@ -36,9 +36,9 @@ def child(cond: str) -> None:
 
     import torch
 
-    from calibrate.decoder import StaticKVDecoder
+    from calibrate.measuring.decoder import StaticKVDecoder
     from calibrate.genruntimes.hf_generate import HfGenerate
-    from calibrate.models import build_hf_model
+    from calibrate.measuring.models import build_hf_model
     from rlhfsim.models.catalog import CATALOG
 
     shape = CATALOG["small-qwen2"]

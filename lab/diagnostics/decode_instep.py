@@ -32,8 +32,8 @@ def apart_s(shape, dtype: str, rows: int, context: int, iters: int = 25) -> floa
     """Seconds of one decode step of ``rows`` rows at ``context`` cached tokens each, timed apart on a fresh
     ``StaticKVDecoder`` of ``shape`` (``_common.decode_step_ms``)."""
     from _common import decode_step_ms
-    from calibrate.decoder import StaticKVDecoder
-    from calibrate.models import torch_dtype
+    from calibrate.measuring.decoder import StaticKVDecoder
+    from calibrate.measuring.models import torch_dtype
 
     dec = StaticKVDecoder(shape, dtype=torch_dtype(dtype), device="cpu", max_slots=rows, max_len=context + 2, head="lm", seed=0)
     return 1e-3 * decode_step_ms(dec, shape.vocab, rows, context, iters)

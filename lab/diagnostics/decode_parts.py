@@ -16,7 +16,7 @@ Body = step - head - sampling (the layers, the final norm, the host work of the 
 alternate round after round in a shuffled order; each part is the median over the rounds of its per-round median.
 
 The price's parts, from ``rlhfsim.costs.model._Decode`` with the ``kv_decoder`` runtime (what the simulator and
-validate use): sampling = the measured tail ``sample_s + sample_per_logit_s x rows x V`` (``calibrate.sampling``);
+validate use): sampling = the measured tail ``sample_s + sample_per_logit_s x rows x V`` (``calibrate.measuring.sampling``);
 head = the step's roofline less the roofline of the same step without the head's FLOPs, weight bytes (counted
 with the step's weight passes and stream factor, as the step's other weights are) and logit bytes; body = the
 rest (the layers' roofline, the per-step and per-layer overheads, the K/V).
@@ -43,12 +43,12 @@ DEFAULT_MODELS = ("l4-h256-a8-kv2-i768-v8192,l4-h256-a8-kv2-i768-v4096,l4-h256-a
 
 @contextlib.contextmanager
 def part_clocks(vocab: int):
-    """While open: the seconds of each LM-head product (an ``F.linear`` in ``calibrate.decoder`` whose weight has
+    """While open: the seconds of each LM-head product (an ``F.linear`` in ``calibrate.measuring.decoder`` whose weight has
     ``vocab`` rows) and of each ``sample_next`` call of the executor's generation loop, appended to the lists
     ``head`` and ``sample`` of the dict it yields."""
     import torch.nn.functional as TF
 
-    import calibrate.decoder as dec_mod
+    import calibrate.measuring.decoder as dec_mod
     import calibrate.executor.generation as gen_mod
 
     acc: dict[str, list[float]] = {"head": [], "sample": []}

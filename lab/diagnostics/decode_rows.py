@@ -11,7 +11,7 @@ not others (actors decoding at most two rows were priced 27-78% high on drawn va
 ``--models``: catalog names, or drawn shapes written as ``rlhfsim.validate_gen`` names them without the
 ``gen-qwen2-`` prefix (``l{layers}-h{hidden}-a{heads}-kv{kv heads}-i{intermediate}-v{vocab}[-tied]``). One
 process, torch's default threads (the executor's condition in a sync scenario), float32. Each cell is the
-median over ``--iters`` timed calls (``calibrate.measure.time_calls``, after 10 untimed) of
+median over ``--iters`` timed calls (``calibrate.measuring.measure.time_calls``, after 10 untimed) of
 ``Generator._decode`` (the calibration's and the executor's decode loop: a ``StaticKVDecoder`` step and
 ``sample_next``) at 64 cached tokens per row, rewound before every call; models and row counts alternate
 round after round in a shuffled order (so a shared machine's drift falls on all of them alike) and the
@@ -66,7 +66,7 @@ def decoders(args):
     tokens}) of ``cell_args``' parsed options."""
     import torch
 
-    from calibrate.decoder import StaticKVDecoder
+    from calibrate.measuring.decoder import StaticKVDecoder
 
     rows_list = [int(r) for r in args.rows.split(",") if r]
     shapes = [shape_of(n) for n in args.models.split(",") if n]

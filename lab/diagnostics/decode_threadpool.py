@@ -29,8 +29,8 @@ round after round so that a shared machine's drift falls on all of them alike:
   thread (``calibrate.cpu.threadpool.one_thread_here``) and then runs the same matrix product, on one thread, so it
   owns no team either.
 
-Each cell is the median over ``--iters`` timed calls (``calibrate.measure.time_calls``, after 10 untimed) of
-``Generator._decode``, the calibration's decode loop (``calibrate.bench.measure_generation``: a
+Each cell is the median over ``--iters`` timed calls (``calibrate.measuring.measure.time_calls``, after 10 untimed) of
+``Generator._decode``, the calibration's decode loop (``calibrate.measuring.bench.measure_generation``: a
 ``StaticKVDecoder`` at 64 cached tokens per row, rewound before every call), float32; the table gives, per
 condition, the median over the rounds and the rounds' range.
 """
@@ -69,7 +69,7 @@ def child(cond: str) -> None:
         os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
     import torch
 
-    from calibrate.decoder import StaticKVDecoder
+    from calibrate.measuring.decoder import StaticKVDecoder
     from rlhfsim.models.catalog import CATALOG
 
     if cond == "t1":

@@ -30,8 +30,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import rlhfsim.costs.flops as fl
-    from calibrate.assemble import padded_score_points
-    from calibrate.fit import fit_operation
+    from calibrate.fitting.assemble import padded_score_points
+    from calibrate.fitting.fit import fit_operation
     from rlhfsim.costs.model import OpParams, roofline_kernel_s, with_overheads_s
     from rlhfsim.costs.profile import load_profile
     from rlhfsim.hardware.catalog import get_gpu

@@ -27,10 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from calibrate.decoder import StaticKVDecoder, sample_next  # noqa: E402
+from calibrate.measuring.decoder import StaticKVDecoder, sample_next  # noqa: E402
 from calibrate.executor import run_steps  # noqa: E402
 from calibrate.executor.timing import Clock  # noqa: E402
-from calibrate.models import torch_dtype  # noqa: E402
+from calibrate.measuring.models import torch_dtype  # noqa: E402
 from calibrate.validation.scenario import prepare  # noqa: E402
 from rlhfsim.scenario.loader import parse_set  # noqa: E402
 

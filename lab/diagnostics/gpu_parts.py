@@ -5,7 +5,7 @@
 The first H200 validation (docs/accuracy.md, "H200") measured every phase 1.4-10x its price from the
 bundled ``h200-measured`` profile, calibrated on another lease with another transformers. This measures,
 in one process and in interleaved rounds (medians), each operation twice: the way the calibration timed
-it (the profile's points: ``calibrate.genbench``'s decode round, ``calibrate.bench``'s decode and
+it (the profile's points: ``calibrate.measuring.genbench``'s decode round, ``calibrate.measuring.bench``'s decode and
 training points) and the way the executor runs it in a step (``calibrate.executor``):
 
 - ``dispatch``: host speed, 2,000 one-element additions on the device (microseconds per launch) and a
@@ -35,12 +35,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from calibrate.decoder import StaticKVDecoder, sample_next  # noqa: E402
+from calibrate.measuring.decoder import StaticKVDecoder, sample_next  # noqa: E402
 from calibrate.executor import training as T  # noqa: E402
 from calibrate.executor.timing import Clock  # noqa: E402
 from calibrate.genruntimes.base import left_pad  # noqa: E402
 from calibrate.genruntimes.hf_generate import HfGenerate, LogprobRecorder, RowStop  # noqa: E402
-from calibrate.models import build_hf_model  # noqa: E402
+from calibrate.measuring.models import build_hf_model  # noqa: E402
 from rlhfsim.models.catalog import load_model  # noqa: E402
 
 

@@ -38,7 +38,7 @@ class _Session:
     def decoder(self, shape, head: str, max_slots: int, max_len: int):
         import torch
 
-        from calibrate.decoder import StaticKVDecoder
+        from calibrate.measuring.decoder import StaticKVDecoder
 
         return StaticKVDecoder(shape, dtype=torch.float32, device=torch.device("cpu"), max_slots=max_slots,
                                max_len=max_len, head=head, seed=0)

@@ -39,8 +39,8 @@ def child(cond: str) -> None:
 
     import torch
 
-    from calibrate.decoder import StaticKVDecoder
-    from calibrate.models import build_hf_model, random_batch
+    from calibrate.measuring.decoder import StaticKVDecoder
+    from calibrate.measuring.models import build_hf_model, random_batch
     from rlhfsim.models.catalog import CATALOG
 
     shape = CATALOG["small-qwen2"]

@@ -39,8 +39,8 @@ sys.path[:0] = [p for p in (str(ROOT), str(Path(__file__).resolve().parent)) if 
 
 import torch
 
-from calibrate.measure import time_calls
-from calibrate.models import build_hf_model, random_batch
+from calibrate.measuring.measure import time_calls
+from calibrate.measuring.models import build_hf_model, random_batch
 from rlhfsim.models.catalog import load_model
 
 ROW_TOKENS = 512

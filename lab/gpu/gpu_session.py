@@ -9,7 +9,7 @@ process with its own deadline inside ``--budget-s``, so that a stage that runs l
 2. ``calibrate``: ``python -m calibrate calibrate --gpu GPU --quick`` over ``--models`` with the plan's
    grid (``PLANS``; compiled generation runtimes left out), journal and profile in DIR. Cut at its
    deadline by SIGTERM (the calibrator keeps its journal; SIGKILL 20 s later if it does not stop).
-3. ``step``: ``python -m calibrate.stepbench`` (the framework step scalars of issue 17) on a copy of
+3. ``step``: ``python -m calibrate.measuring.stepbench`` (the framework step scalars of issue 17) on a copy of
    the profile, ``step.json``, merged into the final profile at the end.
 4. ``compiled``: the compiled generation runtimes (``hf_static``) on the first model, ``--resume`` on the
    same journal, so only their points are measured.
@@ -45,7 +45,7 @@ ENDS = {"env": 0.04, "calibrate": 0.56, "step": 0.66, "compiled": 0.9, "assemble
 VALIDATE_MIN_S = 120.0
 KILL_GRACE_S = 20.0
 
-# Grid overrides on calibrate.grid.QUICK_GPU: one sample discipline fit for a GPU's low jitter, with the
+# Grid overrides on calibrate.running.grid.QUICK_GPU: one sample discipline fit for a GPU's low jitter, with the
 # long points shortened so that two decoders (a small one and a 7B) fit in minutes. Handoff: N = 32 new
 # tokens in chunks of 4 or 8 (7 or 3 boundaries), so a point costs two ~32-step generate() calls.
 PLANS = {
@@ -117,9 +117,9 @@ def _env() -> dict:
         out["device"] = {"name": p.name, "memory_bytes": p.total_memory, "sms": p.multi_processor_count,
                          "capability": f"{p.major}.{p.minor}"}
         out["ceilings"] = _ceilings()
-        from calibrate.devstate import host_probe
+        from calibrate.measuring.devstate import host_probe
 
-        out["host_probe"] = host_probe("cuda")   # the host's dispatch rate, CPU and CUDA (calibrate.devstate)
+        out["host_probe"] = host_probe("cuda")   # the host's dispatch rate, CPU and CUDA (calibrate.measuring.devstate)
     out["cpu_count"] = os.cpu_count()
     return out
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             "assemble", calibrate(args.models, "--from-journal", "--grid", json.dumps(grid), progress=False),
             min(60.0, s.left()))["rc"] == 0):
         step_file.write_bytes(profile.read_bytes())
-        s.run("step", [py, "-m", "calibrate.stepbench", str(step_file), "--device", args.device, "--model", first],
+        s.run("step", [py, "-m", "calibrate.measuring.stepbench", str(step_file), "--device", args.device, "--model", first],
               s.deadline("step"))
     if "compiled" not in skip:    # the first model only: nothing else is rebuilt
         s.run("compiled", calibrate(first, "--resume", "--grid", json.dumps({**grid, "gen_runtimes": COMPILED,

@@ -1,4 +1,4 @@
-"""GPU kernel terms by shape, fitted from public per-operation measurements (``calibrate.fromops``).
+"""GPU kernel terms by shape, fitted from public per-operation measurements (``calibrate.fitting.fromops``).
 
 A profile's ``kernels_by_shape`` section replaces, for the operations it names (``applies_to``: base names such
 as prefill, chunk_prefill, decode, score), the constant compute and memory efficiencies of the roofline

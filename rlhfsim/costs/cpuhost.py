@@ -4,7 +4,7 @@ A CPU profile measures them (``calibrate.cpu``) and keeps them under ``kernels``
 them, and a GPU price never runs this module's code: ``CpuHostEffects.of`` returns None unless the device
 priced is a CPU (catalog ``kind: cpu``) and its profile carries one of ``KEYS``, and ``CostModel`` holds that
 result as ``cost.cpu``, each use site one ``if cost.cpu is not None`` branch. The calibration fit
-(``calibrate.assemble.with_tails``) annotates its points through the same object, so the fit and the
+(``calibrate.fitting.assemble.with_tails``) annotates its points through the same object, so the fit and the
 simulator price each effect with one formula. Units: seconds, bytes, bytes/s.
 
 The effects (equations and measurements in docs/cost-model.md, "CPU host effects"):
@@ -169,7 +169,7 @@ class CpuHostEffects:
 
     # -- the calibration fit's points --------------------------------------------------------------------
     def point_fields(self, p: dict) -> dict:
-        """The fields of a measured point (``calibrate.fit``) that these effects set: a generation decode point
+        """The fields of a measured point (``calibrate.fitting.fit``) that these effects set: a generation decode point
         (LM head) ``gemm_weight_passes`` at its rows and footprint and ``stream_gb_s`` (the fastest its weights
         stream) where measured, and ``cold_x``; a training point ``width_rate`` and, with an LM head,
         ``fault_s`` (its loss's logits-sized tensors, pattern ``labels_train``) where above the threshold."""
@@ -180,7 +180,7 @@ class CpuHostEffects:
                 out["gemm_weight_passes"] = passes_at(footprint_passes(self.by_footprint, self.weight_passes, wbytes),
                                                       p["batch"])
                 rate = footprint_rate(self.by_footprint, wbytes)
-                if rate:   # the fastest its weights stream (calibrate.assemble.fitted)
+                if rate:   # the fastest its weights stream (calibrate.fitting.assemble.fitted)
                     out["stream_gb_s"] = rate / 1e9
             if self.cold_overheads:   # its fixed costs and tail after its weights streamed
                 out["cold_x"] = cold_factor(self.cold_overheads, wbytes)

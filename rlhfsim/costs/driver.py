@@ -24,7 +24,7 @@ Ray task of one CPU (torch on one thread). Per estimator, in seconds::
   the normalization (index, subtract, add, divide, assign), with the group statistics amortized over the rows.
 
 The four costs are host work: the profile states them for its reference host (``CostModel.host_factor`` carries
-them to the GPU's host). Their defaults (``rlhfsim.costs.stepcosts``) are ``calibrate.advbench``'s timings of verl's
+them to the GPU's host). Their defaults (``rlhfsim.costs.stepcosts``) are ``calibrate.measuring.advbench``'s timings of verl's
 code paths on this project's VM, times the VM-to-reference-host factor. What is not priced: the reward's extraction
 and the batch bookkeeping on the same timer (small), and verl <= 0.3.0's reward function, which that release ran
 inside the ``adv`` timer (later releases time it as ``reward``).

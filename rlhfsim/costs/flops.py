@@ -21,7 +21,7 @@ pass and in training).
 
 DeBERTa-v2's disentangled attention (``hf_model_type`` deberta-v2, eager: transformers has no fused path
 for it) adds, per layer, from its module's code (``DisentangledSelfAttention``, relative embeddings of
-2 x DEBERTA_SPAN positions, shared attention keys, c2p and p2c as ``calibrate.models`` builds it):
+2 x DEBERTA_SPAN positions, shared attention keys, c2p and p2c as ``calibrate.measuring.models`` builds it):
 
     F_rel    = 2 x (2 x 2S x h) x n  +  2 x (2 x 2S x h x h)      (c2p, p2c products; the relative
                                                                   embeddings' query/key projections per call)
@@ -54,7 +54,7 @@ from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 ACT_BYTES_PER_TOKEN_LAYER_FACTOR = 12  # elements of h moved per token per layer (norms, residuals, MLP I/O)
 # DeBERTa-v2's disentangled attention (see the module docstring), counted from transformers'
-# DisentangledSelfAttention as calibrate.models configures it (position_buckets 256, share_att_key, c2p+p2c):
+# DisentangledSelfAttention as calibrate.measuring.models configures it (position_buckets 256, share_att_key, c2p+p2c):
 DEBERTA_TYPES = ("deberta-v2",)
 DEBERTA_SPAN = 256        # position_buckets: relative embeddings of 2 x 256 positions
 # passes over one head's (query, key) score matrix per layer, each a read or a write of N^2 elements:

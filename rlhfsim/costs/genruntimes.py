@@ -11,7 +11,7 @@ Runtimes (``GEN_RUNTIMES``) and the batching semantics each framework calls them
   batch ends when its longest row ends.
 * ``hf_static``: ``generate()`` with ``cache_implementation="static"`` and ``torch.compile`` of the
   forward, as the transformers docs recommend for speed. Static batching.
-* ``kv_decoder``: rlhfsim's own static-KV decoder (``calibrate.decoder.StaticKVDecoder``); static or
+* ``kv_decoder``: rlhfsim's own static-KV decoder (``calibrate.measuring.decoder.StaticKVDecoder``); static or
   continuous. Its costs are the profile's plain ``prefill``/``decode`` operations.
 * ``vllm``, ``sglang``: continuous batching with paged KV caches; measured only where importable on a
   CUDA device, otherwise skipped with a reason (never faked).
@@ -51,7 +51,7 @@ Profile keys (schema_version 1, all optional, so older profiles still load):
 
 Missing ``generation[RT]`` (or a key of it): zero call overhead, handoff and padding cost (stated in the summary).
 
-The sampling tail (``calibrate.sampling``), optional keys of ``generation[RT]``: ``sample_s`` and
+The sampling tail (``calibrate.measuring.sampling``), optional keys of ``generation[RT]``: ``sample_s`` and
 ``sample_per_logit_s``, the measured cost of turning one step's logits into tokens (softmax, the draw,
 log-probs, stopping checks) as ``sample_s + sample_per_logit_s x rows x vocab``. The calibration
 subtracts it from RT's prefill and decode points before their roofline fit, so the simulator adds it
@@ -67,7 +67,7 @@ log-sum-exp over each row's logits and a gather per step, the tokens handed to i
 TRL's ``generate()`` records none; a scenario with ``generation.sampling_logprobs`` (as ``rlhfsim validate``
 prices the executor) is priced with this tail instead of the plain one (``sample_tail(..., logprobs=True)``).
 Missing: the plain tail (the recorder unpriced; the summary says so). ``kv_decoder``'s sampler computes the
-log-probs in every case (``calibrate.decoder.sample_next``), so its one tail carries them.
+log-probs in every case (``calibrate.measuring.decoder.sample_next``), so its one tail carries them.
 
 The engine's host work per step (``engine_host``; optional keys of ``generation[RT]``, each absent key 0 / none, which
 prices a step as before the keys existed):
@@ -89,7 +89,7 @@ Within a decode segment the batch is fixed, so ``H(b)`` and the floors are per-s
 stays closed-form.
 
 Decode-step K/V traffic: ``KV_PASSES`` (below) multiplies the cache bytes a decode step moves; it is
-part of the work both the fit (``calibrate.fit.point_work``) and the simulator compute.
+part of the work both the fit (``calibrate.fitting.fit.point_work``) and the simulator compute.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ KV_PASSES: dict[str, float] = {"hf_generate": 3.0}
 
 
 # Runtimes that run another runtime's sampling loop after their forward: hf_static is generate() with a
-# compiled forward, its tail is hf_generate's (calibrate.sampling measures hf_generate's only).
+# compiled forward, its tail is hf_generate's (calibrate.measuring.sampling measures hf_generate's only).
 SAMPLING_AS: dict[str, str] = {"hf_static": "hf_generate"}
 
 

@@ -13,7 +13,7 @@ a Profile: datasheet-derived defaults (the bundled ``default`` profile) or value
 sizes that were never measured. Units: seconds, FLOP, bytes, FLOP/s, bytes/s.
 
 A profile with kernel terms fitted by shape from public per-operation data (``kernels_by_shape``, ``collectives``:
-``calibrate.fromops``) replaces, for the operations it names, the constant compute_eff by a curve in the tokens per
+``calibrate.fitting.fromops``) replaces, for the operations it names, the constant compute_eff by a curve in the tokens per
 call and the shard, the memory_eff by the GEMMs' and element-wise ops' efficiencies plus per-layer kernel floors, and
 the TP all-reduce's LINK_EFF / LINK_LATENCY_S by the fitted bus bandwidth and latency (``rlhfsim.costs.byshape``). A
 derived profile (efficiencies stated for an H100 under CUDA) priced on another GPU has its compute_eff carried to it
@@ -25,7 +25,7 @@ measured log-prob tail: ``rlhfsim.costs.cpuhost``) enter only where the device i
 ``CostModel.cpu`` holds them (None on a GPU) and each use is one ``if self.cpu is not None`` branch.
 
 One home per formula: the roofline is ``roofline_kernel_s`` plus ``with_overheads_s`` (the calibration
-fit, ``calibrate.fit``, calls the same two functions), F and B come from ``rlhfsim.costs.flops.ShapeCoeffs``
+fit, ``calibrate.fitting.fit``, calls the same two functions), F and B come from ``rlhfsim.costs.flops.ShapeCoeffs``
 (decode included: ``decode_coeffs`` is that decode work divided by the roofline's denominators). The
 constants of both are computed once per (model, dtype, head or runtime, tp) and kept on the CostModel (a
 CostModel is one device and one profile), so a prediction costs a few multiplications.
@@ -55,7 +55,7 @@ from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
 LINK_LATENCY_S = 10e-6  # per all-reduce call
 # The most of a scorer call's time an actor can lose beside it (CostModel.corun_overlap): the measured
-# actors lost 0.56-0.95 of it (calibrate.assemble.handover_overlap); a line taken past the smallest of them
+# actors lost 0.56-0.95 of it (calibrate.fitting.assemble.handover_overlap); a line taken past the smallest of them
 # could reach 1, an actor that never moves while a call runs.
 OVERLAP_LOST_MAX = 0.95
 
@@ -301,7 +301,7 @@ class _Decode:
         if p.host_overlap:
             self.over, self.hfloor = self.cold * p.overhead_s, self.cold * p.overhead_per_layer_s * m.layers
         # the sampling tail per step: sample_s + sample_per_logit_s x batch x vocab (measured,
-        # calibrate.sampling; the fitted parameters above exclude it); ``logprobs``: the tail measured with the
+        # calibrate.measuring.sampling; the fitted parameters above exclude it); ``logprobs``: the tail measured with the
         # executor's log-prob recorder where the runtime's plain tail lacks it (genruntimes.sample_tail)
         a, b = sample_tail(runtime, cost.generation, cost.own_gen_op("decode", runtime), logprobs)
         self.tail0, self.tail_row = self.cold * a, self.cold * b * m.vocab
@@ -418,7 +418,7 @@ class CostModel:
         self.generation = profile.get("generation", {})
         # the CPU host effects (rlhfsim.costs.cpuhost): None unless this device is a CPU whose profile measured any
         self.cpu = CpuHostEffects.of(profile, gpu.kind)
-        # GPU kernel terms by shape and fitted collectives (calibrate.fromops, rlhfsim.costs.byshape; None and {}:
+        # GPU kernel terms by shape and fitted collectives (calibrate.fitting.fromops, rlhfsim.costs.byshape; None and {}:
         # the constant efficiencies and LINK_EFF / LINK_LATENCY_S)
         self.by_shape = ShapeKernels.of(profile)
         self.collectives = profile.get("collectives") or {}
@@ -507,7 +507,7 @@ class CostModel:
         """(decode multiplier, decode seconds added per step, chunk-call multiplier, seconds added per chunk
         call) of intra-step scoring beside generation with ``gen_runtime``, window ``live``, from the
         profile's fit of the time the hand-over pattern adds (``interference.handover.RT.added``,
-        ``calibrate.assemble.handover_added_fit``): an operation of time t alone beside a live scorer
+        ``calibrate.fitting.assemble.handover_added_fit``): an operation of time t alone beside a live scorer
         takes ``t (1 + per_alone) + const_s + per_layer_s x L``, L the layers of the actor (a decode
         step) or of the reward model (a chunk call). None where the profile has no such fit for the
         runtime, or without the models: ``corun_factors`` then."""
@@ -525,7 +525,7 @@ class CostModel:
         that computes a call, measured in the hand-over pattern for ``gen_runtime`` with each decode step's
         overlap with the scorer's calls (``interference.handover.RT.overlap``, ``calibrate.cpu.corun.overlap_fit``).
         ``busy_x`` is ``idle_x / (1 - lost)`` with ``lost``, the share of a call's time the actor loses, at
-        the actor's size on the profile's line (``lost``, ``calibrate.assemble.handover_overlap``; held
+        the actor's size on the profile's line (``lost``, ``calibrate.fitting.assemble.handover_overlap``; held
         within [0, OVERLAP_LOST_MAX]), else the configurations' median. A ``generate()`` runtime's fit is over
         the decode steps inside its calls (``calibrate.cpu.corun.call_steps``). None where the profile has no such
         fit for the runtime (a GPU; a profile whose ``generate()`` calls were stamped whole, not per decode step,
@@ -600,7 +600,7 @@ class CostModel:
 
     def pad_step_s(self, runtime: str | None, rows: int) -> float:
         """What left padding adds to one decode step of a static batch of ``rows`` rows whose contexts
-        differ (HF ``generate`` applies the padding mask at every step; measured, ``calibrate.genbench``
+        differ (HF ``generate`` applies the padding mask at every step; measured, ``calibrate.measuring.genbench``
         ``pad`` points); 0 for a runtime whose profile has no such term (``kv_decoder``: its steps always
         apply a mask, which its calibrated steps include)."""
         if rows <= 1:
@@ -778,7 +778,7 @@ class CostModel:
         k = self._forward.get(key)
         if k is None:
             if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
-                p = self.ops[op_key("encode", runtime)]   # an encoder's own family fit (calibrate.assemble)
+                p = self.ops[op_key("encode", runtime)]   # an encoder's own family fit (calibrate.fitting.assemble)
             elif gen_runtime is not None and runtime is None:
                 p = self.gen_params(op, gen_runtime)
             else:
@@ -837,7 +837,7 @@ class CostModel:
     def retokenize_s(self, n_calls: int, n_tokens: float) -> float:
         """Host seconds to decode the actor's token ids to text and tokenize the texts for a reward model
         of another tokenizer: retokenize_s x calls + retokenize_per_token_s x tokens (step scalars,
-        measured by ``calibrate.stepbench``; CPU work whatever the accelerator)."""
+        measured by ``calibrate.measuring.stepbench``; CPU work whatever the accelerator)."""
         if n_calls <= 0:
             return 0.0
         return self.step["retokenize_s"] * n_calls + self.step["retokenize_per_token_s"] * n_tokens

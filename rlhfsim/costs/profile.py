@@ -12,7 +12,7 @@ Layout (``schema_version`` 1)::
       "dtype": "float32",                # dtype the measurements ran in
       "device": {"kind": "cpu"|"cuda", "name": ..., "memory_bytes": ..., "driver": ..., "cuda": ...,
                  "torch": ..., "cpu_model": ..., "threads": ...,
-                 "state_probe_at_start": {...}, "state_probe_at_end": {...}},   # CPU: calibrate.devstate
+                 "state_probe_at_start": {...}, "state_probe_at_end": {...}},   # CPU: calibrate.measuring.devstate
       "provenance": {"source": "measured"|"derived", "date": ISO-8601, "command": ..., "rlhfsim_version": ...},
       "operations": {                    # fitted parameters per operation (see docs/cost-model.md)
         OP: {"compute_eff": f, "memory_eff": f, "overhead_s": f, "overhead_per_layer_s": f,
@@ -29,9 +29,9 @@ Layout (``schema_version`` 1)::
       "step": {SCALAR: f, ...},          # framework step scalars (rlhfsim.costs.stepcosts), optional
       "kernels_by_shape": {"applies_to": [OP base names], "gemm": {"e_max", "m_half", "s_half", "weight_memory_eff",
                            "t0_gemm_s", ...}, "elementwise": {"memory_eff", "floor_s", ...}, "source": {...}},
-                                         # GPU kernel terms by shape (calibrate.fromops, rlhfsim.costs.byshape), optional
+                                         # GPU kernel terms by shape (calibrate.fitting.fromops, rlhfsim.costs.byshape), optional
       "collectives": {"all_reduce"|"send_recv": {"by_workers": {"N": {"latency_s": f, "bus_bw": f, ...}},
-                      "source": {...}}},  # fitted NCCL terms (calibrate.fromops), optional
+                      "source": {...}}},  # fitted NCCL terms (calibrate.fitting.fromops), optional
       "runtimes": {RUNTIME: {"valid": bool, "max_abs_diff": f, "reason": str, ...}},
       "points": [ {...one measured point...} ]
     }
@@ -58,7 +58,7 @@ DEFAULT_PROFILE = "default"
 # ``--profile auto``: the bundled profile of the scenario's GPU (``default_profile_for``; ``CostModel.load``)
 AUTO_PROFILE = "auto"
 # The bundled profile a GPU scenario gets with ``--profile auto`` (``default_profile_for``): the kernel terms fitted from
-# public per-operation data (calibrate.fromops; calibrate/public/vidur) for the GPUs measured there, and for GPUs of
+# public per-operation data (calibrate.fitting.fromops; calibrate/public/vidur) for the GPUs measured there, and for GPUs of
 # the same architecture and NVLink generation without data of their own, that GPU's curves, which are fractions of
 # each GPU's own datasheet peaks (H200 and GH200: H100's Hopper tensor cores and NVLink 4; A100 40GB: the A100 80GB's
 # SXM4 board). H100 PCIe is not mapped: its GPUs talk over PCIe, not the NVSwitch of Vidur's collectives.
@@ -262,7 +262,7 @@ def _width_curve(curve) -> bool:
 
 
 def _check_by_shape(sec, where: str) -> None:
-    """``kernels_by_shape`` (``calibrate.fromops``; priced by ``rlhfsim.costs.byshape``): efficiencies in (0, 1.5],
+    """``kernels_by_shape`` (``calibrate.fitting.fromops``; priced by ``rlhfsim.costs.byshape``): efficiencies in (0, 1.5],
     half-points and floors finite >= 0, ``applies_to`` a list of operation names; None or absent: constants."""
     if sec is None:
         return
@@ -303,7 +303,7 @@ def _check_engine_host(info: dict, where: str) -> None:
 
 
 def _check_collectives(sec, where: str) -> None:
-    """``collectives`` (``calibrate.fromops``): per collective, ``by_workers`` keyed by a worker count >= 2, each with
+    """``collectives`` (``calibrate.fitting.fromops``): per collective, ``by_workers`` keyed by a worker count >= 2, each with
     ``latency_s`` finite >= 0 and ``bus_bw`` (bytes/s) finite > 0, and optionally ``small_message_s`` (seconds >= 0:
     the measured time of a small call, a floor); an entry may carry the floor alone (beside the link constants);
     None or absent: the link constants."""
@@ -346,7 +346,7 @@ def _non_negative(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
 
 
-ADDED_TERMS = ("const_s", "per_layer_s", "per_alone")   # interference.handover.RT.added.SIDE (calibrate.assemble)
+ADDED_TERMS = ("const_s", "per_layer_s", "per_alone")   # interference.handover.RT.added.SIDE (calibrate.fitting.assemble)
 OVERLAP_TERMS = ("idle_x", "busy_x")   # interference.handover.RT.overlap (calibrate.cpu.corun.overlap_fit)
 
 

@@ -3,7 +3,7 @@ the scenario: micro-batches, gradient checkpointing, offload, weight resharding,
 Profile says about each.
 
 This module is the one home of the names, the defaults and the profile layout; it is pure Python (no
-torch, no pydantic), so both sides import it: ``calibrate.stepbench`` measures the scalars and writes
+torch, no pydantic), so both sides import it: ``calibrate.measuring.stepbench`` measures the scalars and writes
 ``profile["step"]``, ``rlhfsim.costs.model.CostModel.step_scalar`` reads them.
 
 Profile key (schema_version 1, optional, so older profiles still load)::
@@ -48,18 +48,18 @@ terms default to 0, a piece costing its fitted ``forward``/``train`` operation (
 measured); 1/3 is the FLOP count of one extra forward; 0.8 is a typical pinned-copy share of PCIe; 0.7 is the
 link efficiency the cost model assumes elsewhere (``LINK_EFF``); the KV terms are order-of-magnitude guesses for a
 host-side allocator call; the retokenize terms are the order of a Rust ``tokenizers`` decode + encode (about a
-microsecond per token). The advantage terms (ADV) are host work measured: ``calibrate.advbench``'s timings of
+microsecond per token). The advantage terms (ADV) are host work measured: ``calibrate.measuring.advbench``'s timings of
 verl's code paths on this project's 2-vCPU VM (AMD EPYC, Zen 5; the fastest of 9 calls, the median over shapes;
 ``ADV_MEASURED_HERE``), times ``ADV_HOST_SCALE``, the factor from that VM to the reference host the profile's host
 terms are stated for (the H100/H200 servers' Xeon Platinum 8480C: ``rlhfsim.hardware.hosts``). ``rlhfsim calibrate``
-(``calibrate.stepbench``) replaces them with measurements on its device.
+(``calibrate.measuring.stepbench``) replaces them with measurements on its device.
 """
 
 from __future__ import annotations
 
 from rlhfsim.hardware.hosts import scale_from_clock
 
-# calibrate.advbench on this project's VM (2026-12-07, torch 2.13 CPU, one thread; the median of five runs, the element
+# calibrate.measuring.advbench on this project's VM (2026-12-07, torch 2.13 CPU, one thread; the median of five runs, the element
 # cost with the passes' fresh allocations: lab/results/advbench-2026-12-07): seconds per op, per row-op, per
 # element-pass, per row; and the VM-to-reference-host factor of host work (rlhfsim.hardware.hosts; docs/calibration.md,
 # "From this CPU to a GPU server's host": one Python thread on a Xeon 8480C takes 1.35 times as long as here)

@@ -128,10 +128,10 @@ HOST_LAUNCH_BOUND = _row(
     "rlhfsim.costs.framework, rlhfsim.costs.model._Decode")
 FRAMEWORK_PIECE = _row(
     "framework_piece", "a framework's host time per piece beyond the fitted call (slicing, the loss)",
-    "step.microbatch_forward_s, microbatch_train_s", "any", "calibrate.stepbench", "rlhfsim.costs.stepcosts")
+    "step.microbatch_forward_s, microbatch_train_s", "any", "calibrate.measuring.stepbench", "rlhfsim.costs.stepcosts")
 OFFLOAD = _row(
     "offload", "parameters, gradients and optimizer state crossing the host link",
-    "execution.offload; step.host_copy_eff; hardware host_link_bw", "any", "calibrate.stepbench (host_copy_eff)",
+    "execution.offload; step.host_copy_eff; hardware host_link_bw", "any", "calibrate.measuring.stepbench (host_copy_eff)",
     "rlhfsim.sim.execution.offload_s")
 OPTIMIZER = _row(
     "optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
@@ -163,33 +163,33 @@ PREFILL_CHUNK = _row(
     "rlhfsim.costs.model.CostModel.chunk_in_step_s")
 SAMPLING_TAIL = _row(
     "sampling_tail", "the sampler's work per decode step and row (softmax, top-k/p, log-probs)",
-    "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.sampling", "rlhfsim.costs.genruntimes")
+    "generation.RT.sample_s, sample_per_logit_s", "any", "calibrate.measuring.sampling", "rlhfsim.costs.genruntimes")
 GEN_CALL_OVERHEAD = _row(
     "gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "
     "checks, cache setup, the stopping criteria), beside its prefill and decode steps",
-    "generation.RT.call_overhead_s", "any", "rlhfsim calibrate (calibrate.genbench prefill points)",
+    "generation.RT.call_overhead_s", "any", "rlhfsim calibrate (calibrate.measuring.genbench prefill points)",
     "rlhfsim.costs.price.generate_call_s")
 HANDOFF = _row(
     "handoff", "the actor's pause at a chunk boundary under intra-step streaming (a generate() call "
     "returning its tokens and the next one continuing on the cache), per boundary and row",
-    "generation.RT.handoff_s, handoff_per_row_s", "any", "rlhfsim calibrate (calibrate.genbench handoff "
+    "generation.RT.handoff_s, handoff_per_row_s", "any", "rlhfsim calibrate (calibrate.measuring.genbench handoff "
     "points)", "rlhfsim.sim.engines.base.Engine.handoff")
 LEFT_PADDING = _row(
     "left_padding", "what a left-padded static batch (rows of different contexts) adds to its prefill call "
     "and to each decode step (the attention mask applied at every step)",
     "generation.RT.pad_step_s, pad_step_per_row_s, pad_prefill_s", "any",
-    "rlhfsim calibrate (calibrate.genbench pad points)", "rlhfsim.sim.engines.static")
+    "rlhfsim calibrate (calibrate.measuring.genbench pad points)", "rlhfsim.sim.engines.static")
 WEIGHT_SYNC = _row(
     "weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
     "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
-    "calibrate.stepbench", "rlhfsim.costs.model.CostModel.reshard_parts")
+    "calibrate.measuring.stepbench", "rlhfsim.costs.model.CostModel.reshard_parts")
 ADVANTAGE = _row(
     "advantage", "advantages on the driver's CPU over every row padded to the response cap, as verl's code "
     "runs them: GAE's reverse loop over positions (small tensor ops on strided columns), GRPO's Python loops "
     "over rows, their element-wise passes, and verl 0.9's rollout-correction metrics",
     "step.adv_per_op_s, adv_per_strided_s, adv_per_element_s, adv_per_row_s; execution.advantage.gae_loop, "
-    "rollout_metrics", "any", "verl's code paths timed on a CPU, one thread (calibrate.advbench; "
-    "calibrate.stepbench on a profile's host)", "rlhfsim.costs.driver.advantage_parts")
+    "rollout_metrics", "any", "verl's code paths timed on a CPU, one thread (calibrate.measuring.advbench; "
+    "calibrate.measuring.stepbench on a profile's host)", "rlhfsim.costs.driver.advantage_parts")
 INTERFERENCE = _row(
     "interference", "decode and prefill slowed while they share GPUs (OPPO intra-step; a streamed scorer "
     "call's seconds beyond its price alone)",
@@ -225,7 +225,7 @@ REENCODE_PREFIX = _row(
 RETOKENIZE = _row(
     "retokenize", "the host decoding the actor's ids to text and tokenizing it for a reward model of "
     "another tokenizer (per batch, or per streamed call)", "step.retokenize_s, retokenize_per_token_s",
-    "any", "calibrate.stepbench", "rlhfsim.costs.model.CostModel.retokenize_s")
+    "any", "calibrate.measuring.stepbench", "rlhfsim.costs.model.CostModel.retokenize_s")
 RULE_REWARD = _row(
     "rule_reward", "a rule-based reward checker on CPU workers", "models.reward.cpu_s_per_sample, workers",
     "any", "the scenario", "rlhfsim.costs.model.CostModel.rule_reward_s")

@@ -26,7 +26,7 @@ term's ``pooled``:
   shares them and the datasheet ratio carries them from one member to another.
 
 Terms with a better source than a fit through whole phases are not candidates (``NOT_POOLED``: the GEMM ceiling of
-``kernels_by_shape``, measured per operation by ``calibrate.fromops``).
+``kernels_by_shape``, measured per operation by ``calibrate.fitting.fromops``).
 
 **Base.** A family's runs are priced from ``prior_profile`` of the family's bundled profile (``base_for``): the
 profile with every term a public log fitted set back to the prior it records (``from_logs``), so a fit never
@@ -71,7 +71,7 @@ PRED_FLOOR_S = 1e-6
 GEN_KEY = "timing_s/gen"
 LN2 = math.log(2.0)
 RELEASE_ROUNDS = 2       # refits after letting in the terms confounded with one held at its bound
-NOT_POOLED = {"gemm_e_max": "the GEMM ceiling of kernels_by_shape is measured per operation (calibrate.fromops, "
+NOT_POOLED = {"gemm_e_max": "the GEMM ceiling of kernels_by_shape is measured per operation (calibrate.fitting.fromops, "
                             "Vidur's public profiling): a fit through whole phases would fold the framework into it"}
 
 

@@ -146,15 +146,15 @@ class Sustained:
 # Sustained rates per GPU and stack (issue 47 item 4). MAMF: the "Maximum Achievable Matmul FLOPS" table of Stas
 # Bekman's ml-engineering (github.com/stas00/ml-engineering, compute/accelerator/README.md at commit 744d01e, lines
 # 344-361: BF16 matmul, mean of 100 iterations after 50 warm-up, best shape of a brute-force search). Vidur: the
-# large-token limit e_max of the GEMM curve fitted from Vidur's fp16 per-layer GEMMs (calibrate.fromops; bundled
+# large-token limit e_max of the GEMM curve fitted from Vidur's fp16 per-layer GEMMs (calibrate.fitting.fromops; bundled
 # profiles h100-sxm and a100-80gb), which is what cuBLAS reached on LLM layer shapes rather than on the best shape.
 SUSTAINED: dict[str, Sustained] = {
     "h100-sxm": Sustained("CUDA 12.6, torch 2.7.0 (cuBLAS)", 794.5 * TFLOPS,
                           "MAMF, ml-engineering@744d01e compute/accelerator/README.md:354 (80.3% of 989); LLM layer "
-                          "shapes: 0.78 x 989 (Vidur fp16 GEMMs, microsoft/vidur@7d47513, calibrate.fromops)"),
+                          "shapes: 0.78 x 989 (Vidur fp16 GEMMs, microsoft/vidur@7d47513, calibrate.fitting.fromops)"),
     "a100-80gb": Sustained("CUDA 12.6, torch 2.6.0 (cuBLAS)", 271.2 * TFLOPS,
                            "MAMF, ml-engineering@744d01e compute/accelerator/README.md:351 (86.9% of 312); LLM layer "
-                           "shapes: 0.75 x 312 (Vidur fp16 GEMMs, microsoft/vidur@7d47513, calibrate.fromops)"),
+                           "shapes: 0.75 x 312 (Vidur fp16 GEMMs, microsoft/vidur@7d47513, calibrate.fitting.fromops)"),
     "gh200": Sustained("CUDA 12.6, torch 2.6.0 (cuBLAS)", 828.6 * TFLOPS,
                        "MAMF, ml-engineering@744d01e compute/accelerator/README.md:352 (83.8% of 989; the 900 W 141 GiB "
                        "HBM3e GH200, the same Hopper tensor cores as the catalog's 96 GiB part)"),

@@ -108,7 +108,7 @@ CATALOG: dict[str, ModelShape] = {
         ModelShape("electra-large", "encoder", 24, 1024, 4096, 16, 16, 30522, True, False, "electra", 512, "bert-uncased"),
         # Tiny shapes for CPU calibration, validation and CI: same architecture families, small sizes.
         # The two tiny Qwen2 shapes share one (synthetic) tokenizer, as Qwen2.5 models of different embedding
-        # sizes share theirs; the tiny encoders' tokenizers are their own (calibrate.retokenize builds them).
+        # sizes share theirs; the tiny encoders' tokenizers are their own (calibrate.measuring.retokenize builds them).
         _q("tiny-qwen2", 2, 128, 512, 4, 2, 1024, True, 4096, "synthetic-qwen2"),
         _q("small-qwen2", 4, 256, 1024, 8, 2, 4096, True, 4096, "synthetic-qwen2"),
         # The same two widths at the other depth, so that a CPU calibration sees depth and width move apart

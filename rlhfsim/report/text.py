@@ -50,7 +50,7 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
         c.print("sampled tokens' log-probs recorded: " + (
             "priced with the sampling tail measured with the recorder" if g.get("logprobs_priced") else
             f"[yellow]not priced (profile {s['profile']!r} has no sampling tail measured with the recorder for "
-            f"{g['runtime']}: `python -m calibrate.extend PROFILE --cost-terms` measures it)[/yellow]"))
+            f"{g['runtime']}: `python -m calibrate.running.extend PROFILE --cost-terms` measures it)[/yellow]"))
     iv = s.get("step_time_s_interval")
     band = f"{100 * s['uncertainty']['level']:.0f}% interval" if iv else ""
     t = Table(title="step time (s)")

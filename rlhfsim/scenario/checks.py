@@ -111,7 +111,7 @@ def _check_execution(sc: Scenario, shapes: dict) -> None:
 
 
 # Encoder families without absolute position embeddings: DeBERTa-v2/v3 checkpoints set
-# ``position_biased_input: false`` (microsoft/deberta-v3-large config.json; calibrate/models.py builds them
+# ``position_biased_input: false`` (microsoft/deberta-v3-large config.json; calibrate/measuring/models.py builds them
 # so), and transformers' DebertaV2Embeddings then has no position table: relative attention over log
 # buckets (``position_buckets``) runs any length (measured here: a DeBERTa-v3-configured model with
 # max_position_embeddings 512 scored a 1,024-token row; an ELECTRA of the same size raised on it).

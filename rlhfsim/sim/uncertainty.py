@@ -19,7 +19,7 @@ where they run one after another), which is analytic: no re-simulation.
 
 **Parameter draws** (``draw_profiles``). A calibrated profile keeps, per fitted operation, ``samples`` (parameter
 sets refitted on bootstrap resamples of its points) and ``covariance`` (linearised, over x = (log compute_eff,
-log memory_eff, overhead_s, overhead_per_layer_s); ``calibrate.fit``): an operation takes a bootstrap sample where
+log memory_eff, overhead_s, overhead_per_layer_s); ``calibrate.fitting.fit``): an operation takes a bootstrap sample where
 it has them (``bootstrap``), else a normal draw of its covariance (``covariance``; efficiencies through exp,
 clipped to (0, 1.5]; overheads clipped at 0). Operations with neither get a stated **prior** (each parameter
 within x/ ``PRIOR_FACTOR`` (2) at 90%, log-normal), only where no model error covers them (a CPU profile);

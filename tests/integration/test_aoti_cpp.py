@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 
-from calibrate.models import build_hf_model, random_batch
+from calibrate.measuring.models import build_hf_model, random_batch
 from calibrate.runtimes import aoti_cpp
 from calibrate.runtimes.aoti_cpp import AotiCpp, AotiUnsupported, default_cache_dir, ensure_program, run_program
 from calibrate.runtimes.base import eager_scores

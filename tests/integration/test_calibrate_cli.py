@@ -20,7 +20,7 @@ pytest.importorskip("onnxruntime")
 from click.testing import CliRunner  # noqa: E402
 
 from calibrate.cli import calibrate_command, runtimes_command  # noqa: E402
-from calibrate.journal import journal_path, read_journal  # noqa: E402
+from calibrate.running.journal import journal_path, read_journal  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402
 from rlhfsim.costs.profile import SCHEMA_VERSION, validate_profile  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402

@@ -17,7 +17,7 @@ from calibrate.executor import PHASES, ExecConfig, run_steps  # noqa: E402
 from calibrate.executor.generation import HfGeneration, Sequence  # noqa: E402
 from calibrate.executor.timing import Clock, StepLog  # noqa: E402
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, GumbelNoise, check_prompts, check_runtime, eager_greedy  # noqa: E402
-from calibrate.models import PAD_ID, build_hf_model  # noqa: E402
+from calibrate.measuring.models import PAD_ID, build_hf_model  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 

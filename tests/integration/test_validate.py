@@ -85,7 +85,7 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path):
 
 
 def test_quick_calibration_covers_the_scenarios_operating_points():
-    from calibrate.grid import QUICK_CPU
+    from calibrate.running.grid import QUICK_CPU
     from calibrate.validation.calibration import OPERATING_SAMPLE, operating_points
     from calibrate.validation.scenario import draw_rollouts, prepare
 
@@ -125,7 +125,7 @@ def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, mo
     import calibrate.validation.calibration as C
     import calibrate.validation.run as R
     from calibrate.executor import RoundRobin
-    from calibrate.journal import journal_path, read_journal
+    from calibrate.running.journal import journal_path, read_journal
 
     monkeypatch.setenv("RLHFSIM_CACHE_DIR", str(tmp_path))
     tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],

@@ -70,7 +70,7 @@ def test_bad_generate_values_are_one_line_exit_2(args, where, tmp_path):
 
 
 def test_lean_calibration_of_new_shapes_keeps_every_operating_point_and_measures_roles(tmp_path):
-    from calibrate.grid import QUICK_CPU
+    from calibrate.running.grid import QUICK_CPU
     from calibrate.validation.calibration import is_new_shape, operating_points
     from calibrate.validation.scenario import prepare
     from rlhfsim.models.catalog import CATALOG
@@ -100,8 +100,8 @@ def test_lean_calibration_of_new_shapes_keeps_every_operating_point_and_measures
 
 
 def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):
-    from calibrate.journal import journal_path, read_journal
-    from calibrate.run import run_calibration
+    from calibrate.running.journal import journal_path, read_journal
+    from calibrate.running.run import run_calibration
     from rlhfsim.models.catalog import CATALOG
 
     grid = {"score": [[1, 16]], "strategies": [[2, 16]], "prefill": [[1, 16], [2, 16]], "decode": [[1, 16], [2, 16]],

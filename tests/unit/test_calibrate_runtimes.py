@@ -11,16 +11,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate.assemble import build_profile  # noqa: E402
-from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
-from calibrate.journal import Journal  # noqa: E402
-from calibrate.models import build_hf_model  # noqa: E402
-from calibrate.progress import Progress  # noqa: E402
-from calibrate.interleave import Prepared  # noqa: E402
+from calibrate.fitting.assemble import build_profile  # noqa: E402
+from calibrate.running.grid import QUICK_CPU, with_overrides  # noqa: E402
+from calibrate.running.journal import Journal  # noqa: E402
+from calibrate.measuring.models import build_hf_model  # noqa: E402
+from calibrate.running.progress import Progress  # noqa: E402
+from calibrate.measuring.interleave import Prepared  # noqa: E402
 from calibrate.runtimes import Runtime, ScoreModule  # noqa: E402
 from calibrate.runtimes.eager import Eager  # noqa: E402
-from calibrate.scoring import measure_runtime  # noqa: E402
-from calibrate.session import Session  # noqa: E402
+from calibrate.measuring.scoring import measure_runtime  # noqa: E402
+from calibrate.running.session import Session  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.hardware.catalog import get_gpu  # noqa: E402
@@ -115,12 +115,12 @@ def test_failing_runtime_is_unavailable_or_keeps_measured_shapes(session):
 
 
 def test_reencode_points_fit_per_runtime_and_price_encoders(session):
-    """``calibrate.reencode``: one response's growing prefixes at batch 1, every runtime checked against
+    """``calibrate.measuring.reencode``: one response's growing prefixes at batch 1, every runtime checked against
     eager; a runtime with wrong scores is journaled as skipped and gets no ``reencode:RUNTIME``; the fit
     prices an encoder's re-encode passes (``CostModel.rescore_parts``) and only an encoder's."""
     from dataclasses import replace
 
-    from calibrate.reencode import measure_reencode
+    from calibrate.measuring.reencode import measure_reencode
 
     s = replace(session, grid=with_overrides(session.grid, {"reencode_lengths": [8, 16, 24, 32, 48],
                                                             "reencode_static_lengths": [16]}))

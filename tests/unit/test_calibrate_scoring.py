@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate.models import build_hf_model  # noqa: E402
-from calibrate.scoring import _pack, draw_lengths, strategy_calls, tolerance  # noqa: E402
+from calibrate.measuring.models import build_hf_model  # noqa: E402
+from calibrate.measuring.scoring import _pack, draw_lengths, strategy_calls, tolerance  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
@@ -51,7 +51,7 @@ def test_tolerance_depends_on_dtype_and_scale():
 def test_encoders_are_built_as_themselves():
     from dataclasses import replace
 
-    from calibrate.models import build_hf_model
+    from calibrate.measuring.models import build_hf_model
     from rlhfsim.errors import RlhfsimError
 
     assert type(build_hf_model(CATALOG["tiny-electra"], "value", "float32", "cpu")).__name__ == "ElectraForSequenceClassification"

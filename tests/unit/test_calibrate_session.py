@@ -1,4 +1,4 @@
-"""The calibration's guard against other processes (calibrate.session): a quiet check just taken stands for
+"""The calibration's guard against other processes (calibrate.running.session): a quiet check just taken stands for
 the next point's, and ``quiet_budget_s`` caps what a whole calibration spends waiting for quiet cores and
 measuring disturbed points again; the quick CPU grid measures the batching strategies on the runtime models only."""
 
@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("torch")
 pytestmark = pytest.mark.hw  # the calibrator's session (it loads torch)
 
-import calibrate.session as session  # noqa: E402
-from calibrate.grid import FULL_CPU, QUICK_CPU, with_overrides  # noqa: E402
-from calibrate.session import Session  # noqa: E402
+import calibrate.running.session as session  # noqa: E402
+from calibrate.running.grid import FULL_CPU, QUICK_CPU, with_overrides  # noqa: E402
+from calibrate.running.session import Session  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 
 
@@ -90,8 +90,8 @@ def test_grid_fields():
 
 
 def test_strategies_only_on_runtime_models():
-    from calibrate.run import pick_runtime_models, plan_size
-    from calibrate.scoring import STRATEGIES
+    from calibrate.running.run import pick_runtime_models, plan_size
+    from calibrate.measuring.scoring import STRATEGIES
     from rlhfsim.models.catalog import CATALOG
 
     models = [CATALOG[n] for n in ("tiny-qwen2", "small-qwen2", "tiny-deberta")]
@@ -105,8 +105,8 @@ def test_strategies_only_on_runtime_models():
 def test_quick_leaves_out_the_runtimes_compiled_per_shape_unless_named():
     """A quick run measures every scoring runtime but those compiled per shape (AOTInductor's packages), and the
     quick CPU grid no compiled generation runtime (hf_static); the full grids keep them all."""
-    from calibrate.genbench import plan
-    from calibrate.run import default_runtimes
+    from calibrate.measuring.genbench import plan
+    from calibrate.running.run import default_runtimes
     from calibrate.runtimes import RUNTIMES
     from rlhfsim.models.catalog import CATALOG
 

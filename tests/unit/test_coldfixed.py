@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from calibrate.assemble import fitted, kernels_summary, with_tails  # noqa: E402
+from calibrate.fitting.assemble import fitted, kernels_summary, with_tails  # noqa: E402
 from calibrate.cpu.coldfixed import cold_summary, feet, probe_shape  # noqa: E402
-from calibrate.fit import arrays, fitted_value, overhead_x, point_value, predict  # noqa: E402
+from calibrate.fitting.fit import arrays, fitted_value, overhead_x, point_value, predict  # noqa: E402
 from rlhfsim.costs import cpuhost  # noqa: E402
 from rlhfsim.costs import flops as fl  # noqa: E402
 from rlhfsim.costs.model import CostModel, OpParams  # noqa: E402
@@ -53,7 +53,7 @@ def test_the_factor_is_interpolated_in_mib_and_held_at_the_ends():
 
 
 def test_the_probe_runs_on_the_smallest_actor_at_zero_and_the_grids_footprints():
-    from calibrate.grid import QUICK_CPU
+    from calibrate.running.grid import QUICK_CPU
 
     assert probe_shape([CATALOG["small-qwen2"], CATALOG["tiny-qwen2-l4"], CATALOG["tiny-qwen2"]]) is CATALOG["tiny-qwen2"]
     assert probe_shape([]) is None

@@ -7,9 +7,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.assemble import interference_summary  # noqa: E402
+from calibrate.fitting.assemble import interference_summary  # noqa: E402
 from calibrate.cpu.corun import handover_plan  # noqa: E402
-from calibrate.grid import QUICK_CPU, QUICK_GPU, with_overrides  # noqa: E402
+from calibrate.running.grid import QUICK_CPU, QUICK_GPU, with_overrides  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
@@ -81,7 +81,7 @@ def test_each_pairing_has_its_own_points():
 
 
 def test_extend_adds_hand_over_to_a_measured_profile(tmp_path):
-    # python -m calibrate.extend PROFILE --handover, on a copy of the test CPU profile: the section, its
+    # python -m calibrate.running.extend PROFILE --handover, on a copy of the test CPU profile: the section, its
     # points and the provenance record are added, nothing else the profile had is changed.
     import json
     import shutil
@@ -89,7 +89,7 @@ def test_extend_adds_hand_over_to_a_measured_profile(tmp_path):
 
     import torch
 
-    from calibrate.extend import extend_handover
+    from calibrate.running.extend import extend_handover
     from rlhfsim.costs.profile import load_profile
 
     src = Path(__file__).resolve().parents[1] / "fixtures" / "profiles" / "cpu.json"
@@ -113,10 +113,10 @@ def test_extend_adds_hand_over_to_a_measured_profile(tmp_path):
 ])
 def test_a_runtime_not_valid_on_the_actor_is_journaled_skipped(tmp_path, record, why):
     from calibrate.cpu.corun import handover_keys, measure_handover
-    from calibrate.genbench import runtime_key
-    from calibrate.journal import Journal
-    from calibrate.progress import Progress
-    from calibrate.session import Session
+    from calibrate.measuring.genbench import runtime_key
+    from calibrate.running.journal import Journal
+    from calibrate.running.progress import Progress
+    from calibrate.running.session import Session
 
     with Journal.open(tmp_path / "j.journal.jsonl", {"device_kind": "cpu", "dtype": "float32"}, resume=False) as j:
         if record is not None:
@@ -136,7 +136,7 @@ def _cfg(side, layers, alone_s, corun_s, steps=32):
 def test_added_fit_recovers_the_time_per_layer_and_per_second_alone():
     # a decode step beside the scorer takes t (1 + 0.2) + 0.5 ms + 0.6 ms x L: the fit gives those back
     # from the intervals (seq_len steps each), whatever the models' sizes
-    from calibrate.assemble import handover_added_fit
+    from calibrate.fitting.assemble import handover_added_fit
 
     law = lambda L, t: t * 1.2 + 5e-4 + 6e-4 * L  # noqa: E731
     configs = [_cfg("decode", L, t, law(L, t)) for L, t in ((2, 1e-3), (2, 3e-3), (3, 2e-3), (4, 1.2e-3), (4, 4e-3))]
@@ -149,7 +149,7 @@ def test_added_fit_recovers_the_time_per_layer_and_per_second_alone():
 
 def test_added_fit_keeps_every_term_non_negative():
     # time added that falls with the layers is no per-layer cost: the term is 0 and the rest is fitted alone
-    from calibrate.assemble import handover_added_fit
+    from calibrate.fitting.assemble import handover_added_fit
 
     configs = [_cfg("prefill", L, 1e-3, 1e-3 + a) for L, a in ((2, 3e-3), (3, 2.5e-3), (4, 2e-3))]
     fit = handover_added_fit(configs, "prefill")
@@ -250,9 +250,9 @@ def test_the_actors_operations_are_its_decode_steps(tmp_path, rt):
     import torch
 
     from calibrate.cpu.corun import _Actor
-    from calibrate.journal import Journal
-    from calibrate.progress import Progress
-    from calibrate.session import Session
+    from calibrate.running.journal import Journal
+    from calibrate.running.progress import Progress
+    from calibrate.running.session import Session
 
     b, p, c = 2, 8, 4
     with Journal.open(tmp_path / "j.journal.jsonl", {"device_kind": "cpu", "dtype": "float32"}, resume=False) as j:

@@ -295,7 +295,7 @@ def test_dtype_bytes():
 
 
 def test_encoder_passes_use_their_own_family_fit():
-    """``encode:RUNTIME`` (calibrate.assemble.encoder_score_ops) prices an encoder reward model's forward
+    """``encode:RUNTIME`` (calibrate.fitting.assemble.encoder_score_ops) prices an encoder reward model's forward
     passes; decoders keep ``score:RUNTIME``; without it an encoder falls back to ``score:RUNTIME`` too."""
     import copy
 

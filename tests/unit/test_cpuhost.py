@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CPU_HOST_KERNELS
 
-from calibrate.grid import CPU_ONLY_FIELDS, FULL_CPU, FULL_GPU, QUICK_CPU, QUICK_GPU, cpu_only_sweeps, with_overrides
+from calibrate.running.grid import CPU_ONLY_FIELDS, FULL_CPU, FULL_GPU, QUICK_CPU, QUICK_GPU, cpu_only_sweeps, with_overrides
 from rlhfsim.costs import cpuhost
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.cpuhost import CpuHostEffects
@@ -105,7 +105,7 @@ def test_the_gpu_grids_schedule_no_cpu_only_sweep():
 @pytest.mark.hw
 def test_the_fit_annotates_points_with_the_same_effects_on_a_cpu_only():
     pytest.importorskip("torch")
-    from calibrate.assemble import with_tails
+    from calibrate.fitting.assemble import with_tails
 
     m = CATALOG["small-qwen2"]
     shape = dataclasses.asdict(m)

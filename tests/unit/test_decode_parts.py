@@ -38,10 +38,10 @@ def test_the_head_part_grows_with_the_vocabulary():
 @pytest.mark.hw
 def test_part_clocks_time_each_step_once_and_restore_the_names():
     torch = pytest.importorskip("torch")
-    import calibrate.decoder as dec_mod
+    import calibrate.measuring.decoder as dec_mod
     import calibrate.executor.generation as gen_mod
     from _common import decode_step_ms
-    from calibrate.decoder import StaticKVDecoder
+    from calibrate.measuring.decoder import StaticKVDecoder
 
     m = CATALOG["tiny-qwen2"]
     f, sample = dec_mod.F, gen_mod.sample_next

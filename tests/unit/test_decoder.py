@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from calibrate.decoder import StaticKVDecoder  # noqa: E402
+from calibrate.measuring.decoder import StaticKVDecoder  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 from rlhfsim.models.catalog import CATALOG, ModelShape  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Which catalog entry a local device's name matches (``calibrate.device_info.matches``), for the
+"""Which catalog entry a local device's name matches (``calibrate.measuring.device_info.matches``), for the
 entries whose family names lie inside others (l4 / l40s, h20 / h200 / gh200) and the PCIe/SXM pairs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.device_info import matches  # noqa: E402
+from calibrate.measuring.device_info import matches  # noqa: E402
 from rlhfsim.hardware.catalog import GPUS, GiB  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it

@@ -1,4 +1,4 @@
-"""The device state check (``calibrate.devstate``): the probe measures positive rates in the documented
+"""The device state check (``calibrate.measuring.devstate``): the probe measures positive rates in the documented
 shapes, a calibration stores it at its start and end, and the comparison with a profile names a different
 processor, a rate that moved beyond the tolerance, and a profile without probes, and stays quiet when
 nothing moved."""
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.devstate import GEMV_MIB, PROBE_VERSION, TOLERANCE, compare, profile_probes, state_probe  # noqa: E402
+from calibrate.measuring.devstate import GEMV_MIB, PROBE_VERSION, TOLERANCE, compare, profile_probes, state_probe  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
 
@@ -92,7 +92,7 @@ def test_pass_probes_are_pooled_across_passes_written_apart(tmp_path):
     device check compares the median over all of them (here a slow first pass and a fast second one)."""
     import json
 
-    from calibrate.devstate import pool_pass_probes
+    from calibrate.measuring.devstate import pool_pass_probes
 
     path = tmp_path / "p.json"
     slow, fast = _probe(scale=0.8), _probe(scale=1.2)
@@ -113,7 +113,7 @@ def test_thread_pool_settings_that_differ_from_the_profiles_are_named(monkeypatc
     """A profile records the thread-pool environment it was measured under (``device.thread_env``); the check
     names a run whose settings differ (either way: set now and not then, or changed), and stays quiet when they
     match or when the profile predates the record."""
-    from calibrate.device_info import THREAD_ENV, describe
+    from calibrate.measuring.device_info import THREAD_ENV, describe
 
     for k in THREAD_ENV:
         monkeypatch.delenv(k, raising=False)
@@ -133,7 +133,7 @@ def test_thread_pool_settings_that_differ_from_the_profiles_are_named(monkeypatc
 
 
 def test_host_probe_measures_the_dispatch_chain_on_the_host_and_on_the_device():
-    from calibrate.devstate import host_probe
+    from calibrate.measuring.devstate import host_probe
 
     p = host_probe("cpu", calls=3)   # on CUDA the second chain runs on the GPU, synchronised per pass
     assert p["device"] == "cpu" and p["version"] == PROBE_VERSION

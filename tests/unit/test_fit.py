@@ -9,17 +9,17 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.fit import fit_operation, point_work
-from calibrate.grid import QUICK_CPU, with_overrides
-from calibrate.journal import Journal, journal_path, read_journal, with_points
-from calibrate.progress import Progress
-from calibrate.session import Session, point_key
+from calibrate.fitting.fit import fit_operation, point_work
+from calibrate.running.grid import QUICK_CPU, with_overrides
+from calibrate.running.journal import Journal, journal_path, read_journal, with_points
+from calibrate.running.progress import Progress
+from calibrate.running.session import Session, point_key
 from rlhfsim.costs.model import OpParams, roofline_s
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
 
-pytestmark = pytest.mark.hw  # the calibrator's fit (calibrate.grid imports torch); the fast loop skips it
+pytestmark = pytest.mark.hw  # the calibrator's fit (calibrate.running.grid imports torch); the fast loop skips it
 
 PRIOR = OpParams(0.5, 0.7, 1e-3, 0.0)
 
@@ -179,7 +179,7 @@ def test_resume_skips_measured_points_and_measures_the_rest(tmp_path):
 
 # -- contention guard ---------------------------------------------------------------------------------
 def _scripted_session(tmp_path, monkeypatch, ratios, wait_s: float = 5.0) -> Session:
-    import calibrate.session as sess
+    import calibrate.running.session as sess
 
     seq = iter(ratios)
     monkeypatch.setattr(sess, "contention_ratio", lambda threads, calls=9: next(seq))
@@ -222,7 +222,7 @@ def test_fit_with_fewer_points_than_parameters_plus_two_is_underdetermined():
 
 
 def test_assembled_underdetermined_operation_is_never_measured():
-    from calibrate.assemble import fitted
+    from calibrate.fitting.assemble import fitted
 
     gpu = get_gpu("cpu")
     pts = synthetic("score", OpParams(0.5, 0.5, 2e-3, 0.0), gpu, ["tiny-qwen2"], [(4, 64), (16, 128)])
@@ -261,8 +261,8 @@ def test_refit_encoders_fits_a_profiles_encoder_operations_from_its_own_points(t
     pytest.importorskip("torch")
     import copy
 
-    from calibrate import extend as ext
-    from calibrate.assemble import _measured
+    from calibrate.running import extend as ext
+    from calibrate.fitting.assemble import _measured
     from rlhfsim.costs.profile import load_profile
 
     doc = copy.deepcopy(with_points(load_profile("cpu")))   # the bundled profile keeps its points beside it

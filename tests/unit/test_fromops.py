@@ -1,4 +1,4 @@
-"""calibrate.fromops (kernel terms from Vidur-format per-operation measurements) and their use in the cost model
+"""calibrate.fitting.fromops (kernel terms from Vidur-format per-operation measurements) and their use in the cost model
 (rlhfsim.costs.byshape): parsing, the fits by hand, the curve and the fitted collectives in CostModel, the closed
 decode sum, one-line errors, the bundled profiles and the sustained rates of the catalog."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate import fromops as fo
+from calibrate.fitting import fromops as fo
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
 from rlhfsim.costs.model import LINK_EFF, LINK_LATENCY_S, CostModel, decode_sum, roofline_parts

@@ -14,17 +14,17 @@ pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
 
-from calibrate.assemble import _handoff_fit, build_profile  # noqa: E402
+from calibrate.fitting.assemble import _handoff_fit, build_profile  # noqa: E402
 from calibrate.cli import runtimes_command  # noqa: E402
-from calibrate.fit import point_work  # noqa: E402
-from calibrate.genbench import measure_gen_runtimes, pad_lengths, plan, plan_size, runtime_key  # noqa: E402
+from calibrate.fitting.fit import point_work  # noqa: E402
+from calibrate.measuring.genbench import measure_gen_runtimes, pad_lengths, plan, plan_size, runtime_key  # noqa: E402
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, GumbelNoise, check_prompts, check_runtime, eager_greedy  # noqa: E402
 from calibrate.genruntimes.hf_generate import HfGenerate, RowStop  # noqa: E402
-from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
-from calibrate.journal import Journal  # noqa: E402
-from calibrate.models import PAD_ID, build_hf_model  # noqa: E402
-from calibrate.progress import Progress  # noqa: E402
-from calibrate.session import Session  # noqa: E402
+from calibrate.running.grid import QUICK_CPU, with_overrides  # noqa: E402
+from calibrate.running.journal import Journal  # noqa: E402
+from calibrate.measuring.models import PAD_ID, build_hf_model  # noqa: E402
+from calibrate.running.progress import Progress  # noqa: E402
+from calibrate.running.session import Session  # noqa: E402
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, GEN_SCALARS  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402
 from rlhfsim.costs.profile import validate_profile  # noqa: E402

@@ -101,7 +101,7 @@ and say here which values moved and why (``FIXED`` lists them). Changes so far:
   step; every other value matched at 1e-9.
 * Issue 53, the driver's advantage step priced as verl's code runs it (``rlhfsim.costs.driver``): every row padded
   to the response cap, GAE's reverse loop as small tensor ops per position with a cost per row, the element-wise
-  passes, GRPO's loops per row, with host costs measured on a CPU (``calibrate.advbench``); it was tokens plus the
+  passes, GRPO's loops per row, with host costs measured on a CPU (``calibrate.measuring.advbench``); it was tokens plus the
   longest response's positions at guessed costs. The seven cases of ``verl-ppo.yaml`` (the one bundled scenario
   with ``execution.advantage``) moved: ``adv`` +76% to +201%, step times +0.41% to +0.87%; they are in ``FIXED``.
 * Issue 53, the host CPU of each GPU's server (``rlhfsim.hardware.hosts``, ``rlhfsim.costs.hostscale``): every

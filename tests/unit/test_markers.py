@@ -87,7 +87,7 @@ def _marked_hw(path: Path) -> bool:
 
 def test_the_finder_follows_calibrate_modules_to_torch():
     assert heavy_via("calibrate.executor") and heavy_via("calibrate.executor").endswith("torch")
-    assert heavy_via("rlhfsim.scenario.loader") is None and heavy_via("calibrate.stats") is None
+    assert heavy_via("rlhfsim.scenario.loader") is None and heavy_via("calibrate.fitting.stats") is None
 
 
 def test_every_module_that_loads_the_hardware_stack_on_import_is_marked_hw():

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from calibrate.measure import spread, summarize, time_calls, trimmed_mean
+from calibrate.measuring.measure import spread, summarize, time_calls, trimmed_mean
 
 
 def _clocked():

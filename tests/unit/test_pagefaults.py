@@ -16,9 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate.assemble import refit_train, with_tails  # noqa: E402
-from calibrate.fit import fitted_value, point_value  # noqa: E402
-from calibrate.journal import with_points  # noqa: E402
+from calibrate.fitting.assemble import refit_train, with_tails  # noqa: E402
+from calibrate.fitting.fit import fitted_value, point_value  # noqa: E402
+from calibrate.running.journal import with_points  # noqa: E402
 from calibrate.cpu.pagefaults import PATTERNS, count_shape, measure_page_faults, threshold_of  # noqa: E402
 from rlhfsim.costs.cpuhost import page_fault_s  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibrate.quality import assess_quality  # noqa: E402
-from calibrate.run import cpu_profile_name, profile_target  # noqa: E402
+from calibrate.fitting.quality import assess_quality  # noqa: E402
+from calibrate.running.run import cpu_profile_name, profile_target  # noqa: E402
 from rlhfsim.costs.profile import BUNDLED_DIR, ProfileShadowWarning, bundled_names, load_profile  # noqa: E402
 from rlhfsim.errors import RlhfsimError  # noqa: E402
 

@@ -1,10 +1,10 @@
-"""A profile kept without its raw points (``calibrate.journal.points_path``): the bundled ``cpu`` profile ships
+"""A profile kept without its raw points (``calibrate.running.journal.points_path``): the bundled ``cpu`` profile ships
 without them, they sit beside it in ``cpu.points.jsonl`` (not package data), and the calibrator's readers and
 writers (``with_points``, ``write_profile``) find them there."""
 
 import json
 
-from calibrate.journal import points_path, with_points, write_profile
+from calibrate.running.journal import points_path, with_points, write_profile
 from rlhfsim.costs.profile import BUNDLED_DIR, bundled_names, load_profile
 
 

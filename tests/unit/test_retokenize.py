@@ -1,4 +1,4 @@
-"""Code-built tokenizers and re-tokenizing (calibrate/retokenize.py): ids stay within the reward model's
+"""Code-built tokenizers and re-tokenizing (calibrate/measuring/retokenize.py): ids stay within the reward model's
 vocabulary, a response keeps its token count, the same tokenizer id gives the same tokenizer, and which
 pairs re-tokenize (ModelShape.tokenizer_id)."""
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from calibrate.retokenize import Retokenizer, build_tokenizer, word  # noqa: E402
+from calibrate.measuring.retokenize import Retokenizer, build_tokenizer, word  # noqa: E402
 from rlhfsim.models.catalog import CATALOG  # noqa: E402
 
 

@@ -1,10 +1,10 @@
-"""The two terms of a decode step the roofline cannot carry. The sampling tail (``calibrate.sampling``):
+"""The two terms of a decode step the roofline cannot carry. The sampling tail (``calibrate.measuring.sampling``):
 its points are journaled per runtime and resumed, its fit recovers a line, the roofline fits take it off
 each generation point and keep the whole time in their held-out error, the simulator adds it back per
 decode step and per prefill call (and never to a scoring pass), a runtime without a tail of its own takes
 the right one. The GEMM weight passes (``calibrate.cpu.gemm``): measured as a ratio, counted by decode steps of
 two rows or more only, in the fit and the simulator alike. The training rate by width
-(``calibrate.cpu.widths``): measured per layer, dividing the body FLOPs of a training pass. ``calibrate.extend
+(``calibrate.cpu.widths``): measured per layer, dividing the body FLOPs of a training pass. ``calibrate.running.extend
 --cost-terms`` upgrades a measured profile with all three."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate.assemble import sampling_summary, with_tails  # noqa: E402
-from calibrate.fit import TAIL_FLOOR, fit_operation, fitted_value, point_value  # noqa: E402
-from calibrate.grid import QUICK_CPU, with_overrides  # noqa: E402
-from calibrate.journal import Journal, with_points  # noqa: E402
-from calibrate.progress import Progress  # noqa: E402
-from calibrate.sampling import fit_tail, measure_sampling, plan_size, sampled_runtimes  # noqa: E402
-from calibrate.session import Session  # noqa: E402
+from calibrate.fitting.assemble import sampling_summary, with_tails  # noqa: E402
+from calibrate.fitting.fit import TAIL_FLOOR, fit_operation, fitted_value, point_value  # noqa: E402
+from calibrate.running.grid import QUICK_CPU, with_overrides  # noqa: E402
+from calibrate.running.journal import Journal, with_points  # noqa: E402
+from calibrate.running.progress import Progress  # noqa: E402
+from calibrate.measuring.sampling import fit_tail, measure_sampling, plan_size, sampled_runtimes  # noqa: E402
+from calibrate.running.session import Session  # noqa: E402
 from rlhfsim.costs import cpuhost  # noqa: E402
 from rlhfsim.costs.genruntimes import sample_tail  # noqa: E402
 from rlhfsim.costs.model import CostModel, OpParams  # noqa: E402
@@ -71,7 +71,7 @@ def test_a_resume_measures_nothing_again(journaled, tmp_path, monkeypatch):
     path, grid, rts, records = journaled
     copy_path = tmp_path / "c.journal.jsonl"
     copy_path.write_bytes(path.read_bytes())
-    import calibrate.sampling as sm
+    import calibrate.measuring.sampling as sm
 
     def boom(*a, **k):
         raise AssertionError("a journaled point was measured again")
@@ -224,7 +224,7 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
     """``gemm_footprints_mib``: each matrix again, cycled through distinct copies adding up to each footprint;
     the table is the per-footprint median ratio, interpolated in log footprint and held at the ends, and a
     decode step of >= 2 rows counts the weights at its model's footprint (fit points alike)."""
-    from calibrate.assemble import kernels_summary, with_tails
+    from calibrate.fitting.assemble import kernels_summary, with_tails
     from calibrate.cpu.gemm import gemm_summary, measure_gemm, plan_size as gemm_size
     from rlhfsim.costs.profile import ProfileError, validate_profile
 
@@ -269,7 +269,7 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     the model's footprint; a fit point gets the passes at its own rows; a bad table is refused."""
     import numpy as np
 
-    from calibrate.assemble import kernels_summary, with_tails
+    from calibrate.fitting.assemble import kernels_summary, with_tails
     from calibrate.cpu.gemm import gemm_summary
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.profile import ProfileError, validate_profile
@@ -314,12 +314,12 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
     """``gb_s_1row``: per footprint, the median over matrices (each counted once, whatever its row counts) of
     the one-row rate; interpolated in log footprint and held at the ends (``flops.footprint_rate``). A decode
     step whose footprint streams slower than the decode fit's bandwidth prices its weights at that rate, in
-    the simulator and in the fit (``calibrate.assemble.fitted`` iterates the factor with the fitted
+    the simulator and in the fit (``calibrate.fitting.assemble.fitted`` iterates the factor with the fitted
     ``memory_eff`` and recovers it); a model below the crossover is priced as before; a bad table is refused."""
     import numpy as np
 
-    from calibrate.assemble import fitted
-    from calibrate.fit import arrays, predict
+    from calibrate.fitting.assemble import fitted
+    from calibrate.fitting.fit import arrays, predict
     from calibrate.cpu.gemm import gemm_summary
     from rlhfsim.costs import flops as fl
     from rlhfsim.costs.profile import ProfileError, validate_profile
@@ -439,7 +439,7 @@ def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops
 
 
 def test_extend_cost_terms_upgrades_a_measured_profile(tmp_path, monkeypatch):
-    from calibrate import extend as ext
+    from calibrate.running import extend as ext
 
     path = tmp_path / "cpu.json"
     doc = _without_tails(with_points(load_profile("cpu")))   # the bundled profile keeps its points beside it

@@ -1,6 +1,6 @@
 """The sampled tokens' log-probs (``generation.sampling_logprobs``): rlhfsim's executor records them inside
 ``generate()`` with a ``LogprobRecorder`` (TRL does not). The calibration measures ``hf_generate``'s sampling
-tail a second time with that recorder (``calibrate.sampling``: points with ``logprobs``), the assembly keeps
+tail a second time with that recorder (``calibrate.measuring.sampling``: points with ``logprobs``), the assembly keeps
 that fit apart from the plain tail (``generation.RT.sampling_logprobs``, never subtracted from a point), and
 the simulator prices a flagged scenario's prefill and decode steps with it, through every engine path and in
 ``validate``'s per-call prices alike; a profile without it prices the plain tail and says so."""
@@ -40,7 +40,7 @@ def _profile(recorded: bool = True) -> dict:
 @pytest.mark.hw
 def test_the_recorded_twins_are_fitted_apart_and_stored_beside_the_plain_tail():
     pytest.importorskip("torch")
-    from calibrate.assemble import _put_tail, sampling_summary, with_tails
+    from calibrate.fitting.assemble import _put_tail, sampling_summary, with_tails
 
     pts = [_pt(r, v, PLAIN[0] + PLAIN[1] * r * v) for r in (1, 4, 16) for v in (1024, 8192)]
     pts += [_pt(r, v, RECORDED[0] + RECORDED[1] * r * v, True) for r in (1, 4, 16) for v in (1024, 8192)]

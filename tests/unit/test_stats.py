@@ -1,12 +1,12 @@
-"""calibrate.stats on synthetic samples with known answers, and the interleaving order."""
+"""calibrate.fitting.stats on synthetic samples with known answers, and the interleaving order."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from calibrate import stats
-from calibrate.interleave import Sampler, interleave, order
+from calibrate.fitting import stats
+from calibrate.measuring.interleave import Sampler, interleave, order
 
 
 def _rounds(values_per_round: list[list[float]]) -> tuple[list[float], list[int]]:

@@ -1,4 +1,4 @@
-"""calibrate.stepbench: every step scalar measured on the CPU, written where the simulator reads it, and
+"""calibrate.measuring.stepbench: every step scalar measured on the CPU, written where the simulator reads it, and
 calibrate/ still imports without the simulator's dependencies."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate.stepbench import measure_step_scalars  # noqa: E402
+from calibrate.measuring.stepbench import measure_step_scalars  # noqa: E402
 from rlhfsim.costs.model import CostModel  # noqa: E402
 from rlhfsim.costs.profile import validate_profile  # noqa: E402
 from rlhfsim.costs.stepcosts import STEP_SCALARS  # noqa: E402
@@ -41,7 +41,7 @@ def test_step_scalars_measured_and_read_back():
 
 def test_stepbench_imports_without_simulator_dependencies():
     code = ("import sys; sys.modules['simpy'] = None; sys.modules['pydantic'] = None; sys.modules['plotly'] = None; "
-            "import calibrate.stepbench, calibrate.run")
+            "import calibrate.measuring.stepbench, calibrate.running.run")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibrate.assemble import interference_summary  # noqa: E402
+from calibrate.fitting.assemble import interference_summary  # noqa: E402
 from calibrate.cpu.threadpool import one_thread_here, scorer_threads  # noqa: E402
 
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
@@ -104,7 +104,7 @@ def _pt(side, threads):
 
 @needs_omp
 def test_summary_and_device_check_carry_the_scorer_threads():
-    from calibrate.devstate import compare
+    from calibrate.measuring.devstate import compare
 
     default = {"decode_slowdown": 1.25, "prefill_slowdown": 1.4}
     new = interference_summary([_pt("decode", 1), _pt("prefill", 1)], default)

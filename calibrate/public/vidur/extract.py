@@ -9,7 +9,7 @@ counts <= 64 and every multiple of 64 (every multiple of 1024 past 4096), one ro
 num_tensor_parallel_workers) (the first where Vidur repeated a pair); from each ``network/<gpu>_<topology>/
 {all_reduce,send_recv}.csv`` the median (ms) and the size and worker columns of the message sizes nearest a
 geometric grid (x1.5 from 2 KiB). The column names and directory layout are Vidur's, so
-``calibrate.fromops`` reads the original files and this copy alike. Prints the files that are listed in
+``calibrate.fitting.fromops`` reads the original files and this copy alike. Prints the files that are listed in
 the commit but absent from the snapshot.
 """
 

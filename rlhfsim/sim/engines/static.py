@@ -27,7 +27,7 @@ pause: the batch is done), or when a stop ends the call.
 
 How the next call resumes (``schedule.intra.resume``): ``cached`` (default), the next ``generate()`` continues
 on the cache the last one returned, and the boundary costs the handoff above (measured that way:
-``calibrate.genbench`` ``handoff`` points). ``reprefill``: the next call gets the token ids only and no cache,
+``calibrate.measuring.genbench`` ``handoff`` points). ``reprefill``: the next call gets the token ids only and no cache,
 as a wrapper around TRL's generate gets them (TRL's ``PPOTrainer.generate`` returns sequences, never the
 cache; a ``generate()`` call without ``past_key_values`` runs a prefill over all of its input ids, and it
 continues every row it is given, one whose last token is EOS included: transformers' ``GenerationMixin``).

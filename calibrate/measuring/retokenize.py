@@ -3,7 +3,7 @@ model reads another tokenizer than the actor (TRL's ``reward_processing_classes`
 decoded to text and the reward model's tokenizer encodes the texts again).
 
 A model's tokenizer is a word-level ``tokenizers.Tokenizer`` sized to its vocabulary (``ModelShape.vocab``):
-id 0 is the pad token (``calibrate.models.PAD_ID``), id 1 the unknown word, ids 2 .. vocab - 1 words of
+id 0 is the pad token (``calibrate.measuring.models.PAD_ID``), id 1 the unknown word, ids 2 .. vocab - 1 words of
 a shared synthetic word list ("a", "b", ..., "z", "aa", ...), each tokenizer holding its own seeded
 shuffle of the first vocab - 2 of them (seeded by ``ModelShape.tokenizer_id``: two tokenizers of one id
 are the same tokenizer). Texts are words separated by single spaces (split on whitespace), so one

@@ -17,7 +17,7 @@
   bfloat16 autocast (mixed precision, as in RLHF trainers); on CPU everything is float32.
 * ``interference``: actor decode steps and reward-model chunk prefills first alone, then co-running on
   the same device from two threads (separate CUDA streams on GPU) for a fixed wall time. Each side's
-  slowdown = co-running trimmed mean / alone trimmed mean (``calibrate.measure``).
+  slowdown = co-running trimmed mean / alone trimmed mean (``calibrate.measuring.measure``).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import time
 
 import torch
 
-from calibrate.decoder import sample_next
+from calibrate.measuring.decoder import sample_next
 from calibrate.executor.generation import Generator, Sequence
 from calibrate.executor.timing import Clock as ExecClock
 from calibrate.executor.timing import StepLog
-from calibrate.measure import Clock, alone_fields, summarize, time_calls
-from calibrate.session import Session, point_key
+from calibrate.measuring.measure import Clock, alone_fields, summarize, time_calls
+from calibrate.running.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
 
 TRAIN_MEMORY_FRACTION = 0.8  # skip training a model whose fp32 weights+grads+AdamW state exceed this

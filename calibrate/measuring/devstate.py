@@ -59,7 +59,7 @@ def state_probe(threads: int | None = None, calls: int = 15) -> dict:
     """Memory rate of a one-row GEMV per weight size (GB/s) and compute rate of a GEMM (GFLOP/s), each the
     median of ``calls`` timed calls after two untimed ones, with ``threads`` torch threads (default:
     torch's); about half a second on a 2-core VM."""
-    from calibrate.device_info import cpu_model, load_avg, usable_cores
+    from calibrate.measuring.device_info import cpu_model, load_avg, usable_cores
 
     old = torch.get_num_threads()
     if threads:
@@ -120,7 +120,7 @@ def host_probe(device: str, calls: int = 15) -> dict:
     the next; a GPU validation records this before and after its steps, and the
     GPU session's ``env.json`` at calibration, so a later comparison can tell a slower host from a model
     miss. Nothing here changes a prediction."""
-    from calibrate.device_info import cpu_model, load_avg, usable_cores
+    from calibrate.measuring.device_info import cpu_model, load_avg, usable_cores
 
     return {"version": PROBE_VERSION, "device": device, "cpu_model": cpu_model(), "cpu_cores": usable_cores(),
             "load_avg_1m": load_avg(), "dispatch_kops_s": dispatch_rate(calls),
@@ -186,8 +186,8 @@ def compare(profile: dict, now: list[dict]) -> dict:
         out["warnings"].append(f"profile {name!r} was measured on {prof_model!r}, this machine is {local_model!r}: "
                                "its predictions price another processor (calibrate this one: rlhfsim calibrate --device cpu --quick)")
     then_env = dev.get("thread_env")
-    if isinstance(then_env, dict):   # absent from profiles older than the record (calibrate.device_info.THREAD_ENV)
-        from calibrate.device_info import thread_env
+    if isinstance(then_env, dict):   # absent from profiles older than the record (calibrate.measuring.device_info.THREAD_ENV)
+        from calibrate.measuring.device_info import thread_env
 
         now_env = thread_env()
         if now_env != then_env:

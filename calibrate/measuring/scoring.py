@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from calibrate.interleave import InProcessSampler, interleave
-from calibrate.measure import summarize
-from calibrate.models import PAD_ID, random_batch
+from calibrate.measuring.interleave import InProcessSampler, interleave
+from calibrate.measuring.measure import summarize
+from calibrate.measuring.models import PAD_ID, random_batch
 from calibrate.runtimes.base import Runtime, eager_scores
-from calibrate.session import Session, point_key
+from calibrate.running.session import Session, point_key
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.models.catalog import ModelShape
 
@@ -60,7 +60,7 @@ def score_fields(name: str, shape: ModelShape, batch: int, n: int) -> dict:
 
 def interleaved_point(model, rts: dict[str, Runtime], ids, mask, *, device: str, dtype: str, warmup: int,
                       rounds: int, per_round: int, cache_dir, round_offset: int = 0) -> dict[str, dict]:
-    """Every runtime of ``rts`` at one operating point, interleaved (``calibrate.interleave``), each checked
+    """Every runtime of ``rts`` at one operating point, interleaved (``calibrate.measuring.interleave``), each checked
     against eager's scores after its first call (an invalid one takes no rounds). Returns per runtime
     either the timing fields or ``{"error": why}`` (cannot run: export, build, load failed)."""
     ref = eager_scores(model, ids, mask)
@@ -173,7 +173,7 @@ def _measure_point(s: Session, todo: dict[str, Runtime], model, shape: ModelShap
     if launches == 1:
         return interleaved_point(model, todo, ids, mask, device=s.device, dtype=s.dtype, warmup=g.warmup,
                                  rounds=g.rounds, per_round=g.per_round, cache_dir=s.cache_dir)
-    from calibrate.launch import run_launches
+    from calibrate.measuring.launch import run_launches
 
     return run_launches(s, list(todo), shape, b, n, launches)
 

@@ -26,14 +26,14 @@ shape; ``tiny-qwen2`` by default), samples kept in ``step.samples``:
   and a first write of every page, since the OS maps pages at first touch); a line through the two
   medians (intercept and slope per GiB, each clipped at 0).
 * ``adv_per_op_s``, ``adv_per_strided_s``, ``adv_per_element_s``, ``adv_per_row_s``: verl's advantage code paths
-  on the driver's CPU tensors, one thread (``calibrate.advbench``, its small shapes). The driver does this work,
+  on the driver's CPU tensors, one thread (``calibrate.measuring.advbench``, its small shapes). The driver does this work,
   so it is timed on the host CPU whatever the device.
-* ``retokenize_s``, ``retokenize_per_token_s``: ``calibrate.retokenize.Retokenizer`` from the model's
+* ``retokenize_s``, ``retokenize_per_token_s``: ``calibrate.measuring.retokenize.Retokenizer`` from the model's
   tokenizer to tiny-deberta's (the actor's ids decoded to text, the texts encoded for the reward model;
   Rust ``tokenizers``) at five (rows, tokens per row) points; least squares of t = a + c x tokens. Host
   CPU work whatever the device.
 
-Timing: ``calibrate.measure`` (host clock, the device synchronized before each reading; the first call
+Timing: ``calibrate.measuring.measure`` (host clock, the device synchronized before each reading; the first call
 timed apart and dropped). Runs in a few seconds on a CPU with ``quick``.
 """
 
@@ -45,9 +45,9 @@ import time
 import numpy as np
 import torch
 
-from calibrate import advbench
-from calibrate.measure import time_calls
-from calibrate.models import build_hf_model, random_batch
+from calibrate.measuring import advbench
+from calibrate.measuring.measure import time_calls
+from calibrate.measuring.models import build_hf_model, random_batch
 from rlhfsim.costs.stepcosts import GIB, STEP_SCALARS
 from rlhfsim.hardware.catalog import GpuSpec
 from rlhfsim.models.catalog import ModelShape
@@ -186,10 +186,10 @@ RETOKENIZE_POINTS = ((1, 64), (1, 480), (8, 32), (8, 128), (8, 480))   # (rows, 
 
 
 def _retokenize(shape: ModelShape, iters: int) -> dict:
-    """One call of ``calibrate.retokenize.Retokenizer`` (decode the rows' ids with ``shape``'s tokenizer,
+    """One call of ``calibrate.measuring.retokenize.Retokenizer`` (decode the rows' ids with ``shape``'s tokenizer,
     encode the texts with a reward tokenizer of another family: tiny-deberta's) at each (rows, tokens per
     row) of ``RETOKENIZE_POINTS``; least squares of t = a + c x tokens (a per call, c per token)."""
-    from calibrate.retokenize import Retokenizer
+    from calibrate.measuring.retokenize import Retokenizer
     from rlhfsim.models.catalog import CATALOG
 
     retok = Retokenizer(shape, CATALOG["tiny-deberta"])
@@ -242,7 +242,7 @@ def measure_step_scalars(device: str, dtype: str, shape: ModelShape, spec: GpuSp
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m calibrate.stepbench PROFILE.json [--device cpu|cuda] [--model tiny-qwen2]``: measure
+    """``python -m calibrate.measuring.stepbench PROFILE.json [--device cpu|cuda] [--model tiny-qwen2]``: measure
     the step scalars here and write them into the profile (``profile["step"]``) in place."""
     import argparse
     import json
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     from rlhfsim.hardware.catalog import get_gpu
     from rlhfsim.models.catalog import CATALOG
 
-    ap = argparse.ArgumentParser(prog="python -m calibrate.stepbench", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m calibrate.measuring.stepbench", description=main.__doc__)
     ap.add_argument("profile")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="tiny-qwen2")

@@ -8,9 +8,9 @@ runs ``warmup`` untimed calls; ``round(k)`` returns ``k`` timed calls. ``interle
 per_round)`` calls every ``first()``, then runs ``rounds`` rounds; in round r the contenders go in the
 order of the list rotated by r (A B C, B C A, C A B, ...: ABAB... for two, and no contender always
 first), each taking ``per_round`` timed calls. Each sample is kept with its round index (``rounds_of``),
-so the statistics (``calibrate.stats``) can treat a round, not a call, as the unit of independence.
+so the statistics (``calibrate.fitting.stats``) can treat a round, not a call, as the unit of independence.
 
-Clocks as in ``calibrate.measure.Clock`` (CUDA events on GPU; ``time.perf_counter`` on CPU; the host
+Clocks as in ``calibrate.measuring.measure.Clock`` (CUDA events on GPU; ``time.perf_counter`` on CPU; the host
 clock around a synchronised call for runtimes on streams torch does not know). Peak memory per
 contender: on CUDA ``torch.cuda.max_memory_allocated`` over its first call and warmup (reset before);
 on CPU the process's peak resident set (``VmHWM``) over the same calls, after resetting it to the
@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from calibrate.measure import Clock
+from calibrate.measuring.measure import Clock
 
 MIB = 2 ** 20
 

@@ -11,19 +11,19 @@ roofline under-priced the decode of an unseen vocab-4,096 model by 38% (``rlhfsi
     tail(rows, V) = sample_s + sample_per_logit_s x rows x V
 
 is subtracted from every prefill and decode point of that runtime before the roofline fit
-(``calibrate.fit.point_value``) and added back by the simulator per decode step and per prefill call
+(``calibrate.fitting.fit.point_value``) and added back by the simulator per decode step and per prefill call
 (``rlhfsim.costs.model``; ``rlhfsim.costs.genruntimes.sample_tail``).
 
 Points (op ``sample``, field ``runtime``; ``batch`` = rows, ``vocab`` = V; grid ``Grid.sampling``):
 
-* ``kv_decoder``: ``calibrate.decoder.sample_next`` on [rows, V] logits of the calibration dtype, the
+* ``kv_decoder``: ``calibrate.measuring.decoder.sample_next`` on [rows, V] logits of the calibration dtype, the
   call the executor's decode loop (``Generator._decode``) makes after each ``extend``.
 * HF runtimes (``hf_generate``): one ``generate()`` call of 1 + K new tokens (TRL's arguments, exact
   lengths as in the decode points) on ``rows`` prompts of a one-layer model of vocabulary V (hidden 64:
   the forward is small, the tail is the same loop); forward hooks time each gap from one forward's end to
   the next forward's start (the logits copy, the logits processors, softmax, multinomial, the stopping
   criteria, the next step's input preparation). A sample is the mean of one call's K gaps, taken under
-  the generation points' discipline (``calibrate.genbench.rounds``).
+  the generation points' discipline (``calibrate.measuring.genbench.rounds``).
   ``hf_static`` runs the same ``generate()`` loop after its compiled forward and shares
   ``hf_generate``'s tail (``SAMPLING_AS``); compiling a model per vocabulary would cost minutes.
   Each round of a point also runs the same call the way rlhfsim's executor makes it
@@ -47,9 +47,9 @@ import time
 import numpy as np
 import torch
 
-from calibrate.decoder import sample_next
-from calibrate.measure import summarize
-from calibrate.session import Session, point_key
+from calibrate.measuring.decoder import sample_next
+from calibrate.measuring.measure import summarize
+from calibrate.running.session import Session, point_key
 from rlhfsim.costs.genruntimes import SAMPLING_AS
 from rlhfsim.models.catalog import ModelShape
 
@@ -118,7 +118,7 @@ class _Gaps:
 
 
 def _hooked(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
-    from calibrate.genbench import rounds
+    from calibrate.measuring.genbench import rounds
     from calibrate.genruntimes import GEN_RUNTIMES_IMPL
     from calibrate.genruntimes.hf_generate import LogprobRecorder, RowStop
 
@@ -179,7 +179,7 @@ def _direct(s: Session, runtime: str, rows_list: list[int], vocab: int) -> None:
         if not s.pending(key):
             continue
         logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)).to(s.device, s.tdtype)
-        s.measure(key, {**_fields(runtime, rows, vocab), "timed": "calibrate.decoder.sample_next"},
+        s.measure(key, {**_fields(runtime, rows, vocab), "timed": "calibrate.measuring.decoder.sample_next"},
                   lambda x=logits: sample_next(x, gen))
 
 

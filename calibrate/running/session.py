@@ -2,7 +2,7 @@
 the models (random weights from a fixed seed, or a local checkpoint).
 
 ``Session.measure(key, fields, fn)`` is the one way a point gets measured: skipped if the journal has it
-(``--resume``), timed with ``calibrate.measure.time_calls`` under the grid's budget, appended to the
+(``--resume``), timed with ``calibrate.measuring.measure.time_calls`` under the grid's budget, appended to the
 journal (flushed + fsynced) at once, a warning printed if it is noisy.
 
 On a CPU shared with other processes (``Session.guarded``), each point first waits (up to
@@ -30,12 +30,12 @@ from typing import Any, Callable
 
 import torch
 
-from calibrate.device_info import contention_ratio, load_avg
-from calibrate.grid import Grid
-from calibrate.journal import Journal
-from calibrate.measure import Measurement, time_calls
-from calibrate.models import build_hf_model, load_hf_checkpoint, torch_dtype
-from calibrate.progress import Progress
+from calibrate.measuring.device_info import contention_ratio, load_avg
+from calibrate.running.grid import Grid
+from calibrate.running.journal import Journal
+from calibrate.measuring.measure import Measurement, time_calls
+from calibrate.measuring.models import build_hf_model, load_hf_checkpoint, torch_dtype
+from calibrate.running.progress import Progress
 from rlhfsim.models.catalog import ModelShape
 
 SEED = 0
@@ -81,7 +81,7 @@ class Session:
         return build_hf_model(shape, head, dt, self.device, seed=SEED)
 
     def decoder(self, shape: ModelShape, head: str, max_slots: int, max_len: int):
-        from calibrate.decoder import StaticKVDecoder
+        from calibrate.measuring.decoder import StaticKVDecoder
 
         dec = StaticKVDecoder(shape, dtype=self.tdtype, device=self.device, max_slots=max_slots,
                               max_len=max_len, head=head, seed=SEED)

@@ -1,7 +1,7 @@
 """Statistics of measured samples, with scipy: percentiles, 95% bootstrap confidence intervals, Welch's
 t-test and a verdict per runtime against a baseline (eager).
 
-The unit of independence is a **round** (``calibrate.interleave``): samples taken back to back within one
+The unit of independence is a **round** (``calibrate.measuring.interleave``): samples taken back to back within one
 round share that moment's machine state, so they are not independent draws. Every resampling below
 resamples rounds (a cluster bootstrap): ``scipy.stats.bootstrap`` draws round indices with replacement and
 the statistic pools those rounds' samples. Points measured before interleaving (no ``rounds_of``) count

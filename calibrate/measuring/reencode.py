@@ -5,23 +5,23 @@ One response of ``max(Grid.reencode_lengths)`` random tokens is scored as the st
 its prefixes of growing length L_1 < L_2 < ... (``Grid.reencode_lengths``), each a batch-1 call from
 scratch (no cache, no padding), the last one giving the score. At every length the scoring runtimes of
 the calibration (eager, compile, onnxruntime, aoti_python, aoti_cpp: the C++ harness) are timed together
-in interleaved rounds (``calibrate.scoring.interleaved_point``) and checked against eager's score of the
+in interleaved rounds (``calibrate.measuring.scoring.interleaved_point``) and checked against eager's score of the
 same prefix; a runtime whose artifacts are compiled per input shape (``Grid.static_shape_runtimes``)
 takes only ``Grid.reencode_static_lengths`` (tens of seconds of compilation per shape on two cores).
 
 Points: op ``reencode``, batch 1, ``seq_len`` = L_k, ``prefix_len`` = L_{k-1} (the previous pass's
-length; informational: nothing is cached), ``tokens`` = L_k, ``runtime``. ``calibrate.assemble`` fits
+length; informational: nothing is cached), ``tokens`` = L_k, ``runtime``. ``calibrate.fitting.assemble`` fits
 ``reencode:RUNTIME`` to each runtime's points (the roofline of ``flops.forward_work`` of L tokens, one
 sequence, no cache) and lists them under ``profile["reencode"]``.
 """
 
 from __future__ import annotations
 
-from calibrate.measure import summarize
-from calibrate.models import random_batch
+from calibrate.measuring.measure import summarize
+from calibrate.measuring.models import random_batch
 from calibrate.runtimes.base import Runtime
-from calibrate.scoring import interleaved_point
-from calibrate.session import Session, point_key
+from calibrate.measuring.scoring import interleaved_point
+from calibrate.running.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
 
 

@@ -1,7 +1,7 @@
 """Turn journaled points into a Profile (layout: ``rlhfsim/costs/profile.py``).
 
 * ``operations``: ``prefill``, ``decode``, ``chunk_prefill``, ``train``, ``optimizer`` fitted to their
-  points (``calibrate.fit``); ``score:RUNTIME`` for every runtime valid on every model it ran on, fitted
+  points (``calibrate.fitting.fit``); ``score:RUNTIME`` for every runtime valid on every model it ran on, fitted
   to its padded uniform-length points (the one strategy every runtime runs) of the decoder reward models,
   or of the encoder ones when no decoder was measured (``source_points`` says which). Both families' fits
   are kept under ``runtimes.RUNTIME.fits``. An operation with no points keeps the bundled ``default``
@@ -13,10 +13,10 @@
   chunk-on-prefix against one-shot prefill of the same total length.
 * ``encode:RUNTIME``: the runtime's fit to encoder reward models (``runtimes.RUNTIME.fits.encoder``) as an
   operation of its own, which prices every encoder forward pass (``encoder_score_ops``).
-* ``reencode:RUNTIME``: fitted to the runtime's re-encode points (``calibrate.reencode``: batch-1 passes
+* ``reencode:RUNTIME``: fitted to the runtime's re-encode points (``calibrate.measuring.reencode``: batch-1 passes
   over a growing prefix of encoder reward models; ``prefill``'s default as the prior); ``reencode``:
   those points per runtime, and the lengths skipped with why.
-* Generation runtimes (contract: ``rlhfsim.costs.genruntimes``; points: ``calibrate.genbench``):
+* Generation runtimes (contract: ``rlhfsim.costs.genruntimes``; points: ``calibrate.measuring.genbench``):
   ``prefill:RT`` and ``decode:RT`` fitted like ``prefill``/``decode`` to the points of runtime RT (the
   plain operations fit only points without a runtime, or of ``kv_decoder``), for a runtime valid on every
   model it ran on; ``prefill:kv_decoder``/``decode:kv_decoder`` are the plain fits. ``generation[RT]``:
@@ -30,17 +30,17 @@
   ``kv_decoder``: zero call overhead, handoff and padding cost by construction (source "derived"); an
   unavailable runtime has source "skipped".
   A runtime that was skipped (not available) or is invalid has null scalars and no operations.
-* Sampling tails (``calibrate.sampling``): ``sample_s`` + ``sample_per_logit_s`` x rows x vocab fitted per
+* Sampling tails (``calibrate.measuring.sampling``): ``sample_s`` + ``sample_per_logit_s`` x rows x vocab fitted per
   runtime to its ``sample`` points (``sampling_summary``) and kept in ``generation[RT]`` with their points
   and held-out error (``sampling``); each generation prefill/decode point is fitted less its runtime's tail
-  (``with_tails``: field ``sampling_tail_s``, ``calibrate.fit.fitted_value``). The same tail measured with the
+  (``with_tails``: field ``sampling_tail_s``, ``calibrate.fitting.fit.fitted_value``). The same tail measured with the
   executor's log-prob recorder (``sample`` points with ``logprobs``) is fitted alike and kept as
   ``generation[RT].sampling_logprobs``; it prices a scenario with ``generation.sampling_logprobs`` and is
   subtracted from no point (the generation points run ``generate()`` as TRL does, without the recorder).
 * ``kernels`` (``kernels_summary``): ``gemm_weight_passes`` (``calibrate.cpu.gemm``), passes over the weights
   of a matrix product of two rows or more against one row, and ``gemm_passes_by_footprint`` where the
   grid measured them by working-set footprint, which each decode point's work counts at its model's
-  weight footprint (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fit.point_work``), no faster than
+  weight footprint (``with_tails``: field ``gemm_weight_passes``, ``calibrate.fitting.fit.point_work``), no faster than
   the footprint's measured one-row streaming rate (field ``stream_gb_s``, ``fitted``); ``width_efficiency``
   (``calibrate.cpu.widths``), the training rate by model width relative to the fastest, by which each
   training point's body FLOPs are divided (field ``width_rate``).
@@ -55,10 +55,10 @@ import numpy as np
 import rlhfsim
 from calibrate import MEASUREMENT_VERSION
 from calibrate.cpu.coldfixed import cold_summary
-from calibrate.fit import fit_operation, point_value
+from calibrate.fitting.fit import fit_operation, point_value
 from calibrate.cpu.gemm import gemm_summary
 from calibrate.cpu.widths import width_summary
-from calibrate.sampling import fit_tail
+from calibrate.measuring.sampling import fit_tail
 from rlhfsim.costs.genruntimes import GEN_RUNTIMES, SAMPLING_AS, op_key
 from rlhfsim.costs.cpuhost import CpuHostEffects, stream_factor
 from rlhfsim.costs.model import OpParams
@@ -70,7 +70,7 @@ PLAIN_RUNTIMES = (None, "", "kv_decoder")   # the runtime field of points the pl
 
 
 def _source(fit: dict) -> str:
-    """``measured`` only for a fit with enough points to determine its parameters (``calibrate.fit``)."""
+    """``measured`` only for a fit with enough points to determine its parameters (``calibrate.fitting.fit``)."""
     return "measured" if fit["status"] == "ok" else "underdetermined"
 
 
@@ -145,7 +145,7 @@ def _gen_models(records: list[dict], rt: str) -> dict:
 
 
 def sampling_summary(points: list[dict]) -> dict[str, dict]:
-    """{runtime: the fit of its sampling tail (``calibrate.sampling.fit_tail``)} for each runtime with
+    """{runtime: the fit of its sampling tail (``calibrate.measuring.sampling.fit_tail``)} for each runtime with
     ``sample`` points; where the runtime's tail was also measured with the executor's log-prob recorder
     (points with ``logprobs``), that fit under the key ``logprobs``."""
     out = {}
@@ -182,7 +182,7 @@ def _put_tail(info: dict, rt: str, tails: dict[str, dict]) -> bool:
 def _plain_copy(ops: dict, op: str) -> str:
     """``op:kv_decoder``: the plain ``op`` fit (our decoder's points) under the runtime's key; returns the key."""
     key = op_key(op, "kv_decoder")
-    ops[key] = {**ops[op], "source_points": f"the plain {op} points (calibrate.bench)"}
+    ops[key] = {**ops[op], "source_points": f"the plain {op} points (calibrate.measuring.bench)"}
     return key
 
 
@@ -204,7 +204,7 @@ def kernels_summary(points: list[dict]) -> dict | None:
 
 
 def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None = None, kind: str = "cpu") -> list[dict]:
-    """The points, with the measured terms their fits count (``calibrate.fit``): each generation
+    """The points, with the measured terms their fits count (``calibrate.fitting.fit``): each generation
     prefill/decode point (LM head) ``sampling_tail_s``, its runtime's tail at its rows (batch) and
     vocabulary, which the fit takes off (``fitted_value``); on a CPU (``kind``: the device's catalog kind), the
     fields of the host effects ``kernels`` holds (``rlhfsim.costs.cpuhost.CpuHostEffects.point_fields``, the
@@ -230,7 +230,7 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
 
 def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: dict | None = None) -> list[str]:
     """A measured profile's operations fitted again with the measured cost terms of ``points``
-    (``calibrate.extend --cost-terms``): the sampling tails of its ``sample`` points, the GEMM weight passes
+    (``calibrate.running.extend --cost-terms``): the sampling tails of its ``sample`` points, the GEMM weight passes
     of its ``gemm`` points and the training rate by width of its ``width_train`` points. Refitted from the
     profile's own points: the plain ``prefill``/``decode`` (and their ``:kv_decoder`` copies), each
     ``prefill:RT``/``decode:RT``, and ``train``; the tails go to ``generation[RT]`` as
@@ -551,7 +551,7 @@ def encoder_score_ops(runtimes: dict, ops: dict) -> list[str]:
 
 
 def reencode_summary(points: list[dict], ops: dict, gpu: GpuSpec, prior: OpParams) -> dict:
-    """``reencode:RUNTIME`` fitted to each runtime's re-encode points (``calibrate.reencode``: batch-1
+    """``reencode:RUNTIME`` fitted to each runtime's re-encode points (``calibrate.measuring.reencode``: batch-1
     passes over a growing prefix of encoder reward models) added to ``ops``; returns per runtime its
     points (model, length, ms, max abs difference to eager) and what was skipped, with why."""
     out: dict[str, dict] = {}
@@ -585,7 +585,7 @@ def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
     (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention): each runtime's fit to encoder
     reward models' padded batches (``runtimes.RUNTIME.fits.encoder``, and ``score:RUNTIME`` where that fit is
     the encoders'), ``encode:RUNTIME`` and ``reencode:RUNTIME``. Nothing is measured; returns the keys changed
-    (``calibrate.extend --refit-encoders``)."""
+    (``calibrate.running.extend --refit-encoders``)."""
     prior = OpParams.from_dict(load_profile("default")["operations"]["prefill"])
     points = [{k: v for k, v in p.items() if k != "kind"} for p in doc.get("points", [])]
     ops, runtimes, changed = doc["operations"], doc.get("runtimes") or {}, []

@@ -5,21 +5,21 @@ Shapes are (batch, tokens per sequence). Decode contexts are cached tokens per s
 (batch 1-16, prompts and responses up to ~512 tokens); full grids add larger batches and lengths.
 
 ``quiet_wait_s`` (CPU) bounds how long a point waits for other processes to leave the cores alone
-(``calibrate.session``), ``quiet_budget_s`` the seconds a whole calibration spends waiting so and measuring
+(``calibrate.running.session``), ``quiet_budget_s`` the seconds a whole calibration spends waiting so and measuring
 disturbed points again (None: unbounded; on a host kept busy throughout, waiting only multiplies the time).
 ``point_budget_s`` bounds a point's timed samples: after ``min_iters`` samples, sampling stops once they
 sum past the budget (at most ``max_iters``); ``bursts`` and ``burst_gap_s`` spread them over time
-(``calibrate.measure.spread``: on a VM whose speed wanders from second to second). ``passes`` measures the
-whole grid that many times over and pools each point's samples (``calibrate.journal.merge_passes``), so
+(``calibrate.measuring.measure.spread``: on a VM whose speed wanders from second to second). ``passes`` measures the
+whole grid that many times over and pools each point's samples (``calibrate.running.journal.merge_passes``), so
 every operation's samples span the whole calibration rather than the minute its turn came in (the
 budget is per pass). ``runtime_models`` limits non-eager scoring runtimes to the
 first N reward models of each family (None: all); the runtimes named in ``static_shape_runtimes``, whose
 compiled artifacts are per input shape (AOTInductor packages: about 25 s of compilation per shape on two
 CPU cores), measure ``runtime_score_static`` instead of ``runtime_score``. Scoring runtimes of one
 (batch, length) are measured together in ``rounds`` interleaved rounds of ``per_round`` timed calls each
-(``calibrate.interleave``), in ``launches`` separate process launches when > 1 (``calibrate.launch``).
+(``calibrate.measuring.interleave``), in ``launches`` separate process launches when > 1 (``calibrate.measuring.launch``).
 
-Generation runtimes (``calibrate.genbench``; names in ``rlhfsim.costs.genruntimes.GEN_RUNTIMES``):
+Generation runtimes (``calibrate.measuring.genbench``; names in ``rlhfsim.costs.genruntimes.GEN_RUNTIMES``):
 ``gen_runtimes`` are measured on every decoder model: ``gen_prefill`` (batch, prompt tokens) one
 ``generate()`` call of one new token; ``gen_decode`` (batch, mean cached tokens per row over the timed
 steps) the difference of calls of 1 and 1 + ``gen_decode_steps`` new tokens; ``handoff`` (batch, prompt
@@ -40,7 +40,7 @@ scorer thread at its boundary. The quick CPU grid measures ``kv_decoder`` and ``
 shape; the GPU grids measure none yet (a reward model sharing the actor's GPU is the exception there:
 OPPO's scorer has a GPU of its own).
 
-Sampling tails (``calibrate.sampling``): ``sampling`` (rows, vocabulary) points of the cost of turning
+Sampling tails (``calibrate.measuring.sampling``): ``sampling`` (rows, vocabulary) points of the cost of turning
 one step's logits into tokens, per generation runtime of the grid that has a sampler of its own
 (``kv_decoder``, ``hf_generate``); vocabularies span the catalog's (CPU: 1,024-16,384; GPU: up to
 Qwen's 151,936), so an unmeasured vocabulary is priced inside the measured range.
@@ -54,7 +54,7 @@ Training rate by width (``calibrate.cpu.widths``): ``widths``, each a forward + 
 that width (MLP ratio ``width_mlp_ratio``, ``width_tokens`` tokens), whose per-layer rates relative to the
 fastest divide a training pass's body FLOPs.
 
-Re-encode scoring (``calibrate.reencode``, encoder reward models only): one response's prefixes of the
+Re-encode scoring (``calibrate.measuring.reencode``, encoder reward models only): one response's prefixes of the
 lengths ``reencode_lengths``, each a batch-1 call from scratch, every scoring runtime interleaved at each
 length; runtimes compiled per input shape take ``reencode_static_lengths`` only.
 
@@ -96,27 +96,27 @@ class Grid:
     runtime_models: int | None = 1
     static_shape_runtimes: tuple[str, ...] = ("aoti_python", "aoti_cpp")
     rounds: int = 6                                 # scoring runtimes of one shape: interleaved rounds ...
-    per_round: int = 2                              # ... of this many timed calls each (calibrate.interleave)
+    per_round: int = 2                              # ... of this many timed calls each (calibrate.measuring.interleave)
     launches: int = 1                               # ... in this many separate process launches
     interference_s: float = 2.0                     # how long the co-running phase lasts
     quiet_wait_s: float = 0.0                       # CPU: longest wait per point for other processes to calm down
     quiet_budget_s: float | None = None             # ... and for all points together, with their retakes (None: no cap)
     passes: int = 1                                 # measure the whole grid this many times, samples pooled
     bursts: int = 1                                 # timed samples of a point taken in this many bursts ...
-    burst_gap_s: float = 0.0                        # ... this far apart (calibrate.measure.spread)
-    gen_runtimes: tuple[str, ...] = tuple(GEN_RUNTIMES)   # generation runtimes (calibrate.genbench)
+    burst_gap_s: float = 0.0                        # ... this far apart (calibrate.measuring.measure.spread)
+    gen_runtimes: tuple[str, ...] = tuple(GEN_RUNTIMES)   # generation runtimes (calibrate.measuring.genbench)
     gen_prefill: tuple[Shape2, ...] = ((4, 64),)    # (batch, prompt tokens)
     gen_decode: tuple[Shape2, ...] = ((4, 64),)     # (batch, mean cached tokens per row)
     gen_decode_steps: int = 15                      # K: a decode step = (t(1 + K tokens) - t(1 token)) / K
     handoff: tuple[tuple[int, int, int, int], ...] = ((4, 32, 32, 8),)  # (batch, prompt, N new tokens, chunk k)
     # left padding (runtimes taking an attention mask: hf_generate, hf_static): (batch, prompt width) of
-    # decode steps on left-padded prompts against the same steps on uniform ones (calibrate.genbench)
+    # decode steps on left-padded prompts against the same steps on uniform ones (calibrate.measuring.genbench)
     gen_pad: tuple[Shape2, ...] = ((4, 64), (16, 64), (4, 256))
     gen_compiled_batch: int | None = None           # compiled runtimes: only points of this batch (None: all)
     gen_compiled_models: int | None = 1             # ... on the first N decoder models (None: all)
     gen_host_models: int | None = None              # handoff and pad points (fits that read no model): first N decoders
     gen_point_budget_s: float | None = None         # a generation point's budget (None: point_budget_s)
-    step_iters: int = 7                             # samples per step-scalar timing (calibrate.stepbench; 0: skip)
+    step_iters: int = 7                             # samples per step-scalar timing (calibrate.measuring.stepbench; 0: skip)
     reencode_lengths: tuple[int, ...] = (16, 32, 64, 128, 224, 352, 480)  # encoder reward models: a growing prefix re-encoded
     reencode_static_lengths: tuple[int, ...] = (32, 128, 224, 352, 480)  # ... those runtimes compiled per shape take
     actor_models: tuple[str, ...] | None = None     # decoders measured as actors (generation, LM training); None: all
@@ -124,7 +124,7 @@ class Grid:
     # co-running in the hand-over pattern (calibrate.cpu.corun): (generation runtime, actor, reward model,
     # batch, prompt tokens, chunk tokens); "" names the first actor decoder / the first decoder
     handover: tuple[tuple[str, str, str, int, int, int], ...] = ()
-    # sampling tails (calibrate.sampling): (rows, vocabulary) of each point, per runtime measured
+    # sampling tails (calibrate.measuring.sampling): (rows, vocabulary) of each point, per runtime measured
     sampling: tuple[Shape2, ...] = ()
     # GEMM weight passes (calibrate.cpu.gemm): (rows, out features, in features) of each linear-layer point
     gemm: tuple[tuple[int, int, int], ...] = ()
@@ -183,7 +183,7 @@ QUICK_CPU = Grid(
     # batch, reads no chunk size; the full grid adds chunk 4)
     handoff=((1, 32, 16, 2), (4, 32, 16, 2), (16, 32, 16, 2)),
     # a generation point's samples are differences of calls (noisier), so it gets more than point_budget_s
-    # the runtimes compiled per shape (hf_static; and the scoring runtimes aoti_python, aoti_cpp: calibrate.run.
+    # the runtimes compiled per shape (hf_static; and the scoring runtimes aoti_python, aoti_cpp: calibrate.running.run.
     # default_runtimes) are left out: 15-45 s of compilation for two points, too few to fit three parameters
     gen_compiled_batch=4, gen_compiled_models=0, gen_point_budget_s=0.5,
     # left padding at batch 4 and 16 (the fit, pad_step_s + pad_step_per_row_s x batch, reads no width); it and
@@ -282,7 +282,7 @@ def default_grid(kind: str, quick: bool) -> Grid:
             ("cuda", False): FULL_GPU}[(kind, quick)]
 
 
-# the measured cost terms' point fields (calibrate.sampling, calibrate.cpu.gemm): what each entry names
+# the measured cost terms' point fields (calibrate.measuring.sampling, calibrate.cpu.gemm): what each entry names
 COST_TERM_POINTS = {"sampling": ("rows", "vocabulary"), "gemm": ("rows", "out features", "in features")}
 
 

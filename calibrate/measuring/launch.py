@@ -1,8 +1,8 @@
 """Repeated process launches (``Grid.launches`` > 1, ``calibrate --launches N``): each launch of one
-scoring operating point is a fresh Python process (``python -m calibrate.launch SPEC OUT``) that builds
+scoring operating point is a fresh Python process (``python -m calibrate.measuring.launch SPEC OUT``) that builds
 the reward model again (same seed, so the same weights; a checkpoint is reloaded), prepares every
 runtime (exports and AOTInductor packages come from the on-disk cache; ``torch.compile`` compiles
-again) and runs the interleaved rounds (``calibrate.scoring.interleaved_point``). Launch-level effects
+again) and runs the interleaved rounds (``calibrate.measuring.scoring.interleaved_point``). Launch-level effects
 (allocator state, memory layout, which cores the threads land on, a one-off slow process) then show up
 as spread between launches instead of being frozen into one measurement, which is what the study's
 repeated launches guard against.
@@ -39,7 +39,7 @@ def run_launches(s, names: list[str], shape, batch: int, n: int, launches: int) 
         with tempfile.TemporaryDirectory(prefix="rlhfsim-launch-") as td:
             sp, op = Path(td) / "spec.json", Path(td) / "out.json"
             sp.write_text(json.dumps(spec))
-            proc = subprocess.run([sys.executable, "-m", "calibrate.launch", str(sp), str(op)], capture_output=True,
+            proc = subprocess.run([sys.executable, "-m", "calibrate.measuring.launch", str(sp), str(op)], capture_output=True,
                                   text=True, timeout=LAUNCH_TIMEOUT_S)
             if proc.returncode != 0:
                 last = ([ln for ln in proc.stderr.splitlines() if ln.strip()] or ["no message"])[-1]
@@ -73,10 +73,10 @@ def run_launches(s, names: list[str], shape, batch: int, n: int, launches: int) 
 def main(spec_path: str, out_path: str) -> None:
     import torch
 
-    from calibrate.models import build_hf_model, load_hf_checkpoint, random_batch
+    from calibrate.measuring.models import build_hf_model, load_hf_checkpoint, random_batch
     from calibrate.runtimes import RUNTIMES
-    from calibrate.scoring import _seed, interleaved_point
-    from calibrate.session import SEED
+    from calibrate.measuring.scoring import _seed, interleaved_point
+    from calibrate.running.session import SEED
     from rlhfsim.models.catalog import ModelShape
 
     spec = json.loads(Path(spec_path).read_text())

@@ -1,12 +1,12 @@
 """Reports of a profile: the scoring-runtime comparison (per model, batch and length: median, p95,
-speedup over eager with 95% intervals and a Welch verdict (``calibrate.stats``), throughput, peak memory,
+speedup over eager with 95% intervals and a Welch verdict (``calibrate.fitting.stats``), throughput, peak memory,
 max abs difference; like the tables of the runtime study), batching strategies against scoring one
 sequence at a time, chunked scoring, and the fitted parameters with held-out error. Plain text.
 
 ``runtime_json`` picks a reference shape: the padded (model, batch, length) point measured by the most
 valid runtimes, ties broken by more tokens; runtimes not measured there report nulls.
 
-Generation runtimes (``profile["generation"]``, ``calibrate.genbench``): ``generation_table`` has one row
+Generation runtimes (``profile["generation"]``, ``calibrate.measuring.genbench``): ``generation_table`` has one row
 per runtime and measured decode shape (model, batch, mean context: ms per decode step, tokens/s =
 batch / step time, the call overhead, the chunk handoff and what left padding adds to a decode step at
 that batch, validity and reason); a runtime without measured steps gets one row with its reason. ``generation_json`` reports each runtime at a
@@ -16,7 +16,7 @@ valid runtimes, ties broken by more cached tokens.
 
 from __future__ import annotations
 
-from calibrate import stats
+from calibrate.fitting import stats
 
 
 def _fmt_table(header: list[str], rows: list[list[str]]) -> str:
@@ -43,7 +43,7 @@ def _padded_points(profile: dict) -> list[dict]:
 
 def runtime_rows(profile: dict) -> list[dict]:
     """One row per (model, batch, length, runtime): percentiles, the median's 95% interval, the speedup
-    over eager at the same shape with its interval, Welch's verdict (``calibrate.stats``), throughput and
+    over eager at the same shape with its interval, Welch's verdict (``calibrate.fitting.stats``), throughput and
     peak memory."""
     pts = _padded_points(profile)
     eager = {(p["model"], p["batch"], p["seq_len"]): p for p in pts if p["runtime"] == "eager"}
@@ -143,7 +143,7 @@ def runtime_json(profile: dict) -> dict:
     gen_ref, gen = generation_json(profile)
     return {"profile": profile["name"], "quality": profile.get("quality"), "reference": reference,
             "statistics": "median and p95/p99 of all samples; 95% CIs by scipy.stats.bootstrap over rounds; "
-                          "verdict from Welch's t-test on per-round means at alpha 0.05 (calibrate.stats)",
+                          "verdict from Welch's t-test on per-round means at alpha 0.05 (calibrate.fitting.stats)",
             "runtimes": out, "shapes": [_json_row(r) for r in rows], "batching": batching_rows(profile),
             "generation_reference": gen_ref, "generation": gen}
 
@@ -265,7 +265,7 @@ def generation_table(profile: dict) -> str:
 
 
 def sampling_table(profile: dict) -> str | None:
-    """The measured sampling tails (``calibrate.sampling``), one row per runtime; None when none was measured."""
+    """The measured sampling tails (``calibrate.measuring.sampling``), one row per runtime; None when none was measured."""
     rows = []
     for rt, info in profile.get("generation", {}).items():
         fit = info.get("sampling") or {}

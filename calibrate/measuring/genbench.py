@@ -37,7 +37,7 @@ Timing: host clock, the device synchronized before each reading. A point: one fi
 own (compilation lands there), ``warmup`` rounds, then rounds until ``min_iters`` are taken and their
 durations sum past ``gen_point_budget_s`` (default ``point_budget_s``; at most ``max_iters``), in
 ``bursts`` bursts ``burst_gap_s`` apart. ``kv_decoder`` measures nothing here: its prefill and decode are the plain points
-(``calibrate.bench``) and it has no call boundary.
+(``calibrate.measuring.bench``) and it has no call boundary.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ import torch
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, GenRuntime, GumbelNoise, check_prompts, check_runtime, eager_greedy
 from calibrate.genruntimes.base import CHECK_TOKENS, left_pad
 from calibrate.genruntimes.hf_generate import ForwardProbe
-from calibrate.measure import summarize, trimmed_mean
-from calibrate.session import Session, point_key
+from calibrate.measuring.measure import summarize, trimmed_mean
+from calibrate.running.session import Session, point_key
 from rlhfsim.models.catalog import ModelShape
 
 CHECK_BATCH = 4

@@ -4,7 +4,7 @@ A profile is ``status: "poor"`` (and every reason is a line in ``warnings``) whe
 held-out error exceeds ``HELDOUT_LIMIT`` (k-fold) or ``BY_MODEL_LIMIT`` (leave one model out), when an
 operation's fit is underdetermined (fewer points than parameters + 2), or when more than
 ``CONTENDED_LIMIT`` of the points were kept while other processes competed for the CPU (``contended``,
-``calibrate.session``) or the load average exceeded the calibration's threads at its start or end.
+``calibrate.running.session``) or the load average exceeded the calibration's threads at its start or end.
 Otherwise ``status: "ok"``. A poor profile is still written (its points are real), with the warning,
 so that it is never used unknowingly.
 """

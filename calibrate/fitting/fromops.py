@@ -31,7 +31,7 @@ b = 2 bytes, peak and bw the datasheet fp16 tensor peak and memory bandwidth of 
       t = latency_s + wire_bytes / bus_bw,  wire_bytes = 2 (n - 1) / n x size (all-reduce, a ring), size (send/recv)
   linear least squares in relative error over message sizes; each size's time is the slowest rank's median.
 
-Held-out error (fractions, mean |t_hat - t| / t, as ``calibrate.fit``'s ``heldout_mape``): the GEMM and
+Held-out error (fractions, mean |t_hat - t| / t, as ``calibrate.fitting.fit``'s ``heldout_mape``): the GEMM and
 element-wise fits leave one model out at a time (refit on the others, predict the one left out;
 ``heldout_mape`` is the mean over all its points, ``heldout_mape_by_model`` per model); collectives are
 5-fold over message sizes (seeded). ``ratios`` reports predicted/measured medians by operation group and
@@ -406,7 +406,7 @@ def build_profile(root: Path, gpu: str, base: dict, commit: str | None = None, n
                         "n_points": int(len(fit["ew_work"]["t"]))},
         "source": src,
         "basis": "fp16 kernel times of one layer's linear and element-wise operations (Vidur's mlp.csv), "
-                 "against the catalog GPU's datasheet fp16 peak and memory bandwidth (calibrate.fromops)",
+                 "against the catalog GPU's datasheet fp16 peak and memory bandwidth (calibrate.fitting.fromops)",
     }
     colls = {c: {"by_workers": v, "source": {**src, "files": [f for f in fit["files"] if f.endswith(f"{c}.csv")]}}
              for c, v in fit["collectives"].items() if v}
@@ -416,7 +416,7 @@ def build_profile(root: Path, gpu: str, base: dict, commit: str | None = None, n
         "name": name or gpu, "gpu": gpu, "dtype": "float16",
         "device": {"kind": "cuda", "name": f"{gpu}: kernel terms from Vidur's {VIDUR_DIRS[gpu][0]} profiling"},
         "provenance": {"source": "public", "date": datetime.date.today().isoformat(), "command": command,
-                       "fitted": f"kernels_by_shape, collectives (calibrate.fromops, from {VIDUR_REPO}@{commit or '?'})",
+                       "fitted": f"kernels_by_shape, collectives (calibrate.fitting.fromops, from {VIDUR_REPO}@{commit or '?'})",
                        "inherited": f"every other term from the bundled {base_name} profile (extends), with its own "
                                     f"provenance; the operations in kernels_by_shape.applies_to keep its overheads, "
                                     f"their compute_eff and memory_eff are not used"},
@@ -518,18 +518,18 @@ def summary_lines(prof: dict, fit: dict, rat: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """python -m calibrate.fromops DIR --gpu GPU [-o OUT] [--commit SHA]: fit and print (and write)."""
+    """python -m calibrate.fitting.fromops DIR --gpu GPU [-o OUT] [--commit SHA]: fit and print (and write)."""
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m calibrate.fromops")
+    ap = argparse.ArgumentParser(prog="python -m calibrate.fitting.fromops")
     ap.add_argument("dir")
     ap.add_argument("--gpu", required=True)
     ap.add_argument("-o", "--out")
     ap.add_argument("--commit")
     a = ap.parse_args(argv)
     try:
-        prof, fit, lines = run(Path(a.dir), a.gpu, a.out, a.commit, " ".join(["python -m calibrate.fromops", *sys.argv[1:]]))
+        prof, fit, lines = run(Path(a.dir), a.gpu, a.out, a.commit, " ".join(["python -m calibrate.fitting.fromops", *sys.argv[1:]]))
     except RlhfsimError as e:
         sys.exit(f"error: {e}")
     print("\n".join(lines))

@@ -2,42 +2,42 @@
 ``--cost-terms``, the sampling tails, GEMM weight passes and training rate by width of issue 16),
 measured on this device with the calibration's own machinery, without measuring the rest again:
 
-* ``reencode:RUNTIME`` (``calibrate.reencode``): re-encode scoring of the encoder reward models given
+* ``reencode:RUNTIME`` (``calibrate.measuring.reencode``): re-encode scoring of the encoder reward models given
   (default tiny-deberta) over a growing prefix, every scoring runtime interleaved (eager, compile,
-  onnxruntime, aoti_python, aoti_cpp: the C++ harness), fitted by ``calibrate.assemble.reencode_summary``;
-* ``step.retokenize_s``, ``step.retokenize_per_token_s`` (``calibrate.stepbench._retokenize``);
-* ``encode:RUNTIME`` from the profile's own encoder fits (``calibrate.assemble.encoder_score_ops``: no
+  onnxruntime, aoti_python, aoti_cpp: the C++ harness), fitted by ``calibrate.fitting.assemble.reencode_summary``;
+* ``step.retokenize_s``, ``step.retokenize_per_token_s`` (``calibrate.measuring.stepbench._retokenize``);
+* ``encode:RUNTIME`` from the profile's own encoder fits (``calibrate.fitting.assemble.encoder_score_ops``: no
   new measurement).
 
 The points are appended to the profile's ``points`` and the journal kept beside the output; the
 profile's ``provenance.extensions`` records the command, date, load and thread count. Nothing the profile
 already had is changed::
 
-    python -m calibrate.extend rlhfsim/profiles/cpu.json [--models tiny-deberta] [--runtimes eager,...]
+    python -m calibrate.running.extend rlhfsim/profiles/cpu.json [--models tiny-deberta] [--runtimes eager,...]
 
 ``--handover``: co-running in the hand-over pattern (``calibrate.cpu.corun``), ``kv_decoder`` and
 ``hf_generate``, each decoder model given (default tiny-qwen2 and small-qwen2) as actor and as its own
 scorer, batch 4, 64-token prompts, 32-token chunks; sets ``interference.handover``::
 
-    python -m calibrate.extend rlhfsim/profiles/cpu.json --handover
+    python -m calibrate.running.extend rlhfsim/profiles/cpu.json --handover
 
-``--cost-terms``: the sampling tails of the generation runtimes (``calibrate.sampling``), the GEMM
+``--cost-terms``: the sampling tails of the generation runtimes (``calibrate.measuring.sampling``), the GEMM
 weight passes (``calibrate.cpu.gemm``), the training rate by width (``calibrate.cpu.widths``) and, on a CPU, the
 page faults of large tensors (``calibrate.cpu.pagefaults``), then the profile's generation prefill/decode and
-training operations fitted again with them (``calibrate.assemble.refit_cost_terms``)::
+training operations fitted again with them (``calibrate.fitting.assemble.refit_cost_terms``)::
 
-    python -m calibrate.extend rlhfsim/profiles/cpu.json --cost-terms
+    python -m calibrate.running.extend rlhfsim/profiles/cpu.json --cost-terms
 
 ``--refit-encoders``: nothing measured; the encoder operations (``encode:RUNTIME``, ``reencode:RUNTIME``, the
 runtimes' encoder fits) fitted again from the profile's own points under the current work model
-(``calibrate.assemble.refit_encoder_ops``; DeBERTa-v2's disentangled attention, ``rlhfsim.costs.flops``)::
+(``calibrate.fitting.assemble.refit_encoder_ops``; DeBERTa-v2's disentangled attention, ``rlhfsim.costs.flops``)::
 
-    python -m calibrate.extend rlhfsim/profiles/cpu.json --refit-encoders
+    python -m calibrate.running.extend rlhfsim/profiles/cpu.json --refit-encoders
 
 ``--page-faults``: only the page faults of large tensors, and ``train`` fitted again with them
-(``calibrate.assemble.refit_train``); nothing else changes::
+(``calibrate.fitting.assemble.refit_train``); nothing else changes::
 
-    python -m calibrate.extend rlhfsim/profiles/cpu.json --page-faults
+    python -m calibrate.running.extend rlhfsim/profiles/cpu.json --page-faults
 """
 
 from __future__ import annotations
@@ -51,16 +51,16 @@ from pathlib import Path
 
 import torch
 
-from calibrate.assemble import encoder_score_ops, reencode_summary
-from calibrate.device_info import load_avg, usable_cores
-from calibrate.grid import default_grid, with_overrides
-from calibrate.journal import Journal, journal_path, with_points, write_profile
-from calibrate.progress import Progress
-from calibrate.reencode import measure_reencode, plan_size
+from calibrate.fitting.assemble import encoder_score_ops, reencode_summary
+from calibrate.measuring.device_info import load_avg, usable_cores
+from calibrate.running.grid import default_grid, with_overrides
+from calibrate.running.journal import Journal, journal_path, with_points, write_profile
+from calibrate.running.progress import Progress
+from calibrate.measuring.reencode import measure_reencode, plan_size
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
-from calibrate.session import Session
-from calibrate.stepbench import _retokenize
+from calibrate.running.session import Session
+from calibrate.measuring.stepbench import _retokenize
 from rlhfsim.costs.model import OpParams
 from rlhfsim.costs.profile import load_profile, validate_profile
 from rlhfsim.errors import RlhfsimError
@@ -135,7 +135,7 @@ def _finish(path: Path, doc: dict, issue: int, started: str, load_start, threads
             runtimes: list[str], jpath: Path | None, added: list[str], grid: dict, what: str | None = None) -> dict:
     """Record the extension in ``provenance.extensions`` (one per issue and ``what``: a rerun replaces it),
     check the profile and write it atomically."""
-    ext = {"issue": issue, "date": started, "command": shlex.join(["python", "-m", "calibrate.extend", *sys.argv[1:]]),
+    ext = {"issue": issue, "date": started, "command": shlex.join(["python", "-m", "calibrate.running.extend", *sys.argv[1:]]),
            "added": added, "threads": threads, "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": load_avg(),
            "models": models, "runtimes": runtimes, "journal": jpath.name if jpath else None, "grid": grid}
     if what is not None:
@@ -156,9 +156,9 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
     chunk). A runtime other than ``kv_decoder`` is measured where the profile's own correctness check
     found it valid on that model (copied into the journal as such). Sets ``interference.handover`` and
     appends the points; nothing else the profile had is changed."""
-    from calibrate.assemble import interference_summary
+    from calibrate.fitting.assemble import interference_summary
     from calibrate.cpu.corun import measure_handover
-    from calibrate.genbench import runtime_key
+    from calibrate.measuring.genbench import runtime_key
 
     doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "handover", threads, models,
                                                                              list(runtimes), True)
@@ -194,18 +194,18 @@ def extend_handover(path: Path, models: list[str], threads: int, batch: int = 4,
 def extend_cost_terms(path: Path, threads: int, resume: bool = False, sampling: list | None = None,
                       gemm: list | None = None, widths: list | None = None, gemm_footprints: list | None = None) -> dict:
     """Add the cost terms the roofline cannot carry to a measured profile: the sampling tails
-    (``calibrate.sampling``: the ``sample`` points of each generation runtime the profile prices with a
+    (``calibrate.measuring.sampling``: the ``sample`` points of each generation runtime the profile prices with a
     sampler of its own, ``kv_decoder`` and ``hf_generate``, at the default grid's ``sampling``), the GEMM
     weight passes (``calibrate.cpu.gemm``, the grid's ``gemm`` and ``gemm_footprints_mib``), the decode step's fixed
     costs by footprint (``calibrate.cpu.coldfixed``, on the profile's smallest decoder) and the training rate by width
     (``calibrate.cpu.widths``, the grid's ``widths``); then its generation and training operations fitted
-    again, from its own points, with them (``calibrate.assemble.refit_cost_terms``). Nothing else the
+    again, from its own points, with them (``calibrate.fitting.assemble.refit_cost_terms``). Nothing else the
     profile had is changed."""
-    from calibrate.assemble import refit_cost_terms
+    from calibrate.fitting.assemble import refit_cost_terms
     from calibrate.cpu.coldfixed import measure_cold, plan_size as cold_plan_size
     from calibrate.cpu.gemm import measure_gemm, plan_size as gemm_plan_size
     from calibrate.cpu.widths import measure_widths, plan_size as widths_plan_size
-    from calibrate.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
+    from calibrate.measuring.sampling import measure_sampling, plan_size as sampling_plan_size, sampled_runtimes
 
     doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "cost_terms", threads, [],
                                                                              [], True)
@@ -266,9 +266,9 @@ def _page_faults(doc: dict, device: str, threads: int) -> dict | None:
 
 def extend_page_faults(path: Path, threads: int) -> dict:
     """Add the page faults of large tensors (``calibrate.cpu.pagefaults``) to a measured CPU profile and fit
-    its ``train`` operation again with them (``calibrate.assemble.refit_train``, the profile's own
+    its ``train`` operation again with them (``calibrate.fitting.assemble.refit_train``, the profile's own
     points); nothing else changes."""
-    from calibrate.assemble import refit_train
+    from calibrate.fitting.assemble import refit_train
 
     doc, device, dtype, jpath, meta, started, load_start, old_threads = _begin(path, "page_faults", threads, [], [], True)
     if device != "cpu":
@@ -283,8 +283,8 @@ def extend_page_faults(path: Path, threads: int) -> dict:
 
 def extend_refit_encoders(path: Path) -> dict:
     """The profile's encoder operations fitted again from its own points under the current work model
-    (``calibrate.assemble.refit_encoder_ops``); nothing is measured and nothing else changes."""
-    from calibrate.assemble import refit_encoder_ops
+    (``calibrate.fitting.assemble.refit_encoder_ops``); nothing is measured and nothing else changes."""
+    from calibrate.fitting.assemble import refit_encoder_ops
 
     doc = with_points(json.loads(Path(path).read_text()), path)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -296,7 +296,7 @@ def extend_refit_encoders(path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.extend", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m calibrate.running.extend", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profile", type=Path)
     ap.add_argument("--models", default="tiny-deberta", help="encoder reward models (comma-separated catalog names)")
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--page-faults", action="store_true",
                     help="add only the page faults of large tensors (calibrate.cpu.pagefaults; CPU) and refit training")
     ap.add_argument("--cost-terms", action="store_true",
-                    help="add only the sampling tails (calibrate.sampling), the GEMM weight passes "
+                    help="add only the sampling tails (calibrate.measuring.sampling), the GEMM weight passes "
                          "(calibrate.cpu.gemm), the training rate by width (calibrate.cpu.widths) and, on a CPU, "
                          "the page faults of large tensors "
                          "(calibrate.cpu.pagefaults), and refit the generation and training operations")

@@ -28,7 +28,7 @@ the median over its points (``measure()`` keeps every point):
 * ``adv_per_element_s``: ``whiten``'s time per element of [R, W] and per pass (``rlhfsim.costs.driver``'s count);
 * ``adv_per_row_s``: ``grpo`` at W = 8 (its element-wise passes negligible) per row, groups of 5 and 8.
 
-``python -m calibrate.advbench [--quick] [--out FILE]`` prints the scalars and the check: each code path's time at
+``python -m calibrate.measuring.advbench [--quick] [--out FILE]`` prints the scalars and the check: each code path's time at
 the shapes of the field table's dev runs against the price ``rlhfsim.costs.driver`` composes from the scalars.
 """
 
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    ap = argparse.ArgumentParser(prog="python -m calibrate.advbench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m calibrate.measuring.advbench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes, no check (seconds)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--out", help="write every timing here (JSON)")

@@ -186,7 +186,7 @@ def merge_passes(points: list[dict]) -> list[dict]:
     IQR and p95 recomputed; interference slowdowns from the pooled co-running and alone samples), the first pass's
     first call and fields, the worst contention seen, ``passes`` = how many passes measured it. A point
     any pass skipped keeps its first measured pass only if another pass measured it."""
-    from calibrate.measure import Measurement, alone_fields, summarize
+    from calibrate.measuring.measure import Measurement, alone_fields, summarize
 
     groups: dict[str, list[dict]] = {}
     for p in points:

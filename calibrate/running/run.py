@@ -5,7 +5,7 @@ Roles of the given model shapes: every decoder shape is measured as actor (prefi
 generation runtimes of ``Grid.gen_runtimes``, training with the LM head), as reward model (scoring,
 chunked scoring) and as critic (training with the value head); every encoder shape as reward model
 (scoring). Interference pairs the first decoder shape as actor with
-the first decoder shape as reward model. Defaults per device and ``quick``: ``calibrate.grid``.
+the first decoder shape as reward model. Defaults per device and ``quick``: ``calibrate.running.grid``.
 
 Torch threads are set explicitly (``threads``, default: the cores this process may use) and recorded.
 Dtype: float32 on CPU (bfloat16 matmuls there are slow and unrepresentative), bfloat16 on CUDA.
@@ -22,37 +22,37 @@ from pathlib import Path
 
 import torch
 
-from calibrate.assemble import build_profile
-from calibrate.quality import assess_quality
-from calibrate.bench import measure_chunks, measure_generation, measure_interference, measure_training
+from calibrate.fitting.assemble import build_profile
+from calibrate.fitting.quality import assess_quality
+from calibrate.measuring.bench import measure_chunks, measure_generation, measure_interference, measure_training
 from calibrate.cpu.corun import handover_plan, measure_handover
-from calibrate.device_info import catalog_gpu, contention_probe, contention_ratio, cpu_model, describe, load_avg, \
+from calibrate.measuring.device_info import catalog_gpu, contention_probe, contention_ratio, cpu_model, describe, load_avg, \
     resolve_cuda_gpu, usable_cores
-from calibrate.devstate import state_probe
-from calibrate.genbench import measure_gen_runtimes
+from calibrate.measuring.devstate import state_probe
+from calibrate.measuring.genbench import measure_gen_runtimes
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL
-from calibrate.stepbench import measure_step_scalars
-from calibrate.genbench import plan_size as gen_plan_size
-from calibrate.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
-from calibrate.journal import Journal, PassView, journal_path, profile_inputs, read_journal, write_profile
-from calibrate.measure import spread
-from calibrate.models import dtype_name
+from calibrate.measuring.stepbench import measure_step_scalars
+from calibrate.measuring.genbench import plan_size as gen_plan_size
+from calibrate.running.grid import DEFAULT_MODELS, Grid, default_grid, with_overrides, within
+from calibrate.running.journal import Journal, PassView, journal_path, profile_inputs, read_journal, write_profile
+from calibrate.measuring.measure import spread
+from calibrate.measuring.models import dtype_name
 from calibrate.cpu.pagefaults import count_shape, measure_page_faults
-from calibrate.progress import Progress
+from calibrate.running.progress import Progress
 from calibrate.runtimes import RUNTIMES
 from calibrate.runtimes.aoti_cpp import default_cache_dir
-from calibrate.reencode import measure_reencode
+from calibrate.measuring.reencode import measure_reencode
 from calibrate.cpu.coldfixed import measure_cold
 from calibrate.cpu.coldfixed import plan_size as cold_plan_size
 from calibrate.cpu.gemm import measure_gemm
 from calibrate.cpu.gemm import plan_size as gemm_plan_size
-from calibrate.sampling import measure_sampling
-from calibrate.sampling import plan_size as sampling_plan_size
+from calibrate.measuring.sampling import measure_sampling
+from calibrate.measuring.sampling import plan_size as sampling_plan_size
 from calibrate.cpu.widths import measure_widths
 from calibrate.cpu.widths import plan_size as widths_plan_size
-from calibrate.reencode import plan_size as reencode_plan_size
-from calibrate.scoring import STRATEGIES, measure_runtimes, measure_strategies
-from calibrate.session import CONTENTION_LIMIT, Session
+from calibrate.measuring.reencode import plan_size as reencode_plan_size
+from calibrate.measuring.scoring import STRATEGIES, measure_runtimes, measure_strategies
+from calibrate.running.session import CONTENTION_LIMIT, Session
 from rlhfsim.costs.profile import bundled_names, user_profile_dir
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
@@ -144,7 +144,7 @@ def run_calibration(device: str, *, gpu_name: str | None = None, models: list[Mo
                     cache_dir: Path | None = None, command: str | None = None, name: str | None = None) -> dict:
     """Calibrate ``device`` ("cpu", "cuda", "cuda:N") and write the profile to ``out`` (default: the user
     profile directory, ``<name>.json``); returns the profile. ``grid`` overrides fields of the default
-    ``calibrate.grid.Grid``; ``checkpoints`` maps shape names to local checkpoint directories whose weights
+    ``calibrate.running.grid.Grid``; ``checkpoints`` maps shape names to local checkpoint directories whose weights
     replace the random ones. Interrupting loses at most the point in flight: rerun with ``resume=True``
     (or build a profile of what the journal holds with ``assemble_journal``)."""
     device, spec, default_name = resolve_target(device, gpu_name, force)
@@ -292,7 +292,7 @@ def assemble_journal(out: Path, *, gpu_name: str | None = None, name: str | None
 def _valid_runtimes(s: Session, name: str, shape: ModelShape) -> set[str]:
     """{name} when the scoring runtime ran and agreed with eager on ``shape`` (its journal record), else
     the empty set: re-encoding is not measured with a runtime already found unavailable or invalid."""
-    from calibrate.scoring import runtime_key
+    from calibrate.measuring.scoring import runtime_key
 
     rec = s.journal.get(runtime_key(name, shape.name))
     return {name} if rec is None or rec.get("valid", True) else set()

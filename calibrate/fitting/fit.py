@@ -7,7 +7,7 @@ The fitted form is exactly ``rlhfsim.costs.model`` (tp = 1), evaluated by the sa
     t_hat = max( F / (peak x compute_eff),  B / (mem_bw x memory_eff) ) + overhead_s + overhead_per_layer_s x L
 
 with t a point's trimmed mean less its runtime's measured sampling tail (``fitted_value``; generation
-prefill/decode points only, ``calibrate.sampling``) and F (FLOP), B (bytes) and L (layers) from ``rlhfsim.costs.flops`` for each point's model shape and
+prefill/decode points only, ``calibrate.measuring.sampling``) and F (FLOP), B (bytes) and L (layers) from ``rlhfsim.costs.flops`` for each point's model shape and
 sizes (``point_work``, the same calls CostModel makes), and peak (FLOP/s; float32 for the optimizer, the
 point's dtype otherwise) and mem_bw (bytes/s) the datasheet numbers of the profile's ``gpu`` entry.
 Because F and B carry the model size, the parameters carry over to model sizes that were not measured.
@@ -60,30 +60,30 @@ def point_work(p: dict) -> fl.Work:
     """FLOPs, bytes and layers of a measured point, computed exactly as CostModel computes them (a
     ``prefill``/``decode`` point with a ``runtime`` field is that generation runtime's, priced the same way). A CPU
     point's host-effect fields (``gemm_weight_passes``, ``stream_x``, ``width_rate``; ``fault_s`` and ``cold_x`` in
-    ``fitted_value``) are set by ``calibrate.assemble.with_tails`` with ``rlhfsim.costs.cpuhost``'s formulas."""
+    ``fitted_value``) are set by ``calibrate.fitting.assemble.with_tails`` with ``rlhfsim.costs.cpuhost``'s formulas."""
     m = ModelShape(**p["shape"])
     dtype, op, b = p["dtype"], p["op"], p["batch"]
     if op == "prefill":
         return fl.forward_work(m, dtype, p["tokens"], b, 0.0, b, "lm")
     if op == "decode":   # a generation runtime's decode point moves its own K/V passes (KV_PASSES), and
-        # the weights gemm_weight_passes times at two rows or more (calibrate.cpu.gemm; set by calibrate.assemble),
-        # stream_x times where its footprint streams slower than the fitted bandwidth (calibrate.assemble.fitted)
+        # the weights gemm_weight_passes times at two rows or more (calibrate.cpu.gemm; set by calibrate.fitting.assemble),
+        # stream_x times where its footprint streams slower than the fitted bandwidth (calibrate.fitting.assemble.fitted)
         return fl.decode_step_work(m, dtype, b, b * p["prefix_len"], kv_passes(p.get("runtime")),
                                    float(p.get("gemm_weight_passes") or 1.0) * float(p.get("stream_x") or 1.0))
     if op == "chunk_prefill":
         return fl.forward_work(m, dtype, b * p["seq_len"], b, b * p["prefix_len"], 0.0, "value")
-    if op == "train":   # the width's relative training rate (calibrate.cpu.widths; set by calibrate.assemble)
+    if op == "train":   # the width's relative training rate (calibrate.cpu.widths; set by calibrate.fitting.assemble)
         return fl.train_work(m, dtype, p["tokens"], b, p["head"], float(p.get("width_rate") or 1.0))
     if op == "optimizer":
         return fl.optimizer_work(m, 1, p["head"])
-    if op in ("score", "reencode"):   # reencode: one sequence of seq_len tokens from scratch (calibrate.reencode);
+    if op in ("score", "reencode"):   # reencode: one sequence of seq_len tokens from scratch (calibrate.measuring.reencode);
         # a DeBERTa-v2 point's score-matrix traffic counts under its own runtime (flops.materializes_scores)
         return fl.forward_work(m, dtype, p["tokens"], b, 0.0, 0.0, "value", p.get("runtime"))
     raise ValueError(f"no work model for op {op!r}")
 
 
 def point_value(p: dict) -> float:
-    """The measured time a fit uses: the trimmed mean (``calibrate.measure``); the median for points
+    """The measured time a fit uses: the trimmed mean (``calibrate.measuring.measure``); the median for points
     journaled before it was recorded."""
     return p.get("tmean_s", p["median_s"])
 
@@ -93,8 +93,8 @@ TAIL_FLOOR = 0.1   # a point keeps at least this fraction of its time after its 
 
 def fitted_value(p: dict) -> float:
     """The time the roofline is fitted to: ``point_value`` less the point's sampling tail
-    (``sampling_tail_s``, set by ``calibrate.assemble.with_tails`` on generation prefill/decode points:
-    the simulator adds the measured tail back, ``calibrate.sampling``) and its page faults (``fault_s``,
+    (``sampling_tail_s``, set by ``calibrate.fitting.assemble.with_tails`` on generation prefill/decode points:
+    the simulator adds the measured tail back, ``calibrate.measuring.sampling``) and its page faults (``fault_s``,
     on training points whose logits exceed the allocator's threshold: ``calibrate.cpu.pagefaults``), never
     below ``TAIL_FLOOR`` of it."""
     t = point_value(p)
@@ -104,7 +104,7 @@ def fitted_value(p: dict) -> float:
 
 def cold_x(p: dict) -> float:
     """The factor on a point's fixed costs and sampling tail (field ``cold_x``, set on decode points by
-    ``calibrate.assemble.with_tails`` from ``kernels.cold_overheads``: ``calibrate.cpu.coldfixed``); 1 without it."""
+    ``calibrate.fitting.assemble.with_tails`` from ``kernels.cold_overheads``: ``calibrate.cpu.coldfixed``); 1 without it."""
     return float(p.get("cold_x") or 1.0)
 
 
