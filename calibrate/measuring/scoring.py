@@ -20,6 +20,12 @@ All four return the same scores (checked: ``max_abs_diff`` against padded). ``to
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -166,6 +172,53 @@ def measure_runtimes(s: Session, rts: dict[str, Runtime], model, shape: ModelSha
                               "model": shape.name, "available": True, "valid": True, "reason": notes.get(name, "")})
 
 
+LAUNCH_TIMEOUT_S = 3600
+
+
+def run_launches(s, names: list[str], shape, batch: int, n: int, launches: int) -> dict[str, dict]:
+    """``launches`` child processes of one operating point (``calibrate.measuring.launch``), pooled (see that
+    module's docstring)."""
+    g = s.grid
+    per: list[dict] = []
+    for k in range(launches):
+        spec = {"shape": shape.to_dict(), "checkpoint": str(s.checkpoints[shape.name]) if shape.name in s.checkpoints else None,
+                "runtimes": names, "batch": batch, "seq_len": n, "device": s.device, "dtype": s.dtype,
+                "threads": torch.get_num_threads(), "warmup": g.warmup, "rounds": g.rounds,
+                "per_round": g.per_round, "cache_dir": str(s.cache_dir), "round_offset": k * g.rounds}
+        with tempfile.TemporaryDirectory(prefix="rlhfsim-launch-") as td:
+            sp, op = Path(td) / "spec.json", Path(td) / "out.json"
+            sp.write_text(json.dumps(spec))
+            proc = subprocess.run([sys.executable, "-m", "calibrate.measuring.launch", str(sp), str(op)], capture_output=True,
+                                  text=True, timeout=LAUNCH_TIMEOUT_S)
+            if proc.returncode != 0:
+                last = ([ln for ln in proc.stderr.splitlines() if ln.strip()] or ["no message"])[-1]
+                raise RlhfsimError(f"launch {k + 1}/{launches} of {shape.name} b={batch} n={n} failed: {last}")
+            per.append(json.loads(op.read_text()))
+    out: dict[str, dict] = {}
+    for name in names:
+        runs = [p[name] for p in per]
+        err = next((r["error"] for r in runs if "error" in r), None)
+        if err is not None:
+            out[name] = {"error": err}
+            continue
+        first = runs[0]
+        rec = {k: first[k] for k in ("first_call_s", "tolerance")}
+        rec["max_abs_diff"] = max(r["max_abs_diff"] for r in runs)
+        rec["valid"] = all(r["valid"] for r in runs)
+        peaks = [r["peak_mem_mb"] for r in runs if r.get("peak_mem_mb") is not None]
+        rec["peak_mem_mb"] = max(peaks) if peaks else None
+        extra = [r["peak_mem_extra_mb"] for r in runs if r.get("peak_mem_extra_mb") is not None]
+        rec["peak_mem_extra_mb"] = max(extra) if extra else None
+        if rec["valid"]:
+            rec["samples_s"] = [x for r in runs for x in r["samples_s"]]
+            rec["rounds_of"] = [x for r in runs for x in r["rounds_of"]]
+            rec["launch_of"] = [k for k, r in enumerate(runs) for _ in r["samples_s"]]
+            rec["setup_s"] = first["setup_s"]
+            rec["first_call_s_by_launch"] = [r["first_call_s"] for r in runs]
+        out[name] = rec
+    return out
+
+
 def _measure_point(s: Session, todo: dict[str, Runtime], model, shape: ModelShape, b: int, n: int) -> dict:
     ids, mask = random_batch(shape.vocab, [n] * b, s.device, _seed(b, n))
     g = s.grid
@@ -173,8 +226,6 @@ def _measure_point(s: Session, todo: dict[str, Runtime], model, shape: ModelShap
     if launches == 1:
         return interleaved_point(model, todo, ids, mask, device=s.device, dtype=s.dtype, warmup=g.warmup,
                                  rounds=g.rounds, per_round=g.per_round, cache_dir=s.cache_dir)
-    from calibrate.measuring.launch import run_launches
-
     return run_launches(s, list(todo), shape, b, n, launches)
 
 
