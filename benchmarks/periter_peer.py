@@ -155,12 +155,12 @@ class PeriterPeer:
 
 
 def main() -> None:
-    import sim_speed
+    from speed_workload import workload
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rollouts", type=int, default=1024)
     a = ap.parse_args()
-    setup, cost, lengths = sim_speed.workload(a.rollouts)
+    setup, cost, lengths = workload(a.rollouts)
     peer = PeriterPeer(setup, cost)
     t0 = time.process_time()
     span = peer.run(lengths)
