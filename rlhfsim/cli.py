@@ -14,13 +14,27 @@ from rlhfsim.errors import RlhfsimError, ScenarioError
 
 
 LAZY = {
-    "calibrate": "rlhfsim.fromrun.cli:calibrate_command",   # calibrate.cli's, plus --from-run (rlhfsim/fromrun)
+    "calibrate": "rlhfsim.fromrun.cli:calibrate_command",   # MEASURING's, plus --from-run (rlhfsim/fromrun)
     "runtimes": "calibrate.cli:runtimes_command",
     "validate": "calibrate.validation.cli:validate_command",
     "plan": "rlhfsim.plan.cli:plan_command",
     "lengths": "rlhfsim.lengths.cli:lengths_group",
     "import": "rlhfsim.importers.cli:import_group",
 }
+
+
+# The measuring side's ``calibrate`` command, which ``rlhfsim calibrate`` extends with --from-run
+# (``rlhfsim.fromrun.cli``). The entry points above and this one name calibrate/ by path, loaded on use: no module
+# of rlhfsim imports calibrate/ (tests/unit/test_import_graph.py), which must not be needed to simulate.
+MEASURING = "calibrate.cli:calibrate_command"
+
+
+def load_entry(path: str):
+    """The object an entry point ``MODULE:NAME`` names, its module imported now (ImportError where it cannot be)."""
+    import importlib
+
+    mod, attr = path.split(":")
+    return getattr(importlib.import_module(mod), attr)
 
 
 class Group(click.Group):
@@ -32,11 +46,8 @@ class Group(click.Group):
 
     def get_command(self, ctx, name):
         if name in LAZY and name not in self.commands:
-            mod, attr = LAZY[name].split(":")
             try:
-                import importlib
-
-                return getattr(importlib.import_module(mod), attr)
+                return load_entry(LAZY[name])
             except ImportError as e:
                 return _missing(name, e)
         return super().get_command(ctx, name)
