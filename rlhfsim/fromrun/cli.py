@@ -220,8 +220,10 @@ def print_fit(fr: dict, path: str) -> None:
 
 
 def _load() -> click.Command:
+    from rlhfsim.cli import MEASURING, load_entry
+
     try:
-        from calibrate.cli import calibrate_command as measured
+        measured = load_entry(MEASURING)
     except ImportError as e:
         return build(None, str(e))
     return build(measured)
