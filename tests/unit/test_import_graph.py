@@ -1,5 +1,9 @@
 """The import graph of rlhfsim has no circle, and the scenario side stands below the simulator.
 
+The same holds for calibrate/ (over rlhfsim and calibrate together) and for benchmarks/ (scripts that import each
+other by bare name); rlhfsim imports nothing of calibrate/ (its CLI names calibrate's commands by path, loaded on
+use), and calibrate/'s root holds only its entry points, every other module in the group of its role.
+
 The graph is read from the source (``ast``), not from a run: an edge A -> B for every ``import`` of B
 anywhere in A (module level, inside functions, under ``if TYPE_CHECKING``), plus A -> each package
 above B (Python runs a package's ``__init__`` before its modules), minus A -> A's own packages (they
@@ -48,8 +52,13 @@ def _imported(name: str, path: Path, known: set[str]) -> set[str]:
     return edges
 
 
-def import_graph(root: Path = PKG) -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in sorted(root.rglob("*.py"))}
+def import_graph(*roots: Path) -> dict[str, set[str]]:
+    """The graph of the modules under ``roots`` (default: rlhfsim/); a root that is no package (benchmarks/: scripts
+    run with their folder on the import path) names its modules by their bare names."""
+    files = {}
+    for root in roots or (PKG,):
+        package = (root / "__init__.py").is_file()
+        files.update({_module_name(p) if package else p.stem: p for p in sorted(root.rglob("*.py"))})
     known = set(files)
     return {name: _imported(name, path, known) for name, path in files.items()}
 
@@ -151,3 +160,37 @@ def test_the_streaming_names_the_schema_reads_are_the_registry():
         {n: tuple(sorted(a)) for n, a in STREAMING_ARCHS.items()}
     assert list(streaming.STREAMING) == list(STREAMING_ARCHS)
     assert streaming.DEFAULT_STREAMING == DEFAULT_STREAMING
+
+
+def test_calibrate_has_no_import_circle_and_rlhfsim_imports_nothing_of_it():
+    graph = import_graph(PKG, ROOT / "calibrate")
+    assert "calibrate.measuring.scoring" in graph["calibrate.running.run"] or \
+        "calibrate.measuring" in graph["calibrate.running.run"]   # the graph is read, not empty
+    found = cycles(graph)
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+    into = {m: sorted(t for t in ts if t.split(".")[0] == "calibrate") for m, ts in graph.items() if m.startswith("rlhfsim")}
+    assert not {m: ts for m, ts in into.items() if ts}
+
+
+def test_rlhfsim_names_calibrate_entry_points_only_in_its_cli():
+    """An entry point ``calibrate.X:NAME`` written anywhere else in rlhfsim would be an import of calibrate/ in
+    disguise."""
+    import re
+
+    entry = re.compile(r"calibrate(\.\w+)+:\w+")
+    where = {str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Constant)
+             and isinstance(node.value, str) and entry.fullmatch(node.value)}
+    assert where == {"rlhfsim/cli.py"}
+
+
+def test_calibrate_root_holds_its_entry_points_only():
+    root = {p.stem for p in (ROOT / "calibrate").glob("*.py")}
+    assert root == {"__init__", "__main__", "cli"}, "a module of calibrate/ belongs in the group of its role: " \
+        "measuring/, fitting/, running/ (or cpu/, runtimes/, genruntimes/, executor/, validation/, ...)"
+
+
+def test_the_benchmarks_have_no_import_circle():
+    graph = import_graph(ROOT / "benchmarks")
+    assert "speed_workload" in graph["sim_speed"] and "speed_workload" in graph["periter_peer"]
+    assert not cycles(graph), cycles(graph)
