@@ -429,7 +429,7 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
         # them, not a term with nothing to explain: it stays, and so do the terms it confounded.
         blocking = {j: w for j, w in pulled.items()
                     if CONFOUNDED.format(params[j].term.name) in unidentified.values()
-                    and _unanimous(prob, J[:, j] * r, x[j] >= hi[j])}
+                    and _unanimous(prob, J[:, j], r, x[j] >= hi[j])}
         if not blocking or round_ == MAX_PINS:
             break
         pinned.update({params[j].path: (params[j], T.from_x(params[j].term, float(x[j])), w)
@@ -502,16 +502,19 @@ def _solve(prob: Problem, params: list[Param], prior: float):
     return x, r, J, lo, hi, u, sol, _bound_warnings(prob, params, x, r, J, lo, hi)
 
 
-def _unanimous(prob: Problem, contrib: np.ndarray, upper: bool, tol: float = 0.05) -> bool:
-    """Whether every run the term moves pulls it past its bound (``contrib``: J_rj x res_r per residual row, negative
-    pulling the term up): a run whose own pull, summed over its rows, goes the other way by more than ``tol`` of
-    the largest run's pull disagrees."""
-    per: dict[int, float] = {}
-    for (i, _), c in zip(prob.rows, contrib):
-        per[i] = per.get(i, 0.0) + float(c)
-    past = [(-c if upper else c) for c in per.values()]      # > 0: this run pulls past the bound
+def _unanimous(prob: Problem, col: np.ndarray, r: np.ndarray, upper: bool, tol: float = 0.05) -> bool:
+    """Whether every run the term moves (``col``: its Jacobian column, one entry per residual row) pulls it past its
+    bound: each such run's pull, J_rj x res_r summed over its rows (negative pulling the term up), at least ``tol``
+    of the largest run's. A run already matched by other terms (no pull) or pulling back does not agree."""
+    pull: dict[int, float] = {}
+    moved: dict[int, float] = {}
+    for (i, _), jc, rr in zip(prob.rows, col, r):
+        pull[i] = pull.get(i, 0.0) + float(jc * rr)
+        moved[i] = moved.get(i, 0.0) + abs(float(jc))
+    top_move = max(moved.values(), default=0.0)
+    past = [(-pull[i] if upper else pull[i]) for i in pull if moved[i] > 1e-3 * top_move]
     top = max((abs(v) for v in past), default=0.0)
-    return top > 0 and all(v > -tol * top for v in past)
+    return top > 0 and all(v >= tol * top for v in past)
 
 
 def _pinned_record(p: Param, value: float, base: dict, runs: list[Run]) -> dict:

@@ -180,6 +180,9 @@ def test_a_term_every_run_pulls_past_its_bound_is_pinned_and_frees_what_it_confo
     assert abs(res["runs"][0]["fitted_error_pct"]["timing_s/gen"]) < 2.0
     # a term two runs pull opposite ways is their compromise: not pinned
     prob = SimpleNamespace(rows=[(0, "timing_s/gen"), (1, "timing_s/gen")])
-    assert _unanimous(prob, np.array([0.5, 0.2]), upper=False)          # both pull below the lower bound
-    assert not _unanimous(prob, np.array([0.5, -0.2]), upper=False)     # run 1 pulls it back up
-    assert _unanimous(prob, np.array([-0.5, -0.01]), upper=True)        # both pull above the upper bound
+    col = np.array([1.0, 1.0])
+    assert _unanimous(prob, col, np.array([0.5, 0.2]), upper=False)          # both pull below the lower bound
+    assert not _unanimous(prob, col, np.array([0.5, -0.2]), upper=False)     # run 1 pulls it back up
+    assert not _unanimous(prob, col, np.array([0.5, 0.0]), upper=False)      # run 1 matched by other terms
+    assert _unanimous(prob, col, np.array([-0.5, -0.1]), upper=True)         # both pull above the upper bound
+    assert _unanimous(prob, np.array([1.0, 0.0]), np.array([0.5, 0.0]), upper=False)   # run 1 not moved by it
