@@ -13,7 +13,8 @@ it (``field_table.load_runs``); a group may hold dev-half runs only (``field_tab
 is ever fitted). The "setting changed" check of the issue needs two runs that differ in one setting: the
 script counts the settings each pair of the group's launches differs in and reports the closest pair.
 
-Run from the repository root (about a minute or two on two shared cores):
+Run from the repository root (about 2 minutes for qwen3-lab, 4-10 for play-verl, on two shared cores); with every
+group, the medians over all their held-out runs close the output:
 
     python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean]
 
@@ -103,7 +104,7 @@ def loo(group: dict, lengths: str = "logged", **fit_kw) -> dict:
                      "measured_s": {k: round(v, 3) for k, v in held.measured.items()},
                      "predicted_s": {k: round(v, 3) for k, v in pred.items() if k in held.measured},
                      "error_pct": errors(held, pred), "base_error_pct": errors(held, bpred),
-                     "terms": {t["term"]: t["fitted"] for t in res["terms"]}, "warnings": res["warnings"]})
+                     "terms": {t["path"]: t["fitted"] for t in res["terms"]}, "warnings": res["warnings"]})
     full = fit(runs, base, **fit_kw)
     pairs = sorted((len(d), a.spec.id, b.spec.id, d) for a, b in combinations(runs, 2)
                    for d in [differing_settings(a.spec, b.spec)])
@@ -148,11 +149,19 @@ def main() -> None:
     kw = {"weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv else "equal",
           "prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else 0.0}
     outs = [loo(g, lengths, **kw) for g in chosen]
+    overall = {"groups": [o["group"] for o in outs],
+               "loo_median_abs_error_pct": medians([r["error_pct"] for o in outs for r in o["loo"]]),
+               "base_median_abs_error_pct": medians([r["base_error_pct"] for o in outs for r in o["loo"]])}
     if "--json" in sys.argv:
-        print(json.dumps(outs, indent=1))
+        print(json.dumps(outs + ([{"overall": overall}] if len(outs) > 1 else []), indent=1))
         return
     for o in outs:
         show(o)
+    if len(outs) > 1:
+        for label, key in (("LOO", "loo_median_abs_error_pct"), ("base profile", "base_median_abs_error_pct")):
+            med = overall[key]
+            print(f"overall ({len(outs)} groups), {label}: median |step error| {med.get(VERL_STEP_KEY)}%; per phase "
+                  + ", ".join(f"{k.removeprefix('timing_s/')} {v}%" for k, v in med.items() if k != VERL_STEP_KEY))
 
 
 if __name__ == "__main__":
