@@ -9,7 +9,7 @@ step, so the two can be compared honestly:
   dealt the same way (replica i takes ``rollouts[i::replicas]``);
 * the same slots (``generation.max_batch``), KV capacity, admission watermark (1% of the cache, one token of
   room per live row) and recompute preemption of the newest row when the next step would not fit;
-* the same costs: a prefill call per admitted row priced by ``CostModel.forward_parts`` (prompt plus any
+* the same costs: a prefill call per admitted row priced by ``CostModel.forward`` (prompt plus any
   tokens generated before a preemption), its first token from the prefill's logits, then one decode step
   per iteration at ``max(compute, memory) + overhead`` from ``CostModel.decode_coeffs``.
 
@@ -67,8 +67,8 @@ class PeriterPeer:
     def prefill_s(self, tokens: int) -> float:
         t = self._prefill.get(tokens)
         if t is None:
-            t = self._prefill[tokens] = self.cost.forward_parts(
-                self.model, self.dtype, tokens, 1, self.tp, op="prefill", head="lm", gen_runtime=self.rt)[0]
+            t = self._prefill[tokens] = self.cost.forward(
+                self.model, self.dtype, tokens, 1, self.tp, op="prefill", head="lm", gen_runtime=self.rt).total_s
         return t
 
     def run(self, lengths: list[tuple[int, int]]) -> float:

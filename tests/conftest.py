@@ -20,6 +20,7 @@ import simpy
 from hypothesis import HealthCheck, settings
 
 from rlhfsim.costs.model import CostModel
+from rlhfsim.costs.terms import Price
 from rlhfsim.scenario import load_scenario
 from rlhfsim.scenario.checks import build_setup
 from rlhfsim.scenario.loader import deep_merge
@@ -277,14 +278,8 @@ class FreeRewardCost(CostModel):
         super().__init__(gpu, profile)
         self.free = free
 
-    def forward_s(self, m, *a, **kw):
-        return 0.0 if m == self.free else super().forward_s(m, *a, **kw)
-
-    def chunk_prefill_s(self, m, *a, **kw):
-        return 0.0 if m == self.free else super().chunk_prefill_s(m, *a, **kw)
-
-    def forward_parts(self, m, *a, **kw):  # what stages.forward_pass and the chunk scorer's active time use
-        return (0.0, 0.0) if m == self.free else super().forward_parts(m, *a, **kw)
+    def forward(self, m, *a, **kw):   # every forward pass, chunk prefill and re-scoring is priced through it
+        return Price(0.0, 0.0) if m == self.free else super().forward(m, *a, **kw)
 
 
 def free_reward_cost(sc: Scenario) -> FreeRewardCost:

@@ -1,5 +1,5 @@
 """An encoder reward model's forward pass (padded rows x width, the HF model with random weights) timed on this CPU
-against one or more profiles' price of the same pass (``CostModel.forward_parts``, the ``encode:eager`` fit: what the
+against one or more profiles' price of the same pass (``CostModel.forward``, the ``encode:eager`` fit: what the
 simulator and ``rlhfsim validate`` charge a reward call of an encoder). Not a speed benchmark: it checks whether a
 profile's encoder fit carries to shapes it did not measure (on drawn validation scenarios: fitted on
 tiny-deberta alone, drawn DeBERTa models of hidden 256 were priced at 1.6-2.6x their time).
@@ -41,7 +41,7 @@ def main() -> None:
     models = [CATALOG["tiny-deberta"], CATALOG["small-deberta"], *given]
     ratios: list[list[float]] = [[] for _ in costs]
     for m, rows, width, meas in encoder_cells(models):
-        price = [float(c.forward_parts(m, "float32", rows * width, rows, runtime="eager", head="value")[0])
+        price = [float(c.forward(m, "float32", rows * width, rows, runtime="eager", head="value").total_s)
                  for c in costs]
         if m in given or not given:
             for r, p in zip(ratios, price):

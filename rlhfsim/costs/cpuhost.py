@@ -22,7 +22,7 @@ The effects (equations and measurements in docs/cost-model.md, "CPU host effects
   (``page_fault_s``).
 * The log-prob tail (``kernels.page_faults.logprob_tail.s_per_logit``): a log-prob pass's log-softmax and
   gather, measured, priced after the roofline instead of as ``flops.TAIL_LOGIT_BYTES`` per logit inside it
-  (``CostModel.forward_parts`` takes it as the pass's seconds per logit after its head).
+  (``CostModel.forward`` takes it as the pass's seconds per logit after its head).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class CpuHostEffects:
     # -- the breakdown by cost term (rlhfsim.costs.terms; asked only by rlhfsim explain and its tests) --------
     def forward_effects(self, cost, m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
                         gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit) -> tuple[dict[str, float], float]:
-        """The effects inside ``cost.forward_parts``' price with these arguments, each the price with it less
+        """The effects inside ``cost.forward``'s price with these arguments, each the price with it less
         the price without it: a log-prob pass's measured tail (``logprob_tail_cpu``: after the roofline instead
         of as bytes inside it; device time) and its page faults (``page_faults``: host time); and the seconds
         of them inside the price's active share."""

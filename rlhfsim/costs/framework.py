@@ -4,7 +4,7 @@ dispatch of a launch-bound call, the log-prob head's element-wise passes over th
 
 One call is one micro-batch (piece) of one data-parallel rank::
 
-    kernel_s  = the roofline of the call (CostModel.forward_parts / train_parts), less the log-prob tail's bytes
+    kernel_s  = the roofline of the call (CostModel.forward / train_parts), less the log-prob tail's bytes
     head_s    = b x T_logits x V / tp / (mem_bw x memory_eff[prefill])          (log-prob passes with an LM head)
                 b = LOGPROB_BYTES (+ ENTROPY_BYTES with execution.entropy) per logit in a forward pass,
                 x TRAIN_HEAD_MULT in a training call (the backward of the same element-wise chain)
@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, KERNELS, LOGPROB_HEAD, OP_OVERHEAD
+from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LOGPROB_HEAD, split
 from rlhfsim.models.catalog import ModelShape
 
 LOGPROB_BYTES = 6.0     # bytes per logit: temperature div_ (read + write bf16) + fused cross entropy (read)
@@ -116,20 +116,6 @@ def fsdp_bytes(m: ModelShape, head: str, n: int, training: bool) -> float:
 def fsdp_units(m: ModelShape) -> int:
     """FSDP units of a decoder wrapped per layer (verl's auto-wrap policy), plus the root."""
     return m.layers + 1
-
-
-def split(total_s: float, active_s: float, effects: dict[str, float] | None = None,
-          effects_active_s: float = 0.0) -> dict[str, float]:
-    """A roofline price (``total_s``, of which ``active_s`` the device's kernels) by term: kernels and
-    op_overhead, less the CPU host effects priced inside them (``effects``: seconds by term, of which
-    ``effects_active_s`` inside ``active_s``), which are given as their own terms. Sums to ``total_s``."""
-    out = {KERNELS: active_s, OP_OVERHEAD: total_s - active_s}
-    if effects:
-        host = sum(effects.values()) - effects_active_s
-        out[KERNELS] = active_s - effects_active_s
-        out[OP_OVERHEAD] = total_s - active_s - host
-        out.update(effects)
-    return out
 
 
 @dataclass(frozen=True)

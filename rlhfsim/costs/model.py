@@ -48,7 +48,7 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, SAMPLING_TAIL
+from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, SAMPLING_TAIL, Price, with_effects
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_compute_eff, stack_factor
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
@@ -183,7 +183,7 @@ def decode_parts(coeffs: tuple[float, float, float, float, float], n_steps: int)
 
 
 class _Forward:
-    """``forward_parts`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
+    """``CostModel.forward`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
     device numbers, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor")
@@ -661,33 +661,30 @@ class CostModel:
             return 0.0
         return fl.ulysses_bytes(m, dtype, n_tokens, sp, passes) / self.link_bw() + 4 * m.layers * passes * LINK_LATENCY_S
 
-    # -- operations ----------------------------------------------------------------------------------
-    def forward_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                  cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                  head: str = "value", all_logits: bool = False, gen_runtime: str | None = None,
-                  gen_logprobs: bool = False) -> float:
+    # -- operations: one predictor each, returning its Price (total_s, active_s, terms(): rlhfsim.costs.terms) ------
+    def forward(self, m: ModelShape, dtype: str, n_tokens, n_seqs: float, tp: int = 1, cached_tokens: float = 0.0,
+                op: str = "prefill", runtime: str | None = None, head: str = "value", all_logits: bool = False,
+                gen_runtime: str | None = None, attn_pairs: float | None = None, sp: int = 1,
+                gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> Price:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
         every token (a log-prob pass: the reference model scores every response token). ``runtime``: a
         scoring runtime (``score:RUNTIME``); ``gen_runtime``: a generation runtime's prefill costs (with
-        ``gen_logprobs``: its sampled token's log-prob recorded)."""
-        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head,
-                                  all_logits, gen_runtime, gen_logprobs=gen_logprobs)[0]
+        ``gen_logprobs``: its sampled token's log-prob recorded, ``genruntimes.sample_tail``). ``attn_pairs``:
+        attention's (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU
+        of a Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens);
+        ``head_s_per_logit``: a log-prob pass's head priced after the roofline at this many seconds per logit
+        instead of the profile's measured tail (``call_parts``).
 
-    def forward_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                      cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                      head: str = "value", all_logits: bool = False,
-                      gen_runtime: str | None = None, attn_pairs: float | None = None,
-                      sp: int = 1, gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> tuple[float, float]:
-        """(total_s, active_s) of ``forward_s`` (see ``roofline_parts``). ``attn_pairs``: attention's
-        (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU of a
-        Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens);
-        ``gen_logprobs``: a generation prefill whose sampled token's log-prob is recorded
-        (``genruntimes.sample_tail``); ``head_s_per_logit``: a log-prob pass's head priced after the roofline
-        at this many seconds per logit instead of the profile's measured tail (``call_parts``)."""
-        if n_tokens <= 0:
-            return 0.0, 0.0
+        The active share is the roofline's kernels (``roofline_parts``); the terms are kernels and op_overhead
+        and, on a CPU, the host effects priced inside them (``CpuHostEffects.forward_effects``). ``n_tokens`` may
+        be a list or numpy array of counts (each > 0; no ``attn_pairs``, ``sp`` 1): each entry's price, the same
+        arithmetic elementwise, so each equals the scalar call bit for bit (an engine's prefills at once)."""
+        if isinstance(n_tokens, (list, tuple)):
+            n_tokens = np.asarray(n_tokens, dtype=np.float64)
+        if not isinstance(n_tokens, np.ndarray) and n_tokens <= 0:
+            return Price(0.0, 0.0)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
         k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
@@ -700,41 +697,25 @@ class CostModel:
             total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
         else:
             total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp)
-        if logprob and self.cpu is not None and self.cpu.page_faults:
+        if self.cpu is None:
+            return Price(total, active)
+        if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
             total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward")
-        return total, active
-
-    def forward_terms(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                      cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                      head: str = "value", all_logits: bool = False,
-                      gen_runtime: str | None = None, attn_pairs: float | None = None,
-                      sp: int = 1, gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> dict[str, float]:
-        """``forward_parts``' total by cost term (``framework.split``): kernels, op_overhead and, on a
-        CPU, the host effects inside them (``CpuHostEffects.forward_effects``)."""
-        a = (m, dtype, n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits, gen_runtime, attn_pairs, sp,
-             gen_logprobs, head_s_per_logit)
-        return fw.split(*self.forward_parts(*a), *(self.cpu.forward_effects(self, *a) if self.cpu is not None else ()))
+        return Price(total, active, partial(with_effects, total, active, self.cpu.forward_effects, self, m, dtype,
+                                            n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
+                                            gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit))
 
     # -- an engine's prefill steps (the continuous engine's token budget; docs/cost-model.md "Generation runtimes") --
-    def prefill_step_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                           runtime: str | None = None, logprobs: bool = False) -> tuple[float, float]:
-        """(total_s, active_s) of one engine step that prefills ``n_tokens`` tokens of ``n_rows`` rows: the runtime's
-        prefill forward (``forward_parts``) and the engine's host work for the step's rows (``engine_host``: H(rows),
-        its hidden share a floor under the forward's device time)."""
-        total, active = self.forward_parts(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
-                                           gen_logprobs=logprobs)
-        return total + self._step_host(runtime, n_rows, active), active
-
-    def prefill_step_terms(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                           runtime: str | None = None, logprobs: bool = False) -> dict[str, float]:
-        """``prefill_step_parts``' total by cost term: the forward's terms and engine_host."""
-        t = self.forward_terms(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
-                               gen_logprobs=logprobs)
-        active = self.forward_parts(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
-                                    gen_logprobs=logprobs)[1]
-        host = self._step_host(runtime, n_rows, active)
-        return {**t, ENGINE_HOST: host} if host else t
+    def prefill_step(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
+                     runtime: str | None = None, logprobs: bool = False) -> Price:
+        """One engine step that prefills ``n_tokens`` tokens of ``n_rows`` rows: the runtime's prefill forward
+        (``forward``) and the engine's host work for the step's rows (``engine_host``: H(rows), its hidden share a
+        floor under the forward's device time). Terms: the forward's and engine_host."""
+        fwd = self.forward(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
+                           gen_logprobs=logprobs)
+        host = self._step_host(runtime, n_rows, fwd.active_s)
+        return fwd.add(ENGINE_HOST, host) if host else Price(fwd.total_s + host, fwd.active_s, fwd.why)
 
     def _step_host(self, runtime: str | None, rows: int, device_s: float) -> float:
         """The engine's host work a step of ``rows`` rows adds beyond ``device_s`` of device time:
@@ -757,22 +738,6 @@ class CostModel:
         return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp) + \
             (1.0 - eh.overlap) * eh.per_seq_s * n_rows
 
-    def forward_parts_many(self, m: ModelShape, dtype: str, n_tokens: np.ndarray, n_seqs: float, tp: int = 1,
-                           cached_tokens: float = 0.0, op: str = "prefill", runtime: str | None = None,
-                           head: str = "value", all_logits: bool = False,
-                           gen_runtime: str | None = None, gen_logprobs: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """``forward_parts`` for an array of token counts (each > 0), as two arrays; the same arithmetic
-        elementwise, so each entry equals the scalar call bit for bit."""
-        n_tokens = np.asarray(n_tokens, dtype=np.float64)
-        logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        logprob = all_logits and head == "lm"
-        lp = self.cpu.logprob_tail if logprob and self.cpu is not None else 0.0
-        total, active = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs).parts(
-            n_tokens, n_seqs, cached_tokens, logits, None, lp)
-        if logprob and self.cpu is not None and self.cpu.page_faults:
-            total = total + self.cpu.fault_s(n_tokens, m.vocab / tp, "logprob_forward")
-        return total, active
-
     def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False) -> _Forward:
         key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
         k = self._forward.get(key)
@@ -792,42 +757,25 @@ class CostModel:
             k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks)
         return k
 
-    def chunk_prefill_s(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
-                        prefix_tokens: float, tp: int = 1, head: str = "value") -> float:
+    def chunk_prefill(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float, prefix_tokens: float,
+                      tp: int = 1, head: str = "value") -> Price:
         """Incremental scoring: prefill ``chunk_tokens`` new tokens on top of ``prefix_tokens`` cached
-        (``head="lm"``: a streamed reference model, log-probs of every new token)."""
-        return self.chunk_prefill_parts(m, dtype, chunk_tokens, n_seqs, prefix_tokens, tp, head)[0]
+        (``head="lm"``: a streamed reference model, log-probs of every new token); a ``forward``."""
+        return self.forward(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill", head=head,
+                            all_logits=head == "lm")
 
-    def chunk_prefill_parts(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
-                            prefix_tokens: float, tp: int = 1, head: str = "value") -> tuple[float, float]:
-        """(total_s, active_s) of ``chunk_prefill_s``."""
-        return self.forward_parts(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
-                                  head=head, all_logits=head == "lm")
-
-    def chunk_prefill_terms(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float,
-                            prefix_tokens: float, tp: int = 1, head: str = "value") -> dict[str, float]:
-        """``chunk_prefill_s`` by cost term (``forward_terms``)."""
-        return self.forward_terms(m, dtype, chunk_tokens, n_seqs, tp, prefix_tokens, op="chunk_prefill",
-                                  head=head, all_logits=head == "lm")
-
-    def rescore_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                      runtime: str | None = None) -> tuple[float, float]:
-        """(total_s, active_s) of scoring ``n_seqs`` whole sequences of ``n_tokens`` tokens in all from
-        scratch, no cache (streaming ``reencode``: one pass over the prefix so far; ``final_only``: one
-        pass over the finished response). An encoder reward model is priced with the profile's
-        ``reencode:RUNTIME`` fit when it has one (batch-1 passes over a growing prefix of encoder reward
-        models, ``calibrate.rescore``); otherwise, and for decoders, as the reward model's full forward
-        pass is (``score:RUNTIME``, else the prefill costs): the same FLOPs and bytes of
-        ``flops.forward_work`` with no cached tokens."""
-        return self.forward_parts(m, dtype, n_tokens, n_seqs, tp, **self._rescore_op(m, runtime))
-
-    def rescore_terms(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                      runtime: str | None = None) -> dict[str, float]:
-        """``rescore_parts``' total by cost term (``forward_terms``)."""
-        return self.forward_terms(m, dtype, n_tokens, n_seqs, tp, **self._rescore_op(m, runtime))
+    def rescore(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                runtime: str | None = None) -> Price:
+        """Scoring ``n_seqs`` whole sequences of ``n_tokens`` tokens in all from scratch, no cache (streaming
+        ``reencode``: one pass over the prefix so far; ``final_only``: one pass over the finished response). An
+        encoder reward model is priced with the profile's ``reencode:RUNTIME`` fit when it has one (batch-1 passes
+        over a growing prefix of encoder reward models, ``calibrate.rescore``); otherwise, and for decoders, as the
+        reward model's full forward pass is (``score:RUNTIME``, else the prefill costs): the same FLOPs and bytes of
+        ``flops.forward_work`` with no cached tokens; a ``forward``."""
+        return self.forward(m, dtype, n_tokens, n_seqs, tp, **self._rescore_op(m, runtime))
 
     def _rescore_op(self, m: ModelShape, runtime: str | None) -> dict:
-        """The operation (and scoring runtime) ``rescore_parts`` prices a model's pass with."""
+        """The operation (and scoring runtime) ``rescore`` prices a model's pass with."""
         key = op_key("reencode", runtime) if runtime is not None else None
         if m.arch == "encoder" and key in self.ops:
             return {"op": key, "head": "value"}
@@ -920,7 +868,7 @@ class CostModel:
                    logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
                    inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
         """One framework call (a forward or a training micro-batch on one data-parallel rank) by part
-        (``rlhfsim.costs.framework``): the roofline (``forward_parts`` / ``train_parts``; with
+        (``rlhfsim.costs.framework``): the roofline (``forward`` / ``train_parts``; with
         ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
         position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
         host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
@@ -935,10 +883,10 @@ class CostModel:
                 kernel, active = kernel * (1.0 + ckpt_frac), active * (1.0 + ckpt_frac)
             head_s = per_logit * n_tokens / sp * m.vocab / tp
         else:
-            kernel, active = self.forward_parts(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=runtime,
-                                                head=head, all_logits=logprob, attn_pairs=attn_pairs, sp=sp,
-                                                head_s_per_logit=per_logit if with_head else None)
-            head_s = 0.0  # inside forward_parts' total, after its roofline
+            kernel, active = self.forward(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=runtime, head=head,
+                                          all_logits=logprob, attn_pairs=attn_pairs, sp=sp,
+                                          head_s_per_logit=per_logit if with_head else None)
+            head_s = 0.0  # inside forward's total, after its roofline
         comm = exposed = 0.0
         if fsdp_n > 1:
             units = fw.fsdp_units(m)

@@ -124,8 +124,8 @@ def scorer_call_terms(cost, strategy, model, dtype: str, tokens: float, n_seqs: 
 def prefill_s(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int, logprobs: bool = False) -> float:
     """A generation runtime's prefill of ``n_tokens`` in ``n_seqs`` rows, each row's first token sampled
     (``logprobs``: its log-prob recorded)."""
-    return cost.forward_s(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
-                          gen_logprobs=logprobs)
+    return cost.forward(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
+                          gen_logprobs=logprobs).total_s
 
 
 def decode_steps_s(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
@@ -154,8 +154,8 @@ def generate_call_s(cost, model, dtype: str, runtime: str | None, rows: int, wid
 def prefill_terms(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int,
                   logprobs: bool = False) -> dict[str, float]:
     """``prefill_s`` by cost term."""
-    return cost.forward_terms(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
-                              gen_logprobs=logprobs)
+    return cost.forward(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
+                              gen_logprobs=logprobs).terms()
 
 
 def decode_steps_terms(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,

@@ -14,7 +14,7 @@ or sources it. The equations are in docs/cost-model.md; the module that computes
 
 Every breakdown sums exactly (to float rounding) to the price it splits:
 
-* a forward or training piece (``CallParts.terms``, ``CostModel.forward_terms``): kernels + op_overhead +
+* a forward or training piece (``CallParts.terms``, ``CostModel.forward``): kernels + op_overhead +
   logprob_head + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
   (logprob_tail_cpu, page_faults, width_rate), each the price with it less the price without it, taken out
   of kernels (what the device computes) or op_overhead (page faults: host time);
@@ -42,6 +42,8 @@ host the profile states them for (``rlhfsim.costs.hostscale``; ``rlhfsim gpus`` 
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 DEVICES = ("any", "gpu", "cpu")
 
@@ -245,6 +247,81 @@ def term(name: str) -> CostTerm:
     if t is None:
         raise KeyError(f"cost term: expected one of {', '.join(BY_NAME)}, got {name!r}")
     return t
+
+
+def split(total_s: float, active_s: float, effects: dict[str, float] | None = None,
+          effects_active_s: float = 0.0) -> dict[str, float]:
+    """A roofline price (``total_s``, of which ``active_s`` the device's kernels) by term: kernels and
+    op_overhead, less the CPU host effects priced inside them (``effects``: seconds by term, of which
+    ``effects_active_s`` inside ``active_s``), which are given as their own terms. Sums to ``total_s``."""
+    out = {KERNELS: active_s, OP_OVERHEAD: total_s - active_s}
+    if effects:
+        host = sum(effects.values()) - effects_active_s
+        out[KERNELS] = active_s - effects_active_s
+        out[OP_OVERHEAD] = total_s - active_s - host
+        out.update(effects)
+    return out
+
+
+class Price:
+    """An operation's price, as its one predictor returns it (``CostModel.forward``, ``train``, ``optimizer``,
+    ``decode_steps``, ...; ``rlhfsim.costs.price``'s calls): ``total_s``, what the simulator charges; ``active_s``, the
+    device-busy share of it (what utilization counts); ``terms()``, the same seconds by cost term, summing to
+    ``total_s`` (to rounding), worked out only when asked (``rlhfsim explain``, validate's per-call tables), so that a
+    price costs the simulator nothing it does not use. Unpacks as ``total_s, active_s``.
+
+    ``why`` says how the terms are had: None, a roofline price's kernels and op_overhead (``split``); a ``CostTerm``,
+    all of it that one term; a dict, the terms themselves; a function of no arguments that returns them (a CPU's host
+    effects, which are the price again without each)."""
+
+    __slots__ = ("total_s", "active_s", "why")
+
+    def __init__(self, total_s, active_s, why=None):
+        self.total_s, self.active_s, self.why = total_s, active_s, why
+
+    def terms(self) -> dict[CostTerm, float]:
+        why = self.why
+        if why is None:
+            return split(self.total_s, self.active_s)
+        if isinstance(why, CostTerm):
+            return {why: self.total_s}
+        if isinstance(why, dict):
+            return dict(why)
+        return why()
+
+    def add(self, term: CostTerm, seconds: float, active_s: float = 0.0) -> "Price":
+        """This price and ``seconds`` more, of ``term`` (``active_s`` of them device-busy)."""
+        return Price(self.total_s + seconds, self.active_s + active_s, partial(_added, self, term, seconds))
+
+    def __iter__(self):
+        return iter((self.total_s, self.active_s))
+
+    def __getitem__(self, i):
+        return (self.total_s, self.active_s)[i]
+
+    def __len__(self) -> int:
+        return 2
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (Price, tuple)) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Price(total_s={self.total_s!r}, active_s={self.active_s!r})"
+
+
+def _added(price: Price, term: CostTerm, seconds: float) -> dict[CostTerm, float]:
+    out = price.terms()
+    out[term] = out.get(term, 0.0) + seconds
+    return out
+
+
+def with_effects(total_s: float, active_s: float, effects, *args) -> dict[CostTerm, float]:
+    """``split`` of a roofline price with the CPU host effects inside it (``effects(*args)``: the effects by term and
+    their share of the active seconds, ``CpuHostEffects.forward_effects`` / ``train_effects``): a ``Price``'s ``why``
+    on a CPU, bound with ``functools.partial``."""
+    return split(total_s, active_s, *effects(*args))
 
 
 def add_terms(acc: dict[str, float], parts: dict[str, float], scale: float = 1.0) -> float:

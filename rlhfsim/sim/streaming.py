@@ -8,10 +8,10 @@ A rollout has P prompt tokens; the engine hands over its tokens at its chunk bou
 hand-over and d already handed over before it:
 
 * ``incremental`` (decoders): one call prefilling the g - d new tokens (plus the prompt on the first call)
-  on top of the reward model's KV cache of the P + d tokens before them (``CostModel.chunk_prefill_parts``).
+  on top of the reward model's KV cache of the P + d tokens before them (``CostModel.chunk_prefill``).
   Total work over a response of R tokens in chunks of c: about one prefill of P + R tokens.
 * ``reencode`` (encoders and decoders): one call encoding all P + g tokens from scratch
-  (``CostModel.rescore_parts``): bidirectional attention changes every earlier token's representation
+  (``CostModel.rescore``): bidirectional attention changes every earlier token's representation
   when a chunk arrives, so nothing can be reused. Only the last call's score counts; the earlier calls
   are speculative work that keeps the scorer warm. Total over k = ceil(R / c) calls:
   sum_{i=1..k} (P + min(i c, R)) tokens, about k P + c k^2 / 2: it grows with the square of R.
@@ -22,7 +22,7 @@ So for the same responses ``reencode`` prices at least the work of ``final_only`
 same pass, and every earlier one is extra), and more as responses grow (``tests/property``).
 
 Each strategy also splits a call's price by cost term (``parts``, for ``rlhfsim explain``): a forward's terms
-(``CostModel.forward_terms``) and, for a call that re-encodes tokens earlier calls scored, ``reencode_prefix``:
+(``CostModel.forward``) and, for a call that re-encodes tokens earlier calls scored, ``reencode_prefix``:
 the call's price less the price of its ``new`` tokens alone, what re-scoring costs against ``incremental``.
 """
 
@@ -75,11 +75,11 @@ class Incremental(Streaming):
 
     @staticmethod
     def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime):
-        return cost.chunk_prefill_parts(model, dtype, tokens, n_seqs, prefix, tp, head)
+        return cost.chunk_prefill(model, dtype, tokens, n_seqs, prefix, tp, head)
 
     @staticmethod
     def parts(cost, model, dtype, tokens, n_seqs, prefix, new, tp, head, runtime):
-        return cost.chunk_prefill_terms(model, dtype, tokens, n_seqs, prefix, tp, head)
+        return cost.chunk_prefill(model, dtype, tokens, n_seqs, prefix, tp, head).terms()
 
 
 class Reencode(Streaming):
@@ -96,14 +96,14 @@ class Reencode(Streaming):
 
     @staticmethod
     def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime):
-        return cost.rescore_parts(model, dtype, tokens, n_seqs, tp, runtime)
+        return cost.rescore(model, dtype, tokens, n_seqs, tp, runtime)
 
     @staticmethod
     def parts(cost, model, dtype, tokens, n_seqs, prefix, new, tp, head, runtime):
         if new >= tokens:   # nothing scored before: one plain pass
-            return cost.rescore_terms(model, dtype, tokens, n_seqs, tp, runtime)
-        out = cost.rescore_terms(model, dtype, new, n_seqs, tp, runtime)
-        out[REENCODE_PREFIX] = cost.rescore_parts(model, dtype, tokens, n_seqs, tp, runtime)[0] - sum(out.values())
+            return cost.rescore(model, dtype, tokens, n_seqs, tp, runtime).terms()
+        out = cost.rescore(model, dtype, new, n_seqs, tp, runtime).terms()
+        out[REENCODE_PREFIX] = cost.rescore(model, dtype, tokens, n_seqs, tp, runtime).total_s - sum(out.values())
         return out
 
 

@@ -98,7 +98,7 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     cm = CostModel(get_gpu("cpu"), prof)
     assert cm.runtimes == ["eager", "onnxruntime"]
     m = CATALOG["tiny-qwen2"]
-    assert cm.forward_s(m, "float32", 256, 4, runtime="onnxruntime") > 0
+    assert cm.forward(m, "float32", 256, 4, runtime="onnxruntime").total_s > 0
     assert cm.decode_steps_s(m, "float32", 4, 256, 10) > 0
     assert prof["interference"]["source"] == "measured"
     assert prof["interference"]["decode_slowdown"] > 0 and prof["interference"]["prefill_slowdown"] > 0

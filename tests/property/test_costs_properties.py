@@ -76,10 +76,10 @@ def test_decode_monotone(model, dev, dtype, tp, batch, ctx, n, more_ctx, more_n,
 def test_forward_monotone_and_non_negative(model, dev, dtype, tp, seqs, per_seq, extra, cached, head, op):
     cm, m = COSTS[dev], CATALOG[model]
     n = seqs * per_seq
-    t = cm.forward_s(m, dtype, n, seqs, tp, cached_tokens=seqs * cached, op=op, head=head)
+    t = cm.forward(m, dtype, n, seqs, tp, cached_tokens=seqs * cached, op=op, head=head).total_s
     assert t > 0
-    assert cm.forward_s(m, dtype, n + seqs * extra, seqs, tp, cached_tokens=seqs * cached, op=op, head=head) >= t
-    assert cm.forward_s(m, dtype, n, seqs, tp, cached_tokens=seqs * (cached + extra), op=op, head=head) >= t
+    assert cm.forward(m, dtype, n + seqs * extra, seqs, tp, cached_tokens=seqs * cached, op=op, head=head).total_s >= t
+    assert cm.forward(m, dtype, n, seqs, tp, cached_tokens=seqs * (cached + extra), op=op, head=head).total_s >= t
 
 
 @given(model=MODELS, dev=DEVICES, dtype=DTYPES, tp=TP, seqs=st.integers(1, 64), per_seq=st.integers(1, 4096),

@@ -44,7 +44,7 @@ def test_packing_never_costs_more_than_padding(lengths, size):
         assert packed.rows == padded.rows and packed.tokens <= padded.tokens
         even = padded.tokens / padded.rows
         assert packed.attn_pairs <= padded.rows * even * (even + 1) / 2 + 1e-6
-        t_pad = cost.forward_s(m, "bfloat16", padded.tokens, padded.rows, head="lm", all_logits=True)
-        t_pack = cost.forward_parts(m, "bfloat16", packed.tokens, packed.rows, head="lm", all_logits=True,
-                                    attn_pairs=packed.attn_pairs)[0]
+        t_pad = cost.forward(m, "bfloat16", padded.tokens, padded.rows, head="lm", all_logits=True).total_s
+        t_pack = cost.forward(m, "bfloat16", packed.tokens, packed.rows, head="lm", all_logits=True,
+                                    attn_pairs=packed.attn_pairs).total_s
         assert t_pack <= t_pad * (1 + 1e-12)

@@ -117,7 +117,7 @@ def test_failing_runtime_is_unavailable_or_keeps_measured_shapes(session):
 def test_reencode_points_fit_per_runtime_and_price_encoders(session):
     """``calibrate.measuring.reencode``: one response's growing prefixes at batch 1, every runtime checked against
     eager; a runtime with wrong scores is journaled as skipped and gets no ``reencode:RUNTIME``; the fit
-    prices an encoder's re-encode passes (``CostModel.rescore_parts``) and only an encoder's."""
+    prices an encoder's re-encode passes (``CostModel.rescore``) and only an encoder's."""
     from dataclasses import replace
 
     from calibrate.measuring.reencode import measure_reencode
@@ -137,7 +137,7 @@ def test_reencode_points_fit_per_runtime_and_price_encoders(session):
     assert len(prof["reencode"]["offset"]["skipped"]) == 5
     cost = CostModel(get_gpu("cpu"), prof)
     enc, dec = CATALOG["tiny-deberta"], CATALOG["tiny-qwen2"]
-    assert cost.rescore_parts(enc, "float32", 64, 1, runtime="eager") == \
-        cost.forward_parts(enc, "float32", 64, 1, op="reencode:eager", head="value")
-    assert cost.rescore_parts(dec, "float32", 64, 1, runtime="eager") == \
-        cost.forward_parts(dec, "float32", 64, 1, op="prefill", head="value")   # no score:eager here: prefill
+    assert cost.rescore(enc, "float32", 64, 1, runtime="eager") == \
+        cost.forward(enc, "float32", 64, 1, op="reencode:eager", head="value")
+    assert cost.rescore(dec, "float32", 64, 1, runtime="eager") == \
+        cost.forward(dec, "float32", 64, 1, op="prefill", head="value")   # no score:eager here: prefill

@@ -72,7 +72,7 @@ def expected_extra() -> float:
     extra = 0.0
     for pos in range(CHUNK, RESPONSE, CHUNK):
         width = PROMPT + pos
-        pre, _ = cost.forward_parts(m, dtype, width * ROWS, ROWS, tp, op="prefill", head="lm",
+        pre, _ = cost.forward(m, dtype, width * ROWS, ROWS, tp, op="prefill", head="lm",
                                     gen_runtime=g.resolved_runtime, gen_logprobs=g.sampling_logprobs)
         step, _ = decode_parts(dec.coeffs(ROWS, ROWS * width, g.step_overhead_s), 1)
         extra += pre - step

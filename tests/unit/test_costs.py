@@ -60,14 +60,14 @@ def test_forward_work_terms():
 def test_logprob_pass_pays_for_every_tokens_logits():
     # A reference (log-prob) pass needs the LM head at every token, a generation prefill at the last one.
     cm = CostModel.load(get_gpu("h100-sxm"), "default")
-    last = cm.forward_s(Q7, "bfloat16", 4096, 8, head="lm")
-    every = cm.forward_s(Q7, "bfloat16", 4096, 8, head="lm", all_logits=True)
+    last = cm.forward(Q7, "bfloat16", 4096, 8, head="lm").total_s
+    every = cm.forward(Q7, "bfloat16", 4096, 8, head="lm", all_logits=True).total_s
     w_last = fl.forward_work(Q7, "bfloat16", 4096, 8, 0.0, 8, "lm")
     w_every = fl.forward_work(Q7, "bfloat16", 4096, 8, 0.0, 4096, "lm")
     assert w_every.flops - w_last.flops == pytest.approx(2.0 * Q7.hidden * Q7.vocab * (4096 - 8))
     assert every > last
-    assert cm.forward_s(Q7, "bfloat16", 4096, 8, all_logits=True) == cm.forward_s(Q7, "bfloat16", 4096, 8)  # value head
-    assert cm.chunk_prefill_s(Q7, "bfloat16", 512, 4, 4000, head="lm") > cm.chunk_prefill_s(Q7, "bfloat16", 512, 4, 4000)
+    assert cm.forward(Q7, "bfloat16", 4096, 8, all_logits=True).total_s == cm.forward(Q7, "bfloat16", 4096, 8).total_s  # value head
+    assert cm.chunk_prefill(Q7, "bfloat16", 512, 4, 4000, head="lm").total_s > cm.chunk_prefill(Q7, "bfloat16", 512, 4, 4000).total_s
 
 
 def test_cached_prefix_adds_attention_and_kv_reads():
@@ -190,21 +190,21 @@ def test_small_batch_decode_is_memory_bound(h100):
 
 
 def test_tensor_parallel_adds_communication(h100):
-    t1 = h100.forward_s(Q7, "bfloat16", 8192, 8, tp=1)
-    t2 = h100.forward_s(Q7, "bfloat16", 8192, 8, tp=2)
+    t1 = h100.forward(Q7, "bfloat16", 8192, 8, tp=1).total_s
+    t2 = h100.forward(Q7, "bfloat16", 8192, 8, tp=2).total_s
     comm = fl.tp_allreduce_bytes(Q7, "bfloat16", 8192, 2) / (h100.gpu.intra_node_bw * LINK_EFF)
     assert t1 / 2 < t2 < t1
     assert t2 > comm
 
 
 def test_operations_are_zero_for_no_tokens(h100):
-    assert h100.forward_s(Q7, "bfloat16", 0, 1) == 0.0
+    assert h100.forward(Q7, "bfloat16", 0, 1).total_s == 0.0
     assert h100.train_s(Q7, "bfloat16", 0, 1) == 0.0
-    assert h100.chunk_prefill_s(Q7, "bfloat16", 0, 1, 1000) == 0.0
+    assert h100.chunk_prefill(Q7, "bfloat16", 0, 1, 1000).total_s == 0.0
 
 
 def test_chunk_prefill_uses_its_own_parameters(h100):
-    a = h100.chunk_prefill_s(Q7, "bfloat16", 4096, 16, 16 * 1000)
+    a = h100.chunk_prefill(Q7, "bfloat16", 4096, 16, 16 * 1000).total_s
     w = fl.forward_work(Q7, "bfloat16", 4096, 16, 16 * 1000)
     assert a == pytest.approx(roofline_s(w, h100.ops["chunk_prefill"], h100.gpu.peak("bfloat16"), h100.gpu.mem_bw))
 
@@ -223,8 +223,8 @@ def test_scoring_runtime_lookup(h100):
     prof["operations"]["score:onnxruntime"] = {**prof["operations"]["prefill"], "compute_eff": 0.2}
     cm = CostModel(h100.gpu, prof)
     assert cm.runtimes == ["onnxruntime"]
-    slow = cm.forward_s(Q7, "bfloat16", 65536, 64, runtime="onnxruntime")
-    assert slow > cm.forward_s(Q7, "bfloat16", 65536, 64)
+    slow = cm.forward(Q7, "bfloat16", 65536, 64, runtime="onnxruntime").total_s
+    assert slow > cm.forward(Q7, "bfloat16", 65536, 64).total_s
     with pytest.raises(KeyError, match="no scoring runtime 'tensorrt'"):
         cm.params("prefill", "tensorrt")
 
@@ -309,8 +309,8 @@ def test_encoder_passes_use_their_own_family_fit():
     without = CostModel(get_gpu("h200"), copy.deepcopy(prof))
     prof["operations"]["encode:eager"] = {**base, "overhead_s": 0.05}
     cm = CostModel(get_gpu("h200"), prof)
-    assert cm.forward_s(enc, "bfloat16", 512, 4, runtime="eager") - without.forward_s(enc, "bfloat16", 512, 4, runtime="eager") == \
+    assert cm.forward(enc, "bfloat16", 512, 4, runtime="eager").total_s - without.forward(enc, "bfloat16", 512, 4, runtime="eager").total_s == \
         pytest.approx(0.049)
-    assert cm.forward_s(dec, "bfloat16", 512, 4, runtime="eager") == without.forward_s(dec, "bfloat16", 512, 4, runtime="eager")
+    assert cm.forward(dec, "bfloat16", 512, 4, runtime="eager").total_s == without.forward(dec, "bfloat16", 512, 4, runtime="eager").total_s
     # re-encode passes of an encoder without a reencode:RUNTIME fit take the encoder fit as well
-    assert cm.rescore_parts(enc, "bfloat16", 300, 1, runtime="eager") == cm.forward_parts(enc, "bfloat16", 300, 1, runtime="eager")
+    assert cm.rescore(enc, "bfloat16", 300, 1, runtime="eager") == cm.forward(enc, "bfloat16", 300, 1, runtime="eager")

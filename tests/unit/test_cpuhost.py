@@ -69,8 +69,8 @@ def test_a_gpu_price_runs_no_cpu_specific_code(monkeypatch):
     m = CATALOG["qwen2.5-0.5b"]
     for cm in (plain, keyed):
         assert cm.cpu is None
-    calls = [lambda c: c.forward_parts(m, "bfloat16", 512.0, 4.0, all_logits=True, head="lm"),
-             lambda c: tuple(c.forward_parts_many(m, "bfloat16", [64.0, 512.0], 4.0, all_logits=True, head="lm")[0]),
+    calls = [lambda c: c.forward(m, "bfloat16", 512.0, 4.0, all_logits=True, head="lm"),
+             lambda c: tuple(c.forward(m, "bfloat16", [64.0, 512.0], 4.0, all_logits=True, head="lm").total_s),
              lambda c: c.train_parts(m, "bfloat16", 4096.0, 8.0, sp=2),
              lambda c: c.decode_coeffs(m, "bfloat16", 16, 16 * 300.0),
              lambda c: c.decoder(m, "bfloat16").terms(16, 16 * 300.0)]

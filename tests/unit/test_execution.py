@@ -138,9 +138,9 @@ def _run(d: dict, rollouts=None) -> Simulation:
 
 def _fwd(sim, role, tokens, rows, pairs=None):
     s = sim.setup
-    return sim.cost.forward_parts(s.shapes[role], s.dtypes[role], tokens, rows, 1, op="prefill",
+    return sim.cost.forward(s.shapes[role], s.dtypes[role], tokens, rows, 1, op="prefill",
                                   runtime=sim.forward_runtime(role), head=s.head(role), all_logits=True,
-                                  attn_pairs=pairs)[0]
+                                  attn_pairs=pairs).total_s
 
 
 def test_default_execution_records_the_older_step():
@@ -302,13 +302,13 @@ def test_ulysses_groups_share_pieces():
     sim.run(2)
     # 4 GPUs, reference at TP 1 in groups of 2: 2 replicas of 2 GPUs; 16 rows -> 8 each, one piece of
     # generation.max_batch = 8 rows x 164 tokens, priced as one GPU of the group
-    want = sim.cost.forward_parts(setup.shapes["reference"], "bfloat16", 8 * 164, 8, 1, op="prefill",
-                                  runtime=sim.forward_runtime("reference"), head="lm", all_logits=True, sp=2)[0]
+    want = sim.cost.forward(setup.shapes["reference"], "bfloat16", 8 * 164, 8, 1, op="prefill",
+                                  runtime=sim.forward_runtime("reference"), head="lm", all_logits=True, sp=2).total_s
     assert sim.rec.steps[1].phases_s["reference"] == pytest.approx(want, rel=1e-12)
     ref = [iv for iv in sim.rec.intervals if iv.step == 1 and iv.phase == "reference"]
     assert sorted((iv.gpu0, iv.n_gpus) for iv in ref) == [(0, 2), (2, 2)]
-    alone = sim.cost.forward_parts(setup.shapes["reference"], "bfloat16", 4 * 164, 4, 1, op="prefill",
-                                   runtime=sim.forward_runtime("reference"), head="lm", all_logits=True)[0]
+    alone = sim.cost.forward(setup.shapes["reference"], "bfloat16", 4 * 164, 4, 1, op="prefill",
+                                   runtime=sim.forward_runtime("reference"), head="lm", all_logits=True).total_s
     assert want != alone  # not the same as 4 replicas with half the rows each
 
 

@@ -53,9 +53,9 @@ def test_forward_training_and_decode_terms_sum_to_their_prices(device):
             assert sum(terms.values()) == pytest.approx(call.total_s, rel=1e-12), (training, kw)
             seen |= {k for k, v in terms.items() if v}
     for head, all_logits in (("lm", True), ("value", False)):
-        t = cost.forward_terms(m, dt, 1024.0, 4.0, cached_tokens=256.0, op="chunk_prefill", head=head, all_logits=all_logits)
-        assert sum(t.values()) == pytest.approx(cost.forward_parts(m, dt, 1024.0, 4.0, 1, 256.0, "chunk_prefill", None,
-                                                                   head, all_logits)[0], rel=1e-12)
+        t = cost.forward(m, dt, 1024.0, 4.0, cached_tokens=256.0, op="chunk_prefill", head=head, all_logits=all_logits).terms()
+        assert sum(t.values()) == pytest.approx(cost.forward(m, dt, 1024.0, 4.0, 1, 256.0, "chunk_prefill", None,
+                                                                   head, all_logits).total_s, rel=1e-12)
         seen |= {k for k, v in t.items() if v}
     d = cost.decoder(m, dt)
     for batch, kv in ((1, 100.0), (8, 8 * 700.0)):

@@ -37,7 +37,7 @@ FW = {"host_forward_per_layer_s": 1e-3, "host_train_per_layer_s": 4e-3, "host_ch
 def test_a_launch_bound_call_costs_its_host_time_not_the_sum():
     cost = _cost(FW)
     call = cost.call_parts(False, M, "bfloat16", 64, 2, 1, "value")
-    kernel, active = cost.forward_parts(M, "bfloat16", 64, 2, 1, head="value", all_logits=True)
+    kernel, active = cost.forward(M, "bfloat16", 64, 2, 1, head="value", all_logits=True)
     assert kernel < M.layers * 1e-3  # a 64-token forward of a 0.5B model: the device's share is small
     assert call.total_s == pytest.approx(M.layers * 1e-3)
     assert call.active_s == active  # the device is busy for its kernels only; the rest of the call waits on the host
@@ -68,7 +68,7 @@ def test_the_log_prob_head_prices_its_bytes_per_logit_after_the_roofline():
     call = cost.call_parts(True, M, "bfloat16", n, 32, 1, "lm", logprob=True, entropy=True)
     assert call.head_s == pytest.approx(per_logit * n * M.vocab)
     fwd = cost.call_parts(False, M, "bfloat16", n, 32, 1, "lm", logprob=True, entropy=False)
-    plain = cost.forward_parts(M, "bfloat16", n, 32, 1, head="lm", all_logits=True, head_s_per_logit=0.0)[0]
+    plain = cost.forward(M, "bfloat16", n, 32, 1, head="lm", all_logits=True, head_s_per_logit=0.0).total_s
     # the forward's head sits inside its kernel time: the roofline without the tail's bytes, plus 6 B per logit
     want = plain + fw.LOGPROB_BYTES / (H100.mem_bw * cost.params("prefill").memory_eff) * n * M.vocab
     assert fwd.kernel_s == pytest.approx(want, rel=1e-12)
@@ -94,7 +94,7 @@ def test_a_cpu_profile_prices_calls_as_before():
     cost = CostModel(get_gpu("cpu"), load_profile("cpu"))
     assert cost.host is None
     call = cost.call_parts(False, M, "bfloat16", 300, 2, 1, "lm", logprob=True, entropy=True)
-    assert call.total_s == cost.forward_parts(M, "bfloat16", 300, 2, 1, head="lm", all_logits=True)[0]
+    assert call.total_s == cost.forward(M, "bfloat16", 300, 2, 1, head="lm", all_logits=True).total_s
 
 
 @pytest.mark.parametrize("key,value", [("host_forward_per_layer_s", -1.0), ("host_train_per_layer_s", "x"),

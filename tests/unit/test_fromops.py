@@ -159,7 +159,7 @@ def test_forward_is_priced_with_the_curve_by_hand():
     gpu, m = get_gpu("h100-sxm"), load_model("qwen2.5-1.5b", "m")
     cost = CostModel(gpu, _with(kernels_by_shape=SECTION))
     n, tp = 512.0, 1
-    total, active = cost.forward_parts(m, "bfloat16", n, 2.0, tp)
+    total, active = cost.forward(m, "bfloat16", n, 2.0, tp)
     shape = fl.ShapeCoeffs.of(m, "bfloat16", "value")
     w = shape.forward(n, 2.0)
     ks = ShapeKernels.of(cost.profile)
@@ -177,8 +177,8 @@ def test_array_path_equals_scalar_path_with_the_curve():
     m = load_model("qwen2.5-7b", "m")
     ns = np.array([1.0, 17.0, 128.0, 300.0, 4096.0])
     for tp in (1, 2, 4):
-        arr = cost.forward_parts_many(m, "bfloat16", ns, 3.0, tp)[0]
-        assert np.array_equal(arr, np.array([cost.forward_parts(m, "bfloat16", x, 3.0, tp)[0] for x in ns]))
+        arr = cost.forward(m, "bfloat16", ns, 3.0, tp).total_s
+        assert np.array_equal(arr, np.array([cost.forward(m, "bfloat16", x, 3.0, tp).total_s for x in ns]))
 
 
 def test_decode_sum_stays_closed_form_with_the_curve():
@@ -217,7 +217,7 @@ def test_profiles_without_the_sections_price_as_before():
     w = fl.ShapeCoeffs.of(m, "bfloat16", "value").forward(1000.0, 4.0)
     total, _ = roofline_parts(w, cost.ops["prefill"], gpu.peak("bfloat16"), gpu.mem_bw, 4)
     comm = fl.tp_allreduce_bytes(m, "bfloat16", 1000.0, 4) / (gpu.intra_node_bw * LINK_EFF) + 2 * m.layers * LINK_LATENCY_S
-    assert cost.forward_parts(m, "bfloat16", 1000.0, 4.0, 4)[0] == total + comm
+    assert cost.forward(m, "bfloat16", 1000.0, 4.0, 4).total_s == total + comm
 
 
 @pytest.mark.parametrize("mutate, path", [

@@ -69,18 +69,18 @@ def test_cost_model_adds_the_term_to_logprob_passes_and_lm_training_only():
     big, small = 8 * 512, 8 * 64            # logits 128 MiB and 16 MiB
     for n in (big, small):
         extra = page_fault_s(PF, n, m.vocab, "logprob_forward")
-        assert pf.forward_s(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True) == pytest.approx(
-            plain.forward_s(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True) + extra, rel=1e-12)
+        assert pf.forward(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True).total_s == pytest.approx(
+            plain.forward(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True).total_s + extra, rel=1e-12)
         # a generation prefill (last-token logits) and a value head fault nothing priced
-        assert pf.forward_s(m, "float32", n, 8, head="lm") == plain.forward_s(m, "float32", n, 8, head="lm")
-        assert pf.forward_s(m, "float32", n, 8, head="value") == plain.forward_s(m, "float32", n, 8, head="value")
+        assert pf.forward(m, "float32", n, 8, head="lm").total_s == plain.forward(m, "float32", n, 8, head="lm").total_s
+        assert pf.forward(m, "float32", n, 8, head="value").total_s == plain.forward(m, "float32", n, 8, head="value").total_s
         extra_t = page_fault_s(PF, n, m.vocab, "logprob_train")
         assert pf.train_s(m, "float32", n, 8, head="lm") == pytest.approx(plain.train_s(m, "float32", n, 8, head="lm") + extra_t, rel=1e-12)
         assert pf.train_s(m, "float32", n, 8, head="value") == plain.train_s(m, "float32", n, 8, head="value")
     assert page_fault_s(PF, big, m.vocab, "logprob_forward") > 0 and page_fault_s(PF, small, m.vocab, "logprob_forward") == 0
     arr = np.array([small, big], dtype=np.float64)
-    t_arr, _ = pf.forward_parts_many(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
-    assert list(t_arr) == [pf.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[0] for x in arr]
+    t_arr, _ = pf.forward(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
+    assert list(t_arr) == [pf.forward(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True).total_s for x in arr]
 
 
 def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass_only():
@@ -94,7 +94,7 @@ def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass
     tail = CostModel(get_gpu("cpu"), tail_doc)
     m = CATALOG["tiny-qwen2-v8k"]
     for n in (8 * 64, 8 * 512):
-        got, active = tail.forward_parts(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True)
+        got, active = tail.forward(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True)
         # by hand: the pass's roofline less the tail's bytes, then the measured tail, then the faults
         k = tail._forward_kernel(m, "float32", 1, "prefill", "eager", "lm", None)
         w = k.shape.forward(n, 8, 0.0, n)
@@ -103,27 +103,27 @@ def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass
         assert got == pytest.approx(roof + s * n * m.vocab + page_fault_s(PF, n, m.vocab, "logprob_forward"), rel=1e-12)
         assert active == pytest.approx(kern + s * n * m.vocab, rel=1e-12)
         # more than without the measured tail here: the pass's FLOPs hid the bytes the tail moves
-        assert got > pf.forward_parts(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True)[0]
+        assert got > pf.forward(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True).total_s
         # a generation prefill (last-token logits: its sampling tail is measured apart), a value head and training
         # are priced as before
-        assert tail.forward_s(m, "float32", n, 8, head="lm") == pf.forward_s(m, "float32", n, 8, head="lm")
-        assert tail.forward_s(m, "float32", n, 8, head="value", all_logits=True) == pf.forward_s(m, "float32", n, 8, head="value", all_logits=True)
+        assert tail.forward(m, "float32", n, 8, head="lm").total_s == pf.forward(m, "float32", n, 8, head="lm").total_s
+        assert tail.forward(m, "float32", n, 8, head="value", all_logits=True).total_s == pf.forward(m, "float32", n, 8, head="value", all_logits=True).total_s
         assert tail.train_s(m, "float32", n, 8, head="lm") == pf.train_s(m, "float32", n, 8, head="lm")
         # tensor parallel: each GPU's tail over its vocabulary shard; sequence parallel: over its share of the tokens
         k2 = tail._forward_kernel(m, "float32", 2, "prefill", "eager", "lm", None)
         roof2, _ = roofline_parts(w, k2.p, k2.peak, k2.bw, 2)
-        assert tail.forward_parts(m, "float32", n, 8, 2, runtime="eager", head="lm", all_logits=True)[0] == pytest.approx(
+        assert tail.forward(m, "float32", n, 8, 2, runtime="eager", head="lm", all_logits=True).total_s == pytest.approx(
             roof2 + tail._tp_comm_s(m, "float32", n, 2) + s * n * m.vocab / 2 + page_fault_s(PF, n, m.vocab / 2, "logprob_forward"),
             rel=1e-12)
         from rlhfsim.costs.flops import sequence_parallel
         roof_sp, kern_sp = roofline_parts(sequence_parallel(w, k.shape.weight_bytes, 2), k.p, k.peak, k.bw, 1)
-        got_sp = tail.forward_parts(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True, sp=2)
+        got_sp = tail.forward(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True, sp=2)
         comm_sp = tail._ulysses_comm_s(m, "float32", n, 2)
         assert got_sp[1] == pytest.approx(kern_sp + comm_sp + s * n / 2 * m.vocab, rel=1e-12)
     arr = np.array([8 * 64, 8 * 512], dtype=np.float64)
-    t_arr, a_arr = tail.forward_parts_many(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
-    assert list(t_arr) == [tail.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[0] for x in arr]
-    assert list(a_arr) == [tail.forward_parts(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True)[1] for x in arr]
+    t_arr, a_arr = tail.forward(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
+    assert list(t_arr) == [tail.forward(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True).total_s for x in arr]
+    assert list(a_arr) == [tail.forward(m, "float32", float(x), 8, runtime="eager", head="lm", all_logits=True).active_s for x in arr]
 
 
 @pytest.mark.parametrize("bad", [-1e-9, 1.0, "fast", True, None])

@@ -1,6 +1,6 @@
 """The continuous engine's per-step token budget (``generation.max_num_batched_tokens``) and chunked prefill
 (``generation.chunked_prefill``): prefills batched into engine steps, chunks carried inside decode steps, priced by
-hand; the event clock and the detached plan alike (rlhfsim.sim.engines.continuous, CostModel.prefill_step_parts,
+hand; the event clock and the detached plan alike (rlhfsim.sim.engines.continuous, CostModel.prefill_step,
 CostModel.chunk_in_step_s)."""
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ def test_a_wave_of_admissions_costs_its_budgeted_steps_then_the_decode():
     cost = CostModel(H100, load_profile(FIXTURE))
     for chunked, steps in ((False, [(300, 1)] * 4), (True, [(512, 2), (512, 3), (176, 1)])):
         gen = simulate(load_scenario(_scenario(4, 8, 512, chunked)), profile=FIXTURE).steps[-1].phases_s["generate"]
-        pre = sum(cost.prefill_step_parts(M, "bfloat16", t, r, 1, "vllm")[0] for t, r in steps)
+        pre = sum(cost.prefill_step(M, "bfloat16", t, r, 1, "vllm").total_s for t, r in steps)
         dec = decode_sum(cost.decode_coeffs(M, "bfloat16", 4, 4 * 301.0, 1, runtime="vllm"), 49)
         assert gen == pytest.approx(pre + dec, rel=1e-12), chunked
     # without a budget: one call per row, each with the prefill's fixed overhead (the older model)
     gen = simulate(load_scenario(_scenario(4, 8, None, False)), profile=FIXTURE).steps[-1].phases_s["generate"]
-    one = cost.forward_parts(M, "bfloat16", 300, 1, op="prefill", head="lm", gen_runtime="vllm")[0]
+    one = cost.forward(M, "bfloat16", 300, 1, op="prefill", head="lm", gen_runtime="vllm").total_s
     assert gen == pytest.approx(4 * one + dec, rel=1e-12)
 
 
@@ -79,7 +79,7 @@ def test_a_chunk_inside_a_decode_step_is_its_work_beyond_the_weights():
     # never more than the same tokens' own prefill kernel (compute-bound at 700 tokens: equal); a small chunk's is far less
     # (it reads no weights: the step it rides in streams them)
     for tokens, rows in ((700, 3), (16, 1)):
-        own = cost.forward_parts(M, "bfloat16", tokens, rows, op="prefill", head="lm", gen_runtime="vllm")[1]
+        own = cost.forward(M, "bfloat16", tokens, rows, op="prefill", head="lm", gen_runtime="vllm").active_s
         got = cost.chunk_in_step_s(M, "bfloat16", tokens, rows, 1, "vllm")
         assert got <= own and (tokens > 100 or got < 0.2 * own)
 
@@ -131,11 +131,11 @@ def test_a_prompts_samples_prefill_it_once_then_its_last_partial_block():
     # 4 samples of a 100-token prompt: the first prefills 100 tokens, the others 100 - 96 = 4 (six full blocks of 16 hit)
     cost = CostModel(H100, load_profile(FIXTURE))
     dec = decode_sum(cost.decode_coeffs(M, "bfloat16", 4, 4 * 101.0, 1, runtime="vllm"), 49)
-    one = lambda t: cost.forward_parts(M, "bfloat16", t, 1, op="prefill", head="lm", gen_runtime="vllm")[0]  # noqa: E731
+    one = lambda t: cost.forward(M, "bfloat16", t, 1, op="prefill", head="lm", gen_runtime="vllm").total_s  # noqa: E731
     gen = simulate(load_scenario(_shared(None)), profile=FIXTURE).steps[-1].phases_s["generate"]
     assert gen == pytest.approx(one(100) + 3 * one(4) + dec, rel=1e-12)
     gen = simulate(load_scenario(_shared(512)), profile=FIXTURE).steps[-1].phases_s["generate"]
-    assert gen == pytest.approx(cost.prefill_step_parts(M, "bfloat16", 112, 4, 1, "vllm")[0] + dec, rel=1e-12)
+    assert gen == pytest.approx(cost.prefill_step(M, "bfloat16", 112, 4, 1, "vllm").total_s + dec, rel=1e-12)
 
 
 def test_dispatch_by_prompts_keeps_a_prompts_samples_together():

@@ -160,12 +160,12 @@ def test_simulator_adds_the_tail_per_decode_step_and_per_prefill_call_never_to_s
         d2 = c1.decode_steps_s(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate") - \
             c0.decode_steps_s(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate")
         assert d2 == pytest.approx(d, rel=1e-9)
-        p = c1.forward_s(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate") - \
-            c0.forward_s(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate")
+        p = c1.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate").total_s - \
+            c0.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate").total_s
         assert p == pytest.approx(a + b * batch * m.vocab, rel=1e-9)
     # scoring and log-prob passes do not sample
-    assert c1.forward_s(m, "float32", 512, 8, head="lm", all_logits=True) == c0.forward_s(m, "float32", 512, 8, head="lm", all_logits=True)
-    assert c1.forward_s(m, "float32", 512, 8) == c0.forward_s(m, "float32", 512, 8)
+    assert c1.forward(m, "float32", 512, 8, head="lm", all_logits=True).total_s == c0.forward(m, "float32", 512, 8, head="lm", all_logits=True).total_s
+    assert c1.forward(m, "float32", 512, 8).total_s == c0.forward(m, "float32", 512, 8).total_s
     # kv_decoder (plain) steps are unchanged: hf_generate's tail is its own
     assert c1.decode_steps_s(m, "float32", 8, 800, 10) == c0.decode_steps_s(m, "float32", 8, 800, 10)
 

@@ -92,8 +92,8 @@ def test_the_cost_model_prices_the_recorded_tail_per_decode_step_and_prefill_onl
         plain = c.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate")
         rec = c.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate", logprobs=True)
         assert rec - plain == pytest.approx(10 * (d_lp[0] + d_lp[1] * batch * m.vocab), rel=1e-9)
-        p0 = c.forward_s(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate")
-        p1 = c.forward_s(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate", gen_logprobs=True)
+        p0 = c.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate").total_s
+        p1 = c.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate", gen_logprobs=True).total_s
         assert p1 - p0 == pytest.approx(d_lp[0] + d_lp[1] * batch * m.vocab, rel=1e-9)
     # kv_decoder's one tail already carries them: the flag changes nothing there
     assert (c.decode_steps_s(m, "float32", 8, 800, 10, runtime="kv_decoder", logprobs=True)

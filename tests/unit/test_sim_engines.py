@@ -62,11 +62,11 @@ class _Costs:
         self.rt = s.scenario.generation.resolved_runtime
 
     def prefill(self, tokens, seqs):
-        return self.cost.forward_s(self.m, self.dt, tokens, seqs, 1, op="prefill", head="lm", gen_runtime=self.rt)
+        return self.cost.forward(self.m, self.dt, tokens, seqs, 1, op="prefill", head="lm", gen_runtime=self.rt).total_s
 
     def prefill_active(self, tokens, seqs):
-        return self.cost.forward_parts(self.m, self.dt, tokens, seqs, 1, op="prefill", head="lm",
-                                       gen_runtime=self.rt)[1]
+        return self.cost.forward(self.m, self.dt, tokens, seqs, 1, op="prefill", head="lm",
+                                       gen_runtime=self.rt).active_s
 
     def decode(self, batch, kv0, n):
         return self.cost.decode_steps_s(self.m, self.dt, batch, kv0, n, 1, runtime=self.rt)

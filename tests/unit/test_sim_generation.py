@@ -39,8 +39,8 @@ class _Priced:
         self.cost = run.sim.cost
         self.rt = run.sim.setup.scenario.generation.resolved_runtime
 
-    def forward_s(self, m, dt, n_tokens, n_seqs, tp=1, **kw):
-        return self.cost.forward_s(m, dt, n_tokens, n_seqs, tp, gen_runtime=self.rt, **kw)
+    def forward(self, m, dt, n_tokens, n_seqs, tp=1, **kw):
+        return self.cost.forward(m, dt, n_tokens, n_seqs, tp, gen_runtime=self.rt, **kw)
 
     def decode_steps_s(self, m, dt, batch, kv0, n, tp=1):
         return self.cost.decode_steps_s(m, dt, batch, kv0, n, tp, runtime=self.rt)
@@ -60,14 +60,14 @@ def _parts(run):
 # attention spans every token of the row so far (prompt + generated). Static: one padded prefill per
 # batch. Continuous: one prefill call per admitted row.
 def _prefill_row(cost, m, dt, tokens):
-    return cost.forward_s(m, dt, tokens, 1, 1, op="prefill", head="lm")
+    return cost.forward(m, dt, tokens, 1, 1, op="prefill", head="lm").total_s
 
 
 def test_static_equal_lengths_is_padded_prefill_plus_decode_sum(scenario_dict, tracked):
     run = tracked(_two_rollout_dict(scenario_dict, "static", max_batch=4, prompts=4), steps=2, rollouts=[(32, 48)] * 8)
     cost, m, dt = _parts(run)
     assert cost.rt == "hf_generate"
-    want = (cost.call() + cost.forward_s(m, dt, 4 * 32, 4, 1, op="prefill", head="lm")
+    want = (cost.call() + cost.forward(m, dt, 4 * 32, 4, 1, op="prefill", head="lm").total_s
             + cost.decode_steps_s(m, dt, 4, 4 * 33, 47))
     assert _gen_time(run) == pytest.approx(want, rel=REL)
     assert _gen_time(run, 1) == pytest.approx(want, rel=REL)
@@ -85,7 +85,7 @@ def test_static_batch_decodes_until_its_longest_member_ends(scenario_dict, track
     run = tracked(_two_rollout_dict(scenario_dict, "static"), steps=1, rollouts=[(20, 10), (32, 50)])
     cost, m, dt = _parts(run)
     # Both rows are padded to the longest prompt; the short one keeps decoding as padding.
-    want = (cost.call() + cost.forward_s(m, dt, 2 * 32, 2, 1, op="prefill", head="lm")
+    want = (cost.call() + cost.forward(m, dt, 2 * 32, 2, 1, op="prefill", head="lm").total_s
             + cost.decode_steps_s(m, dt, 2, 2 * 33, 49))
     assert _gen_time(run) == pytest.approx(want, rel=REL)
 
@@ -116,7 +116,7 @@ def test_one_token_responses_need_no_decode(scenario_dict, tracked):
     for engine in ("static", "continuous"):
         run = tracked(_two_rollout_dict(scenario_dict, engine), steps=1, rollouts=[(16, 1), (16, 1)])
         cost, m, dt = _parts(run)
-        want = (cost.call() + cost.forward_s(m, dt, 32, 2, 1, op="prefill", head="lm") if engine == "static"
+        want = (cost.call() + cost.forward(m, dt, 32, 2, 1, op="prefill", head="lm").total_s if engine == "static"
                 else 2 * _prefill_row(cost, m, dt, 16))
         assert _gen_time(run) == pytest.approx(want, rel=REL), engine
         assert run.records[0].generated_tokens == 2
@@ -461,7 +461,7 @@ def test_scorer_replicas_take_a_burst_of_calls_in_turn(scenario_dict):
         r.generated = 24
         scorer.emit(0, r, final=False)
     sim.env.run(until=scorer.wait_drained())
-    call = sim.cost.chunk_prefill_s(setup.shapes["reward"], setup.dtypes["reward"], 64, 1, 0, 1, setup.head("reward"))
+    call = sim.cost.chunk_prefill(setup.shapes["reward"], setup.dtypes["reward"], 64, 1, 0, 1, setup.head("reward")).total_s
     ivs = sorted((iv.gpu0, iv.start_s, iv.end_s) for iv in sim.rec.intervals if iv.phase == "reward")
     assert [(g, s) for g, s, _ in ivs] == [(0, 0.0), (1, 0.0)]
     assert ivs[0][2] == pytest.approx(3 * call, rel=REL) and ivs[1][2] == pytest.approx(2 * call, rel=REL)

@@ -107,9 +107,9 @@ def test_free_scoring_cost_model_is_free_for_the_reward_only(scenario_dict, free
     from rlhfsim.scenario.checks import build_setup
 
     s = build_setup(sc)
-    assert cost.forward_s(s.shapes["reward"], "bfloat16", 1000, 4) == 0.0
-    assert cost.chunk_prefill_s(s.shapes["reward"], "bfloat16", 256, 4, 1000) == 0.0
-    assert cost.forward_s(s.shapes["critic"], "bfloat16", 1000, 4) > 0.0
+    assert cost.forward(s.shapes["reward"], "bfloat16", 1000, 4).total_s == 0.0
+    assert cost.chunk_prefill(s.shapes["reward"], "bfloat16", 256, 4, 1000).total_s == 0.0
+    assert cost.forward(s.shapes["critic"], "bfloat16", 1000, 4).total_s > 0.0
 
 
 def test_scoring_cost_matters_when_not_free(scenario_dict, tracked):

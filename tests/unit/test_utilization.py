@@ -237,8 +237,8 @@ def test_forward_pass_pads_per_replica_micro_batch(separate):
     cost, s = sim.cost, sim.setup
     m, dt = s.shapes["reference"], s.dtypes["reference"]
     kw = dict(op="prefill", runtime=sim.forward_runtime("reference"), head=s.head("reference"), all_logits=True)
-    rep0 = cost.forward_parts(m, dt, 2 * 916, 2, 1, **kw)
-    rep1 = cost.forward_parts(m, dt, 2 * 56, 2, 1, **kw)
+    rep0 = cost.forward(m, dt, 2 * 916, 2, 1, **kw)
+    rep1 = cost.forward(m, dt, 2 * 56, 2, 1, **kw)
     sim.env.process(stages.forward_pass(sim.env, sim, 0, "reference", _rows(lengths)))
     sim.env.run()
     ivs = sorted((iv for iv in sim.rec.intervals if iv.phase == "reference"), key=lambda iv: iv.gpu0)

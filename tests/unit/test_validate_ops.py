@@ -95,8 +95,8 @@ def test_forward_and_training_calls_are_what_the_stages_charge(scenario_dict, tr
         shape = {"role": role, "phase": phase, "index": 0, "rows": 4, "width": 52}
         priced = price_phase_op(cost, setup, "forward_call", shape)
         assert spans[phase] == pytest.approx(priced, rel=1e-12)
-        kernels = cost.forward_parts(setup.shapes[role], setup.dtypes[role], 4 * 52, 4, all_logits=True,
-                                     head=setup.head(role), runtime="eager")[0]
+        kernels = cost.forward(setup.shapes[role], setup.dtypes[role], 4 * 52, 4, all_logits=True,
+                                     head=setup.head(role), runtime="eager").total_s
         assert priced > kernels + 0.004   # the host's dispatch (launch-bound here) counts
     shape = {"role": "actor", "phase": "actor_train", "index": 0, "rows": 4, "width": 52}
     assert spans["actor_train"] == pytest.approx(price_phase_op(cost, setup, "train_call", shape), rel=1e-12)

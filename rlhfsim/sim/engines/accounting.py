@@ -17,7 +17,7 @@ What a replica's time is made of:
   hidden part's floor less under the launch floor alone), on a CPU gemm_footprint and cold_overheads, and
   left_padding (a padded static batch's ``step_extra_s`` a step);
 * a busy call (``charge`` names its terms before ``busy`` times it): a prefill's forward terms
-  (``CostModel.forward_terms`` with ``Engine.prefill_parts``' arguments), gen_call_overhead and left_padding
+  (``CostModel.forward``'s terms with ``Engine.prefill_parts``' arguments), gen_call_overhead and left_padding
   (``pad_prefill_s``) of a static batch's call, handoff at a chunk boundary; a re-prefill boundary
   (static ``reprefill``) its prefill's terms less those of the decode step its token replaces;
 * interference: on the event clock, a segment or hand-over slowed by co-running work takes longer than its
@@ -85,8 +85,8 @@ class EngineTerms:
         t = self._prefill.get(key)
         if t is None:
             e = self.eng
-            t = self._prefill[key] = e.cost.forward_terms(e.model, e.dtype, n_tokens, n_seqs, e.tp, op="prefill",
-                                                          head="lm", gen_runtime=e.rt, gen_logprobs=e.logprobs)
+            t = self._prefill[key] = e.cost.forward(e.model, e.dtype, n_tokens, n_seqs, e.tp, op="prefill", head="lm",
+                                                    gen_runtime=e.rt, gen_logprobs=e.logprobs).terms()
         return t
 
     def prefills(self, tokens) -> dict[str, float]:
@@ -98,14 +98,14 @@ class EngineTerms:
 
     def prefill_steps(self, steps) -> dict[str, float]:
         """Engine steps that prefill (tokens, rows) each (the continuous engine's token budget), by term
-        (``CostModel.prefill_step_terms``)."""
+        (``CostModel.prefill_step``'s terms)."""
         out: dict[str, float] = {}
         e = self.eng
         for tok, rows in steps:
             key = ("step", tok, rows)
             t = self._prefill.get(key)
             if t is None:
-                t = self._prefill[key] = e.cost.prefill_step_terms(e.model, e.dtype, tok, rows, e.tp, e.rt, e.logprobs)
+                t = self._prefill[key] = e.cost.prefill_step(e.model, e.dtype, tok, rows, e.tp, e.rt, e.logprobs).terms()
             add_terms(out, t)
         return out
 

@@ -184,19 +184,19 @@ class Engine:
         key = (n_tokens, n_seqs)
         parts = self._prefill_memo.get(key)
         if parts is None:
-            parts = self._prefill_memo[key] = self.cost.forward_parts(
+            parts = self._prefill_memo[key] = tuple(self.cost.forward(
                 self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm", gen_runtime=self.rt,
-                gen_logprobs=self.logprobs)
+                gen_logprobs=self.logprobs))
         return parts
 
     def row_prefills(self, rows) -> dict[int, tuple[float, float]]:
         """tokens -> (total_s, active_s) of a one-row prefill, for every row's current context, priced in
-        one numpy pass (``CostModel.forward_parts_many``: the same bits as ``prefill_parts``)."""
+        one numpy pass (``CostModel.forward`` of an array: the same bits as ``prefill_parts``)."""
         tokens = sorted({r.prompt_len + r.generated for r in rows})
         if not tokens:
             return {}
-        total, active = self.cost.forward_parts_many(self.model, self.dtype, tokens, 1, self.tp, op="prefill",
-                                                     head="lm", gen_runtime=self.rt, gen_logprobs=self.logprobs)
+        total, active = self.cost.forward(self.model, self.dtype, np.array(tokens, dtype=np.float64), 1, self.tp,
+                                          op="prefill", head="lm", gen_runtime=self.rt, gen_logprobs=self.logprobs)
         return dict(zip(tokens, zip(total.tolist(), active.tolist())))
 
     def record(self, clock: Clock, start: float) -> None:

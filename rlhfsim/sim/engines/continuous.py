@@ -106,13 +106,13 @@ class ContinuousEngine(Engine):
         return steps
 
     def _steps_price(self, steps: list[tuple[int, int]]) -> tuple[float, float]:
-        """(total_s, active_s) of ``steps`` (``CostModel.prefill_step_parts`` each, remembered per shape)."""
+        """(total_s, active_s) of ``steps`` (``CostModel.prefill_step`` each, remembered per shape)."""
         total = active = 0.0
         for key in steps:
             p = self._step_memo.get(key)
             if p is None:
-                p = self._step_memo[key] = self.cost.prefill_step_parts(self.model, self.dtype, key[0], key[1], self.tp,
-                                                                        self.rt, self.logprobs)
+                p = self._step_memo[key] = tuple(self.cost.prefill_step(self.model, self.dtype, key[0], key[1], self.tp,
+                                                                        self.rt, self.logprobs))
             total += p[0]
             active += p[1]
         return total, active
