@@ -25,9 +25,12 @@ before verl PR #129 (2025-01-24, first in v0.2) computed the actor's old log-pro
 and log no ``timing_s/old_log_prob``: there the simulator's ``old_log_prob`` is added to its ``generate``.
 
 Pricing. A run is priced as ``rlhfsim simulate`` prices it on its GPU: the profile through
-``rlhfsim.costs.model.with_stack_rate`` (a datasheet-derived profile's efficiencies times the GPU stack's
-sustained rate, MI300X under ROCm x0.64), so the base the fit starts from is what ``simulate`` predicts and the
-fitted efficiencies are reported as priced on that GPU (``frame``: the factor from the profile's own value).
+``rlhfsim.costs.model.with_stack_rate`` (a datasheet-derived profile's compute efficiencies carried from the H100
+they are stated for to the GPU: ``catalog.carried_compute_eff``, the GEMMs at the stack's sustained rate and the
+rest of a pass at the GPU's memory speed), so the base the fit starts from is what ``simulate`` predicts. The fit
+moves the profile's own value (bounded to (0.001, 1]); every value it reports (base, fitted, intervals) is mapped
+through the same carrying to the value the GPU prices with (``pricer``; ``frame``: their ratio at the fitted
+value, which the what-if draws use near it).
 
 Equation. For parameters x (``rlhfsim.fromrun.terms``: x = ln e for an efficiency, s / scale for a time), the
 residual of run r's logged phase p is
@@ -301,14 +304,24 @@ def predict(run: Run, profile: dict) -> dict[str, float]:
     return out
 
 
-def frame(base: dict, runs: list[Run], path: str) -> float:
-    """The factor from the profile's value at ``path`` to the value the runs' GPU prices with (``priced``):
-    1 unless every run is on one GPU whose stack rate scales that path."""
+def pricer(base: dict, runs: list[Run], path: str):
+    """The map from the profile's value at ``path`` to the value the runs' GPU prices with (``priced``: a derived
+    profile's compute efficiencies carried to the GPU, ``catalog.carried_compute_eff``, which is not a constant
+    factor); the identity unless every run is on one GPU that carries that path."""
     gpus = {r.gpu.name: r.gpu for r in runs}
     if len(gpus) != 1:
-        return 1.0
-    raw = T.get_value(base, path)
-    return T.get_value(priced(base, next(iter(gpus.values()))), path) / raw if raw else 1.0
+        return lambda v: v
+    gpu = next(iter(gpus.values()))
+    if T.get_value(priced(base, gpu), path) == T.get_value(base, path):
+        return lambda v: v
+    return lambda v: T.get_value(priced(T.with_values(base, {path: v}), gpu), path)
+
+
+def frame(base: dict, runs: list[Run], path: str, value: float | None = None) -> float:
+    """The ratio of the priced value to the profile's at ``path`` (``pricer``), at ``value`` (default: the base's):
+    1 unless every run is on one GPU that carries that path."""
+    raw = T.get_value(base, path) if value is None else value
+    return pricer(base, runs, path)(raw) / raw if raw else 1.0
 
 
 def residual_keys(run: Run, pred: dict[str, float]) -> list[str]:
@@ -449,16 +462,19 @@ def fit(runs: list[Run], base: dict, seed: int = 0, weighting: str = "equal", pr
         sd[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
     preds = prob.predictions(params, x)
     terms_out = [_pinned_record(p, v, base, runs) for p, v, _ in pinned.values()]
-    frames = [frame(base, runs, p.path) for p in params]
+    # values as the runs' GPU prices them (``pricer``); ``frame``: the priced-to-profile ratio at the fitted value
+    # (a carried efficiency is no constant multiple: each value goes through the map itself)
+    prices = [pricer(base, runs, p.path) for p in params]
+    frames = [frame(base, runs, p.path, T.from_x(p.term, float(x[j]))) for j, p in enumerate(params)]
     for j, p in enumerate(params):
-        f = frames[j]
-        vals = [f * T.from_x(p.term, v) for v in draws[:, j]]
+        f, price = frames[j], prices[j]
+        vals = sorted(price(T.from_x(p.term, v)) for v in draws[:, j])
         q = (1 - LEVEL) / 2
         terms_out.append({
             "term": p.term.name, "path": p.path, "meaning": p.term.meaning,
-            "base": f * T.get_value(base, p.path), "fitted": f * T.from_x(p.term, float(x[j])),
+            "base": price(T.get_value(base, p.path)), "fitted": price(T.from_x(p.term, float(x[j]))),
             "interval": [float(np.quantile(vals, q)), float(np.quantile(vals, 1 - q))],
-            "interval_misfit": ([f * float(T.from_x(p.term, float(np.clip(x[j] + z * 1.6448536269514722 * sd[j], lo[j], hi[j]))))
+            "interval_misfit": ([float(price(T.from_x(p.term, float(np.clip(x[j] + z * 1.6448536269514722 * sd[j], lo[j], hi[j])))))
                                   for z in (-1, 1)] if sd[j] > 0 else None),
             "at_bound": j not in free,
             "determined_by": _trace(prob, pinv[j]) if j in free else [],
@@ -519,10 +535,11 @@ def _unanimous(prob: Problem, col: np.ndarray, r: np.ndarray, upper: bool, tol: 
 
 def _pinned_record(p: Param, value: float, base: dict, runs: list[Run]) -> dict:
     """A term pinned at its bound (``fit``): its value there, no interval, determined by no phase."""
-    f = frame(base, runs, p.path)
-    return {"term": p.term.name, "path": p.path, "meaning": p.term.meaning, "base": f * T.get_value(base, p.path),
-            "fitted": f * value, "interval": [f * value, f * value], "interval_misfit": None, "at_bound": True,
-            "pinned": True, "determined_by": [], **({"frame": f} if f != 1.0 else {})}
+    price = pricer(base, runs, p.path)
+    f = frame(base, runs, p.path, value)
+    return {"term": p.term.name, "path": p.path, "meaning": p.term.meaning, "base": price(T.get_value(base, p.path)),
+            "fitted": price(value), "interval": [price(value), price(value)], "interval_misfit": None,
+            "at_bound": True, "pinned": True, "determined_by": [], **({"frame": f} if f != 1.0 else {})}
 
 
 def _bound_warnings(prob: Problem, params, x, r, J, lo, hi) -> dict[int, str]:
