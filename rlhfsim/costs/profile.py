@@ -49,6 +49,7 @@ from rlhfsim.costs.genruntimes import GEN_RUNTIMES, GEN_SCALARS
 from rlhfsim.costs.framework import check_framework
 from rlhfsim.costs.stepcosts import check_step
 from rlhfsim.errors import ProfileError
+from rlhfsim.hardware.catalog import carried_operations, stated_gpu
 
 SCHEMA_VERSION = 1
 OPERATIONS = ("prefill", "decode", "chunk_prefill", "train", "optimizer")
@@ -437,9 +438,21 @@ def _with_extends(doc, path: Path, chain: list[str]) -> dict:
     if key in chain:
         raise ProfileError(f"profile {path.name}.extends: expected a chain that ends, got a cycle back to {base_path.name}")
     base = _with_extends(_read_json(base_path), base_path, [*chain, key])
-    merged = _merge(base, {k: v for k, v in doc.items() if k != "extends"})
+    merged = extend(base, {k: v for k, v in doc.items() if k != "extends"})
     merged["extends_chain"] = [str(base_path), *base.get("extends_chain", [])]
     return merged
+
+
+def extend(base: dict, over: dict) -> dict:
+    """``over`` merged over ``base`` key by key (objects merged, anything else replaced). A profile's efficiencies are
+    stated for the GPU its ``gpu`` field names (``rlhfsim.hardware.catalog.stated_gpu``; ``any``: an H100 SXM): where
+    ``over`` names another GPU than ``base``, the compute efficiencies it inherits are first carried from base's GPU to
+    its own (``catalog.carried_operations``), so every efficiency of the merged profile is stated for its ``gpu``
+    (an A100 profile that extends the datasheet-derived layer inherits that layer's H100 fractions as A100 ones)."""
+    src, dst = stated_gpu(base.get("gpu", "any")), stated_gpu(over.get("gpu", base.get("gpu", "any")))
+    if src is not None and dst is not None and isinstance(base.get("operations"), dict):
+        base = {**base, "operations": carried_operations(base["operations"], src, dst)}
+    return _merge(base, over)
 
 
 def _merge(base: dict, over: dict) -> dict:

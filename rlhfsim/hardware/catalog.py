@@ -180,30 +180,55 @@ def stack_factor(name: str) -> float:
     return s.fraction(key) / SUSTAINED[REFERENCE_STACK_GPU].fraction(REFERENCE_STACK_GPU)
 
 
-def balance_ratio(name: str) -> float:
+def balance_ratio(name: str, ref: str = REFERENCE_STACK_GPU) -> float:
     """The GPU's compute-to-bandwidth balance (dense BF16 FLOP/s per byte/s of memory bandwidth) over the reference
-    GPU's (``REFERENCE_STACK_GPU``): 1 for an H100 SXM, 0.70 for an H200 (more bandwidth, the same tensor cores), 0.13
-    for an H20 (a sixth of the tensor rate, more bandwidth), 1.42 for an L40S."""
-    g, ref = GPUS[ALIASES.get(name.lower(), name.lower())], GPUS[REFERENCE_STACK_GPU]
-    return (g.peak("bfloat16") / g.mem_bw) / (ref.peak("bfloat16") / ref.mem_bw)
+    GPU's (``ref``, by default ``REFERENCE_STACK_GPU``): 1 for an H100 SXM, 0.70 for an H200 (more bandwidth, the same
+    tensor cores), 0.13 for an H20 (a sixth of the tensor rate, more bandwidth), 1.42 for an L40S."""
+    def balance(n: str) -> float:
+        g = GPUS[ALIASES.get(n.lower(), n.lower())]
+        return g.peak("bfloat16") / g.mem_bw
+
+    return balance(name) / balance(ref)
 
 
-def carried_compute_eff(eff: float, name: str) -> float:
-    """A pass's compute efficiency ``eff`` stated for the reference GPU (a derived profile's typical fraction of peak),
-    carried to GPU ``name``. A pass is GEMMs at the reference stack's sustained GEMM fraction e_g (``SUSTAINED``:
-    0.803 of an H100's peak) and the rest of its time (element-wise kernels, norms, softmax passes, the loss), which
-    the tensor rate does not shorten; on the reference that rest is 1/eff - 1/e_g per FLOP/peak, and on another GPU it
-    takes the time its memory moves at (``balance_ratio``), while the GPU's own stack scales e_g (``stack_factor``)::
+def stated_gpu(gpu_field: str) -> str | None:
+    """The GPU a profile's efficiencies are stated for, from its ``gpu`` field: ``any`` (a datasheet-derived profile:
+    typical fractions of an H100's peaks under CUDA) the reference GPU ``REFERENCE_STACK_GPU``, a catalog GPU itself
+    (its canonical name), None for a CPU profile (nothing to carry) or a name the catalog does not hold."""
+    if gpu_field == "any":
+        return REFERENCE_STACK_GPU
+    key = ALIASES.get(str(gpu_field).lower(), str(gpu_field).lower())
+    return key if key in GPUS and GPUS[key].kind != "cpu" else None
 
-        eff' = 1 / ( 1 / (e_g x stack_factor) + balance_ratio x (1/eff - 1/e_g) )
 
-    The reference GPU gets ``eff`` back (CUDA, ratio 1). An efficiency at or above e_g (no rest to carry) is only scaled
-    by the stack."""
+def carried_compute_eff(eff: float, name: str, ref: str = REFERENCE_STACK_GPU) -> float:
+    """A pass's compute efficiency ``eff`` stated for GPU ``ref`` (by default the reference GPU: a derived profile's
+    typical fraction of an H100's peak), carried to GPU ``name``. A pass is GEMMs at its stack's sustained GEMM
+    fraction and the rest of its time (element-wise kernels, norms, softmax passes, the loss), which the tensor rate
+    does not shorten. On ``ref`` the GEMMs run at e_r = e_g x stack_factor(ref) (e_g: ``SUSTAINED``'s 0.803 of an
+    H100's peak under CUDA) and the rest takes 1/eff - 1/e_r per FLOP/peak; on ``name`` the GEMMs run at
+    e_g x stack_factor(name) and the rest takes the time its memory moves at, rho = ``balance_ratio(name, ref)``::
+
+        eff' = 1 / ( 1 / (e_g x stack_factor(name)) + rho x (1/eff - 1/e_r) )
+
+    ``ref`` itself gets ``eff`` back (rho 1, the same stack); carrying there and back returns ``eff``. An efficiency
+    at or above e_r (no rest to carry) is only scaled by the stacks, stack_factor(name) / stack_factor(ref)."""
     e_g = SUSTAINED[REFERENCE_STACK_GPU].fraction(REFERENCE_STACK_GPU)
-    sf = stack_factor(name)
-    if eff >= e_g:
-        return eff * sf
-    return 1.0 / (1.0 / (e_g * sf) + balance_ratio(name) * (1.0 / eff - 1.0 / e_g))
+    sf, sr = stack_factor(name), stack_factor(ref)
+    e_r = e_g * sr
+    if eff >= e_r:
+        return eff * sf / sr
+    return 1.0 / (1.0 / (e_g * sf) + balance_ratio(name, ref) * (1.0 / eff - 1.0 / e_r))
+
+
+def carried_operations(ops: dict, ref: str, name: str) -> dict:
+    """A profile's ``operations`` with every ``compute_eff`` carried from GPU ``ref`` to GPU ``name``
+    (``carried_compute_eff``); the same object where the two are one GPU."""
+    if ALIASES.get(ref, ref) == ALIASES.get(name, name):
+        return ops
+    return {op: ({**p, "compute_eff": carried_compute_eff(p["compute_eff"], name, ref)}
+                 if isinstance(p, dict) and isinstance(p.get("compute_eff"), (int, float)) else p)
+            for op, p in ops.items()}
 
 
 def get_gpu(name: str, yaml_path: str = "cluster.gpu") -> GpuSpec:
