@@ -6,17 +6,23 @@ Where each term goes (``write_bundled``):
 * a ``host`` term (one value for every GPU) into ``public.json`` (``gpu: any``, extends ``default``): the layer every
   GPU profile of the package extends, and the profile a GPU without one of its own is priced with
   (``rlhfsim.costs.profile.default_profile_for``);
-* a ``device`` term into its GPU family's profile (``h100-sxm.json`` for H100 SXM, H200 and GH200; ``a100-80gb.json``
-  for the A100s; a GPU of its own family, e.g. ``h20.json``, created when its logs identify a device term), which then
-  extends ``public``.
+* a ``device`` term fitted per GPU family (``pool.POOLINGS``: ``family``) into its family's profile (``h100-sxm.json``
+  for H100 SXM, H200 and GH200; ``a100-80gb.json`` for the A100s; a GPU of its own family, e.g. ``h20.json``, created
+  when its logs identify a device term and removed when a rewrite leaves it none), which then extends ``public``, the
+  value stated for the profile's GPU; one
+  fitted over every GPU (``reference``) into ``public.json``, stated for the reference GPU (``gpu: any``, an H100 SXM)
+  like every efficiency there. Either way a profile priced on another GPU carries its compute efficiencies there
+  (``rlhfsim.costs.model.with_stack_rate``), and a family profile inherits public's carried to its GPU
+  (``rlhfsim.costs.profile.extend``).
 
 Each file records its fitted terms under ``from_logs``, keyed by profile path (so the layers merge):
 ``{"term", "scope", "value", "prior", "prior_in_file", "runs", "sources", "held_out_checked" (determined by two
 sources or more, so a leave-one-source-out fold still fits it), "determined_by": [{"run", "source", "log", "share",
 "phases"}], "at_bound"}``, and under ``provenance.from_logs`` the command, the date, the runs fitted and the terms no
 log identified (those keep their prior: the datasheet-derived value of ``default``, or a measured one where the
-prior was measured). ``prior`` and ``prior_in_file`` let a later fit start from the prior again
-(``pool.prior_profile``) and let a rewrite take back what an earlier one wrote.
+prior was measured; ``prior`` is stated as the value is, for the file's GPU). ``prior_in_file`` lets a rewrite, and a
+later fit (``pool.base_for``, ``take_back`` on every layer), take back what an earlier one wrote: a term the file had
+no value of its own for is removed, so it inherits again whatever the layers below say now.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ def _has_own(doc: dict, path: str) -> bool:
     return True
 
 
-def _take_back(doc: dict) -> dict:
+def take_back(doc: dict) -> dict:
     """The file as it was before any fit wrote into it: each ``from_logs`` term back to its prior (or removed where
     the file had no value of its own)."""
     out = json.loads(json.dumps(doc))
@@ -115,7 +121,13 @@ def write_bundled(fit: PoolFit, command: str, date: str, profiles_dir: Path = BU
         unidentified.setdefault(u["scope"], []).append(u)
     written = []
     for scope, path in targets.items():
-        doc = _take_back(_read(path)) if path.is_file() else public_skeleton() if scope == "all" else family_skeleton(scope)
+        doc = take_back(_read(path)) if path.is_file() else public_skeleton() if scope == "all" else family_skeleton(scope)
+        if scope != "all" and not scopes.get(scope) and doc == family_skeleton(scope):
+            # a family profile an earlier fit created, with no device term of its own now (pooled at the reference
+            # GPU instead): gone, so the family is priced from public, as a GPU without a profile is
+            if path.is_file():
+                path.unlink()
+            continue
         if scope != "all":
             doc["extends"] = PUBLIC
             doc.setdefault("provenance", {})["extends_public"] = (
@@ -127,7 +139,10 @@ def write_bundled(fit: PoolFit, command: str, date: str, profiles_dir: Path = BU
             sources = sorted({d["source"] for d in t["determined_by"]})
             rec = {"term": p.term.name, "meaning": p.term.meaning, "sources": sources,
                    "held_out_checked": len(sources) >= 2,
-                   "scope": "every GPU (host and software)" if scope == "all" else f"GPU family {scope}",
+                   "scope": (f"GPU family {scope}" if scope != "all" else "every GPU (host and software)"
+                             if p.term.pooled == "host" else
+                             f"every GPU, stated for {t['stated_for']} and carried to each (catalog.carried_compute_eff)"
+                             if p.path.endswith(".compute_eff") else "every GPU, the same fraction"),
                    "value": t["fitted"], "prior": t["prior"], "prior_in_file": _has_own(doc, p.path),
                    "runs": t["moves_runs"], "at_bound": t["at_bound"],
                    "determined_by": [{**d, "log": rel(d["log"])} for d in t["determined_by"]]}

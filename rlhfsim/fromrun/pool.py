@@ -19,26 +19,32 @@ term's ``pooled``:
 
 * ``host``: one value for every run whatever its GPU: the engine's host work per step and its eager launches per
   layer (one per engine runtime: the path names it), the framework's dispatch per layer and per micro-batch, FSDP's
-  per unit, the advantage per token. These are time on the host CPU in the software, not on the accelerator.
-* ``device``: one value per GPU family (``family``: the bundled profile ``--profile auto`` gives the GPU,
-  ``rlhfsim.costs.profile.GPU_PROFILES``: H100 SXM, H200 and GH200 share H100's; A100 80GB and 40GB share A100's;
-  any other GPU is a family of its own). Efficiencies are fractions of each GPU's own datasheet peak, so a family
-  shares them and the datasheet ratio carries them from one member to another.
+  per unit, the advantage on the driver. These are time on the host CPU in the software, not on the accelerator, and
+  are stated for the profile's reference host (Xeon 8480C): the CostModel multiplies them by each run's server
+  host factor (``rlhfsim.costs.hostscale``), so the fit moves the reference host's value.
+* ``device``: efficiencies of the accelerator and its links, pooled by ``pooling`` (``POOLINGS``): ``family``, one value
+  per GPU family (``family``: the bundled profile ``--profile auto`` gives the GPU, ``rlhfsim.costs.profile
+  .GPU_PROFILES``: H100 SXM, H200 and GH200 share H100's; A100 80GB and 40GB share A100's; any other GPU is a family
+  of its own), stated for the family's GPU; or ``reference``, one value for every run, stated for the reference GPU
+  (an H100 SXM). Either way the value reaches a run on another GPU as ``simulate`` carries it
+  (``rlhfsim.costs.model.with_stack_rate``: a compute efficiency by the two GPUs' compute-to-bandwidth balance,
+  ``catalog.carried_compute_eff``; a fraction of the memory's or a link's bandwidth as it is).
 
 Terms with a better source than a fit through whole phases are not candidates (``NOT_POOLED``: the GEMM ceiling of
 ``kernels_by_shape``, measured per operation by ``calibrate.fitting.fromops``).
 
-**Base.** A family's runs are priced from ``prior_profile`` of the family's bundled profile (``base_for``): the
-profile with every term a public log fitted set back to the prior it records (``from_logs``), so a fit never
-starts from what an earlier fit of the same logs wrote.
+**Base.** A family's runs are priced from ``base_for`` the family: its bundled profile's files with every term a
+public log fitted taken back (``taken_back_chain``), stated for the family's GPU (a family without a profile of its
+own: the public layer's terms carried to it), so no fit starts from an earlier fit of the same logs.
 
 **Fit.** With x as in ``rlhfsim.fromrun.terms`` (ln e for an efficiency, s / scale for a time), the residual of
 unit u's logged phase p is w_u ln(predicted_up(x) / measured_up) (``rlhfsim.fromrun.fit``'s residual, the step
 excluded), plus, with ``prior`` > 0, prior (x_j - x_base_j) / unit_j for every fitted term. The identified terms
 (relevant: moving the term by one unit moves some unit's phase by 2%; not confounded: its Jacobian column keeps
-30% of its length after the columns of the terms before it, in ``TERMS`` order, host before device) are fitted by
-scipy's bounded trust-region least squares with a forward-difference Jacobian computed on the units each term
-moves only. Every simulation is cached by (unit, the values of the parameters that move it), so the folds of a
+30% of its length after the columns of the terms before it, in ``TERMS`` order, host before device; with
+``keep_confounded`` every relevant term, the prior sharing what the logs cannot tell apart) are fitted by bounded
+Levenberg-Marquardt with Broyden updates (``solve``) from a forward-difference Jacobian computed on the units each
+term moves only. Every simulation is cached by (unit, the values of the parameters that move it), so the folds of a
 leave-one-source-out check share the base point and its Jacobian.
 
 **Provenance.** Each fitted term lists the runs and logs that determined it, with their shares (|row j| of the
@@ -55,7 +61,8 @@ import numpy as np
 
 from rlhfsim.contracts import VERL_STEP_KEY
 from rlhfsim.costs.model import CostModel, with_stack_rate
-from rlhfsim.costs.profile import DEFAULT_PROFILE, GPU_PROFILES, load_profile
+from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, GPU_PROFILES, PUBLIC_PROFILE, extend, validate_profile
+from rlhfsim.hardware.catalog import REFERENCE_STACK_GPU, carried_compute_eff, stated_gpu
 from rlhfsim.fromrun import terms as T
 from rlhfsim.fromrun.fit import FitError, Run, RunSpec, predict, prepare_steady, residual_keys
 from rlhfsim.fromrun.logs import Steady, read_log, steady_steps
@@ -81,24 +88,62 @@ def family(gpu: str) -> str:
 
 
 def family_profile_name(fam: str) -> str:
-    """The bundled profile a family's device terms are written to and priced from (``default``'s layer when the
-    family has none of its own)."""
-    from rlhfsim.costs.profile import BUNDLED_DIR
+    """The bundled profile a family's device terms are written to and priced from (``public``, else ``default``, when
+    the family has none of its own: what ``--profile auto`` gives its GPU then)."""
+    if (BUNDLED_DIR / f"{fam}.json").is_file():
+        return fam
+    return PUBLIC_PROFILE if (BUNDLED_DIR / f"{PUBLIC_PROFILE}.json").is_file() else DEFAULT_PROFILE
 
-    return fam if (BUNDLED_DIR / f"{fam}.json").is_file() else DEFAULT_PROFILE
 
+def taken_back_chain(name: str) -> dict:
+    """Bundled profile ``name`` as it would load (``extends`` followed, each layer merged by
+    ``rlhfsim.costs.profile.extend``) with every layer's log-fitted terms taken back (``bundle.take_back``): what
+    its files say before any fit of the public logs, inherited values carried to each layer's GPU as they are now."""
+    import json
 
-def prior_profile(doc: dict) -> dict:
-    """``doc`` with every term a public log fitted (``from_logs``: path -> record with ``prior``) set back to its prior."""
-    fitted = doc.get("from_logs") or {}
-    vals = {path: rec["prior"] for path, rec in fitted.items() if rec.get("prior") is not None}
-    out = T.with_values(doc, vals) if vals else dict(doc)
-    out.pop("from_logs", None)
-    return out
+    from rlhfsim.fromrun.bundle import take_back
+
+    layers, n = [], name
+    while n is not None:
+        doc = take_back(json.loads((BUNDLED_DIR / f"{n}.json").read_text()))
+        layers.append(doc)
+        n = doc.get("extends")
+    merged = {k: v for k, v in layers[-1].items() if k != "extends"}
+    for layer in reversed(layers[:-1]):
+        merged = extend(merged, {k: v for k, v in layer.items() if k != "extends"})
+    return merged
 
 
 def base_for(fam: str) -> dict:
-    return prior_profile(load_profile(family_profile_name(fam)))
+    """A family's base: its bundled profile with every log-fitted term taken back (``taken_back_chain``), stated for
+    the family's GPU (a family without a profile of its own: ``default``'s layer carried to it, as ``bundle`` writes
+    a family's new profile over ``public``), so a device term fitted here is stated for the GPU whose profile it goes
+    to (``rlhfsim.costs.model.with_stack_rate`` carries it to the family's other members)."""
+    doc = taken_back_chain(family_profile_name(fam))
+    if stated_gpu(fam) is not None and stated_gpu(doc.get("gpu", "any")) != stated_gpu(fam):
+        doc = extend(doc, {"gpu": fam, "name": fam})
+    return validate_profile(doc, f"profile {fam} (taken back)")
+
+
+def reference_base() -> dict:
+    """The public layer with its fitted terms taken back: every efficiency stated for the reference GPU
+    (``REFERENCE_STACK_GPU``), the frame of a device term pooled over every GPU (``pooling="reference"``)."""
+    return taken_back_chain(PUBLIC_PROFILE if (BUNDLED_DIR / f"{PUBLIC_PROFILE}.json").is_file() else DEFAULT_PROFILE)
+
+
+# How a device term (an efficiency of the accelerator and its links) is pooled (``Pool``'s ``pooling``):
+# ``family``: one value per GPU family, stated for the family's GPU and carried to its other members;
+# ``reference``: one value over every run, stated for the reference GPU and carried to each run's GPU (a compute
+# efficiency by ``catalog.carried_compute_eff``; a fraction of the memory's or a link's bandwidth as it is).
+POOLINGS = ("family", "reference")
+
+
+def carried(p: "Param", value: float, base: dict) -> float:
+    """Parameter ``p``'s value as the profile ``base`` states it: a compute efficiency pooled at the reference GPU
+    (scope ``all``, a device term) carried to base's GPU; anything else as it is."""
+    if p.scope == "all" and p.term.pooled == "device" and p.path.endswith(".compute_eff"):
+        return carried_compute_eff(value, stated_gpu(base.get("gpu", "any")), REFERENCE_STACK_GPU)
+    return value
 
 
 @dataclass(frozen=True)
@@ -217,10 +262,14 @@ class Pool:
     units each one moves, and cached simulations."""
 
     def __init__(self, units: list[Unit], bases: dict[str, dict], cache: SimCache | None = None,
-                 weighting: str = "equal"):
+                 weighting: str = "equal", pooling: str = "family"):
         if not units:
             raise FitError("pool: expected at least one run with a log, got none")
-        self.units, self.bases, self.cache = units, bases, cache or SimCache()
+        if pooling not in POOLINGS:
+            raise FitError(f"pool: pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.units, self.bases, self.cache, self.pooling = units, bases, cache or SimCache(), pooling
+        # the frame of a device term pooled over every GPU: its prior as the reference GPU states it
+        self.reference = reference_base() if pooling == "reference" else None
         base_pred = [self.cache.get(u, bases[u.family], ()) for u in units]
         self.rows = [(i, k) for i, u in enumerate(units) for k in residual_keys(u.prepared, base_pred[i])]
         self.log_meas = np.array([math.log(units[i].prepared.measured[k]) for i, k in self.rows])
@@ -237,7 +286,7 @@ class Pool:
                 continue
             for u in self.units:
                 path = T.resolve(t, self.bases[u.family], u.prepared.gen_runtime)
-                scope = "all" if t.pooled == "host" else u.family
+                scope = "all" if t.pooled == "host" or self.pooling == "reference" else u.family
                 if path is not None and (path, scope) not in seen:
                     seen[(path, scope)] = Param(t, path, scope)
         return list(seen.values())
@@ -247,11 +296,13 @@ class Pool:
         return p.scope in ("all", u.family) and T.resolve(p.term, self.bases[u.family], u.prepared.gen_runtime) == p.path
 
     def x_base(self, params: list[Param]) -> np.ndarray:
-        """Each parameter at its base value (a host term: the first family base that has it)."""
+        """Each parameter at its base value (a host term: the first family base that has it; a device term pooled
+        over every GPU: the reference GPU's, ``reference_base``)."""
         out = []
         for p in params:
             fam = p.scope if p.scope != "all" else next(u.family for u in self.units if self.applies(p, u))
-            out.append(T.to_x(p.term, T.get_value(self.bases[fam], p.path)))
+            base = self.reference if p.scope == "all" and p.term.pooled == "device" else self.bases[fam]
+            out.append(T.to_x(p.term, T.get_value(base, p.path)))
         return np.array(out)
 
     def predictions(self, params: list[Param], x: np.ndarray, only: set[int] | None = None) -> list[dict | None]:
@@ -262,7 +313,7 @@ class Pool:
                 out.append(None)
                 continue
             mine = [(j, p) for j, p in enumerate(params) if self.applies(p, u) and self._moves(p, i)]
-            vals = {p.path: T.from_x(p.term, float(x[j])) for j, p in mine}
+            vals = {p.path: carried(p, T.from_x(p.term, float(x[j])), self.bases[u.family]) for j, p in mine}
             key = tuple(sorted((p.path, float(f"{float(x[j]):.12g}")) for j, p in mine))
             out.append(self.cache.get(u, T.with_values(self.bases[u.family], vals) if vals else self.bases[u.family], key))
         return out
@@ -377,15 +428,15 @@ class PoolFit:
     simulations: int
     runs: list[str] = field(default_factory=list)
     tails: list[dict] = field(default_factory=list)
-
-    def values(self, fam: str) -> dict[str, float]:
-        """path -> fitted value of every parameter that applies to ``fam`` (host terms and the family's own)."""
-        return {p.path: T.from_x(p.term, float(v)) for p, v in zip(self.params, self.x) if p.scope in ("all", fam)}
+    pooling: str = "family"
 
     def profile(self, fam: str) -> dict:
-        """The family's base with the fitted values set (a family no run was on: ``base_for`` it, host terms set)."""
+        """The family's base with the fitted values set as it states them (``carried``: a device term pooled over every
+        GPU carried from the reference GPU to the family's; a family no run was on: ``base_for`` it, the terms pooled
+        over every GPU set)."""
         base = self.bases.get(fam) or base_for(fam)
-        vals = {p: v for p, v in self.values(fam).items() if T.has_path(base, p)}
+        vals = {p.path: carried(p, T.from_x(p.term, float(v)), base) for p, v in zip(self.params, self.x)
+                if p.scope in ("all", fam) and T.has_path(base, p.path)}
         return T.with_values(base, vals)
 
 
@@ -449,20 +500,21 @@ def prior_rows(params: list[Param], x: np.ndarray, xb: np.ndarray) -> tuple[np.n
 
 
 def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.0, weighting: str = "equal",
-             max_iter: int = 30, keep_confounded: bool = False) -> PoolFit:
+             max_iter: int = 30, keep_confounded: bool = False, pooling: str = "family") -> PoolFit:
     """The pooled fit (module docstring) over ``units``; ``keep_confounded`` (with ``prior`` > 0): no term is left
-    out as confounded, the prior settles how the change is shared."""
+    out as confounded, the prior settles how the change is shared; ``pooling`` (``POOLINGS``): a device term per GPU
+    family or one for every GPU at the reference GPU."""
     if keep_confounded and prior <= 0:
         raise FitError("pool: keep_confounded needs prior > 0 (nothing else tells confounded terms apart)")
     bases = {fam: base_for(fam) for fam in sorted({u.family for u in units})}
-    pool = Pool(units, bases, cache, weighting)
+    pool = Pool(units, bases, cache, weighting, pooling)
     sims0 = pool.cache.simulations
     params, why, confounded = identify(pool, keep_confounded)
     if not params:
         raise FitError("pool: expected at least one term the logs identify, got none")
     n_eval, released, J_start = 0, {}, None
     x_start = pool.x_base(params)
-    for _ in range(RELEASE_ROUNDS + 1):
+    for rnd in range(RELEASE_ROUNDS + 1):
         lo = np.array([T.x_bounds(p.term)[0] for p in params])
         hi = np.array([T.x_bounds(p.term)[1] for p in params])
         xb = pool.x_base(params)
@@ -485,7 +537,7 @@ def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.
         g = J.T @ r
         held = {params[j] for j in range(len(params)) if (x[j] <= lo[j] and g[j] > 0) or (x[j] >= hi[j] and g[j] < 0)}
         add = [q for q in pool.candidates if q in confounded and confounded[q] in held and q not in params]
-        if not add:
+        if not add or rnd == RELEASE_ROUNDS:     # the last round's solution stands (x matches params)
             break
         for q in add:
             released[q] = confounded[q]
@@ -503,9 +555,10 @@ def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.
     base_preds = pool.predictions(params, xb)
     terms_out = []
     for j, p in enumerate(params):
-        fam = p.scope if p.scope != "all" else next(un.family for un in units if pool.applies(p, un))
         terms_out.append({"term": p.term.name, "path": p.path, "scope": p.scope, "pooled": p.term.pooled,
-                          "meaning": p.term.meaning, "prior": T.get_value(bases[fam], p.path),
+                          "meaning": p.term.meaning, "prior": T.from_x(p.term, float(xb[j])),
+                          **({"stated_for": REFERENCE_STACK_GPU} if p.scope == "all" and p.term.pooled == "device"
+                             else {}),
                           "fitted": T.from_x(p.term, float(x[j])), "at_bound": j not in free,
                           "determined_by": _trace(pool, pinv[j]) if j in free else [],
                           **({"released_by": released[p].label} if p in released else {}),
@@ -521,7 +574,7 @@ def fit_pool(units: list[Unit], cache: SimCache | None = None, prior: float = 0.
     return PoolFit(params, x, bases, terms_out,
                    [{"term": p.term.name, "path": p.path, "scope": p.scope, "why": w} for p, w in why.items()], unit_rows,
                    float(np.sqrt(np.mean(r ** 2))), n_eval, pool.cache.simulations - sims0,
-                   sorted({un.run.id for un in units}), tails(units, unit_rows))
+                   sorted({un.run.id for un in units}), tails(units, unit_rows), pooling)
 
 
 def tails(units: list[Unit], unit_rows: list[dict]) -> list[dict]:

@@ -15,8 +15,10 @@ logged phase by 2% or more).
 
 Pooling (``pooled``; ``rlhfsim.fromrun.pool`` fits many runs at once): ``host`` for a term that is time on the host
 CPU in the software (the engine's host work per step and its eager launches per layer, the framework's dispatch per
-layer and per micro-batch, FSDP's per unit, the advantage on the driver), one value whatever the GPU; ``device`` for
-an efficiency of the accelerator (and its host link), one value per GPU family.
+layer and per micro-batch, FSDP's per unit, the advantage on the driver), one value whatever the GPU, stated for the
+profile's reference host (``rlhfsim.costs.hostscale`` carries it to each run's server CPU); ``device`` for an
+efficiency of the accelerator (and its host link), stated for the profile's GPU and carried to another
+(``rlhfsim.costs.model.with_stack_rate``), pooled as ``rlhfsim.fromrun.pool.POOLINGS`` says.
 
 Priority (the order of ``TERMS``): when two terms move the same phases alike (a single run's training phases
 cannot tell a per-micro-batch overhead from an efficiency when every micro-batch is the same size), the earlier
@@ -82,8 +84,15 @@ TERMS: tuple[Term, ...] = (
          "the GEMM efficiency ceiling of a profile with kernel terms by shape"),
     Term("fsdp_host_per_unit_s", ("framework.fsdp_host_per_unit_s",), "seconds", 1e-3,
          "FSDP's host time per unit and collective (unshard / reshard hooks)", "host"),
-    Term("adv_per_token_s", ("step.adv_per_token_s",), "seconds", 5e-9,
-         "advantage computation on the driver per response token", "host"),
+    Term("adv_per_element_s", ("step.adv_per_element_s",), "seconds", 2e-9,
+         "the driver's advantage step (rlhfsim.costs.driver): per element of [rows, padded width] and element-wise pass",
+         "host"),
+    Term("adv_per_row_s", ("step.adv_per_row_s",), "seconds", 2e-5,
+         "... per row of GRPO's Python loops (group statistics, normalization)", "host"),
+    Term("adv_per_op_s", ("step.adv_per_op_s",), "seconds", 5e-6,
+         "... fixed dispatch of a tensor op of GAE's reverse loop over positions", "host"),
+    Term("adv_per_strided_s", ("step.adv_per_strided_s",), "seconds", 5e-9,
+         "... per row and op of that loop (a strided column of [rows, width])", "host"),
     Term("decode_memory_eff", ("operations.decode:{gen}.memory_eff", "operations.decode.memory_eff"), "eff", 1.0,
          "memory efficiency of a decode step (weights and KV streamed per step)"),
     Term("host_copy_eff", ("step.host_copy_eff",), "eff", 1.0,

@@ -17,9 +17,9 @@ from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
 from rlhfsim.costs.model import LINK_EFF, LINK_LATENCY_S, CostModel, decode_sum, roofline_parts
 from rlhfsim.costs.profile import load_profile, validate_profile
-from rlhfsim.fromrun.pool import prior_profile
+from rlhfsim.fromrun.pool import base_for
 from rlhfsim.errors import ProfileError
-from rlhfsim.hardware.catalog import SUSTAINED, balance_ratio, get_gpu, stack_factor
+from rlhfsim.hardware.catalog import SUSTAINED, balance_ratio, carried_operations, get_gpu, stack_factor
 from rlhfsim.models.catalog import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,8 +243,9 @@ def test_bundled_profiles_carry_provenance_and_held_out_errors(name):
     doc = load_profile(name)
     sec = doc["kernels_by_shape"]
     assert doc["gpu"] == name and doc["extends_chain"]
-    # every operation the default has, as it has it, but for the terms fitted to public logs (each with its record)
-    assert prior_profile(doc)["operations"] == load_profile("default")["operations"]
+    # every operation the default has, as it has it (its efficiencies carried to the profile's GPU: costs.profile.extend),
+    # once the terms fitted to public logs are taken back (each with its record)
+    assert base_for(name)["operations"] == carried_operations(load_profile("default")["operations"], "h100-sxm", name)
     assert all(rec["determined_by"] or rec["at_bound"] for rec in (doc.get("from_logs") or {}).values())
     assert sec["source"]["repository"] == "microsoft/vidur" and len(sec["source"]["commit"]) == 40
     assert sec["source"]["license"] == "MIT"
@@ -267,7 +268,7 @@ def test_sustained_rates_scale_a_derived_profile_on_another_stack():
     f = stack_factor("mi300x")
     assert f == pytest.approx((668.4 / 1307.4) / (794.5 / 989.0))
     assert all(s.source for s in SUSTAINED.values())
-    cost = CostModel.load(get_gpu("mi300x"))
+    cost = CostModel.load(get_gpu("mi300x"), "default")
     # the stack scales the GEMMs of a pass, the GPU's balance the rest (catalog.carried_compute_eff)
     e_g = 794.5 / 989.0
     want = 1 / (1 / (e_g * f) + balance_ratio("mi300x") * (1 / 0.55 - 1 / e_g))

@@ -14,12 +14,15 @@ Run from the repository root:
 
 The bundled GPU profiles' fit to the public logs (``rlhfsim.fromrun.pool``; docs/accuracy.md, "GPU: public runs"):
 
-    python scenarios/examples/field/field_table.py --loso [--json] [--write-model-error PATH]
+    python scenarios/examples/field/field_table.py --loso [--json] [--coverage] [--write-model-error PATH]
         every scored run (both halves) predicted with the profiles fitted to the dev half's logs less the run's own
-        source (a test-half run: the dev half's fit), beside the GPU's bundled prior and ``default``; PATH gets the
+        source (a test-half run: the dev half's fit), beside the GPU's bundled prior and ``default``; --coverage: each
+        run's 90% interval from the other sources' dev-half LOSO residuals, how many hold and how wide; PATH gets the
         dev half's residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
     python scenarios/examples/field/field_table.py --write-profiles
         the fit of every dev-half log written into rlhfsim/profiles/ (public.json, the GPU families' profiles)
+    fit options of both (FIT_DEFAULTS otherwise): --prior X, --weighting equal|share, --drop-confounded,
+        --pooling family|reference
 """
 
 from __future__ import annotations
@@ -165,8 +168,10 @@ def load_runs() -> dict:
 
 # The pooled fit's options, chosen on the dev half's leave-one-source-out errors alone (docs/notebook.md, 2026-12-07,
 # issue 53): a prior of 1 (each term a factor of 2 from its prior costs as much as a residual of ln 2), phases weighed
-# by their share of the step, and no term left out as confounded (the prior shares what the logs cannot tell apart).
-FIT_DEFAULTS = {"prior": 1.0, "weighting": "share", "keep_confounded": True}
+# by their share of the step, no term left out as confounded (the prior shares what the logs cannot tell apart), and
+# the device terms pooled over every GPU at the reference GPU (rlhfsim.fromrun.pool.POOLINGS: dev LOSO 10.0% against
+# 10.2% per family, a tie that the fewer terms, each from more runs and sources, decide).
+FIT_DEFAULTS = {"prior": 1.0, "weighting": "share", "keep_confounded": True, "pooling": "reference"}
 
 
 def pool_runs(doc: dict, halves: tuple[str, ...] = ("dev",)) -> list:
@@ -193,7 +198,8 @@ def _profile_file(tmp: Path, name: str, profile: dict) -> str:
 
 
 def loso(doc: dict, execution: bool = True, prior: float = FIT_DEFAULTS["prior"],
-         weighting: str = FIT_DEFAULTS["weighting"], keep_confounded: bool = FIT_DEFAULTS["keep_confounded"]) -> dict:
+         weighting: str = FIT_DEFAULTS["weighting"], keep_confounded: bool = FIT_DEFAULTS["keep_confounded"],
+         pooling: str = FIT_DEFAULTS["pooling"], coverage: bool = False) -> dict:
     """Every scored run (both halves) predicted with the pooled profiles fitted to the dev half's logs less its own
     source (a test-half run: the dev half's fit, its source never in it), beside the bundled ``default`` and each
     GPU's own bundled prior (``--profile auto`` before any log was fitted). Fits with the same runs are shared."""
@@ -215,7 +221,7 @@ def loso(doc: dict, execution: bool = True, prior: float = FIT_DEFAULTS["prior"]
             if key not in fits:
                 t = time.perf_counter()
                 fits[key] = fit_pool(mine, cache, prior=prior, weighting=weighting,
-                                     keep_confounded=keep_confounded) if mine else None
+                                     keep_confounded=keep_confounded, pooling=pooling) if mine else None
                 folds[key] = {"fitted_on": list(key), "seconds": round(time.perf_counter() - t, 1),
                               "terms": ({f"{p['path']}@{p['scope']}": p["fitted"] for p in fits[key].terms}
                                         if fits[key] else {})}
@@ -229,9 +235,30 @@ def loso(doc: dict, execution: bool = True, prior: float = FIT_DEFAULTS["prior"]
                          "default_error_pct": default_row["error_pct"],
                          "default_phase_error_pct": default_row["phase_error_pct"]})
     summ = {h: loso_summary([r for r in rows if h in ("all", r["half"])]) for h in ("dev", "test", "all")}
-    return {"rows": rows, "summary": summ, "folds": list(folds.values()), "simulations": cache.simulations,
-            "seconds": round(time.perf_counter() - t0, 1),
-            "options": {"prior": prior, "weighting": weighting, "keep_confounded": keep_confounded}}
+    out = {"rows": rows, "summary": summ, "folds": list(folds.values()), "simulations": cache.simulations,
+           "seconds": round(time.perf_counter() - t0, 1),
+           "options": {"prior": prior, "weighting": weighting, "keep_confounded": keep_confounded, "pooling": pooling}}
+    if coverage:
+        out["coverage"] = loso_interval(doc, rows)
+    return out
+
+
+def loso_interval(doc: dict, rows: list[dict]) -> dict:
+    """Each LOSO row's 90% interval (``rlhfsim.sim.modelerror.loso_coverage``: the record of the dev half's LOSO
+    residuals of every *other* source, the run's own left out, so a run is never widened by its own error), whether it
+    holds the measured step and how wide it is (high / low): over the dev half, the test half and both."""
+    groups = {r["id"]: r["source_group"] for r in doc["runs"]}
+    dev = {r["id"] for r in rows if r["half"] == "dev"}
+    cov = loso_coverage(rows, groups, record_runs=dev)
+    by_id = {c["id"]: c for c in cov.get("rows", [])}
+    out = {"rows": cov.get("rows", []), "phase_coverage": cov.get("phase_coverage", {})}
+    for h in ("dev", "test", "all"):
+        ids = [r["id"] for r in rows if h in ("all", r["half"])]
+        got = [by_id[i] for i in ids if i in by_id]
+        out[h] = {"runs": len(ids), "with_interval": len(got), "inside": sum(c["inside"] for c in got),
+                  "coverage": round(sum(c["inside"] for c in got) / len(ids), 3) if ids else None,
+                  "median_width": round(statistics.median(c["width"] for c in got), 3) if got else None}
+    return out
 
 
 def loso_summary(rows: list[dict]) -> dict:
@@ -275,17 +302,32 @@ def show_loso(out: dict) -> None:
     for f in out["folds"]:
         print(f"fold fitted on {', '.join(f['fitted_on']) or 'nothing'} ({f['seconds']} s): "
               + ", ".join(f"{k} {v:.4g}" for k, v in f["terms"].items()))
-    print(f"({out['seconds']} s, {out['simulations']} simulations)")
+    if "coverage" in out:
+        for h in ("dev", "test", "all"):
+            c = out["coverage"][h]
+            print(f"{h:4} 90% interval (its source's record left out) holds {c['inside']} of {c['runs']} runs "
+                  f"({c['with_interval']} with an interval), median width x{c['median_width']}")
+        print(f"     per phase: {out['coverage']['phase_coverage']}")
+    print(f"({out['seconds']} s, {out['simulations']} simulations, options {out['options']})")
 
 
 def fit_options() -> dict:
-    """--prior X (rows keeping each term near its prior: rlhfsim.fromrun.pool.prior_rows), --weighting equal|share and
+    """--prior X (rows keeping each term near its prior: rlhfsim.fromrun.pool.prior_rows), --weighting equal|share,
     --drop-confounded (a term confounded with one before it is left out, as calibrate --from-run does; needed with
-    --prior 0); ``FIT_DEFAULTS`` otherwise."""
+    --prior 0) and --pooling family|reference (rlhfsim.fromrun.pool.POOLINGS: the device terms per GPU family, or one
+    set at the reference GPU carried to every GPU); ``FIT_DEFAULTS`` otherwise."""
+    from rlhfsim.fromrun.pool import POOLINGS
+
+    pooling = sys.argv[sys.argv.index("--pooling") + 1] if "--pooling" in sys.argv else FIT_DEFAULTS["pooling"]
+    if pooling not in POOLINGS:
+        sys.exit(f"--pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
+    weighting = sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv else FIT_DEFAULTS["weighting"]
+    if weighting not in ("equal", "share"):
+        sys.exit(f"--weighting: expected equal or share, got {weighting!r}")
     return {"prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else FIT_DEFAULTS["prior"],
-            "weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv
-            else FIT_DEFAULTS["weighting"],
-            "keep_confounded": FIT_DEFAULTS["keep_confounded"] and "--drop-confounded" not in sys.argv}
+            "weighting": weighting,
+            "keep_confounded": FIT_DEFAULTS["keep_confounded"] and "--drop-confounded" not in sys.argv,
+            "pooling": pooling}
 
 
 def write_loso_error(doc: dict, out: dict, path: Path) -> dict:
@@ -309,7 +351,7 @@ def write_loso_error(doc: dict, out: dict, path: Path) -> dict:
 
 
 def loso_main(doc: dict) -> None:
-    out = loso(doc, **fit_options())
+    out = loso(doc, **fit_options(), coverage="--coverage" in sys.argv)
     if "--write-model-error" in sys.argv:
         out["model_error_file"] = write_loso_error(doc, out, Path(sys.argv[sys.argv.index("--write-model-error") + 1]))
     if "--json" in sys.argv:
@@ -319,7 +361,7 @@ def loso_main(doc: dict) -> None:
 
 
 def write_profiles(doc: dict, prior: float = FIT_DEFAULTS["prior"], weighting: str = FIT_DEFAULTS["weighting"],
-                   keep_confounded: bool = FIT_DEFAULTS["keep_confounded"]) -> dict:
+                   keep_confounded: bool = FIT_DEFAULTS["keep_confounded"], pooling: str = FIT_DEFAULTS["pooling"]) -> dict:
     """The pooled fit of every dev-half log written into the bundled profiles (rlhfsim.fromrun.bundle)."""
     import time
 
@@ -327,11 +369,13 @@ def write_profiles(doc: dict, prior: float = FIT_DEFAULTS["prior"], weighting: s
     from rlhfsim.fromrun.pool import fit_pool, prepare_units
 
     t0 = time.perf_counter()
-    fit = fit_pool(prepare_units(pool_runs(doc)), prior=prior, weighting=weighting, keep_confounded=keep_confounded)
+    fit = fit_pool(prepare_units(pool_runs(doc)), prior=prior, weighting=weighting, keep_confounded=keep_confounded,
+                   pooling=pooling)
     cmd = "python scenarios/examples/field/field_table.py --write-profiles" \
         + (f" --prior {prior:g}" if prior != FIT_DEFAULTS["prior"] else "") \
         + (f" --weighting {weighting}" if weighting != FIT_DEFAULTS["weighting"] else "") \
-        + (" --drop-confounded" if not keep_confounded else "")
+        + (" --drop-confounded" if not keep_confounded else "") \
+        + (f" --pooling {pooling}" if pooling != FIT_DEFAULTS["pooling"] else "")
     paths = write_bundled(fit, cmd, datetime.date.today().isoformat(), root=HERE.parents[2])
     return {"written": [str(p.relative_to(HERE.parents[2])) for p in paths], "runs": fit.runs,
             "terms": [{k: t[k] for k in ("term", "path", "scope", "prior", "fitted", "at_bound")} for t in fit.terms],
@@ -346,7 +390,7 @@ def main() -> None:
         loso_main(doc)
         return
     if "--write-profiles" in sys.argv:
-        print(json.dumps(write_profiles(doc, *fit_options().values()), indent=1))
+        print(json.dumps(write_profiles(doc, **fit_options()), indent=1))
         return
     if "--write-model-error" in sys.argv:
         path = Path(sys.argv[sys.argv.index("--write-model-error") + 1])
