@@ -34,7 +34,7 @@ Measured here (``measure_page_faults``; ``kernels.page_faults`` in the profile):
   the FLOPs hid it (3-10% of the generated scenarios' reference passes).
 
 The simulator adds ``tensors x logits bytes x fault_s_per_byte`` to a forward pass with every logit
-(``CostModel.forward``, ``all_logits``) and to a training pass of an LM head (``train_parts``)
+(``CostModel.forward``, ``all_logits``) and to a training pass of an LM head (``train``)
 whenever one logits tensor of the call is above the threshold; the fit of ``train`` takes the
 ``labels_train`` faults off its points (``calibrate.fitting.fit.fitted_value``). CPU only: CUDA's caching
 allocator keeps its blocks, and a profile without the key prices nothing.

@@ -8,7 +8,7 @@ points of hidden-128 models were under-priced by 7-21% at 1,024 tokens and those
 over-priced by 6-16%, and generated scenarios' actor training was under-priced by a median 20% at hidden
 128 and over by 5% at hidden 320 (``rlhfsim validate --generate``). So the rate is measured per width, here, and the
 body FLOPs of a training pass are divided by the width's relative rate in the fit
-(``calibrate.fitting.fit.point_work``) and in the simulator (``CostModel.train_parts``) alike:
+(``calibrate.fitting.fit.point_work``) and in the simulator (``CostModel.train``) alike:
 
     F_train = 3 (F_body / r(h) + F_attn + F_head),   r(h) = rate(h) / max_w rate(w)
 

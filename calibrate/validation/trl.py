@@ -61,14 +61,14 @@ def replay_scenario(sc, trace_path: Path):
 
 def train_detail(setup, cost, measured) -> dict:
     """actor_train split as the simulator prices it (forward+backward of the padded batch, then the AdamW
-    step: ``CostModel.train_parts`` and ``optimizer_parts``), per steady step, beside TRL's own split."""
+    step: ``CostModel.train`` and ``optimizer``), per steady step, beside TRL's own split."""
     shape, dtype = setup.shapes["actor"], setup.dtypes["actor"]
     warm = setup.scenario.warmup_steps
-    fb, opt = [], cost.optimizer_parts(shape, dtype)[0]
+    fb, opt = [], cost.optimizer(shape, dtype).total_s
     for s in measured[warm:]:
         n = len(s.rollouts)
         length = max(r.prompt_len + r.response_len for r in s.rollouts)
-        fb.append(cost.train_parts(shape, dtype, n * length, n)[0])
+        fb.append(cost.train(shape, dtype, n * length, n).total_s)
     keys = sorted({k for s in measured for k in s.detail_s})
     return {"measured": {k: statistics.median(s.detail_s.get(k, 0.0) for s in measured[warm:]) for k in keys},
             "predicted": {"forward_backward": statistics.median(fb), "optimizer": opt}}

@@ -130,7 +130,7 @@ class CpuHostEffects:
 
     def train_effects(self, cost, scale: float, m, dtype, n_tokens, n_seqs, tp, head, attn_pairs,
                       sp) -> tuple[dict[str, float], float]:
-        """The effects inside ``cost.train_parts``' price (x ``scale``: gradient checkpointing's repeat), each
+        """The effects inside ``cost.train``'s price (x ``scale``: gradient checkpointing's repeat), each
         the price with it less the price without it: the width's training rate (``width_rate``, device time)
         and the loss's page faults (``page_faults``, host time); and the seconds of them inside the price's
         active share."""

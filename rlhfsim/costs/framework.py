@@ -4,7 +4,7 @@ dispatch of a launch-bound call, the log-prob head's element-wise passes over th
 
 One call is one micro-batch (piece) of one data-parallel rank::
 
-    kernel_s  = the roofline of the call (CostModel.forward / train_parts), less the log-prob tail's bytes
+    kernel_s  = the roofline of the call (CostModel.forward / train), less the log-prob tail's bytes
     head_s    = b x T_logits x V / tp / (mem_bw x memory_eff[prefill])          (log-prob passes with an LM head)
                 b = LOGPROB_BYTES (+ ENTROPY_BYTES with execution.entropy) per logit in a forward pass,
                 x TRAIN_HEAD_MULT in a training call (the backward of the same element-wise chain)

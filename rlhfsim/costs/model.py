@@ -48,7 +48,8 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, SAMPLING_TAIL, Price, with_effects
+from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, OPTIMIZER, SAMPLING_TAIL,
+                                 Price, with_effects)
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_compute_eff, stack_factor
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
@@ -825,27 +826,28 @@ class CostModel:
             k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs)
         return k
 
-    def train_s(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                head: str = "lm") -> float:
-        """Forward + backward of one minibatch on one data-parallel replica."""
-        return self.train_parts(m, dtype, n_tokens, n_seqs, tp, head)[0]
-
-    def train_parts(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                    head: str = "lm", attn_pairs: float | None = None, sp: int = 1) -> tuple[float, float]:
-        """(total_s, active_s) of ``train_s`` (``attn_pairs``: rows packed without padding; ``sp``: one GPU
-        of a Ulysses group, its all-to-alls in the forward and again in the backward)."""
+    def train(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1, head: str = "lm",
+              attn_pairs: float | None = None, sp: int = 1) -> Price:
+        """Forward + backward of one minibatch on one data-parallel replica (``attn_pairs``: rows packed without
+        padding; ``sp``: one GPU of a Ulysses group, its all-to-alls in the forward and again in the backward).
+        Terms: kernels and op_overhead and, on a CPU, the host effects inside them
+        (``CpuHostEffects.train_effects``)."""
         if n_tokens <= 0:
-            return 0.0, 0.0
+            return Price(0.0, 0.0)
         shape, rate = self._train_shape(m, dtype, head)
         total, active = self._train_roofline(shape, rate, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
         if sp > 1:
             comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
         else:
             comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
-        if head == "lm" and self.cpu is not None and self.cpu.page_faults:
+        if self.cpu is None:
+            return Price(total + comm, active + comm)
+        if head == "lm" and self.cpu.page_faults:
             # the log-prob loss's logits-sized tensors and their gradients (calibrate.cpu.pagefaults)
             total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_train")
-        return total + comm, active + comm
+        return Price(total + comm, active + comm, partial(with_effects, total + comm, active + comm,
+                                                          self.cpu.train_effects, self, 1.0, m, dtype, n_tokens,
+                                                          n_seqs, tp, head, attn_pairs, sp))
 
     def _train_shape(self, m: ModelShape, dtype: str, head: str) -> tuple:
         """The shape's constants and, on a CPU, its width's training rate (cpuhost.width_rate), computed once."""
@@ -868,7 +870,7 @@ class CostModel:
                    logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
                    inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
         """One framework call (a forward or a training micro-batch on one data-parallel rank) by part
-        (``rlhfsim.costs.framework``): the roofline (``forward`` / ``train_parts``; with
+        (``rlhfsim.costs.framework``): the roofline (``forward`` / ``train``; with
         ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
         position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
         host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
@@ -878,7 +880,7 @@ class CostModel:
         per_logit = (fw.head_bytes_per_logit(entropy, training) / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
                      if with_head else 0.0)
         if training:
-            kernel, active = self.train_parts(m, dtype, n_tokens, n_seqs, tp, head, attn_pairs, sp)
+            kernel, active = self.train(m, dtype, n_tokens, n_seqs, tp, head, attn_pairs, sp)
             if checkpointing:
                 kernel, active = kernel * (1.0 + ckpt_frac), active * (1.0 + ckpt_frac)
             head_s = per_logit * n_tokens / sp * m.vocab / tp
@@ -905,21 +907,17 @@ class CostModel:
                                   logprob, None, attn_pairs, sp, False, per_logit if with_head else None)
         return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects)
 
-    def optimizer_s(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
-                    inter_node: bool = False) -> float:
-        """Gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard."""
-        return self.optimizer_parts(m, dtype, tp, dp, head, inter_node)[0]
-
-    def optimizer_parts(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
-                        inter_node: bool = False, grad_allreduce: bool = True) -> tuple[float, float]:
-        """(total_s, active_s) of ``optimizer_s``; ``grad_allreduce=False``: the gradients were reduced with
-        every call already (FSDP's reduce-scatter, ``call_parts``), only the AdamW step is left."""
+    def optimizer(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
+                  inter_node: bool = False, grad_allreduce: bool = True) -> Price:
+        """The gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard (term: optimizer);
+        ``grad_allreduce=False``: the gradients were reduced with every call already (FSDP's reduce-scatter,
+        ``call_parts``), only the AdamW step is left."""
         shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
         grads = m.params(head) / tp * DTYPE_BYTES[dtype]
         total, active = roofline_parts(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
         comm = self.allreduce_s(grads, dp, inter_node) if grad_allreduce else 0.0
-        return total + comm, active + comm
+        return Price(total + comm, active + comm, OPTIMIZER)
 
     def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False,
                       same_pool: bool = False, shares_weights: bool = False) -> float:

@@ -10,7 +10,7 @@ A framework call is one micro-batch (piece) of one data-parallel rank (``rlhfsim
                       + microbatch_forward_s                     (the framework's host time per piece)
     training piece  = call_parts(training, log-probs with an LM head, checkpointing x (1 + checkpoint_extra_frac)).total_s
                       + microbatch_train_s
-    optimizer step  = optimizer_parts(...)   once per minibatch (no gradient all-reduce under FSDP: every
+    optimizer step  = optimizer(...)         once per minibatch (no gradient all-reduce under FSDP: every
                       call reduce-scattered its gradients already)
     scorer call     = the reward streaming strategy's price (+ re-tokenizing its tokens for a reward model
                       of another tokenizer: host time)
@@ -33,7 +33,7 @@ they sum to the price up to rounding): validate's per-call tables show what a pr
 from __future__ import annotations
 
 from rlhfsim.costs.framework import CallParts
-from rlhfsim.costs.terms import FRAMEWORK_PIECE, GEN_CALL_OVERHEAD, HANDOFF, LEFT_PADDING, OPTIMIZER, RETOKENIZE, add_terms
+from rlhfsim.costs.terms import FRAMEWORK_PIECE, GEN_CALL_OVERHEAD, HANDOFF, LEFT_PADDING, OPTIMIZER, RETOKENIZE, Price, add_terms
 from rlhfsim.errors import RlhfsimError
 
 
@@ -69,11 +69,11 @@ def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: in
 
 
 def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node: bool = False,
-                   fsdp_n: int = 0) -> tuple[float, float]:
-    """(total_s, active_s) of one minibatch's optimizer step of ``role``: the gradient all-reduce over ``dp``
-    replicas (none under FSDP) and AdamW on this GPU's shard."""
-    return cost.optimizer_parts(setup.shapes[role], setup.dtypes[role], tp, dp, setup.head(role), inter_node,
-                                grad_allreduce=fsdp_n == 0)
+                   fsdp_n: int = 0) -> Price:
+    """One minibatch's optimizer step of ``role``: the gradient all-reduce over ``dp`` replicas (none under FSDP)
+    and AdamW on this GPU's shard."""
+    return cost.optimizer(setup.shapes[role], setup.dtypes[role], tp, dp, setup.head(role), inter_node,
+                          grad_allreduce=fsdp_n == 0)
 
 
 def forward_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> float:

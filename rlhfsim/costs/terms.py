@@ -137,7 +137,7 @@ OFFLOAD = _row(
     "rlhfsim.sim.execution.offload_s")
 OPTIMIZER = _row(
     "optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
-    "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.CostModel.optimizer_parts")
+    "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.CostModel.optimizer")
 DECODE_KERNELS = _row(
     "decode_kernels", "a decode step's device work: weights and KV cache streamed, attention and "
     "GEMM FLOPs, TP all-reduces (two per layer, each never under the measured time of a small message)",

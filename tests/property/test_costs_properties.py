@@ -86,10 +86,10 @@ def test_forward_monotone_and_non_negative(model, dev, dtype, tp, seqs, per_seq,
        extra=st.integers(0, 4096), dp=st.integers(1, 64), inter=st.booleans())
 def test_train_and_optimizer_monotone_and_non_negative(model, dev, dtype, tp, seqs, per_seq, extra, dp, inter):
     cm, m = COSTS[dev], CATALOG[model]
-    t = cm.train_s(m, dtype, seqs * per_seq, seqs, tp)
+    t = cm.train(m, dtype, seqs * per_seq, seqs, tp).total_s
     assert t > 0
-    assert cm.train_s(m, dtype, seqs * (per_seq + extra), seqs, tp) >= t
-    assert cm.optimizer_s(m, dtype, tp, dp, inter_node=inter) > 0
+    assert cm.train(m, dtype, seqs * (per_seq + extra), seqs, tp).total_s >= t
+    assert cm.optimizer(m, dtype, tp, dp, inter_node=inter).total_s > 0
     assert cm.weight_sync_s(m, dtype, tp, inter) > 0
 
 

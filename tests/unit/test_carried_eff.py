@@ -50,6 +50,6 @@ def test_a_compute_bound_pass_on_an_h20():
     cost = CostModel(get_gpu("h20"), with_stack_rate(PROFILE, get_gpu("h20")))
     m = load_model("qwen3-8b")
     w = fl.ShapeCoeffs.of(m, "bfloat16", "lm").train(32768, 16)
-    total, active = cost.train_parts(m, "bfloat16", 32768, 16)
+    total, active = cost.train(m, "bfloat16", 32768, 16)
     # compute-bound: F / (148e12 x 0.713206), plus the operation's host overheads
     assert active == pytest.approx(w.flops / (148e12 * carried_compute_eff(0.4, "h20")), rel=1e-9)

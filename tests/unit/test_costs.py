@@ -199,7 +199,7 @@ def test_tensor_parallel_adds_communication(h100):
 
 def test_operations_are_zero_for_no_tokens(h100):
     assert h100.forward(Q7, "bfloat16", 0, 1).total_s == 0.0
-    assert h100.train_s(Q7, "bfloat16", 0, 1) == 0.0
+    assert h100.train(Q7, "bfloat16", 0, 1).total_s == 0.0
     assert h100.chunk_prefill(Q7, "bfloat16", 0, 1, 1000).total_s == 0.0
 
 
@@ -210,8 +210,8 @@ def test_chunk_prefill_uses_its_own_parameters(h100):
 
 
 def test_optimizer_and_weight_sync(h100):
-    local = h100.optimizer_s(Q7, "bfloat16", tp=1, dp=1)
-    assert h100.optimizer_s(Q7, "bfloat16", tp=1, dp=4) > local / 4  # sharded step plus the all-reduce
+    local = h100.optimizer(Q7, "bfloat16", tp=1, dp=1).total_s
+    assert h100.optimizer(Q7, "bfloat16", tp=1, dp=4).total_s > local / 4  # sharded step plus the all-reduce
     assert h100.allreduce_s(1e9, 1) == 0.0
     assert h100.allreduce_s(1e9, 8, inter_node=True) > h100.allreduce_s(1e9, 8)
     assert h100.weight_sync_s(Q7, "bfloat16", 1) == pytest.approx(

@@ -71,7 +71,7 @@ def test_a_gpu_price_runs_no_cpu_specific_code(monkeypatch):
         assert cm.cpu is None
     calls = [lambda c: c.forward(m, "bfloat16", 512.0, 4.0, all_logits=True, head="lm"),
              lambda c: tuple(c.forward(m, "bfloat16", [64.0, 512.0], 4.0, all_logits=True, head="lm").total_s),
-             lambda c: c.train_parts(m, "bfloat16", 4096.0, 8.0, sp=2),
+             lambda c: c.train(m, "bfloat16", 4096.0, 8.0, sp=2),
              lambda c: c.decode_coeffs(m, "bfloat16", 16, 16 * 300.0),
              lambda c: c.decoder(m, "bfloat16").terms(16, 16 * 300.0)]
     for call in calls:
@@ -83,7 +83,7 @@ def test_a_cpu_price_goes_through_the_effects(monkeypatch):
     m = CATALOG["small-qwen2"]
     on, off = CostModel(CPU, doc), CostModel(CPU, {**doc, "kernels": None})
     assert on.cpu is not None and off.cpu is None
-    assert on.train_parts(m, "float32", 512.0, 4.0)[0] > off.train_parts(m, "float32", 512.0, 4.0)[0]  # width, faults
+    assert on.train(m, "float32", 512.0, 4.0).total_s > off.train(m, "float32", 512.0, 4.0).total_s  # width, faults
     assert on.decode_steps_s(m, "float32", 4, 4 * 64.0, 8) > off.decode_steps_s(m, "float32", 4, 4 * 64.0, 8)
     d = on.decoder(m, "float32")
     shape = fl.ShapeCoeffs.of(m, "float32", "lm")
@@ -92,7 +92,7 @@ def test_a_cpu_price_goes_through_the_effects(monkeypatch):
     assert (d.cold, d.wp, d.ws) == want
     _raising(monkeypatch)
     with pytest.raises(AssertionError, match="CPU host code"):
-        CostModel(CPU, doc).train_parts(m, "float32", 512.0, 4.0)
+        CostModel(CPU, doc).train(m, "float32", 512.0, 4.0)
 
 
 def test_the_gpu_grids_schedule_no_cpu_only_sweep():

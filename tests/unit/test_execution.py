@@ -194,8 +194,8 @@ def test_training_micro_batches_checkpointing_and_optimizer_offload():
           "offload": {"actor": {"optimizer": True}}}
     sim = _run(_tiny(ex))
     s, cost = sim.setup, sim.cost
-    train = cost.train_parts(TINY, "float32", 192, 2, 1, "lm")[0]
-    opt = cost.optimizer_parts(TINY, "float32", 1, 1, "lm", False)[0]
+    train = cost.train(TINY, "float32", 192, 2, 1, "lm").total_s
+    opt = cost.optimizer(TINY, "float32", 1, 1, "lm", False).total_s
     # 16 rows, minibatch 8, one rank: per minibatch 4 pieces of 2 x 96 = 192 tokens, each x (1 + 1/3)
     # for the recomputed forward, then the optimizer; two minibatches.
     # Optimizer offload: AdamW state 12 B x P = 7,471,104 B loaded and offloaded = 14,942,208 B over the

@@ -75,8 +75,8 @@ def test_cost_model_adds_the_term_to_logprob_passes_and_lm_training_only():
         assert pf.forward(m, "float32", n, 8, head="lm").total_s == plain.forward(m, "float32", n, 8, head="lm").total_s
         assert pf.forward(m, "float32", n, 8, head="value").total_s == plain.forward(m, "float32", n, 8, head="value").total_s
         extra_t = page_fault_s(PF, n, m.vocab, "logprob_train")
-        assert pf.train_s(m, "float32", n, 8, head="lm") == pytest.approx(plain.train_s(m, "float32", n, 8, head="lm") + extra_t, rel=1e-12)
-        assert pf.train_s(m, "float32", n, 8, head="value") == plain.train_s(m, "float32", n, 8, head="value")
+        assert pf.train(m, "float32", n, 8, head="lm").total_s == pytest.approx(plain.train(m, "float32", n, 8, head="lm").total_s + extra_t, rel=1e-12)
+        assert pf.train(m, "float32", n, 8, head="value").total_s == plain.train(m, "float32", n, 8, head="value").total_s
     assert page_fault_s(PF, big, m.vocab, "logprob_forward") > 0 and page_fault_s(PF, small, m.vocab, "logprob_forward") == 0
     arr = np.array([small, big], dtype=np.float64)
     t_arr, _ = pf.forward(m, "float32", arr, 8, runtime="eager", head="lm", all_logits=True)
@@ -108,7 +108,7 @@ def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass
         # are priced as before
         assert tail.forward(m, "float32", n, 8, head="lm").total_s == pf.forward(m, "float32", n, 8, head="lm").total_s
         assert tail.forward(m, "float32", n, 8, head="value", all_logits=True).total_s == pf.forward(m, "float32", n, 8, head="value", all_logits=True).total_s
-        assert tail.train_s(m, "float32", n, 8, head="lm") == pf.train_s(m, "float32", n, 8, head="lm")
+        assert tail.train(m, "float32", n, 8, head="lm").total_s == pf.train(m, "float32", n, 8, head="lm").total_s
         # tensor parallel: each GPU's tail over its vocabulary shard; sequence parallel: over its share of the tokens
         k2 = tail._forward_kernel(m, "float32", 2, "prefill", "eager", "lm", None)
         roof2, _ = roofline_parts(w, k2.p, k2.peak, k2.bw, 2)

@@ -431,8 +431,8 @@ def test_training_rate_by_width_is_measured_per_layer_and_divides_the_body_flops
     base = _without_tails(load_profile("cpu"))
     eff = {"widths": [128, 256], "relative_rate": [0.5, 1.0]}
     c0, c1 = CostModel(CPU, base), CostModel(CPU, {**base, "kernels": {"width_efficiency": eff}})
-    assert c1.train_s(CATALOG["small-qwen2"], "float32", 512, 2) == c0.train_s(CATALOG["small-qwen2"], "float32", 512, 2)
-    assert c1.train_s(m, "float32", 512, 2) > c0.train_s(m, "float32", 512, 2)
+    assert c1.train(CATALOG["small-qwen2"], "float32", 512, 2).total_s == c0.train(CATALOG["small-qwen2"], "float32", 512, 2).total_s
+    assert c1.train(m, "float32", 512, 2).total_s > c0.train(m, "float32", 512, 2).total_s
     from rlhfsim.costs.profile import ProfileError, validate_profile
     with pytest.raises(ProfileError, match="kernels.width_efficiency: expected increasing widths"):
         validate_profile({**base, "kernels": {"width_efficiency": {"widths": [256, 128], "relative_rate": [1.0, 0.5]}}}, "p")

@@ -192,18 +192,18 @@ def test_each_rank_pads_to_its_own_longest_row(separate):
     rows = _rows(lengths)
     cost, s = sim.cost, sim.setup
     m, dt = s.shapes["actor"], s.dtypes["actor"]
-    opt, opt_active = cost.optimizer_parts(m, dt, 1, 2, "lm", False)
-    rank0 = cost.train_parts(m, dt, 2 * 56, 2, 1, "lm")    # two short rows, padded to 56
-    rank1 = cost.train_parts(m, dt, 1 * 916, 1, 1, "lm")   # the long row alone
+    opt, opt_active = cost.optimizer(m, dt, 1, 2, "lm", False)
+    rank0 = cost.train(m, dt, 2 * 56, 2, 1, "lm")    # two short rows, padded to 56
+    rank1 = cost.train(m, dt, 1 * 916, 1, 1, "lm")   # the long row alone
     sim.env.process(stages.train(sim.env, sim, 0, "actor", rows))
     sim.env.run()
     want = max(rank0[0], rank1[0]) + opt
     assert sim.env.now == pytest.approx(want, rel=1e-12)
     # Pricing both ranks with the global longest row (2 rows of 916 each) would cost more.
-    assert want < cost.train_s(m, dt, 2 * 916, 2, 1, "lm") + opt
+    assert want < cost.train(m, dt, 2 * 916, 2, 1, "lm").total_s + opt
     (iv,) = [iv for iv in sim.rec.intervals if iv.phase == "actor_train"]
     assert (iv.gpu0, iv.n_gpus, iv.start_s, iv.end_s) == (0, 2, 0.0, sim.env.now)
-    slowest = max(rank0, rank1)
+    slowest = max(rank0, rank1, key=tuple)
     # Active: the slowest rank's kernels and the optimizer's; the other rank waits inside the all-reduce.
     assert iv.active_s == pytest.approx(slowest[1] + opt_active, rel=1e-12)
 
@@ -217,9 +217,9 @@ def test_equal_ranks_with_one_long_row_wait_for_it(separate):
     lengths[order[0]] = (16, 900)  # rank 0 gets order[0] and order[2]
     cost, s = sim.cost, sim.setup
     m, dt = s.shapes["actor"], s.dtypes["actor"]
-    opt, opt_active = cost.optimizer_parts(m, dt, 1, 2, "lm", False)
-    long_rank = cost.train_parts(m, dt, 2 * 916, 2, 1, "lm")
-    short_rank = cost.train_parts(m, dt, 2 * 56, 2, 1, "lm")
+    opt, opt_active = cost.optimizer(m, dt, 1, 2, "lm", False)
+    long_rank = cost.train(m, dt, 2 * 916, 2, 1, "lm")
+    short_rank = cost.train(m, dt, 2 * 56, 2, 1, "lm")
     sim.env.process(stages.train(sim.env, sim, 0, "actor", _rows(lengths)))
     sim.env.run()
     assert sim.env.now == pytest.approx(long_rank[0] + opt, rel=1e-12)
