@@ -32,28 +32,13 @@ from pathlib import Path
 
 from rlhfsim.costs.profile import BUNDLED_DIR, DEFAULT_PROFILE, GPU_PROFILES
 from rlhfsim.fromrun import terms as T
-from rlhfsim.fromrun.pool import PoolFit
+from rlhfsim.fromrun.pool import PoolFit, take_back
 
 PUBLIC = "public"
 
 
 def _read(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def _delete(doc: dict, path: str) -> None:
-    """Remove ``path``'s key from ``doc`` and every object on the way it leaves empty."""
-    *parents, key = path.split(".")
-    chain = [doc]
-    for k in parents:
-        nxt = chain[-1].get(k)
-        if not isinstance(nxt, dict):
-            return
-        chain.append(nxt)
-    chain[-1].pop(key, None)
-    for k, node in zip(reversed(parents), reversed(chain[:-1])):
-        if node.get(k) == {}:
-            node.pop(k)
 
 
 def _has_own(doc: dict, path: str) -> bool:
@@ -63,20 +48,6 @@ def _has_own(doc: dict, path: str) -> bool:
             return False
         node = node[k]
     return True
-
-
-def take_back(doc: dict) -> dict:
-    """The file as it was before any fit wrote into it: each ``from_logs`` term back to its prior (or removed where
-    the file had no value of its own)."""
-    out = json.loads(json.dumps(doc))
-    for path, rec in (out.pop("from_logs", None) or {}).items():
-        if rec.get("prior_in_file"):
-            out = T.with_values(out, {path: rec["prior"]})
-        else:
-            _delete(out, path)
-    (out.get("provenance") or {}).pop("from_logs", None)
-    (out.get("provenance") or {}).pop("extends_public", None)
-    return out
 
 
 def public_skeleton() -> dict:

@@ -53,6 +53,7 @@ pseudo-inverse of the Jacobian at the solution, summed over a run's units and ph
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,14 +96,39 @@ def family_profile_name(fam: str) -> str:
     return PUBLIC_PROFILE if (BUNDLED_DIR / f"{PUBLIC_PROFILE}.json").is_file() else DEFAULT_PROFILE
 
 
+def _delete(doc: dict, path: str) -> None:
+    """Remove ``path``'s key from ``doc`` and every object on the way it leaves empty."""
+    *parents, key = path.split(".")
+    chain = [doc]
+    for k in parents:
+        nxt = chain[-1].get(k)
+        if not isinstance(nxt, dict):
+            return
+        chain.append(nxt)
+    chain[-1].pop(key, None)
+    for k, node in zip(reversed(parents), reversed(chain[:-1])):
+        if node.get(k) == {}:
+            node.pop(k)
+
+
+def take_back(doc: dict) -> dict:
+    """The file as it was before any fit wrote into it: each ``from_logs`` term back to its prior (or removed where
+    the file had no value of its own)."""
+    out = json.loads(json.dumps(doc))
+    for path, rec in (out.pop("from_logs", None) or {}).items():
+        if rec.get("prior_in_file"):
+            out = T.with_values(out, {path: rec["prior"]})
+        else:
+            _delete(out, path)
+    (out.get("provenance") or {}).pop("from_logs", None)
+    (out.get("provenance") or {}).pop("extends_public", None)
+    return out
+
+
 def taken_back_chain(name: str) -> dict:
     """Bundled profile ``name`` as it would load (``extends`` followed, each layer merged by
-    ``rlhfsim.costs.profile.extend``) with every layer's log-fitted terms taken back (``bundle.take_back``): what
+    ``rlhfsim.costs.profile.extend``) with every layer's log-fitted terms taken back (``take_back``): what
     its files say before any fit of the public logs, inherited values carried to each layer's GPU as they are now."""
-    import json
-
-    from rlhfsim.fromrun.bundle import take_back
-
     layers, n = [], name
     while n is not None:
         doc = take_back(json.loads((BUNDLED_DIR / f"{n}.json").read_text()))
