@@ -16,9 +16,9 @@ A profile with kernel terms fitted by shape from public per-operation data (``ke
 ``calibrate.fitting.fromops``) replaces, for the operations it names, the constant compute_eff by a curve in the tokens per
 call and the shard, the memory_eff by the GEMMs' and element-wise ops' efficiencies plus per-layer kernel floors, and
 the TP all-reduce's LINK_EFF / LINK_LATENCY_S by the fitted bus bandwidth and latency (``rlhfsim.costs.byshape``). A
-derived profile (efficiencies stated for an H100 under CUDA) priced on another GPU has its compute_eff carried to it
-(``with_stack_rate``: ``catalog.carried_compute_eff``, the GEMMs at the GPU stack's rate and the rest of a pass at its
-memory's speed).
+profile's efficiencies are stated for the GPU its ``gpu`` field names (``any``: an H100 under CUDA); priced on another
+GPU, its compute_eff are carried to it (``with_stack_rate``: ``catalog.carried_compute_eff``, the GEMMs at the GPU
+stack's rate and the rest of a pass at its memory's speed).
 
 A CPU's host effects (GEMM weight passes by footprint, cold fixed costs, training rate by width, page faults, the
 measured log-prob tail: ``rlhfsim.costs.cpuhost``) enter only where the device is a CPU whose profile measured them:
@@ -50,7 +50,8 @@ from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, de
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, OPTIMIZER, SAMPLING_TAIL,
                                  Price, with_effects)
-from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_compute_eff, stack_factor
+from rlhfsim.errors import ProfileError
+from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
@@ -383,19 +384,28 @@ class _Decode:
 
 
 def with_stack_rate(doc: dict, gpu: GpuSpec) -> dict:
-    """A derived profile (``gpu: any``: typical fractions of an H100's peaks under CUDA, no kernel terms of its own)
-    priced on another GPU: every operation's compute_eff carried to it (``catalog.carried_compute_eff``: the GEMMs at
-    the GPU stack's sustained rate, ``catalog.stack_factor``, MI300X under ROCm 6.3 0.64; the rest of a pass at the
-    speed of the GPU's memory, ``catalog.balance_ratio``), the provenance saying so; any other profile, and the
-    reference GPU, as it is."""
-    if doc.get("gpu") != "any" or doc.get("kernels_by_shape") or gpu.kind == "cpu":
+    """A profile priced on ``gpu``: its efficiencies are stated for the GPU its ``gpu`` field names (``any``, a
+    derived profile: an H100 SXM under CUDA; ``catalog.stated_gpu``), and every operation's compute_eff is carried
+    from there to ``gpu`` (``catalog.carried_compute_eff``: the GEMMs at each GPU stack's sustained rate,
+    ``catalog.stack_factor``, MI300X under ROCm 6.3 0.64; the rest of a pass at the speed of the GPU's memory,
+    ``catalog.balance_ratio`` of the two GPUs), the provenance saying so. One rule for every profile: the derived
+    ``default``, a family's fitted profile (``h100-sxm`` priced for an H200 or a GH200), a measured one. The
+    operations that kernel terms by shape price (``kernels_by_shape``) do not read compute_eff, so carrying it
+    changes nothing there. A CPU device or a CPU profile, and the GPU the profile is stated for, as it is."""
+    stated = doc.get("gpu", "any")
+    ref = stated_gpu(stated)
+    if ref is None and stated != "cpu":
+        raise ProfileError(f"profile {doc.get('name')}.gpu: expected 'any', 'cpu' or a GPU of the catalog "
+                           f"(rlhfsim gpus), got {stated!r}")
+    if ref is None or gpu.kind == "cpu":
         return doc
-    f, r = stack_factor(gpu.name), balance_ratio(gpu.name)
+    f, r = stack_factor(gpu.name) / stack_factor(ref), balance_ratio(gpu.name, ref)
     if f == 1.0 and r == 1.0:
         return doc
-    ops = {op: {**p, "compute_eff": carried_compute_eff(p["compute_eff"], gpu.name)} for op, p in doc["operations"].items()}
-    prov = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: compute efficiencies carried to "
-            f"{gpu.name} (stack x{f:.2f}, compute-to-bandwidth balance x{r:.2f} the H100's; catalog.carried_compute_eff)"}
+    ops = carried_operations(doc["operations"], ref, gpu.name)
+    prov = {**doc["provenance"], "source": f"{doc['provenance'].get('source')}: compute efficiencies stated for "
+            f"{ref} carried to {gpu.name} (stack x{f:.2f}, compute-to-bandwidth balance x{r:.2f} {ref}'s; "
+            f"catalog.carried_compute_eff)"}
     return {**doc, "operations": ops, "provenance": prov}
 
 
