@@ -11,10 +11,10 @@ step, so the two can be compared honestly:
   room per live row) and recompute preemption of the newest row when the next step would not fit;
 * the same costs: a prefill call per admitted row priced by ``CostModel.forward`` (prompt plus any
   tokens generated before a preemption), its first token from the prefill's logits, then one decode step
-  per iteration at ``max(compute, memory) + overhead`` from ``CostModel.decode_coeffs``.
+  per iteration at ``max(compute, memory) + overhead`` from ``CostModel.decoder(...).coeffs``.
 
 It is written to be lean, not naive: the decode cost is linear in the cached tokens, so its constants are
-taken from ``decode_coeffs`` once per batch size and an iteration costs a few float operations; rows wait
+taken from ``CostModel.decoder(...).coeffs`` once per batch size and an iteration costs a few float operations; rows wait
 for their last iteration in a heap (O(log batch) per finishing row, nothing per row per iteration); prefill
 costs are cached per token count. What it cannot skip is the event per iteration: that is the
 granularity being compared. The generation span it returns equals rlhfsim's ``generate`` phase (to
@@ -55,8 +55,8 @@ class PeriterPeer:
         self.c0, self.u0, self.over = [0.0], [0.0], [0.0]
         ck = uk = 0.0
         for b in range(1, self.max_batch + 1):
-            c0, cs, u0, us, over = cost.decode_coeffs(self.model, self.dtype, b, 0.0, self.tp, self.overhead,
-                                                      runtime=self.rt)
+            c0, cs, u0, us, over = cost.decoder(self.model, self.dtype, self.tp, runtime=self.rt).coeffs(
+                b, 0.0, self.overhead)
             self.c0.append(c0)
             self.u0.append(u0)
             self.over.append(over)

@@ -15,7 +15,7 @@ median over ``--iters`` timed calls (``calibrate.measuring.measure.time_calls``,
 ``Generator._decode`` (the calibration's and the executor's decode loop: a ``StaticKVDecoder`` step and
 ``sample_next``) at 64 cached tokens per row, rewound before every call; models and row counts alternate
 round after round in a shuffled order (so a shared machine's drift falls on all of them alike) and the
-table gives the median over the rounds. The price is ``CostModel.decode_steps_s`` of one step at the same
+table gives the median over the rounds. The price is ``CostModel.decode_steps`` of one step at the same
 shape with the ``kv_decoder`` runtime's parameters.
 """
 
@@ -116,7 +116,7 @@ def main() -> None:
                     "rounds_ms": ms[(m.name, b)], "measured_over_first_row": meas / one, "profiles": {}}
             for name, cost in costs.items():
                 wp = cost.decoder(m, "float32", runtime="kv_decoder").wp   # the passes its decode steps are priced with
-                price = 1e3 * cost.decode_steps_s(m, "float32", b, b * CONTEXT, 1, runtime="kv_decoder")
+                price = 1e3 * cost.decode_steps(m, "float32", b, b * CONTEXT, 1, runtime="kv_decoder").total_s
                 cell["profiles"][name] = {"passes": fl.gemm_passes(float(b), wp), "priced_ms": price,
                                           "price_over_measured": price / meas}
             out.append(cell)

@@ -26,7 +26,7 @@ measured log-prob tail: ``rlhfsim.costs.cpuhost``) enter only where the device i
 
 One home per formula: the roofline is ``roofline_kernel_s`` plus ``with_overheads_s`` (the calibration
 fit, ``calibrate.fitting.fit``, calls the same two functions), F and B come from ``rlhfsim.costs.flops.ShapeCoeffs``
-(decode included: ``decode_coeffs`` is that decode work divided by the roofline's denominators). The
+(decode included: ``_Decode.coeffs`` is that decode work divided by the roofline's denominators). The
 constants of both are computed once per (model, dtype, head or runtime, tp) and kept on the CostModel (a
 CostModel is one device and one profile), so a prediction costs a few multiplications.
 """
@@ -49,7 +49,7 @@ from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_p
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, OPTIMIZER, SAMPLING_TAIL,
-                                 Price, with_effects)
+                                 Price, add_terms, with_effects)
 from rlhfsim.errors import ProfileError
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
@@ -88,7 +88,7 @@ def _series(a: float, s: float, i0: int, i1: int) -> float:
 
 
 def decode_sum(coeffs: tuple[float, float, float, float, float], n_steps: int) -> float:
-    """Sum of ``n_steps`` decode steps from ``CostModel.decode_coeffs``."""
+    """Sum of ``n_steps`` decode steps from ``CostModel.decoder(...).coeffs``."""
     if n_steps <= 0:
         return 0.0
     c0, cs, u0, us, over = coeffs
@@ -139,7 +139,7 @@ def _sum_max_linear_many(a1, s1, a2, s2, n):
 
 
 def decode_parts_many(coeffs, n_steps) -> tuple[np.ndarray, np.ndarray]:
-    """``decode_parts`` of many segments at once: ``coeffs`` as returned by ``CostModel.decode_coeffs``
+    """``decode_parts`` of many segments at once: ``coeffs`` as returned by ``CostModel.decoder(...).coeffs``
     for arrays of batch sizes and cached tokens, ``n_steps`` an integer array (every entry >= 1)."""
     c0, cs, u0, us, over = coeffs
     n = np.asarray(n_steps, dtype=np.int64)
@@ -264,7 +264,7 @@ class _Forward:
 
 
 class _Decode:
-    """``decode_coeffs`` of one (model, dtype, tp, runtime): the decode work's constants
+    """The decode predictor (``CostModel.decoder``) of one (model, dtype, tp, runtime): the decode work's constants
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
@@ -367,7 +367,15 @@ class _Decode:
             self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, max(lf / self.cold - kern, 0.0))
         return out
 
-    def coeffs(self, batch, kv0, overhead_s: float | None):
+    def steps_terms(self, batch: int, kv0: float, n: int) -> dict[str, float]:
+        """``n`` steps of ``batch`` rows from ``kv0`` cached tokens by cost term: each step's (``terms``), the cache
+        growing by ``batch`` a step."""
+        out: dict[str, float] = {}
+        for i in range(max(int(n), 0)):
+            add_terms(out, self.terms(batch, kv0 + i * batch))
+        return out
+
+    def coeffs(self, batch, kv0, overhead_s: float | None = None):
         c0, cs, u0, us = self._lines(batch, kv0)
         step_over = (self.over if overhead_s is None else overhead_s) + self.tail0 + self.tail_row * batch
         if self.eh is not None:   # the launch floor (past the graph limit: the eager one) or the hidden host work
@@ -801,35 +809,30 @@ class CostModel:
             return 0.0
         return self.step["retokenize_s"] * n_calls + self.step["retokenize_per_token_s"] * n_tokens
 
-    def decode_steps_s(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int,
-                       tp: int = 1, overhead_s: float | None = None, runtime: str | None = None,
-                       logprobs: bool = False) -> float:
-        """Sum of ``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total
-        cached tokens over the batch at the first step; each step adds ``batch`` tokens.
+    def decode_steps(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int, tp: int = 1,
+                     overhead_s: float | None = None, runtime: str | None = None, logprobs: bool = False) -> Price:
+        """``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total cached tokens over
+        the batch at the first step; each step adds ``batch`` tokens. ``runtime``: a generation runtime's decode
+        parameters (``decode:RUNTIME``) when the profile has them; ``logprobs``: each step also records the sampled
+        tokens' log-probs (``generation.sampling_logprobs``; ``genruntimes.sample_tail``).
 
         Step i's compute time c(i) = c0 + cs x i and memory time u(i) = u0 + us x i are both linear in i
         (FLOPs and KV bytes grow with the cache), so sum_i max(c(i), u(i)) is two arithmetic series split
-        at the single crossing point: O(1), however many steps."""
+        at the single crossing point: O(1), however many steps (``decoder(...).coeffs``, ``decode_parts``). The
+        active share excludes the per-step overhead; the terms are each step's (``_Decode.steps_terms``)."""
         if n_steps <= 0 or batch <= 0:
-            return 0.0
-        return decode_sum(self.decode_coeffs(m, dtype, batch, kv_tokens0, tp, overhead_s, runtime, logprobs), n_steps)
-
-    def decode_coeffs(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, tp: int = 1,
-                      overhead_s: float | None = None, runtime: str | None = None,
-                      logprobs: bool = False) -> tuple[float, float, float, float, float]:
-        """(c0, cs, u0, us, per-step overhead) of ``decode_steps_s``: evaluate once, then ``decode_sum``
-        for any number of steps (the simulator inverts the sum by bisection when a segment is cut).
-        ``runtime``: a generation runtime's decode parameters (``decode:RUNTIME``) when the profile has them.
-        ``batch`` and ``kv_tokens0`` may be numpy arrays: the coefficients of many segments at once
-        (``decode_parts_many``). ``logprobs``: each step also records the sampled tokens' log-probs
-        (``generation.sampling_logprobs``; ``genruntimes.sample_tail``)."""
-        return self.decoder(m, dtype, tp, runtime, logprobs).coeffs(batch, kv_tokens0, overhead_s)
+            return Price(0.0, 0.0, {})
+        d = self.decoder(m, dtype, tp, runtime, logprobs)
+        total, active = decode_parts(d.coeffs(batch, kv_tokens0, overhead_s), n_steps)
+        return Price(total, active, partial(d.steps_terms, batch, kv_tokens0, n_steps))
 
     def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None,
                 logprobs: bool = False) -> _Decode:
-        """The constants of ``decode_coeffs`` for one (model, dtype, tp, runtime), computed on first use:
-        ``decoder(...).coeffs(batch, kv_tokens0, overhead_s)`` is ``decode_coeffs`` without the look-up
-        (a replica's clock holds its own)."""
+        """The decode predictor of one (model, dtype, tp, runtime, logprobs), computed on first use (a replica's
+        clock holds its own): ``coeffs(batch, kv_tokens0, overhead_s)``, the (c0, cs, u0, us, per-step overhead) of
+        ``decode_steps``, evaluated once, then ``decode_sum`` for any number of steps (the simulator inverts the sum
+        by bisection when a segment is cut); ``batch`` and ``kv_tokens0`` may be numpy arrays, the coefficients of
+        many segments at once (``decode_parts_many``); ``terms(batch, kv0)``, a step by cost term."""
         key = (m, dtype, tp, runtime, logprobs)
         k = self._decode.get(key)
         if k is None:

@@ -130,8 +130,8 @@ def prefill_s(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_s
 
 def decode_steps_s(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
                    logprobs: bool = False) -> float:
-    """``steps`` decode steps of ``batch`` rows from ``kv0`` cached tokens in all (``CostModel.decode_steps_s``)."""
-    return cost.decode_steps_s(model, dtype, batch, kv0, steps, runtime=runtime, logprobs=logprobs)
+    """``steps`` decode steps of ``batch`` rows from ``kv0`` cached tokens in all (``CostModel.decode_steps``)."""
+    return cost.decode_steps(model, dtype, batch, kv0, steps, runtime=runtime, logprobs=logprobs).total_s
 
 
 def generate_call_s(cost, model, dtype: str, runtime: str | None, rows: int, width: int, steps: int, first: bool,
@@ -160,11 +160,8 @@ def prefill_terms(cost, model, dtype: str, runtime: str | None, n_tokens: float,
 
 def decode_steps_terms(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
                        logprobs: bool = False) -> dict[str, float]:
-    """``decode_steps_s`` by cost term: each step's (``_Decode.terms``), the cache growing by ``batch`` a step."""
-    d, out = cost.decoder(model, dtype, 1, runtime, logprobs), {}
-    for i in range(max(int(steps), 0)):
-        add_terms(out, d.terms(batch, kv0 + i * batch))
-    return out
+    """``decode_steps_s`` by cost term: each step's (``_Decode.steps_terms``), the cache growing by ``batch`` a step."""
+    return cost.decoder(model, dtype, 1, runtime, logprobs).steps_terms(batch, kv0, steps)
 
 
 def generate_call_terms(cost, model, dtype: str, runtime: str | None, rows: int, width: int, steps: int, first: bool,

@@ -99,7 +99,7 @@ def test_profile_validates_and_the_cost_model_accepts_it(tiny):
     assert cm.runtimes == ["eager", "onnxruntime"]
     m = CATALOG["tiny-qwen2"]
     assert cm.forward(m, "float32", 256, 4, runtime="onnxruntime").total_s > 0
-    assert cm.decode_steps_s(m, "float32", 4, 256, 10) > 0
+    assert cm.decode_steps(m, "float32", 4, 256, 10).total_s > 0
     assert prof["interference"]["source"] == "measured"
     assert prof["interference"]["decode_slowdown"] > 0 and prof["interference"]["prefill_slowdown"] > 0
     # co-running in the hand-over pattern, per generation runtime (calibrate.cpu.corun); an encoder scorer too

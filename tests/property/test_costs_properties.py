@@ -41,10 +41,10 @@ def test_sum_max_linear_equals_brute_force(a1, s1, a2, s2, n):
 def test_decode_sum_is_additive_and_matches_steps(model, dev, dtype, tp, batch, ctx, n, cut):
     cm, m = COSTS[dev], CATALOG[model]
     kv0 = batch * ctx
-    whole = cm.decode_steps_s(m, dtype, batch, kv0, n, tp)
+    whole = cm.decode_steps(m, dtype, batch, kv0, n, tp).total_s
     assert whole > 0
     k = min(cut, n)
-    split = cm.decode_steps_s(m, dtype, batch, kv0, k, tp) + cm.decode_steps_s(m, dtype, batch, kv0 + batch * k, n - k, tp)
+    split = cm.decode_steps(m, dtype, batch, kv0, k, tp).total_s + cm.decode_steps(m, dtype, batch, kv0 + batch * k, n - k, tp).total_s
     assert split == pytest.approx(whole, rel=1e-9)
     if n <= 64:
         p = cm.ops["decode"]
@@ -63,11 +63,11 @@ def test_decode_sum_is_additive_and_matches_steps(model, dev, dtype, tp, batch, 
        n=st.integers(1, 2000), more_ctx=st.integers(0, 4096), more_n=st.integers(0, 500), more_b=st.integers(0, 64))
 def test_decode_monotone(model, dev, dtype, tp, batch, ctx, n, more_ctx, more_n, more_b):
     cm, m = COSTS[dev], CATALOG[model]
-    t = cm.decode_steps_s(m, dtype, batch, batch * ctx, n, tp)
-    assert cm.decode_steps_s(m, dtype, batch, batch * (ctx + more_ctx), n, tp) >= t * (1 - 1e-12)
-    assert cm.decode_steps_s(m, dtype, batch, batch * ctx, n + more_n, tp) >= t * (1 - 1e-12)
+    t = cm.decode_steps(m, dtype, batch, batch * ctx, n, tp).total_s
+    assert cm.decode_steps(m, dtype, batch, batch * (ctx + more_ctx), n, tp).total_s >= t * (1 - 1e-12)
+    assert cm.decode_steps(m, dtype, batch, batch * ctx, n + more_n, tp).total_s >= t * (1 - 1e-12)
     b2 = batch + more_b
-    assert cm.decode_steps_s(m, dtype, b2, b2 * ctx, n, tp) >= t * (1 - 1e-12)
+    assert cm.decode_steps(m, dtype, b2, b2 * ctx, n, tp).total_s >= t * (1 - 1e-12)
 
 
 @given(model=st.sampled_from(sorted(CATALOG)), dev=DEVICES, dtype=DTYPES, tp=TP, seqs=st.integers(1, 64),

@@ -68,15 +68,15 @@ def test_the_cost_model_scales_the_overheads_and_tail_only_at_the_models_footpri
         x = cpuhost.cold_factor(TABLE, fl.ShapeCoeffs.of(m, "float32", "lm").decode_weight_bytes)
         for rt in (None, "kv_decoder", "hf_generate"):
             for b in (1, 4):
-                h = hot.decode_coeffs(m, "float32", b, 64 * b, runtime=rt)
-                c = cold.decode_coeffs(m, "float32", b, 64 * b, runtime=rt)
+                h = hot.decoder(m, "float32", runtime=rt).coeffs(b, 64 * b)
+                c = cold.decoder(m, "float32", runtime=rt).coeffs(b, 64 * b)
                 assert c[:4] == h[:4]   # the roofline's parts are the same
                 d_h, d_c = hot.decoder(m, "float32", 1, rt), cold.decoder(m, "float32", 1, rt)
                 fixed = d_h.over + d_h.tail0 + d_h.tail_row * b
                 assert c[4] - h[4] == pytest.approx((x - 1.0) * fixed, rel=1e-9, abs=1e-15)
                 # an explicit per-step overhead (a scenario's step_overhead_s) is taken as given; the tail still cools
-                e_h = hot.decode_coeffs(m, "float32", b, 64 * b, overhead_s=1e-3, runtime=rt)[4]
-                e_c = cold.decode_coeffs(m, "float32", b, 64 * b, overhead_s=1e-3, runtime=rt)[4]
+                e_h = hot.decoder(m, "float32", runtime=rt).coeffs(b, 64 * b, 1e-3)[4]
+                e_c = cold.decoder(m, "float32", runtime=rt).coeffs(b, 64 * b, 1e-3)[4]
                 assert e_c - e_h == pytest.approx((x - 1.0) * (d_h.tail0 + d_h.tail_row * b), rel=1e-9, abs=1e-15)
                 assert d_c.cold == pytest.approx(x)
         assert (x > 1.0) == (name != "tiny-qwen2")

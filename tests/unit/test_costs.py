@@ -159,23 +159,23 @@ def test_decode_steps_is_the_sum_of_single_steps(h100):
     for batch, kv0, n in [(1, 100, 1), (64, 64 * 500, 300), (256, 256 * 3000, 4000), (8, 10, 20000)]:
         steps = [roofline_s(fl.decode_step_work(Q7, "bfloat16", batch, kv0 + batch * i), p,
                             h100.gpu.peak("bfloat16"), h100.gpu.mem_bw) for i in range(n)]
-        assert h100.decode_steps_s(Q7, "bfloat16", batch, kv0, n) == pytest.approx(sum(steps), rel=1e-9)
+        assert h100.decode_steps(Q7, "bfloat16", batch, kv0, n).total_s == pytest.approx(sum(steps), rel=1e-9)
 
 
 def test_decode_steps_is_additive(h100):
-    whole = h100.decode_steps_s(Q7, "bfloat16", 32, 32 * 200, 1000, tp=2)
-    parts = h100.decode_steps_s(Q7, "bfloat16", 32, 32 * 200, 377, tp=2) + \
-        h100.decode_steps_s(Q7, "bfloat16", 32, 32 * 200 + 32 * 377, 623, tp=2)
+    whole = h100.decode_steps(Q7, "bfloat16", 32, 32 * 200, 1000, tp=2).total_s
+    parts = h100.decode_steps(Q7, "bfloat16", 32, 32 * 200, 377, tp=2).total_s + \
+        h100.decode_steps(Q7, "bfloat16", 32, 32 * 200 + 32 * 377, 623, tp=2).total_s
     assert whole == pytest.approx(parts, rel=1e-12)
-    assert h100.decode_steps_s(Q7, "bfloat16", 32, 0, 0) == 0.0
-    assert h100.decode_steps_s(Q7, "bfloat16", 0, 0, 10) == 0.0
+    assert h100.decode_steps(Q7, "bfloat16", 32, 0, 0).total_s == 0.0
+    assert h100.decode_steps(Q7, "bfloat16", 0, 0, 10).total_s == 0.0
 
 
 def test_decode_overhead_override(h100):
-    base = h100.decode_steps_s(Q7, "bfloat16", 8, 800, 100, overhead_s=0.0)
-    assert h100.decode_steps_s(Q7, "bfloat16", 8, 800, 100, overhead_s=0.01) == pytest.approx(base + 1.0)
+    base = h100.decode_steps(Q7, "bfloat16", 8, 800, 100, overhead_s=0.0).total_s
+    assert h100.decode_steps(Q7, "bfloat16", 8, 800, 100, overhead_s=0.01).total_s == pytest.approx(base + 1.0)
     p = h100.ops["decode"]
-    default = h100.decode_steps_s(Q7, "bfloat16", 8, 800, 100)
+    default = h100.decode_steps(Q7, "bfloat16", 8, 800, 100).total_s
     assert default == pytest.approx(base + 100 * (p.overhead_s + p.overhead_per_layer_s * Q7.layers))
 
 
@@ -183,7 +183,7 @@ def test_small_batch_decode_is_memory_bound(h100):
     # One sequence: every step reads the weights it multiplies by once (an untied model's input embedding
     # only has one row gathered); FLOPs are negligible.
     assert not Q7.tied_embeddings
-    t = h100.decode_steps_s(Q7, "bfloat16", 1, 0, 1, overhead_s=0.0)
+    t = h100.decode_steps(Q7, "bfloat16", 1, 0, 1, overhead_s=0.0).total_s
     p = h100.ops["decode"]
     streamed = Q7.params("lm") - Q7.embedding_params
     assert t == pytest.approx(streamed * 2 / (h100.gpu.mem_bw * p.memory_eff), rel=1e-3)

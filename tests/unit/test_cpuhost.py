@@ -72,7 +72,7 @@ def test_a_gpu_price_runs_no_cpu_specific_code(monkeypatch):
     calls = [lambda c: c.forward(m, "bfloat16", 512.0, 4.0, all_logits=True, head="lm"),
              lambda c: tuple(c.forward(m, "bfloat16", [64.0, 512.0], 4.0, all_logits=True, head="lm").total_s),
              lambda c: c.train(m, "bfloat16", 4096.0, 8.0, sp=2),
-             lambda c: c.decode_coeffs(m, "bfloat16", 16, 16 * 300.0),
+             lambda c: c.decoder(m, "bfloat16").coeffs(16, 16 * 300.0),
              lambda c: c.decoder(m, "bfloat16").terms(16, 16 * 300.0)]
     for call in calls:
         assert call(plain) == call(keyed)
@@ -84,7 +84,7 @@ def test_a_cpu_price_goes_through_the_effects(monkeypatch):
     on, off = CostModel(CPU, doc), CostModel(CPU, {**doc, "kernels": None})
     assert on.cpu is not None and off.cpu is None
     assert on.train(m, "float32", 512.0, 4.0).total_s > off.train(m, "float32", 512.0, 4.0).total_s  # width, faults
-    assert on.decode_steps_s(m, "float32", 4, 4 * 64.0, 8) > off.decode_steps_s(m, "float32", 4, 4 * 64.0, 8)
+    assert on.decode_steps(m, "float32", 4, 4 * 64.0, 8).total_s > off.decode_steps(m, "float32", 4, 4 * 64.0, 8).total_s
     d = on.decoder(m, "float32")
     shape = fl.ShapeCoeffs.of(m, "float32", "lm")
     p = on.gen_params("decode", None)

@@ -19,7 +19,7 @@ def test_price_parts_add_up_to_the_step_price(rows):
     cost = CostModel.load(get_gpu("cpu"))
     m = CATALOG["tiny-qwen2-v8k"]
     p = price_parts(cost, m, rows)
-    whole = 1e3 * cost.decode_steps_s(m, "float32", rows, rows * 64, 1, runtime="kv_decoder")
+    whole = 1e3 * cost.decode_steps(m, "float32", rows, rows * 64, 1, runtime="kv_decoder").total_s
     assert p["total_ms"] == pytest.approx(whole, rel=1e-9)
     assert p["body_ms"] + p["head_ms"] + p["sample_ms"] == pytest.approx(p["total_ms"], rel=1e-9)
     assert p["head_ms"] > 0 and p["sample_ms"] > 0 and p["body_ms"] > 0

@@ -46,16 +46,16 @@ def test_without_the_keys_a_step_is_priced_as_before():
     keyed = CostModel(H100, _profile(vllm={"step_host_s": 0.0, "step_host_per_seq_s": 0.0}))
     for rt in ("vllm", "vllm_eager", "sglang"):
         for b in (1, 64, 700):
-            assert keyed.decode_coeffs(M, "bfloat16", b, b * 300.0, 1, runtime=rt) == \
-                plain.decode_coeffs(M, "bfloat16", b, b * 300.0, 1, runtime=rt)
+            assert keyed.decoder(M, "bfloat16", 1, runtime=rt).coeffs(b, b * 300.0) == \
+                plain.decoder(M, "bfloat16", 1, runtime=rt).coeffs(b, b * 300.0)
 
 
 def test_serial_host_work_adds_h0_plus_h1_per_running_sequence():
     plain = CostModel(H100, load_profile(str(BASE)))
     cost = CostModel(H100, _profile(vllm={"step_host_s": H0, "step_host_per_seq_s": H1}))
     for b in (1, 64, 256):
-        base = decode_sum(plain.decode_coeffs(M, "bfloat16", b, b * 200.0, 1, runtime="vllm"), 1)
-        got = decode_sum(cost.decode_coeffs(M, "bfloat16", b, b * 200.0, 1, runtime="vllm"), 1)
+        base = decode_sum(plain.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(b, b * 200.0), 1)
+        got = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(b, b * 200.0), 1)
         assert got == pytest.approx(base + H0 + H1 * b, rel=1e-12)
 
 
@@ -190,9 +190,8 @@ def test_a_v0_runtime_is_priced_as_its_v1_twin_but_not_its_host_work():
     assert cost.gen_params("decode", "vllm_v0_eager") == cost.ops["decode:vllm_eager"]
     assert cost.has_gen_runtime("vllm_v0") and cost.gen_scalar("vllm_v0", "handoff_s") == cost.gen_scalar("vllm", "handoff_s")
     assert not cost.engine_host("vllm_v0_eager").any and cost.engine_host("vllm_eager").step_s == H0
-    twin = decode_sum(CostModel(H100, load_profile(str(BASE))).decode_coeffs(M, "bfloat16", 32, 3200.0, 1,
-                                                                              runtime="vllm_eager"), 1)
-    assert decode_sum(cost.decode_coeffs(M, "bfloat16", 32, 3200.0, 1, runtime="vllm_v0_eager"), 1) == twin
+    twin = decode_sum(CostModel(H100, load_profile(str(BASE))).decoder(M, "bfloat16", 1, runtime="vllm_eager").coeffs(32, 3200.0), 1)
+    assert decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm_v0_eager").coeffs(32, 3200.0), 1) == twin
 
 
 # --- the tensor-parallel all-reduce of a decode step: never under the measured small-message time -----------------

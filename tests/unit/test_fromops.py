@@ -185,7 +185,7 @@ def test_decode_sum_stays_closed_form_with_the_curve():
     gpu, m = get_gpu("h100-sxm"), load_model("qwen2.5-7b", "m")
     cost = CostModel(gpu, _with(kernels_by_shape=SECTION, collectives=COLLECTIVES))
     batch, kv0, steps, tp = 48, 48 * 700.0, 900, 2
-    coeffs = cost.decode_coeffs(m, "bfloat16", batch, kv0, tp)
+    coeffs = cost.decoder(m, "bfloat16", tp).coeffs(batch, kv0)
     c0, cs, u0, us, over = coeffs
     by_step = sum(max(c0 + cs * i, u0 + us * i) + over for i in range(steps))
     assert decode_sum(coeffs, steps) == pytest.approx(by_step, rel=1e-12)
@@ -194,7 +194,7 @@ def test_decode_sum_stays_closed_form_with_the_curve():
     e_c = 0.8 * batch / (batch + 100.0) * ((m.layer_params / tp) / (m.layer_params / tp + 1e6))
     floor = m.layers * (4 * 4e-6 + 10e-6)
     assert c0 == pytest.approx((k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / (tp * gpu.peak("bfloat16") * e_c) + floor)
-    many = cost.decode_coeffs(m, "bfloat16", np.array([batch, 3]), np.array([kv0, 10.0]), tp)
+    many = cost.decoder(m, "bfloat16", tp).coeffs(np.array([batch, 3]), np.array([kv0, 10.0]))
     assert many[0][0] == c0 and many[2][0] == u0
 
 

@@ -120,7 +120,7 @@ def test_generation_points_are_fitted_less_their_tail_and_judged_on_the_whole_ti
     points = []
     for m in shapes:          # decode points made from a known roofline plus a known tail
         for b, c in ((1, 64), (4, 256), (16, 64), (16, 512)):
-            t = prof.decode_steps_s(m, "float32", b, b * c, 1) + tail[0] + tail[1] * b * m.vocab
+            t = prof.decode_steps(m, "float32", b, b * c, 1).total_s + tail[0] + tail[1] * b * m.vocab
             points.append({"op": "decode", "model": m.name, "shape": m.to_dict(), "dtype": "float32", "head": "lm",
                            "batch": b, "prefix_len": c, "tokens": b, "tmean_s": t, "median_s": t})
     samples = [_pt(r, v, tail[0] + tail[1] * r * v) for r in (1, 16) for v in (1024, 16384)]
@@ -153,12 +153,12 @@ def test_simulator_adds_the_tail_per_decode_step_and_per_prefill_call_never_to_s
     m = CATALOG["small-qwen2"]
     c0, c1 = CostModel(CPU, base), CostModel(CPU, _profile_with(base, {"hf_generate": (a, b)}))
     for batch in (1, 8):
-        d = c1.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate") - \
-            c0.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate")
+        d = c1.decode_steps(m, "float32", batch, batch * 100, 10, runtime="hf_generate").total_s - \
+            c0.decode_steps(m, "float32", batch, batch * 100, 10, runtime="hf_generate").total_s
         assert d == pytest.approx(10 * (a + b * batch * m.vocab), rel=1e-9)
         # a scenario's own per-step overhead replaces the fitted overhead, not the measured tail
-        d2 = c1.decode_steps_s(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate") - \
-            c0.decode_steps_s(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate")
+        d2 = c1.decode_steps(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate").total_s - \
+            c0.decode_steps(m, "float32", batch, batch * 100, 10, overhead_s=0.0, runtime="hf_generate").total_s
         assert d2 == pytest.approx(d, rel=1e-9)
         p = c1.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate").total_s - \
             c0.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate").total_s
@@ -167,7 +167,7 @@ def test_simulator_adds_the_tail_per_decode_step_and_per_prefill_call_never_to_s
     assert c1.forward(m, "float32", 512, 8, head="lm", all_logits=True).total_s == c0.forward(m, "float32", 512, 8, head="lm", all_logits=True).total_s
     assert c1.forward(m, "float32", 512, 8).total_s == c0.forward(m, "float32", 512, 8).total_s
     # kv_decoder (plain) steps are unchanged: hf_generate's tail is its own
-    assert c1.decode_steps_s(m, "float32", 8, 800, 10) == c0.decode_steps_s(m, "float32", 8, 800, 10)
+    assert c1.decode_steps(m, "float32", 8, 800, 10).total_s == c0.decode_steps(m, "float32", 8, 800, 10).total_s
 
 
 def test_which_tail_a_runtime_takes():
@@ -213,8 +213,8 @@ def test_gemm_passes_are_measured_as_a_ratio_and_counted_only_from_two_rows(tmp_
     assert list(fl.gemm_passes(np.array([1.0, 2.0, 16.0]), 1.7)) == [1.0, 1.7, 1.7]
     base = _without_tails(load_profile("cpu"))
     c0, c1 = CostModel(CPU, base), CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
-    assert c1.decode_steps_s(m, "float32", 1, 64, 5) == c0.decode_steps_s(m, "float32", 1, 64, 5)
-    assert c1.decode_steps_s(m, "float32", 4, 1024, 5) > c0.decode_steps_s(m, "float32", 4, 1024, 5)
+    assert c1.decode_steps(m, "float32", 1, 64, 5).total_s == c0.decode_steps(m, "float32", 1, 64, 5).total_s
+    assert c1.decode_steps(m, "float32", 4, 1024, 5).total_s > c0.decode_steps(m, "float32", 4, 1024, 5).total_s
     from rlhfsim.costs.profile import ProfileError, validate_profile
     with pytest.raises(ProfileError, match="kernels.gemm_weight_passes: expected a finite number >= 1"):
         validate_profile({**base, "kernels": {"gemm_weight_passes": 0.5}}, "p")
@@ -252,8 +252,8 @@ def test_gemm_passes_by_footprint_are_measured_over_copies_and_priced_at_the_mod
     base = _without_tails(load_profile("cpu"))
     scalar = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0}})
     by_foot = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": _passes_only(table)}})
-    assert by_foot.decode_steps_s(m, "float32", 1, 64, 5) == scalar.decode_steps_s(m, "float32", 1, 64, 5)
-    assert by_foot.decode_steps_s(m, "float32", 4, 1024, 5) < scalar.decode_steps_s(m, "float32", 4, 1024, 5)
+    assert by_foot.decode_steps(m, "float32", 1, 64, 5).total_s == scalar.decode_steps(m, "float32", 1, 64, 5).total_s
+    assert by_foot.decode_steps(m, "float32", 4, 1024, 5).total_s < scalar.decode_steps(m, "float32", 4, 1024, 5).total_s
     kern = kernels_summary(made + [{**made[0], "footprint_mib": None}, {**made[1], "footprint_mib": None}])
     assert kern["gemm_passes_by_footprint"]["passes"] == pytest.approx([2.0, 1.2])
     point = {"op": "decode", "head": "lm", "dtype": "float32", "batch": 4, "shape": m.to_dict(), "model": m.name}
@@ -298,9 +298,9 @@ def test_gemm_passes_by_rows_grow_from_one_pass_at_one_row():
     rowwise = CostModel(CPU, {**base, "kernels": kern})
     flat = CostModel(CPU, {**base, "kernels": {**kern, "gemm_passes_by_footprint": {
         k: v for k, v in kern["gemm_passes_by_footprint"].items() if k != "by_rows"}}})
-    assert rowwise.decode_steps_s(m, "float32", 1, 64, 5) == flat.decode_steps_s(m, "float32", 1, 64, 5)
-    assert rowwise.decode_steps_s(m, "float32", 2, 128, 5) < flat.decode_steps_s(m, "float32", 2, 128, 5)   # 1.9 < 2.4
-    assert rowwise.decode_steps_s(m, "float32", 8, 512, 5) > flat.decode_steps_s(m, "float32", 8, 512, 5)   # 2.9 > 2.4
+    assert rowwise.decode_steps(m, "float32", 1, 64, 5).total_s == flat.decode_steps(m, "float32", 1, 64, 5).total_s
+    assert rowwise.decode_steps(m, "float32", 2, 128, 5).total_s < flat.decode_steps(m, "float32", 2, 128, 5).total_s   # 1.9 < 2.4
+    assert rowwise.decode_steps(m, "float32", 8, 512, 5).total_s > flat.decode_steps(m, "float32", 8, 512, 5).total_s   # 2.9 > 2.4
     point = {"op": "decode", "head": "lm", "dtype": "float32", "shape": m.to_dict(), "model": m.name}
     got = [p["gemm_weight_passes"] for p in with_tails([{**point, "batch": b} for b in (1, 2, 16)], {}, kern)]
     assert got == pytest.approx([1.0, 1.9, 2.9])
@@ -351,8 +351,8 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
     wbig = fl.ShapeCoeffs.of(big, "float32", "lm").decode_weight_bytes
     assert wbig > 32 * mib
     for b in (1, 4):
-        assert capped.decode_coeffs(small, "float32", b, 64 * b) == plain.decode_coeffs(small, "float32", b, 64 * b)
-        u_capped, u_plain = capped.decode_coeffs(big, "float32", b, 64 * b)[2], plain.decode_coeffs(big, "float32", b, 64 * b)[2]
+        assert capped.decoder(small, "float32").coeffs(b, 64 * b) == plain.decoder(small, "float32").coeffs(b, 64 * b)
+        u_capped, u_plain = capped.decoder(big, "float32").coeffs(b, 64 * b)[2], plain.decoder(big, "float32").coeffs(b, 64 * b)[2]
         w = wbig * cpuhost.passes_at(cpuhost.footprint_passes(by, 1.5, wbig), b)
         assert u_capped - u_plain == pytest.approx(w / cpuhost.footprint_rate(by, wbig) - w / bw, rel=1e-9)
 
@@ -489,4 +489,4 @@ def test_decode_streams_an_untied_lms_weights_but_its_input_embedding():
     table = {"footprint_mib": [4.0, 64.0], "passes": [2.0, 1.2]}
     cm = CostModel(CPU, {**base, "kernels": {"gemm_weight_passes": 2.0, "gemm_passes_by_footprint": table}})
     for b in (1, 4):
-        assert cm.decode_steps_s(untied, "float32", b, 64 * b, 5) == pytest.approx(cm.decode_steps_s(tied, "float32", b, 64 * b, 5))
+        assert cm.decode_steps(untied, "float32", b, 64 * b, 5).total_s == pytest.approx(cm.decode_steps(tied, "float32", b, 64 * b, 5).total_s)

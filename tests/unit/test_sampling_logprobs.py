@@ -89,19 +89,19 @@ def test_the_cost_model_prices_the_recorded_tail_per_decode_step_and_prefill_onl
     c = CostModel(CPU, _profile())
     d_lp = RECORDED[0] - PLAIN[0], RECORDED[1] - PLAIN[1]
     for batch in (1, 8):
-        plain = c.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate")
-        rec = c.decode_steps_s(m, "float32", batch, batch * 100, 10, runtime="hf_generate", logprobs=True)
+        plain = c.decode_steps(m, "float32", batch, batch * 100, 10, runtime="hf_generate").total_s
+        rec = c.decode_steps(m, "float32", batch, batch * 100, 10, runtime="hf_generate", logprobs=True).total_s
         assert rec - plain == pytest.approx(10 * (d_lp[0] + d_lp[1] * batch * m.vocab), rel=1e-9)
         p0 = c.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate").total_s
         p1 = c.forward(m, "float32", batch * 64, batch, head="lm", gen_runtime="hf_generate", gen_logprobs=True).total_s
         assert p1 - p0 == pytest.approx(d_lp[0] + d_lp[1] * batch * m.vocab, rel=1e-9)
     # kv_decoder's one tail already carries them: the flag changes nothing there
-    assert (c.decode_steps_s(m, "float32", 8, 800, 10, runtime="kv_decoder", logprobs=True)
-            == c.decode_steps_s(m, "float32", 8, 800, 10, runtime="kv_decoder"))
+    assert (c.decode_steps(m, "float32", 8, 800, 10, runtime="kv_decoder", logprobs=True).total_s
+            == c.decode_steps(m, "float32", 8, 800, 10, runtime="kv_decoder").total_s)
     # a profile without the recorded tail prices the plain one
     c0 = CostModel(CPU, _profile(recorded=False))
-    assert (c0.decode_steps_s(m, "float32", 8, 800, 10, runtime="hf_generate", logprobs=True)
-            == c0.decode_steps_s(m, "float32", 8, 800, 10, runtime="hf_generate"))
+    assert (c0.decode_steps(m, "float32", 8, 800, 10, runtime="hf_generate", logprobs=True).total_s
+            == c0.decode_steps(m, "float32", 8, 800, 10, runtime="hf_generate").total_s)
 
 
 def _static(scenario_dict, logprobs: bool) -> dict:

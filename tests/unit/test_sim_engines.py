@@ -69,14 +69,14 @@ class _Costs:
                                        gen_runtime=self.rt).active_s
 
     def decode(self, batch, kv0, n):
-        return self.cost.decode_steps_s(self.m, self.dt, batch, kv0, n, 1, runtime=self.rt)
+        return self.cost.decode_steps(self.m, self.dt, batch, kv0, n, 1, runtime=self.rt).total_s
 
     def call(self):
         """The runtime's fixed cost of one generate() call (one per static batch)."""
         return self.cost.call_overhead_s(self.rt)
 
     def decode_active(self, batch, kv0, n):
-        return decode_parts(self.cost.decode_coeffs(self.m, self.dt, batch, kv0, 1, runtime=self.rt), n)[1]
+        return decode_parts(self.cost.decoder(self.m, self.dt, 1, runtime=self.rt).coeffs(batch, kv0), n)[1]
 
 
 def _gen_intervals(sim, step: int = 0) -> dict[int, object]:

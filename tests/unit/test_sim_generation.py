@@ -42,8 +42,8 @@ class _Priced:
     def forward(self, m, dt, n_tokens, n_seqs, tp=1, **kw):
         return self.cost.forward(m, dt, n_tokens, n_seqs, tp, gen_runtime=self.rt, **kw)
 
-    def decode_steps_s(self, m, dt, batch, kv0, n, tp=1):
-        return self.cost.decode_steps_s(m, dt, batch, kv0, n, tp, runtime=self.rt)
+    def decode_steps(self, m, dt, batch, kv0, n, tp=1):
+        return self.cost.decode_steps(m, dt, batch, kv0, n, tp, runtime=self.rt)
 
     def call(self):
         """The runtime's fixed host cost of one generate() call (a static batch is one call)."""
@@ -68,7 +68,7 @@ def test_static_equal_lengths_is_padded_prefill_plus_decode_sum(scenario_dict, t
     cost, m, dt = _parts(run)
     assert cost.rt == "hf_generate"
     want = (cost.call() + cost.forward(m, dt, 4 * 32, 4, 1, op="prefill", head="lm").total_s
-            + cost.decode_steps_s(m, dt, 4, 4 * 33, 47))
+            + cost.decode_steps(m, dt, 4, 4 * 33, 47).total_s)
     assert _gen_time(run) == pytest.approx(want, rel=REL)
     assert _gen_time(run, 1) == pytest.approx(want, rel=REL)
 
@@ -77,7 +77,7 @@ def test_continuous_equal_lengths_is_row_prefills_plus_decode_sum(scenario_dict,
     run = tracked(_two_rollout_dict(scenario_dict, "continuous", max_batch=4, prompts=4), steps=2,
                   rollouts=[(32, 48)] * 8)
     cost, m, dt = _parts(run)
-    want = 4 * _prefill_row(cost, m, dt, 32) + cost.decode_steps_s(m, dt, 4, 4 * 33, 47)
+    want = 4 * _prefill_row(cost, m, dt, 32) + cost.decode_steps(m, dt, 4, 4 * 33, 47).total_s
     assert _gen_time(run) == pytest.approx(want, rel=REL)
 
 
@@ -86,7 +86,7 @@ def test_static_batch_decodes_until_its_longest_member_ends(scenario_dict, track
     cost, m, dt = _parts(run)
     # Both rows are padded to the longest prompt; the short one keeps decoding as padding.
     want = (cost.call() + cost.forward(m, dt, 2 * 32, 2, 1, op="prefill", head="lm").total_s
-            + cost.decode_steps_s(m, dt, 2, 2 * 33, 49))
+            + cost.decode_steps(m, dt, 2, 2 * 33, 49).total_s)
     assert _gen_time(run) == pytest.approx(want, rel=REL)
 
 
@@ -94,8 +94,8 @@ def test_continuous_batch_shrinks_when_a_sequence_ends(scenario_dict, tracked):
     run = tracked(_two_rollout_dict(scenario_dict, "continuous"), steps=1, rollouts=[(20, 10), (32, 50)])
     cost, m, dt = _parts(run)
     want = (_prefill_row(cost, m, dt, 20) + _prefill_row(cost, m, dt, 32)
-            + cost.decode_steps_s(m, dt, 2, 21 + 33, 9)
-            + cost.decode_steps_s(m, dt, 1, 32 + 10, 40))
+            + cost.decode_steps(m, dt, 2, 21 + 33, 9).total_s
+            + cost.decode_steps(m, dt, 1, 32 + 10, 40).total_s)
     assert _gen_time(run) == pytest.approx(want, rel=REL)
 
 
@@ -105,10 +105,10 @@ def test_continuous_batch_refills_a_freed_slot(scenario_dict, tracked):
     run = tracked(d, steps=1, rollouts=[(16, 10), (16, 30), (8, 5)])
     cost, m, dt = _parts(run)
     want = (2 * _prefill_row(cost, m, dt, 16)
-            + cost.decode_steps_s(m, dt, 2, 2 * 17, 9)
+            + cost.decode_steps(m, dt, 2, 2 * 17, 9).total_s
             + _prefill_row(cost, m, dt, 8)
-            + cost.decode_steps_s(m, dt, 2, 16 + 10 + 8 + 1, 4)
-            + cost.decode_steps_s(m, dt, 1, 16 + 14, 16))
+            + cost.decode_steps(m, dt, 2, 16 + 10 + 8 + 1, 4).total_s
+            + cost.decode_steps(m, dt, 1, 16 + 14, 16).total_s)
     assert _gen_time(run) == pytest.approx(want, rel=REL)
 
 
@@ -155,8 +155,8 @@ def test_steps_done_inverts_the_decode_sum(k, scenario_dict):
     gen = Generation(sim, GenRequest(0, []))
     coeffs = Clock(gen.engine, 0, {}).coeffs(8, 4000)
     # The clock prices a segment with the engine's runtime: the same sum as the cost model's.
-    assert decode_sum(coeffs, 64) == sim.cost.decode_steps_s(setup.shapes["actor"], setup.dtypes["actor"], 8, 4000, 64,
-                                                             runtime=sc.generation.resolved_runtime)
+    assert decode_sum(coeffs, 64) == sim.cost.decode_steps(setup.shapes["actor"], setup.dtypes["actor"], 8, 4000, 64,
+                                                             runtime=sc.generation.resolved_runtime).total_s
 
     def t(n, factor=1.0):
         return factor * decode_sum(coeffs, n)

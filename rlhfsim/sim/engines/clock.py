@@ -2,7 +2,7 @@
 
 No event per token: between two events (a completion, a chunk boundary, a per-step token budget, a
 KV-capacity limit) the batch is fixed, so a replica advances in one SimPy timeout whose length is the
-closed-form sum of its decode steps (``CostModel.decode_coeffs`` / ``decode_sum``):
+closed-form sum of its decode steps (``CostModel.decoder(...).coeffs`` / ``decode_sum``):
 
     segment_s = f x sum_{i=0}^{n-1} [ max(c0 + cs i, u0 + us i) + o ]  -  credit x f x step_1
 
@@ -171,7 +171,7 @@ class Clock:
         self.active_s = 0.0
         self.gpu0 = idx * eng.tp
         self.gpus = range(self.gpu0, self.gpu0 + eng.tp)
-        self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt, eng.logprobs)  # ``decode_coeffs``'s constants
+        self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt, eng.logprobs)  # the decode predictor's constants
         self.step_extra_s = 0.0   # added to every decode step of the current batch (a padded static batch)
 
     # -- rows ----------------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ class Clock:
 
     # -- decode segments -----------------------------------------------------------------------------
     def coeffs(self, batch: int, kv0: float) -> tuple:
-        """``decode_coeffs`` of a segment of ``batch`` rows holding ``kv0`` cached tokens at its start."""
+        """The decode coefficients (``_Decode.coeffs``) of a segment of ``batch`` rows holding ``kv0`` cached tokens at its start."""
         c = self._decoder.coeffs(batch, kv0, self.eng.overhead)
         return (*c[:4], c[4] + self.step_extra_s) if self.step_extra_s else c
 

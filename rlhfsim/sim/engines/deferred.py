@@ -4,7 +4,7 @@ When nothing outside a replica can see or change its generation while it runs (n
 scorers, no OPPO stop, so no interference from chunk prefills either), the engine's replica loop runs to
 its end at once, in decode steps: the same code, the same admissions, preemptions and row ends, but each
 decode segment and each busy call (prefill, call overhead) is booked instead of waited for. Afterwards
-``resolve`` prices every booked segment in one numpy pass (``CostModel.decode_coeffs`` and
+``resolve`` prices every booked segment in one numpy pass (``CostModel.decoder(...).coeffs`` and
 ``decode_parts_many`` on arrays: the same arithmetic as the event clock, elementwise, so the same bits),
 accumulates the durations in booking order (``np.add.accumulate``, left to right, as SimPy's clock adds
 timeouts) and gives each finished or paused row the time of the booking it followed. The replica then
@@ -27,7 +27,7 @@ SEGMENT = -1.0  # a booked item that is a decode segment (its duration is comput
 
 
 def _with_extra(coeffs: tuple, extra: np.ndarray) -> tuple:
-    """``decode_coeffs`` with each booking's ``step_extra_s`` added to its per-step overhead, as
+    """``CostModel.decoder(...).coeffs`` with each booking's ``step_extra_s`` added to its per-step overhead, as
     ``Clock.coeffs`` adds it (the same arithmetic, so the same bits)."""
     if not extra.any():
         return coeffs
@@ -87,7 +87,7 @@ class DeferredClock(Clock):
             batch = np.concatenate([np.array(c.book_batch) for c in booked])
             kv0 = np.concatenate([np.array(c.book_kv0) for c in booked])
             steps = np.concatenate([np.array(c.book_n) for c in booked])
-            coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, batch, kv0, e.tp, e.overhead, runtime=e.rt, logprobs=e.logprobs),
+            coeffs = _with_extra(e.cost.decoder(e.model, e.dtype, e.tp, runtime=e.rt, logprobs=e.logprobs).coeffs(batch, kv0, e.overhead),
                                  np.concatenate([np.array(c.book_extra) for c in booked]))
             total, kernel = decode_parts_many(coeffs, steps)
             o = 0
@@ -108,8 +108,8 @@ class DeferredClock(Clock):
         if self.book_n:
             if parts is None:
                 e = self.eng
-                coeffs = _with_extra(e.cost.decode_coeffs(e.model, e.dtype, np.array(self.book_batch),
-                                                          np.array(self.book_kv0), e.tp, e.overhead, runtime=e.rt, logprobs=e.logprobs),
+                coeffs = _with_extra(e.cost.decoder(e.model, e.dtype, e.tp, runtime=e.rt, logprobs=e.logprobs).coeffs(
+                    np.array(self.book_batch), np.array(self.book_kv0), e.overhead),
                                      np.array(self.book_extra))
                 parts = decode_parts_many(coeffs, np.array(self.book_n))
             total, kernel = parts
