@@ -12,7 +12,7 @@ import statistics
 
 from rlhfsim.contracts import PHASES
 from rlhfsim.costs import price
-from rlhfsim.costs.terms import add_terms
+from rlhfsim.costs.terms import Price, add_terms
 from rlhfsim.errors import RlhfsimError
 
 def _mean_phases(phase_dicts: list[dict]) -> dict[str, float]:
@@ -28,24 +28,19 @@ def _err(pred: float, meas: float) -> float | None:
     return 100.0 * (pred - meas) / meas if meas > 0 else None
 
 
-def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict, logprobs: bool = False) -> float:
+def price_op(cost, model, dtype: str, runtime: str, name: str, shape: dict, logprobs: bool = False) -> Price:
     """The profile's price of one in-step generation operation (``StepLog.op``), with the calls the
-    simulator's engines make for the same work (``rlhfsim.costs.price.generation_op_s``: tp 1, no co-running
-    scoring). ``logprobs``: the sampled tokens' log-probs are recorded (the executor always records them:
-    ``generation.sampling_logprobs``)."""
-    return price.generation_op_s(cost, model, dtype, runtime, name, shape, logprobs)
-
-
-def price_op_terms(cost, model, dtype: str, runtime: str, name: str, shape: dict, logprobs: bool = False) -> dict:
-    """``price_op`` by cost term (``rlhfsim.costs.price.generation_op_terms``)."""
-    return price.generation_op_terms(cost, model, dtype, runtime, name, shape, logprobs)
+    simulator's engines make for the same work (``rlhfsim.costs.price.generation_op``: tp 1, no co-running
+    scoring), its terms beside it. ``logprobs``: the sampled tokens' log-probs are recorded (the executor always
+    records them: ``generation.sampling_logprobs``)."""
+    return price.generation_op(cost, model, dtype, runtime, name, shape, logprobs)
 
 
 SCORER_OPS = ("chunk_prefill", "rescore")   # the scorer thread's calls under intra-step streaming (StepLog.op)
 PHASE_OPS = ("forward_call", "train_call")  # the sequential phases' calls: reward, reference, critic, training
 
 
-def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
+def price_scorer_op(cost, setup, name: str, shape: dict) -> Price:
     """The profile's price of one scorer call of the reward model, timed by the scorer thread, as the
     simulator's chunk scorer prices a call alone (``rlhfsim.costs.price.scorer_call``: no co-running
     slowdown): ``chunk_prefill`` on a cached prefix (incremental) or ``rescore`` from scratch (reencode,
@@ -58,25 +53,12 @@ def price_scorer_op(cost, setup, name: str, shape: dict) -> float:
     strategy = STREAMING["incremental" if name == "chunk_prefill" else "reencode"]
     return price.scorer_call(cost, strategy, setup.shapes["reward"], setup.dtypes["reward"], shape["tokens"], 1,
                              shape.get("prefix", 0), 1, setup.head("reward"),
-                             forward_runtime(cost, "reward", setup.scenario), bool(shape.get("retokenize")))[0]
-
-
-def price_scorer_op_terms(cost, setup, name: str, shape: dict) -> dict:
-    """``price_scorer_op`` by cost term (``rlhfsim.costs.price.scorer_call_terms``)."""
-    from rlhfsim.sim.simulation import forward_runtime
-    from rlhfsim.sim.streaming import STREAMING
-
-    if name not in SCORER_OPS:
-        raise RlhfsimError(f"price_scorer_op_terms: expected one of {SCORER_OPS}, got {name!r}")
-    strategy = STREAMING["incremental" if name == "chunk_prefill" else "reencode"]
-    return price.scorer_call_terms(cost, strategy, setup.shapes["reward"], setup.dtypes["reward"], shape["tokens"], 1,
-                                   shape.get("prefix", 0), 1, setup.head("reward"),
-                                   forward_runtime(cost, "reward", setup.scenario), bool(shape.get("retokenize")))
+                             forward_runtime(cost, "reward", setup.scenario), bool(shape.get("retokenize")))
 
 
 def _op_row(calls: int, measured_s: float, predicted_s: float, steps: int, terms: dict | None = None) -> dict:
     """One in-step operation's row over ``steps`` steady steps: calls and seconds per step, ms per call,
-    the error, and the predicted seconds per step by cost term (``rlhfsim.costs.price``'s ``*_terms``)."""
+    the error, and the predicted seconds per step by cost term (a ``Price``'s terms)."""
     row = {"calls_per_step": calls / steps, "measured_s": measured_s / steps, "predicted_s": predicted_s / steps,
            "measured_ms_per_call": 1e3 * measured_s / calls, "predicted_ms_per_call": 1e3 * predicted_s / calls,
            "error_pct": _err(predicted_s, measured_s)}
@@ -99,8 +81,9 @@ def scoring_operations(setup, cost, steps: list) -> dict:
                 a = acc.setdefault(name, [0, 0.0, 0.0, {}])
                 a[0] += 1
                 a[1] += secs
-                a[2] += price_scorer_op(cost, setup, name, shape)
-                add_terms(a[3], price_scorer_op_terms(cost, setup, name, shape))
+                p = price_scorer_op(cost, setup, name, shape)
+                a[2] += p.total_s
+                add_terms(a[3], p.terms())
     _, _, slow, add, _ = cost.corun(setup.scenario.generation.resolved_runtime, setup.shapes["actor"],
                                     setup.shapes.get("reward"))
     return {"operations": {name: _op_row(c, m, p, n, t) for name, (c, m, p, t) in sorted(acc.items())},
@@ -121,16 +104,16 @@ def operations(setup, cost, steps: list) -> dict:
             a = acc.setdefault(name, [0, 0.0, 0.0, {}])
             a[0] += 1
             a[1] += secs
-            a[2] += price_op(cost, model, dtype, runtime, name, shape, setup.scenario.generation.sampling_logprobs)
-            add_terms(a[3], price_op_terms(cost, model, dtype, runtime, name, shape,
-                                            setup.scenario.generation.sampling_logprobs))
+            p = price_op(cost, model, dtype, runtime, name, shape, setup.scenario.generation.sampling_logprobs)
+            a[2] += p.total_s
+            add_terms(a[3], p.terms())
     ops = {name: _op_row(c, m, p, n, t) for name, (c, m, p, t) in sorted(acc.items())}
     span = statistics.fmean(r.phases["generate"][1] - r.phases["generate"][0] for r in steps) if steps else 0.0
     return {"runtime": runtime, "operations": ops,
             "outside_ops_s": span - sum(v["measured_s"] for v in ops.values()), "generate_span_s": span}
 
 
-def price_phase_op(cost, setup, name: str, shape: dict) -> float:
+def price_phase_op(cost, setup, name: str, shape: dict) -> Price:
     """The profile's price of one call of a sequential phase (``PHASE_OPS``) on one device, as the
     simulator's stages price it (``rlhfsim.costs.price``): a forward call (reward, reference, critic values)
     is the padded piece over ``rows`` x ``width`` tokens plus the framework's host time per piece; a
@@ -141,23 +124,10 @@ def price_phase_op(cost, setup, name: str, shape: dict) -> float:
     role = shape["role"]
     tokens, rows = shape["rows"] * shape["width"], shape["rows"]
     if name == "forward_call":   # a reward forward call is timed only with a reward model (not a rule)
-        return price.forward_piece_s(cost, setup, role, tokens, rows, forward_runtime(cost, role, setup.scenario))
+        return price.forward_piece(cost, setup, role, tokens, rows, forward_runtime(cost, role, setup.scenario))
     if name == "train_call":
-        return price.train_piece_s(cost, setup, role, tokens, rows)
+        return price.train_piece(cost, setup, role, tokens, rows)
     raise RlhfsimError(f"price_phase_op: expected one of {PHASE_OPS}, got {name!r}")
-
-
-def price_phase_op_terms(cost, setup, name: str, shape: dict) -> dict:
-    """``price_phase_op`` by cost term (``rlhfsim.costs.price``'s ``forward_piece_terms``, ``train_piece_terms``)."""
-    from rlhfsim.sim.simulation import forward_runtime
-
-    role = shape["role"]
-    tokens, rows = shape["rows"] * shape["width"], shape["rows"]
-    if name == "forward_call":
-        return price.forward_piece_terms(cost, setup, role, tokens, rows, forward_runtime(cost, role, setup.scenario))
-    if name == "train_call":
-        return price.train_piece_terms(cost, setup, role, tokens, rows)
-    raise RlhfsimError(f"price_phase_op_terms: expected one of {PHASE_OPS}, got {name!r}")
 
 
 def phase_operations(setup, cost, steps: list) -> dict:
@@ -178,10 +148,11 @@ def phase_operations(setup, cost, steps: list) -> dict:
                 a = acc.setdefault((shape["phase"], shape["index"] == 0), [0, 0.0, 0.0, 0, 0])
                 a[0] += 1
                 a[1] += secs
-                a[2] += price_phase_op(cost, setup, name, shape)
+                p = price_phase_op(cost, setup, name, shape)
+                a[2] += p.total_s
                 a[3] += shape["rows"]
                 a[4] += shape["rows"] * shape["width"]
-                add_terms(terms.setdefault(shape["phase"], {}), price_phase_op_terms(cost, setup, name, shape))
+                add_terms(terms.setdefault(shape["phase"], {}), p.terms())
     out = {}
     for ph in PHASES:
         first, other = acc.get((ph, True)), acc.get((ph, False))

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         step = statistics.median(x[2] for x in xs)
         rows.append({"rows": b, "calls": len(xs), "context_per_row": kv0 / b, "padded_context_per_row": kvp / b,
                      "in_step_s": step, "apart_s": apart_s(m, dtype, b, max(1, int(kvp / b))),
-                     "price_s": price_op(cost, m, dtype, cfg.gen_runtime, "decode", {"batch": b, "kv0": kv0})})
+                     "price_s": price_op(cost, m, dtype, cfg.gen_runtime, "decode", {"batch": b, "kv0": kv0}).total_s})
     tot = {k: sum(r[k] * r["calls"] for r in rows) for k in ("in_step_s", "apart_s", "price_s")}
     out = {"scenario": str(a.scenario), "actor": m.name, "streamed_weights_mib": weights, "engine": cfg.engine,
            "intra": cfg.intra, "rows": rows, "totals_s": tot}

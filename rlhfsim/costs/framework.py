@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LOGPROB_HEAD, split
+from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LOGPROB_HEAD, Price, split
 from rlhfsim.models.catalog import ModelShape
 
 LOGPROB_BYTES = 6.0     # bytes per logit: temperature div_ (read + write bf16) + fused cross entropy (read)
@@ -147,6 +147,10 @@ class CallParts:
     def active_s(self) -> float:
         """Device-busy seconds: the roofline's kernels, the head and the communication not hidden by them."""
         return self.kernel_active_s + (self.device_s - self.kernel_s)
+
+    def price(self) -> Price:
+        """The call as a ``Price``: its total, active seconds and terms."""
+        return Price(self.total_s, self.active_s, self.terms)
 
     def terms(self) -> dict[str, float]:
         """Seconds by cost term (``rlhfsim.costs.terms``), summing to ``total_s``: the host counts only where it

@@ -26,11 +26,14 @@ terms event by event)::
 
 The bracketed terms apply to a left-padded batch (rows of different contexts). Units: seconds, tokens.
 
-Each price has a twin ending in ``_terms`` that returns the same seconds by cost term (``rlhfsim.costs.terms``;
-they sum to the price up to rounding): validate's per-call tables show what a predicted call is made of.
+Each function returns a ``Price`` (``rlhfsim.costs.terms``): the seconds charged, their device-busy share, and
+``terms()``, the same seconds by cost term (they sum to the price up to rounding), so that validate's per-call
+tables show what a predicted call is made of from the very function that priced it.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from rlhfsim.costs.framework import CallParts
 from rlhfsim.costs.terms import FRAMEWORK_PIECE, GEN_CALL_OVERHEAD, HANDOFF, LEFT_PADDING, OPTIMIZER, RETOKENIZE, Price, add_terms
@@ -76,134 +79,80 @@ def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node:
                           grad_allreduce=fsdp_n == 0)
 
 
-def forward_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> float:
+def forward_piece(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> Price:
     """A forward call timed inside a real step, priced alone (one device, no sharding): the piece and the
-    framework's host time per piece."""
-    return forward_call(cost, setup, role, n_tokens, n_rows, runtime=runtime).total_s + piece_s(cost, False)
+    framework's host time per piece (framework_piece)."""
+    return forward_call(cost, setup, role, n_tokens, n_rows, runtime=runtime).price().add(FRAMEWORK_PIECE,
+                                                                                          piece_s(cost, False))
 
 
-def train_piece_s(cost, setup, role: str, n_tokens: float, n_rows: float) -> float:
+def train_piece(cost, setup, role: str, n_tokens: float, n_rows: float) -> Price:
     """A training call (one minibatch on one device) timed inside a real step, priced alone: the piece, the
-    host time per piece and the minibatch's optimizer step."""
-    return (train_call(cost, setup, role, n_tokens, n_rows).total_s + piece_s(cost, True)
-            + optimizer_step(cost, setup, role)[0])
-
-
-def forward_piece_terms(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> dict[str, float]:
-    """``forward_piece_s`` by cost term."""
-    return {**forward_call(cost, setup, role, n_tokens, n_rows, runtime=runtime).terms(), FRAMEWORK_PIECE: piece_s(cost, False)}
-
-
-def train_piece_terms(cost, setup, role: str, n_tokens: float, n_rows: float) -> dict[str, float]:
-    """``train_piece_s`` by cost term."""
-    return {**train_call(cost, setup, role, n_tokens, n_rows).terms(), FRAMEWORK_PIECE: piece_s(cost, True),
-            OPTIMIZER: optimizer_step(cost, setup, role)[0]}
+    host time per piece (framework_piece) and the minibatch's optimizer step (optimizer)."""
+    return (train_call(cost, setup, role, n_tokens, n_rows).price().add(FRAMEWORK_PIECE, piece_s(cost, True))
+            .add(OPTIMIZER, optimizer_step(cost, setup, role).total_s))
 
 
 def scorer_call(cost, strategy, model, dtype: str, tokens: float, n_seqs: int, prefix: float, tp: int, head: str,
-                runtime: str | None, retokenize: bool) -> tuple[float, float]:
-    """(total_s, active_s) of one scorer call of ``n_seqs`` rows alone (no co-running slowdown): the
-    streaming strategy's price (``rlhfsim.sim.streaming``), plus the host's re-tokenizing of the call's
-    tokens when the reward model reads another tokenizer (host time, not active)."""
-    total, active = strategy.price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime)
-    if retokenize:
-        total += cost.retokenize_s(n_seqs, tokens)
-    return total, active
+                runtime: str | None, retokenize: bool, new: float | None = None) -> Price:
+    """One scorer call of ``n_seqs`` rows alone (no co-running slowdown): the streaming strategy's price
+    (``rlhfsim.sim.streaming``), plus the host's re-tokenizing of the call's tokens when the reward model reads
+    another tokenizer (retokenize: host time, not active). ``new``: the call's tokens no earlier call scored, for
+    its terms (None: all of them, so a re-encoding strategy shows no ``reencode_prefix``)."""
+    p = strategy.price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime, new)
+    return p.add(RETOKENIZE, cost.retokenize_s(n_seqs, tokens)) if retokenize else p
 
 
-def scorer_call_terms(cost, strategy, model, dtype: str, tokens: float, n_seqs: int, prefix: float, tp: int, head: str,
-                      runtime: str | None, retokenize: bool, new: float | None = None) -> dict[str, float]:
-    """``scorer_call``'s total by cost term (``Streaming.parts``); ``new``: the call's tokens no earlier call
-    scored (None: all of them, so a re-encoding strategy shows no ``reencode_prefix``)."""
-    out = strategy.parts(cost, model, dtype, tokens, n_seqs, prefix, tokens if new is None else new, tp, head, runtime)
-    if retokenize:
-        out[RETOKENIZE] = cost.retokenize_s(n_seqs, tokens)
-    return out
-
-
-def prefill_s(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int, logprobs: bool = False) -> float:
+def prefill(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int, logprobs: bool = False) -> Price:
     """A generation runtime's prefill of ``n_tokens`` in ``n_seqs`` rows, each row's first token sampled
     (``logprobs``: its log-prob recorded)."""
     return cost.forward(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
-                          gen_logprobs=logprobs).total_s
+                        gen_logprobs=logprobs)
 
 
-def decode_steps_s(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
-                   logprobs: bool = False) -> float:
+def decode_steps(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
+                 logprobs: bool = False) -> Price:
     """``steps`` decode steps of ``batch`` rows from ``kv0`` cached tokens in all (``CostModel.decode_steps``)."""
-    return cost.decode_steps(model, dtype, batch, kv0, steps, runtime=runtime, logprobs=logprobs).total_s
+    return cost.decode_steps(model, dtype, batch, kv0, steps, runtime=runtime, logprobs=logprobs)
 
 
-def generate_call_s(cost, model, dtype: str, runtime: str | None, rows: int, width: int, steps: int, first: bool,
-                    padded: bool = False, logprobs: bool = False) -> float:
+def generate_call(cost, model, dtype: str, runtime: str | None, rows: int, width: int, steps: int, first: bool,
+                  padded: bool = False, logprobs: bool = False) -> Price:
     """One ``generate()`` call of ``rows`` rows at context ``width`` making ``steps`` tokens per row (the
-    module docstring): the first call of a batch pays its host overhead, the prefill (its first token) and
-    ``steps - 1`` decode steps; a continuation under streaming pays the chunk hand-over and ``steps`` steps
-    on the cached prefix. ``padded``: the rows' contexts differ, so HF left-pads them and applies the mask
-    at every step."""
+    module docstring): the first call of a batch pays its host overhead (gen_call_overhead), the prefill (its
+    first token) and ``steps - 1`` decode steps; a continuation under streaming pays the chunk hand-over (handoff)
+    and ``steps`` steps on the cached prefix. ``padded``: the rows' contexts differ, so HF left-pads them and
+    applies the mask at every step (left_padding)."""
     pad = cost.pad_step_s(runtime, rows) if padded else 0.0
     if first:
-        return (cost.call_overhead_s(runtime) + (cost.pad_prefill_s(runtime) if padded else 0.0)
-                + prefill_s(cost, model, dtype, runtime, rows * width, rows, logprobs)
-                + decode_steps_s(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs)
-                + (steps - 1) * pad)
-    return (cost.handoff_s(runtime, rows) + decode_steps_s(cost, model, dtype, runtime, rows, rows * width, steps, logprobs)
-            + steps * pad)
+        fixed, pad0 = cost.call_overhead_s(runtime), (cost.pad_prefill_s(runtime) if padded else 0.0)
+        pre = prefill(cost, model, dtype, runtime, rows * width, rows, logprobs)
+        dec = decode_steps(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs)
+        total = fixed + pad0 + pre.total_s + dec.total_s + (steps - 1) * pad
+        return Price(total, pre.active_s + dec.active_s,
+                     partial(_call_terms, {GEN_CALL_OVERHEAD: fixed, LEFT_PADDING: pad0 + (steps - 1) * pad}, pre, dec))
+    hand = cost.handoff_s(runtime, rows)
+    dec = decode_steps(cost, model, dtype, runtime, rows, rows * width, steps, logprobs)
+    return Price(hand + dec.total_s + steps * pad, dec.active_s,
+                 partial(_call_terms, {HANDOFF: hand, LEFT_PADDING: steps * pad}, dec))
 
 
-def prefill_terms(cost, model, dtype: str, runtime: str | None, n_tokens: float, n_seqs: int,
-                  logprobs: bool = False) -> dict[str, float]:
-    """``prefill_s`` by cost term."""
-    return cost.forward(model, dtype, n_tokens, n_seqs, 1, op="prefill", head="lm", gen_runtime=runtime,
-                              gen_logprobs=logprobs).terms()
-
-
-def decode_steps_terms(cost, model, dtype: str, runtime: str | None, batch: int, kv0: float, steps: int,
-                       logprobs: bool = False) -> dict[str, float]:
-    """``decode_steps_s`` by cost term: each step's (``_Decode.steps_terms``), the cache growing by ``batch`` a step."""
-    return cost.decoder(model, dtype, 1, runtime, logprobs).steps_terms(batch, kv0, steps)
-
-
-def generate_call_terms(cost, model, dtype: str, runtime: str | None, rows: int, width: int, steps: int, first: bool,
-                        padded: bool = False, logprobs: bool = False) -> dict[str, float]:
-    """``generate_call_s`` by cost term: the call's host overhead (``gen_call_overhead``) or the chunk hand-over
-    (``handoff``), left padding (``left_padding``), the prefill's and the decode steps' terms."""
-    pad = cost.pad_step_s(runtime, rows) if padded else 0.0
-    if first:
-        out = {GEN_CALL_OVERHEAD: cost.call_overhead_s(runtime),
-               LEFT_PADDING: (cost.pad_prefill_s(runtime) if padded else 0.0) + (steps - 1) * pad}
-        add_terms(out, prefill_terms(cost, model, dtype, runtime, rows * width, rows, logprobs))
-        add_terms(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * (width + 1), steps - 1, logprobs))
-        return out
-    out = {HANDOFF: cost.handoff_s(runtime, rows), LEFT_PADDING: steps * pad}
-    add_terms(out, decode_steps_terms(cost, model, dtype, runtime, rows, rows * width, steps, logprobs))
+def _call_terms(fixed: dict, *prices: Price) -> dict[str, float]:
+    out = dict(fixed)
+    for p in prices:
+        add_terms(out, p.terms())
     return out
 
 
-def _generation_op(prefill, decode, generate, cost, model, dtype: str, runtime: str | None, name: str, shape: dict,
-                   logprobs: bool, who: str):
-    """A generation operation (``prefill``, ``decode``: one step, ``generate_call``) at its logged shape, priced by
-    the given prefill, decode-steps and generate-call functions (the seconds, or their ``_terms`` twins)."""
-    if name == "prefill":
-        return prefill(cost, model, dtype, runtime, shape["n_tokens"], shape["n_seqs"], logprobs)
-    if name == "decode":
-        return decode(cost, model, dtype, runtime, shape["batch"], shape["kv0"], 1, logprobs)
-    if name == "generate_call":
-        return generate(cost, model, dtype, runtime, shape["rows"], shape["width"], shape["steps"], shape["first"],
-                        bool(shape.get("padded")), logprobs)
-    raise RlhfsimError(f"{who}: expected prefill, decode or generate_call, got {name!r}")
-
-
-def generation_op_s(cost, model, dtype: str, runtime: str | None, name: str, shape: dict, logprobs: bool = False) -> float:
+def generation_op(cost, model, dtype: str, runtime: str | None, name: str, shape: dict, logprobs: bool = False) -> Price:
     """A generation operation timed inside a real step (``calibrate.executor``'s ``StepLog.op``: ``prefill``,
     ``decode`` (one step), ``generate_call``) priced at its shape, as the simulator's engines price the same
     work (tp 1, no co-running scoring)."""
-    return _generation_op(prefill_s, decode_steps_s, generate_call_s, cost, model, dtype, runtime, name, shape, logprobs,
-                          "generation_op_s")
-
-
-def generation_op_terms(cost, model, dtype: str, runtime: str | None, name: str, shape: dict,
-                        logprobs: bool = False) -> dict[str, float]:
-    """``generation_op_s`` by cost term."""
-    return _generation_op(prefill_terms, decode_steps_terms, generate_call_terms, cost, model, dtype, runtime, name,
-                          shape, logprobs, "generation_op_terms")
+    if name == "prefill":
+        return prefill(cost, model, dtype, runtime, shape["n_tokens"], shape["n_seqs"], logprobs)
+    if name == "decode":
+        return decode_steps(cost, model, dtype, runtime, shape["batch"], shape["kv0"], 1, logprobs)
+    if name == "generate_call":
+        return generate_call(cost, model, dtype, runtime, shape["rows"], shape["width"], shape["steps"], shape["first"],
+                             bool(shape.get("padded")), logprobs)
+    raise RlhfsimError(f"generation_op: expected prefill, decode or generate_call, got {name!r}")

@@ -21,7 +21,7 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
 * a decode step (``_Decode.terms``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
   where the profile has the engine's host work per step), and on a CPU gemm_footprint (out of decode_kernels) and
   cold_overheads (out of the fixed costs);
-* a generation runtime's call (``rlhfsim.costs.price.generate_call_terms``): gen_call_overhead or handoff,
+* a generation runtime's call (``rlhfsim.costs.price.generate_call``): gen_call_overhead or handoff,
   left_padding, its prefill's forward terms and its decode steps' terms;
 * a generation replica's time in a step (``rlhfsim.sim.engines.accounting``): its decode segments' steps
   summed by term (decode_kernels, engine_step, sampling_tail, host_launch_bound, on a CPU gemm_footprint and
@@ -170,7 +170,7 @@ GEN_CALL_OVERHEAD = _row(
     "gen_call_overhead", "a static-batch runtime's fixed host cost of one generate() call (argument "
     "checks, cache setup, the stopping criteria), beside its prefill and decode steps",
     "generation.RT.call_overhead_s", "any", "rlhfsim calibrate (calibrate.measuring.genbench prefill points)",
-    "rlhfsim.costs.price.generate_call_s")
+    "rlhfsim.costs.price.generate_call")
 HANDOFF = _row(
     "handoff", "the actor's pause at a chunk boundary under intra-step streaming (a generate() call "
     "returning its tokens and the next one continuing on the cache), per boundary and row",
@@ -223,7 +223,7 @@ REENCODE_PREFIX = _row(
     "reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
     "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "
     "against incremental", "models.reward.streaming; operations.reencode:RT (else score:RT, prefill)",
-    "any", "calibrate.rescore", "rlhfsim.sim.streaming.Reencode.parts")
+    "any", "calibrate.rescore", "rlhfsim.sim.streaming.Reencode.price")
 RETOKENIZE = _row(
     "retokenize", "the host decoding the actor's ids to text and tokenizing it for a reward model of "
     "another tokenizer (per batch, or per streamed call)", "step.retokenize_s, retokenize_per_token_s",

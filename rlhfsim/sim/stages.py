@@ -530,19 +530,19 @@ class ChunkScorer:
         key = (tokens, n, prefix)
         parts = self.prices.get(key)
         if parts is None:
-            parts = self.prices[key] = price.scorer_call(self.sim.cost, self.strategy, self.model, self.dtype, tokens, n,
-                                                         prefix, self.tp, self.head, self.runtime, self.retokenize)
+            parts = self.prices[key] = tuple(price.scorer_call(self.sim.cost, self.strategy, self.model, self.dtype, tokens,
+                                                               n, prefix, self.tp, self.head, self.runtime, self.retokenize))
         return parts
 
     def _terms(self, tokens: float, n: int, prefix: float, new: float) -> dict[str, float]:
-        """``_price``'s total by cost term (``rlhfsim.costs.price.scorer_call_terms``), kept per (tokens, n, prefix,
-        new)."""
+        """``_price``'s total by cost term (``rlhfsim.costs.price.scorer_call``'s terms with the call's ``new``
+        tokens), kept per (tokens, n, prefix, new)."""
         key = (tokens, n, prefix, new)
         got = self.by_term.get(key)
         if got is None:
-            got = self.by_term[key] = price.scorer_call_terms(self.sim.cost, self.strategy, self.model, self.dtype, tokens,
-                                                              n, prefix, self.tp, self.head, self.runtime,
-                                                              self.retokenize, new)
+            got = self.by_term[key] = price.scorer_call(self.sim.cost, self.strategy, self.model, self.dtype, tokens, n,
+                                                        prefix, self.tp, self.head, self.runtime, self.retokenize,
+                                                        new).terms()
         return got
 
     def _book_terms(self, rep: "_Chain") -> None:

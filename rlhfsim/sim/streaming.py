@@ -21,16 +21,17 @@ hand-over and d already handed over before it:
 So for the same responses ``reencode`` prices at least the work of ``final_only`` (its last call is the
 same pass, and every earlier one is extra), and more as responses grow (``tests/property``).
 
-Each strategy also splits a call's price by cost term (``parts``, for ``rlhfsim explain``): a forward's terms
-(``CostModel.forward``) and, for a call that re-encodes tokens earlier calls scored, ``reencode_prefix``:
+A strategy's ``price`` is a ``Price`` (``rlhfsim.costs.terms``), whose terms (for ``rlhfsim explain``) are a
+forward's (``CostModel.forward``) and, for a call that re-encodes tokens earlier calls scored, ``reencode_prefix``:
 the call's price less the price of its ``new`` tokens alone, what re-scoring costs against ``incremental``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar
 
-from rlhfsim.costs.terms import REENCODE_PREFIX
+from rlhfsim.costs.terms import REENCODE_PREFIX, Price
 
 
 class Streaming:
@@ -47,15 +48,9 @@ class Streaming:
 
     @staticmethod
     def price(cost, model, dtype: str, tokens: float, n_seqs: int, prefix: float, tp: int, head: str,
-              runtime: str | None) -> tuple[float, float]:
-        """(total_s, active_s) of one scorer call of ``n_seqs`` rows, ``tokens`` and ``prefix`` summed."""
-        raise NotImplementedError
-
-    @staticmethod
-    def parts(cost, model, dtype: str, tokens: float, n_seqs: int, prefix: float, new: float, tp: int, head: str,
-              runtime: str | None) -> dict[str, float]:
-        """``price``'s total by cost term (``rlhfsim.costs.terms``); ``new``: the call's tokens that no earlier
-        call of its rollouts scored."""
+              runtime: str | None, new: float | None = None) -> Price:
+        """One scorer call of ``n_seqs`` rows, ``tokens`` and ``prefix`` summed; ``new``, for its terms: the call's
+        tokens that no earlier call of its rollouts scored (None: all of them)."""
         raise NotImplementedError
 
 
@@ -74,12 +69,8 @@ class Incremental(Streaming):
         return new + (r.prompt_len if first else 0), (0 if first else r.prompt_len + done)
 
     @staticmethod
-    def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime):
+    def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime, new=None):
         return cost.chunk_prefill(model, dtype, tokens, n_seqs, prefix, tp, head)
-
-    @staticmethod
-    def parts(cost, model, dtype, tokens, n_seqs, prefix, new, tp, head, runtime):
-        return cost.chunk_prefill(model, dtype, tokens, n_seqs, prefix, tp, head).terms()
 
 
 class Reencode(Streaming):
@@ -95,16 +86,19 @@ class Reencode(Streaming):
         return r.prompt_len + r.generated, 0
 
     @staticmethod
-    def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime):
-        return cost.rescore(model, dtype, tokens, n_seqs, tp, runtime)
+    def price(cost, model, dtype, tokens, n_seqs, prefix, tp, head, runtime, new=None):
+        whole = cost.rescore(model, dtype, tokens, n_seqs, tp, runtime)
+        if new is None or new >= tokens:   # nothing scored before: one plain pass
+            return whole
+        return Price(whole.total_s, whole.active_s,
+                     partial(_reencoded, cost.rescore(model, dtype, new, n_seqs, tp, runtime), whole.total_s))
 
-    @staticmethod
-    def parts(cost, model, dtype, tokens, n_seqs, prefix, new, tp, head, runtime):
-        if new >= tokens:   # nothing scored before: one plain pass
-            return cost.rescore(model, dtype, tokens, n_seqs, tp, runtime).terms()
-        out = cost.rescore(model, dtype, new, n_seqs, tp, runtime).terms()
-        out[REENCODE_PREFIX] = cost.rescore(model, dtype, tokens, n_seqs, tp, runtime).total_s - sum(out.values())
-        return out
+
+def _reencoded(alone: Price, total_s: float) -> dict[str, float]:
+    """A re-encoding call's terms: its new tokens' pass alone, and the rest of its price as ``reencode_prefix``."""
+    out = alone.terms()
+    out[REENCODE_PREFIX] = total_s - sum(out.values())
+    return out
 
 
 class FinalOnly(Streaming):
@@ -119,8 +113,7 @@ class FinalOnly(Streaming):
             return None
         return r.prompt_len + r.generated, 0
 
-    price = Reencode.price
-    parts = Reencode.parts   # its one call per rollout re-encodes nothing: ``new`` is all its tokens
+    price = Reencode.price   # its one call per rollout re-encodes nothing: ``new`` is all its tokens
 
 
 STREAMING: dict[str, type[Streaming]] = {cls.NAME: cls for cls in (Incremental, Reencode, FinalOnly)}

@@ -77,8 +77,8 @@ def test_a_streamed_scorer_call_splits_its_price(device, name):
     strategy = STREAMING[name]
     for head in ("value", "lm"):
         for tokens, prefix, new in ((600.0, 0.0, 600.0), (640.0, 0.0, 64.0), (64.0, 576.0, 64.0)):
-            total = strategy.price(cost, m, dt, tokens, 1, prefix, 1, head, None)[0]
-            parts = strategy.parts(cost, m, dt, tokens, 1, prefix, new, 1, head, None)
+            total = strategy.price(cost, m, dt, tokens, 1, prefix, 1, head, None).total_s
+            parts = strategy.price(cost, m, dt, tokens, 1, prefix, 1, head, None, new).terms()
             assert sum(parts.values()) == pytest.approx(total, rel=1e-12), (head, tokens, new)
             assert set(parts) <= set(T.BY_NAME)
             assert (parts.get("reencode_prefix", 0.0) > 0) == (name != "incremental" and new < tokens)

@@ -126,7 +126,7 @@ def test_a_flagged_static_call_is_what_validate_prices_and_costs_its_recorder_pe
     runs = {lp: tracked(_static(scenario_dict, lp), steps=1, rollouts=[(32, 20)] * 4, cost=cost) for lp in (False, True)}
     for lp, run in runs.items():
         assert run.records[0].phases_s["generate"] == pytest.approx(
-            price_op(cost, m, dt, "hf_generate", "generate_call", shape, lp), rel=1e-9)
+            price_op(cost, m, dt, "hf_generate", "generate_call", shape, lp).total_s, rel=1e-9)
     # 20 sampled tokens a row: the prefill's and 19 decode steps', each with the recorder's extra over 4 rows
     extra = 20 * (RECORDED[0] - PLAIN[0] + (RECORDED[1] - PLAIN[1]) * 4 * m.vocab)
     assert runs[True].records[0].phases_s["generate"] - runs[False].records[0].phases_s["generate"] == pytest.approx(extra, rel=1e-6)

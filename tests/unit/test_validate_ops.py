@@ -41,7 +41,7 @@ def test_one_static_call_is_what_the_engine_charges(scenario_dict, tracked):
     run = tracked(_one_batch(scenario_dict), steps=1, rollouts=ROWS)
     s = run.sim.setup
     m, dt = s.shapes["actor"], s.dtypes["actor"]
-    call = price_op(run.sim.cost, m, dt, "hf_generate", "generate_call", {"rows": 4, "width": 32, "steps": 20, "first": True})
+    call = price_op(run.sim.cost, m, dt, "hf_generate", "generate_call", {"rows": 4, "width": 32, "steps": 20, "first": True}).total_s
     assert run.sim.cost.call_overhead_s("hf_generate") > 0    # the bundled cpu profile measured it
     assert run.records[0].phases_s["generate"] == pytest.approx(call, rel=1e-9)
 
@@ -53,11 +53,11 @@ def test_a_prefill_and_its_decode_steps_sum_to_the_engines_generate_span(scenari
     run = tracked(d, steps=1, rollouts=ROWS)
     cost, s = run.sim.cost, run.sim.setup
     m, dt = s.shapes["actor"], s.dtypes["actor"]
-    ops = [price_op(cost, m, dt, "kv_decoder", "prefill", {"n_tokens": 4 * 32, "n_seqs": 4}, True)]
-    ops += [price_op(cost, m, dt, "kv_decoder", "decode", {"batch": 4, "kv0": 4 * (33 + i)}, True) for i in range(19)]
+    ops = [price_op(cost, m, dt, "kv_decoder", "prefill", {"n_tokens": 4 * 32, "n_seqs": 4}, True).total_s]
+    ops += [price_op(cost, m, dt, "kv_decoder", "decode", {"batch": 4, "kv0": 4 * (33 + i)}, True).total_s for i in range(19)]
     assert run.records[0].phases_s["generate"] == pytest.approx(cost.call_overhead_s("kv_decoder") + sum(ops), rel=1e-9)
     with pytest.raises(RlhfsimError, match="expected prefill, decode or generate_call"):
-        price_op(cost, m, dt, "kv_decoder", "train", {})
+        price_op(cost, m, dt, "kv_decoder", "train", {}).total_s
 
 
 def test_a_padded_static_call_is_what_the_engine_charges(scenario_dict, tracked):
@@ -71,13 +71,13 @@ def test_a_padded_static_call_is_what_the_engine_charges(scenario_dict, tracked)
     run = tracked(sc, steps=1, rollouts=[(32, 20), (30, 20), (25, 20), (32, 20)], cost=cost)
     m, dt = setup.shapes["actor"], setup.dtypes["actor"]
     shape = {"rows": 4, "width": 32, "steps": 20, "first": True}
-    plain = price_op(cost, m, dt, "hf_generate", "generate_call", shape)
-    padded = price_op(cost, m, dt, "hf_generate", "generate_call", {**shape, "padded": True})
+    plain = price_op(cost, m, dt, "hf_generate", "generate_call", shape).total_s
+    padded = price_op(cost, m, dt, "hf_generate", "generate_call", {**shape, "padded": True}).total_s
     assert padded - plain == pytest.approx(0.02 + 19 * (0.003 + 4 * 0.0005))
     assert run.records[0].phases_s["generate"] == pytest.approx(padded, rel=1e-9)
     cont = {"rows": 4, "width": 48, "steps": 8, "first": False}
-    assert (price_op(cost, m, dt, "hf_generate", "generate_call", {**cont, "padded": True})
-            - price_op(cost, m, dt, "hf_generate", "generate_call", cont)) == pytest.approx(8 * 0.005)
+    assert (price_op(cost, m, dt, "hf_generate", "generate_call", {**cont, "padded": True}).total_s
+            - price_op(cost, m, dt, "hf_generate", "generate_call", cont).total_s) == pytest.approx(8 * 0.005)
 
 
 @pytest.mark.parametrize("execution", [{}, {"entropy": True, "gradient_checkpointing": True}])
@@ -93,15 +93,15 @@ def test_forward_and_training_calls_are_what_the_stages_charge(scenario_dict, tr
     spans = run.records[0].phases_s
     for phase, role in (("reward", "reward"), ("reference", "reference")):
         shape = {"role": role, "phase": phase, "index": 0, "rows": 4, "width": 52}
-        priced = price_phase_op(cost, setup, "forward_call", shape)
+        priced = price_phase_op(cost, setup, "forward_call", shape).total_s
         assert spans[phase] == pytest.approx(priced, rel=1e-12)
         kernels = cost.forward(setup.shapes[role], setup.dtypes[role], 4 * 52, 4, all_logits=True,
                                      head=setup.head(role), runtime="eager").total_s
         assert priced > kernels + 0.004   # the host's dispatch (launch-bound here) counts
     shape = {"role": "actor", "phase": "actor_train", "index": 0, "rows": 4, "width": 52}
-    assert spans["actor_train"] == pytest.approx(price_phase_op(cost, setup, "train_call", shape), rel=1e-12)
+    assert spans["actor_train"] == pytest.approx(price_phase_op(cost, setup, "train_call", shape).total_s, rel=1e-12)
     with pytest.raises(RlhfsimError, match="price_phase_op"):
-        price_phase_op(cost, setup, "decode", shape)
+        price_phase_op(cost, setup, "decode", shape).total_s
 
 
 @pytest.mark.parametrize("streaming,op,prefix", [("incremental", "chunk_prefill", 40), ("reencode", "rescore", 0)])
@@ -116,17 +116,16 @@ def test_a_scorer_call_is_what_the_chunk_scorer_charges(scenario_dict, tracked, 
     assert scorer.strategy.NAME == streaming
     for tokens in (8, 24, 52):
         shape = {"tokens": tokens, "prefix": prefix, "retokenize": setup.retokenize}
-        assert price_scorer_op(cost, setup, op, shape) == scorer._price(tokens, 1, prefix)[0]
+        assert price_scorer_op(cost, setup, op, shape).total_s == scorer._price(tokens, 1, prefix)[0]
     with pytest.raises(RlhfsimError, match="price_scorer_op"):
-        price_scorer_op(cost, setup, "forward_call", {"tokens": 8})
+        price_scorer_op(cost, setup, "forward_call", {"tokens": 8}).total_s
 
 
 @pytest.mark.parametrize("profile", ["cpu", "default"])
 def test_each_priced_call_by_cost_term_sums_to_its_price(scenario_dict, profile):
-    # validate's per-call tables show each prediction by cost term (rlhfsim.costs.price's *_terms): every
+    # validate's per-call tables show each prediction by cost term (a Price's terms): every
     # term is a registry term and they sum to the price, for the generation runtime's calls (first, padded,
     # a continuation), a prefill and a decode step, the sequential phases' calls and the scorer's calls
-    from calibrate.validation.compare import price_op_terms, price_phase_op_terms, price_scorer_op_terms
     from rlhfsim.costs.terms import BY_NAME
 
     sc = load_scenario(_one_batch(scenario_dict, schedule={"kind": "oppo", "intra": {"chunk_tokens": 8},
@@ -139,7 +138,7 @@ def test_each_priced_call_by_cost_term_sums_to_its_price(scenario_dict, profile)
     prof["generation"]["hf_generate"].update(pad_step_s=0.003, pad_step_per_row_s=0.0005, pad_prefill_s=0.02)
     cost = CostModel(cost.gpu, prof)
     m, dt = setup.shapes["actor"], setup.dtypes["actor"]
-    cases = [(price_op(cost, m, dt, "hf_generate", n, sh, lp), price_op_terms(cost, m, dt, "hf_generate", n, sh, lp))
+    cases = [(price_op(cost, m, dt, "hf_generate", n, sh, lp).total_s, price_op(cost, m, dt, "hf_generate", n, sh, lp).terms())
              for n, sh, lp in (("generate_call", {"rows": 4, "width": 32, "steps": 20, "first": True}, False),
                                ("generate_call", {"rows": 4, "width": 32, "steps": 20, "first": True, "padded": True}, True),
                                ("generate_call", {"rows": 4, "width": 48, "steps": 8, "first": False, "padded": True}, False),
@@ -149,16 +148,16 @@ def test_each_priced_call_by_cost_term_sums_to_its_price(scenario_dict, profile)
             if (name == "train_call") != (phase == "actor_train"):
                 continue
             shape = {"role": role, "phase": phase, "index": 0, "rows": 4, "width": 52}
-            cases.append((price_phase_op(cost, setup, name, shape), price_phase_op_terms(cost, setup, name, shape)))
+            cases.append((price_phase_op(cost, setup, name, shape).total_s, price_phase_op(cost, setup, name, shape).terms()))
     for op, prefix in (("chunk_prefill", 40), ("rescore", 0)):
         shape = {"tokens": 24, "prefix": prefix, "retokenize": True}
-        cases.append((price_scorer_op(cost, setup, op, shape), price_scorer_op_terms(cost, setup, op, shape)))
+        cases.append((price_scorer_op(cost, setup, op, shape).total_s, price_scorer_op(cost, setup, op, shape).terms()))
     for priced, terms in cases:
         assert set(terms) <= set(BY_NAME), set(terms) - set(BY_NAME)
         assert sum(terms.values()) == pytest.approx(priced, rel=1e-9)
-    first = price_op_terms(cost, m, dt, "hf_generate", "generate_call",
-                           {"rows": 4, "width": 32, "steps": 20, "first": True, "padded": True})
+    first = price_op(cost, m, dt, "hf_generate", "generate_call",
+                           {"rows": 4, "width": 32, "steps": 20, "first": True, "padded": True}).terms()
     assert first["left_padding"] == pytest.approx(0.02 + 19 * (0.003 + 4 * 0.0005))
     assert first["gen_call_overhead"] == cost.call_overhead_s("hf_generate")
-    with pytest.raises(RlhfsimError, match="price_phase_op_terms"):
-        price_phase_op_terms(cost, setup, "decode", {"role": "actor", "rows": 1, "width": 1})
+    with pytest.raises(RlhfsimError, match="price_phase_op"):
+        price_phase_op(cost, setup, "decode", {"role": "actor", "rows": 1, "width": 1}).terms()
