@@ -17,6 +17,7 @@ microseconds instead of simulated) and by an alarm: a run over ``HANG_S`` second
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -163,9 +164,9 @@ def mutated(draw):
             path, old = draw(st.sampled_from(_leaves(doc)))
             same = {bool: st.booleans(), int: st.sampled_from([0, 1, 2, 3, 4, 8, 16, 64, 512, 4096, 10**6]),
                     float: st.sampled_from([0.0, 1e-6, 0.5, 1.0, 3.0, 50.0, 1e4])}.get(type(old), PLAUSIBLE)
-            _set(doc, path, draw(same))
-        else:  # any field of the schema, any value
-            _set(doc, draw(st.sampled_from(PATHS)), draw(st.one_of(PLAUSIBLE, VALUES)))
+            _set(doc, path, copy.deepcopy(draw(same)))
+        else:  # any field of the schema, any value (a copy: st.just's objects are shared between examples)
+            _set(doc, draw(st.sampled_from(PATHS)), copy.deepcopy(draw(st.one_of(PLAUSIBLE, VALUES))))
     return yaml.safe_dump(doc, allow_unicode=True)
 
 
