@@ -68,8 +68,9 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
     else:
         src, text, is_yaml = "command line", " ".join(launch), False
     source = prompt_source = None
+    steady, clip_given = None, clip_ratio
     if log is not None:
-        got = logged_lengths_of(log)
+        got, steady = logged_lengths_of(log)
         source = f"--log {log.name}" if mean_response_len is None else None
         prompt_source = f"--log {log.name}" if mean_prompt_len is None and got["prompt_mean"] is not None else None
         mean_response_len = mean_response_len if mean_response_len is not None else got["mean"]
@@ -81,6 +82,16 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
                          verl_version=verl_version, max_response_len_logged=max_response_len_logged,
                          clip_ratio=clip_ratio, lengths_source=source, prompt_source=prompt_source)
     res = IMPORTERS[framework](text, opts, src, is_yaml)
+    if steady is not None and opts.clip_ratio is not None and clip_given is None:
+        # the share at the cap needs the cap, which the launch gives (rlhfsim.fromrun.lengths.logged_lengths)
+        from dataclasses import replace
+
+        from rlhfsim.fromrun.lengths import logged_lengths
+
+        at_cap = logged_lengths(steady, res.scenario["workload"]["max_response_tokens"])["clip_ratio"]
+        if at_cap != opts.clip_ratio:
+            opts = replace(opts, clip_ratio=at_cap)
+            res = IMPORTERS[framework](text, opts, src, is_yaml)
     out = out_path(out, IMPORTED_SCENARIO_FILE, (".yml",)) if fmt == "yaml" else out_path(out, IMPORT_JSON_FILE)
     load_scenario(res.scenario, base_dir=out.parent.resolve() if out else None)  # the result must load and pass checks
     doc = render_yaml(res) if fmt == "yaml" else json.dumps(res.to_json(), indent=1) + "\n"
@@ -95,9 +106,9 @@ def _run(framework: str, launch, gpu, mean_response_len, mean_prompt_len, gpus_p
         click.echo(f"  unmapped {s.key}={s.value}: {s.target}")
 
 
-def logged_lengths_of(path: Path) -> dict:
-    """The steady steps' mean lengths of a run's log (``rlhfsim.fromrun``: its reader and steady steps), each
-    skipped record's notice echoed to stderr."""
+def logged_lengths_of(path: Path) -> tuple[dict, object]:
+    """The steady steps' mean lengths of a run's log (``rlhfsim.fromrun``: its reader and steady steps) and the steady
+    steps, each skipped record's notice echoed to stderr."""
     from rlhfsim.fromrun.lengths import logged_lengths
     from rlhfsim.fromrun.logs import read_log, steady_steps
 
@@ -107,7 +118,7 @@ def logged_lengths_of(path: Path) -> dict:
     got = logged_lengths(steady)
     if got["mean"] is None:
         raise RlhfsimError(f"--log: expected response_length/mean in {path.name}'s steady steps, got none")
-    return got
+    return got, steady
 
 
 @click.group("import")

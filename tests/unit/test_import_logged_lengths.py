@@ -26,6 +26,8 @@ F6_LAUNCH = FIELD / "playverl-h100-qwen2.5-0.5b-ppo.sh"          # data.max_resp
 F6_LOG = ROOT / "tests" / "data" / "logs" / "playverl-ppo-qwen2.5-0.5b.log.gz"
 F8_LAUNCH = FIELD / "playverl-h100-qwen2-7b-ppo-recommended.sh"  # cap 1024, 1024 prompts x 5
 F8_LOG = ROOT / "tests" / "data" / "logs" / "playverl-ppo-qwen2-7b-recommended.log.gz"
+J1_LAUNCH = FIELD / "j-qwen3lab-h20-qwen3-8b-grpo.sh"             # cap 8192, 16 prompts x 8
+J1_LOG = FIELD / "logs" / "j-qwen3lab-a-grpo-metrics.jsonl.gz"
 
 
 def imported(launch: Path, args: list[str]) -> tuple[dict, list[str], str]:
@@ -98,3 +100,19 @@ def test_a_log_with_bad_lines_is_read_and_its_notices_reach_stderr(tmp_path):
     bad.write_text("\n".join(lines))
     _, _, err = imported(F6_LAUNCH, ["--log", str(bad)])
     assert f"log: cut.log line {i + 1}: skipped, truncated line" in err
+
+
+def test_a_clip_ratio_logged_under_the_cap_counts_nothing_at_the_cap():
+    """J1's verl logs response_length/clip_ratio 1/128 on every step: the share at the batch's widest response (its
+    response tensor is as wide as its longest), also on the steps whose longest (4409-7900) never reached the 8192
+    cap. Given the cap, only the steps that reached it count their ratio; the import through --log does the same."""
+    steady = steady_steps(read_log(J1_LOG), "J1")
+    raw, at_cap = logged_lengths(steady)["clip_ratio"], logged_lengths(steady, 8192)["clip_ratio"]
+    reached = [s.metrics for s in steady.kept if s.metrics["response_length/max"] >= 8192]
+    assert 0 < len(reached) < len(steady.kept) and raw >= 1 / 128
+    assert at_cap == pytest.approx(sum(m["response_length/clip_ratio"] for m in reached) / len(steady.kept))
+    assert at_cap < raw / 2
+    r = CliRunner().invoke(main, ["import", "verl", str(J1_LAUNCH), "--gpu", "h20", "--log", str(J1_LOG)])
+    assert r.exit_code == 0, r.output + r.stderr
+    assert f"clip ratio {raw:g}" not in r.stdout
+    assert logged_shape(steady, 8192, 128)["matched"].get("clip_ratio") in (None, pytest.approx(at_cap, abs=1e-4))
