@@ -304,3 +304,29 @@ def test_openrlhf_overlay_misfit_covers_each_timers_phases(synthetic_error):
     # as many logged timers as fitted terms: the misfit is unmeasured, the field record widens every phase
     fit["terms"] *= 3
     assert U.overlay_error(fit, synthetic_error).phases == synthetic_error.phases
+
+
+def test_field_table_rows_from_an_earlier_run_gives_the_coverage_without_refitting(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("field_table", ROOT / "scenarios" / "examples" / "field" / "field_table.py")
+    ft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ft)
+    # five dev runs of five sources and one test run, predictions made up: the coverage is computed from these rows
+    made = [("F5", "dev", 10.0, 11.0), ("F9", "dev", 10.0, 9.0), ("J1", "dev", 10.0, 10.5), ("C1", "dev", 10.0, 12.0),
+            ("F1", "dev", 10.0, 9.5), ("A1", "test", 10.0, 30.0)]
+    rows_ = [{**field_row(i, p, m, p / 2, m / 2), "half": h} for i, h, p, m in made]
+    path = tmp_path / "loso.json"
+    path.write_text(json.dumps({"rows": rows_, "summary": {}, "folds": [], "options": {}}))
+    monkeypatch.setattr("sys.argv", ["field_table.py", "--loso", "--rows-from", str(path), "--json"])
+    ft.main()
+    cov = json.loads(capsys.readouterr().out)["coverage"]
+    by = {r["id"]: r for r in cov["rows"]}
+    assert set(by) == {i for i, *_ in made} and not by["A1"]["inside"]     # 3x too fast: no record says so
+    assert cov["test"]["hindsight_width"]["90%"] == 1.0 and cov["dev"]["inside"] == sum(
+        by[i]["inside"] for i, h, *_ in made if h == "dev")
+    monkeypatch.setattr("sys.argv", ["field_table.py", "--loso", "--rows-from", str(tmp_path / "none.json")])
+    with pytest.raises(SystemExit) as bad:
+        ft.main()
+    err = capsys.readouterr().err
+    assert bad.value.code == 2 and err.startswith("--rows-from: expected") and len(err.splitlines()) == 1
