@@ -9,9 +9,8 @@ with its own source held out of every fitted term), the residual of run i's phas
 of the simulator's generate + weight_sync), and r_i of the step likewise. Per phase, over the runs that logged it:
 the bias mu_p = mean r_ip, the spread sigma_p = the sample standard deviation around it (n_p - 1) and n_p; the
 step's the same over every run. Errors of one run's phases are correlated, and not all alike: the forward passes
-and training run the same kernels on the same cluster and miss together (on the field table's dev half their
-standardised residuals correlate 0.6-0.9), while generation runs an engine of its own and its error is unrelated to
-theirs (0.0-0.2). So each pair of records (a, b) logged together by at least ``MIN_PAIRS`` runs takes its own
+and training run the same kernels on the same cluster and miss together, while generation runs an engine of its own
+and its error has little to do with theirs (the field table's record: docs/accuracy.md). So each pair of records (a, b) logged together by at least ``MIN_PAIRS`` runs takes its own
 correlation c_ab, the mean product of the two records' standardised residuals over those runs, clipped to [-1, 1];
 a pair measured by fewer takes rho, that mean over every pair of phases logged by the same run, clipped to [0, 1]
 (1 where fewer than ``MIN_PAIRS`` pairs measure even that).
@@ -34,7 +33,8 @@ record of the phase its residual was measured with (weight_sync: generate's), el
 
 (gaps: the step less its phases' spans, held; the matrix of c_ab over the records in use taken to the nearest
 positive semi-definite one, z = x S' with S S' that matrix and x a fixed Latin hypercube of independent normals:
-the same draws for every prediction), drawn ``MC_DRAWS`` times and its 5th and 95th percentiles taken. A generation-bound step so carries generation's error and a training-bound one training's.
+the same draws for every prediction), drawn ``MC_DRAWS`` times and its 5th and 95th percentiles taken. A
+generation-bound step so carries generation's error and a training-bound one training's.
 Where phases overlap (a streamed reward, one-step-off, OPPO) the step is no sum of its phases' spans and takes
 the step's own record, as a phase does.
 
