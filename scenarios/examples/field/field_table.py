@@ -17,8 +17,9 @@ The bundled GPU profiles' fit to the public logs (``rlhfsim.fromrun.pool``; docs
     python scenarios/examples/field/field_table.py --loso [--json] [--coverage] [--write-model-error PATH]
         every scored run (both halves) predicted with the profiles fitted to the dev half's logs less the run's own
         source (a test-half run: the dev half's fit), beside the GPU's bundled prior and ``default``; --coverage: each
-        run's 90% interval from the other sources' dev-half LOSO residuals, how many hold and how wide; PATH gets the
-        dev half's residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
+        run's 90% interval from the other sources' dev-half LOSO residuals, how many hold and how wide (beside the
+        narrowest interval of one width holding 90% and 80% of them, placed with hindsight); PATH gets the dev half's
+        residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
     python scenarios/examples/field/field_table.py --loso --rows-from LOSO.json [--json] [--write-model-error PATH]
         the same from the rows an earlier `--loso --json > LOSO.json` printed: the interval's coverage (and PATH) without
         refitting, for work on the interval alone
