@@ -10,10 +10,11 @@ of the simulator's generate + weight_sync), and r_i of the step likewise. Per ph
 the bias mu_p = mean r_ip, the spread sigma_p = the sample standard deviation around it (n_p - 1) and n_p; the
 step's the same over every run. Errors of one run's phases are correlated, and not all alike: the forward passes
 and training run the same kernels on the same cluster and miss together, while generation runs an engine of its own
-and its error has little to do with theirs (the field table's record: docs/accuracy.md). So each pair of records (a, b) logged together by at least ``MIN_PAIRS`` runs takes its own
-correlation c_ab, the mean product of the two records' standardised residuals over those runs, clipped to [-1, 1];
-a pair measured by fewer takes rho, that mean over every pair of phases logged by the same run, clipped to [0, 1]
-(1 where fewer than ``MIN_PAIRS`` pairs measure even that).
+and its error has little to do with theirs (the field table's record: docs/accuracy.md). So each pair of records
+(a, b) logged together by at least ``MIN_PAIRS`` runs takes its own correlation c_ab, the mean product of the two
+records' standardised residuals over those runs, clipped to [-1, 1]; a pair measured by fewer takes rho, that mean
+over every pair of phases logged by the same run, clipped to [0, 1] (1 where fewer than ``MIN_PAIRS`` pairs measure
+even that).
 
 **A phase's interval.** A new run's phase measures predicted x exp(-r), r = mu_p + k_p sigma_p z, z ~ N(0, 1):
 

@@ -309,7 +309,8 @@ def test_openrlhf_overlay_misfit_covers_each_timers_phases(synthetic_error):
 def test_field_table_rows_from_an_earlier_run_gives_the_coverage_without_refitting(tmp_path, monkeypatch, capsys):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("field_table", ROOT / "scenarios" / "examples" / "field" / "field_table.py")
+    script = ROOT / "scenarios" / "examples" / "field" / "field_table.py"
+    spec = importlib.util.spec_from_file_location("field_table", script)
     ft = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ft)
     # five dev runs of five sources and one test run, predictions made up: the coverage is computed from these rows

@@ -21,8 +21,8 @@ The bundled GPU profiles' fit to the public logs (``rlhfsim.fromrun.pool``; docs
         narrowest interval of one width holding 90% and 80% of them, placed with hindsight); PATH gets the dev half's
         residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
     python scenarios/examples/field/field_table.py --loso --rows-from LOSO.json [--json] [--write-model-error PATH]
-        the same from the rows an earlier `--loso --json > LOSO.json` printed: the interval's coverage (and PATH) without
-        refitting, for work on the interval alone
+        the same from the rows an earlier `--loso --json > LOSO.json` printed: the interval's coverage (and PATH)
+        without refitting, for work on the interval alone
     python scenarios/examples/field/field_table.py --write-profiles
         the fit of every dev-half log written into rlhfsim/profiles/ (public.json, the GPU families' profiles)
     fit options of both (FIT_DEFAULTS otherwise): --prior X, --weighting equal|share, --drop-confounded,
