@@ -8,9 +8,13 @@ with its own source held out of every fitted term), the residual of run i's phas
 (verl's ``timing_s/gen`` holds the weight update where the release logs none of its own: there the residual is that
 of the simulator's generate + weight_sync), and r_i of the step likewise. Per phase, over the runs that logged it:
 the bias mu_p = mean r_ip, the spread sigma_p = the sample standard deviation around it (n_p - 1) and n_p; the
-step's the same over every run. Errors of one run's phases are correlated (a cluster slower than the model is slow
-in every phase): rho, one pooled correlation of the standardised residuals over every pair of phases logged by the
-same run, clipped to [0, 1] (1 where fewer than ``MIN_PAIRS`` pairs measure it).
+step's the same over every run. Errors of one run's phases are correlated, and not all alike: the forward passes
+and training run the same kernels on the same cluster and miss together, while generation runs an engine of its own
+and its error has little to do with theirs (the field table's record: docs/accuracy.md). So each pair of records
+(a, b) logged together by at least ``MIN_PAIRS`` runs takes its own correlation c_ab, the mean product of the two
+records' standardised residuals over those runs, clipped to [-1, 1]; a pair measured by fewer takes rho, that mean
+over every pair of phases logged by the same run, clipped to [0, 1] (1 where fewer than ``MIN_PAIRS`` pairs measure
+even that).
 
 **A phase's interval.** A new run's phase measures predicted x exp(-r), r = mu_p + k_p sigma_p z, z ~ N(0, 1):
 
@@ -26,10 +30,12 @@ record of the phase its residual was measured with (weight_sync: generate's), el
 **The step's interval.** Where the phases run one after another (their spans sum to the step within
 ``SERIAL_TOL``: every sync schedule, as verl runs), the step is what the simulator makes of them:
 
-    step = gaps + sum_p pred_p exp(-r_p),   r_p = mu_p + k_p sigma_p (sqrt(rho) z_0 + sqrt(1 - rho) z_p)
+    step = gaps + sum_p pred_p exp(-r_p),   r_p = mu_p + k_p sigma_p z_p,   corr(z_a, z_b) = c_ab
 
-(gaps: the step less its phases' spans, held), drawn ``MC_DRAWS`` times (a fixed Latin hypercube: the same draws
-for every prediction) and its 5th and 95th percentiles taken. A generation-bound step so carries generation's error and a training-bound one training's.
+(gaps: the step less its phases' spans, held; the matrix of c_ab over the records in use taken to the nearest
+positive semi-definite one, z = x S' with S S' that matrix and x a fixed Latin hypercube of independent normals:
+the same draws for every prediction), drawn ``MC_DRAWS`` times and its 5th and 95th percentiles taken. A
+generation-bound step so carries generation's error and a training-bound one training's.
 Where phases overlap (a streamed reward, one-step-off, OPPO) the step is no sum of its phases' spans and takes
 the step's own record, as a phase does.
 
@@ -116,6 +122,8 @@ class ModelError:
     date: str = ""
     method: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # measured correlations of record pairs, keyed ``pair_key(a, b)``; a pair not here takes rho
+    corr: dict[str, float] = field(default_factory=dict)
 
     def record(self, phase: str) -> tuple[str, PhaseError]:
         """(the record's name, the record) that widens ``phase``: its own, the phase it was measured with, the step's."""
@@ -124,14 +132,24 @@ class ModelError:
                 return name, self.phases[name]
         return STEP, self.step
 
+    def correlation(self, a: str, b: str) -> float:
+        """The correlation of records a and b's errors in a run: measured for the pair, else the pooled rho."""
+        return 1.0 if a == b else self.corr.get(pair_key(a, b), self.rho)
+
     def with_phases(self, phases: dict[str, PhaseError], source: str) -> "ModelError":
         """These phases' records replacing (or joining) this one's; the source says both."""
         return replace(self, phases={**self.phases, **phases}, source=source)
 
     def summary(self) -> dict:
         return {"source": self.source, "method": self.method, "date": self.date, "runs": list(self.runs),
-                "sources": self.sources, "rho": round(self.rho, 3), "step": self.step.to_dict(),
+                "sources": self.sources, "rho": round(self.rho, 3),
+                "correlations": {k: round(v, 3) for k, v in sorted(self.corr.items())}, "step": self.step.to_dict(),
                 "phases": {p: e.to_dict() for p, e in sorted(self.phases.items())}}
+
+
+def pair_key(a: str, b: str) -> str:
+    """The key of a pair of records in ``ModelError.corr``: the two names sorted, joined by ``|``."""
+    return "|".join(sorted((a, b)))
 
 
 def from_residuals(rows: list[dict], source: str, exclude_source: str | None = None, **meta) -> ModelError | None:
@@ -145,13 +163,18 @@ def from_residuals(rows: list[dict], source: str, exclude_source: str | None = N
         for p, v in r["phases"].items():
             by_phase.setdefault(p, []).append(v)
     phases = {p: PhaseError.of(v) for p, v in by_phase.items() if len(v) >= MIN_RUNS}
-    products = []
+    by_pair: dict[str, list[float]] = {}
     for r in rows:
-        zs = [(v - phases[p].bias) / phases[p].sigma for p, v in r["phases"].items() if p in phases and phases[p].sigma > 0]
-        products += [zs[i] * zs[j] for i in range(len(zs)) for j in range(i + 1, len(zs))]
+        zs = sorted((p, (v - phases[p].bias) / phases[p].sigma) for p, v in r["phases"].items()
+                    if p in phases and phases[p].sigma > 0)
+        for i in range(len(zs)):
+            for j in range(i + 1, len(zs)):
+                by_pair.setdefault(pair_key(zs[i][0], zs[j][0]), []).append(zs[i][1] * zs[j][1])
+    products = [x for v in by_pair.values() for x in v]
     rho = min(max(statistics.fmean(products), 0.0), 1.0) if len(products) >= MIN_PAIRS else 1.0
+    corr = {k: min(max(statistics.fmean(v), -1.0), 1.0) for k, v in by_pair.items() if len(v) >= MIN_PAIRS}
     return ModelError(PhaseError.of([r["step"] for r in rows]), phases, rho, source,
-                      tuple(r["run"] for r in rows), len({r["source_group"] for r in rows}), **meta)
+                      tuple(r["run"] for r in rows), len({r["source_group"] for r in rows}), corr=corr, **meta)
 
 
 def label(doc: dict, runs: int, sources: int) -> str:
@@ -195,6 +218,16 @@ def _normals(columns: int) -> np.ndarray:
     return z
 
 
+def correlated(z: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Independent standard normals ``z`` (draws x records) made correlated as ``matrix`` says: its nearest positive
+    semi-definite matrix (negative eigenvalues set to 0, the diagonal put back to 1), z S' with S S' = that matrix.
+    Each pair's correlation is measured on its own runs, so the set of them need not be a correlation matrix."""
+    w, v = np.linalg.eigh(matrix)
+    s = v * np.sqrt(np.clip(w, 0.0, None))
+    s /= np.linalg.norm(s, axis=1, keepdims=True)
+    return z @ s.T
+
+
 def serial(step_s: float, phases_s: dict[str, float]) -> bool:
     """Whether the phases run one after another (their spans sum to the step, gaps aside: never above it)."""
     total = sum(phases_s.values())
@@ -208,18 +241,22 @@ def widen(err: ModelError, points: list[tuple[float, dict[str, float]]], level: 
     in closed form (``PhaseError.factors``); ``phases=False``: the step's alone (a plan's row)."""
     names = sorted({p for _, ph in points for p in ph})
     recs = {p: err.record(p) for p in names}
-    keys = sorted({name for name, _ in recs.values()} | {STEP})
-    col = {k: i + 1 for i, k in enumerate(keys)}
-    z = _normals(len(keys) + 1)
+    used = {name for name, _ in recs.values()}
+    keys = sorted(used | {STEP})
+    col = {k: i for i, k in enumerate(keys)}
+
+    def c(a: str, b: str) -> float:   # the step's own record widens an overlapped step alone: tied to no phase
+        return 0.0 if a != b and STEP not in used and STEP in (a, b) else err.correlation(a, b)
+
+    z = correlated(_normals(len(keys)), np.array([[c(a, b) for b in keys] for a in keys]))
     per = max(1, MC_DRAWS // len(points))
     q = 100 * (1 - level) / 2
-    a, b = math.sqrt(err.rho), math.sqrt(1 - err.rho)
     factor: dict[str, np.ndarray] = {}
 
     def f(k: str) -> np.ndarray:   # exp(-r) of record k over the draws, made when first needed
         if k not in factor:
             rec = err.step if k == STEP else err.phases[k]
-            factor[k] = np.exp(-(rec.bias + rec.k * rec.sigma * (a * z[:, 0] + b * z[:, col[k]])))
+            factor[k] = np.exp(-(rec.bias + rec.k * rec.sigma * z[:, col[k]]))
         return factor[k]
 
     single = len(points) == 1
@@ -288,6 +325,17 @@ def model_error_doc(rows: list[dict], groups: dict[str, str], source: str, metho
             "phase_sigma": {p: rms(v) for p, v in sorted(by_phase.items())},
             "phase_runs": {p: len(v) for p, v in sorted(by_phase.items())},
             "summary": err.summary() if err else None, "residuals": res}
+
+
+def hindsight_width(residuals: list[float], share: float) -> float | None:
+    """The narrowest interval of one width (high / low) that holds ``share`` of these runs' step residuals, placed
+    with hindsight: a floor under the median width of any interval of one log width that holds them so (a real one
+    is estimated without the run it holds, so it is wider). None for no runs."""
+    v = sorted(residuals)
+    m = math.ceil(share * len(v) - 1e-9)
+    if not v or m < 1:
+        return None
+    return math.exp(min(v[i + m - 1] - v[i] for i in range(len(v) - m + 1)))
 
 
 def loso_coverage(rows: list[dict], groups: dict[str, str], level: float = LEVEL,

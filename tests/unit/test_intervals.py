@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,47 @@ def test_serial_step_is_its_phases_combined_and_overlapped_takes_the_steps_recor
     assert over["step_from"] == "step"
     lo, hi = over["step_time_s_interval"]
     assert math.log(hi / lo) == pytest.approx(2 * Z * 0.3, rel=0.05)
+
+
+def test_each_pair_of_phases_takes_its_own_correlation_where_enough_runs_measure_it():
+    # 6 runs: reference moves with actor_train run by run, generation is unrelated to both; reward is logged by 2
+    # runs only, so its pairs are too few (MIN_PAIRS = 5) and take the pooled rho
+    g, a = [1, -1, 1, -1, 0.5, -0.5], [1, 1, -1, -1, 0.5, -0.5]
+    res = rows({f"r{i}": (f"s{i}", 0.0, {"generate": g[i], "actor_train": a[i], "reference": 2 * a[i],
+                                          **({"reward": 0.1 * i} if i < 2 else {})}) for i in range(6)})
+    err = me.from_residuals(res, "t")
+    # by hand: the mean product of the standardised residuals (sample sd, n - 1) is (n - 1) / n x Pearson's r
+    assert err.corr[me.pair_key("reference", "actor_train")] == pytest.approx(5 / 6)
+    assert err.corr["actor_train|generate"] == pytest.approx(statistics.fmean(x * y for x, y in zip(g, a)) / (
+        statistics.stdev(g) * statistics.stdev(a)))
+    assert "generate|reward" not in err.corr and err.correlation("generate", "reward") == err.rho
+    assert err.correlation("generate", "generate") == 1.0
+    assert err.summary()["correlations"]["actor_train|reference"] == pytest.approx(5 / 6, abs=1e-3)
+
+
+def test_the_step_draws_its_phases_with_their_pairs_correlations():
+    recs = {"generate": record(0.0, 0.3), "actor_train": record(0.0, 0.3)}
+    point = [(10.0, {"generate": 5.0, "actor_train": 5.0})]
+    width = lambda err: (lambda iv: iv[1] / iv[0])(me.widen(err, point)["step_time_s_interval"])  # noqa: E731
+    tied = me.ModelError(record(0.0, 0.3), recs, 1.0, "t")
+    measured_apart = me.ModelError(record(0.0, 0.3), recs, 1.0, "t", corr={"actor_train|generate": 0.0})
+    independent = me.ModelError(record(0.0, 0.3), recs, 0.0, "t")
+    # the pair's own correlation (0) wins over the pooled rho (1): the same draws as rho = 0
+    assert width(measured_apart) == pytest.approx(width(independent)) and width(measured_apart) < width(tied)
+    # two equal independent halves: the step's log spread is about sigma / sqrt(2) (a sum of log-normals, not of
+    # their logs, so not exactly); tied together it is sigma itself
+    assert math.log(width(tied)) == pytest.approx(2 * Z * 0.3, rel=0.02)
+    assert math.log(width(independent)) == pytest.approx(2 * Z * 0.3 / math.sqrt(2), rel=0.03)
+    # pairs measured one at a time need not make a correlation matrix: the nearest one is drawn from
+    z = me.correlated(me._normals(3), np.array([[1.0, 1.0, -1.0], [1.0, 1.0, 1.0], [-1.0, 1.0, 1.0]]))
+    assert np.all(np.isfinite(z)) and np.allclose(z.std(axis=0), 1.0, atol=0.02)
+
+
+def test_hindsight_width_is_the_narrowest_window_holding_the_share():
+    # by hand: 3 of 4 residuals fit in [0, 0.2] (width e^0.2); all 4 need [0, 1.0]
+    assert me.hindsight_width([1.0, 0.0, 0.2, 0.1], 0.75) == pytest.approx(math.exp(0.2))
+    assert me.hindsight_width([1.0, 0.0, 0.2, 0.1], 1.0) == pytest.approx(math.exp(1.0))
+    assert me.hindsight_width([0.3], 0.9) == 1.0 and me.hindsight_width([], 0.9) is None
 
 
 def test_old_file_without_residuals_is_read_centred():
@@ -262,3 +304,30 @@ def test_openrlhf_overlay_misfit_covers_each_timers_phases(synthetic_error):
     # as many logged timers as fitted terms: the misfit is unmeasured, the field record widens every phase
     fit["terms"] *= 3
     assert U.overlay_error(fit, synthetic_error).phases == synthetic_error.phases
+
+
+def test_field_table_rows_from_an_earlier_run_gives_the_coverage_without_refitting(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    script = ROOT / "scenarios" / "examples" / "field" / "field_table.py"
+    spec = importlib.util.spec_from_file_location("field_table", script)
+    ft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ft)
+    # five dev runs of five sources and one test run, predictions made up: the coverage is computed from these rows
+    made = [("F5", "dev", 10.0, 11.0), ("F9", "dev", 10.0, 9.0), ("J1", "dev", 10.0, 10.5), ("C1", "dev", 10.0, 12.0),
+            ("F1", "dev", 10.0, 9.5), ("A1", "test", 10.0, 30.0)]
+    rows_ = [{**field_row(i, p, m, p / 2, m / 2), "half": h} for i, h, p, m in made]
+    path = tmp_path / "loso.json"
+    path.write_text(json.dumps({"rows": rows_, "summary": {}, "folds": [], "options": {}}))
+    monkeypatch.setattr("sys.argv", ["field_table.py", "--loso", "--rows-from", str(path), "--json"])
+    ft.main()
+    cov = json.loads(capsys.readouterr().out)["coverage"]
+    by = {r["id"]: r for r in cov["rows"]}
+    assert set(by) == {i for i, *_ in made} and not by["A1"]["inside"]     # 3x too fast: no record says so
+    assert cov["test"]["hindsight_width"]["90%"] == 1.0 and cov["dev"]["inside"] == sum(
+        by[i]["inside"] for i, h, *_ in made if h == "dev")
+    monkeypatch.setattr("sys.argv", ["field_table.py", "--loso", "--rows-from", str(tmp_path / "none.json")])
+    with pytest.raises(SystemExit) as bad:
+        ft.main()
+    err = capsys.readouterr().err
+    assert bad.value.code == 2 and err.startswith("--rows-from: expected") and len(err.splitlines()) == 1

@@ -17,8 +17,12 @@ The bundled GPU profiles' fit to the public logs (``rlhfsim.fromrun.pool``; docs
     python scenarios/examples/field/field_table.py --loso [--json] [--coverage] [--write-model-error PATH]
         every scored run (both halves) predicted with the profiles fitted to the dev half's logs less the run's own
         source (a test-half run: the dev half's fit), beside the GPU's bundled prior and ``default``; --coverage: each
-        run's 90% interval from the other sources' dev-half LOSO residuals, how many hold and how wide; PATH gets the
-        dev half's residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
+        run's 90% interval from the other sources' dev-half LOSO residuals, how many hold and how wide (beside the
+        narrowest interval of one width holding 90% and 80% of them, placed with hindsight); PATH gets the dev half's
+        residuals (rlhfsim/profiles/model-error/field-loso.json, read by rlhfsim.sim.uncertainty)
+    python scenarios/examples/field/field_table.py --loso --rows-from LOSO.json [--json] [--write-model-error PATH]
+        the same from the rows an earlier `--loso --json > LOSO.json` printed: the interval's coverage (and PATH)
+        without refitting, for work on the interval alone
     python scenarios/examples/field/field_table.py --write-profiles
         the fit of every dev-half log written into rlhfsim/profiles/ (public.json, the GPU families' profiles)
     fit options of both (FIT_DEFAULTS otherwise): --prior X, --weighting equal|share, --drop-confounded,
@@ -247,6 +251,8 @@ def loso_interval(doc: dict, rows: list[dict]) -> dict:
     """Each LOSO row's 90% interval (``rlhfsim.sim.modelerror.loso_coverage``: the record of the dev half's LOSO
     residuals of every *other* source, the run's own left out, so a run is never widened by its own error), whether it
     holds the measured step and how wide it is (high / low): over the dev half, the test half and both."""
+    from rlhfsim.sim.modelerror import hindsight_width
+
     groups = {r["id"]: r["source_group"] for r in doc["runs"]}
     dev = {r["id"] for r in rows if r["half"] == "dev"}
     cov = loso_coverage(rows, groups, record_runs=dev)
@@ -255,9 +261,12 @@ def loso_interval(doc: dict, rows: list[dict]) -> dict:
     for h in ("dev", "test", "all"):
         ids = [r["id"] for r in rows if h in ("all", r["half"])]
         got = [by_id[i] for i in ids if i in by_id]
+        res = [math.log(r["predicted_step_s"] / r["measured_step_s"]) for r in rows if h in ("all", r["half"])]
+        floor = {f"{s:.0%}": round(w, 3) for s in (0.9, 0.8) for w in [hindsight_width(res, s)] if w is not None}
         out[h] = {"runs": len(ids), "with_interval": len(got), "inside": sum(c["inside"] for c in got),
                   "coverage": round(sum(c["inside"] for c in got) / len(ids), 3) if ids else None,
-                  "median_width": round(statistics.median(c["width"] for c in got), 3) if got else None}
+                  "median_width": round(statistics.median(c["width"] for c in got), 3) if got else None,
+                  "hindsight_width": floor}
     return out
 
 
@@ -306,7 +315,9 @@ def show_loso(out: dict) -> None:
         for h in ("dev", "test", "all"):
             c = out["coverage"][h]
             print(f"{h:4} 90% interval (its source's record left out) holds {c['inside']} of {c['runs']} runs "
-                  f"({c['with_interval']} with an interval), median width x{c['median_width']}")
+                  f"({c['with_interval']} with an interval), median width x{c['median_width']}; the narrowest "
+                  f"interval of one width holding 90% (80%) of them, placed with hindsight: "
+                  f"x{c['hindsight_width'].get('90%')} (x{c['hindsight_width'].get('80%')})")
         print(f"     per phase: {out['coverage']['phase_coverage']}")
     print(f"({out['seconds']} s, {out['simulations']} simulations, options {out['options']})")
 
@@ -351,7 +362,19 @@ def write_loso_error(doc: dict, out: dict, path: Path) -> dict:
 
 
 def loso_main(doc: dict) -> None:
-    out = loso(doc, **fit_options(), coverage="--coverage" in sys.argv)
+    if "--rows-from" in sys.argv:
+        # the rows of an earlier `--loso --json` (its predictions, each run's source held out): the interval's coverage
+        # alone, in a second instead of the refits' minutes
+        path = Path(sys.argv[sys.argv.index("--rows-from") + 1])
+        try:
+            out = json.loads(path.read_text())
+            out["rows"], out["summary"], out["folds"], out["options"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"--rows-from: expected the JSON that `--loso --json` printed, got {path} ({exc})", file=sys.stderr)
+            sys.exit(2)
+        out["coverage"] = loso_interval(doc, out["rows"])
+    else:
+        out = loso(doc, **fit_options(), coverage="--coverage" in sys.argv)
     if "--write-model-error" in sys.argv:
         out["model_error_file"] = write_loso_error(doc, out, Path(sys.argv[sys.argv.index("--write-model-error") + 1]))
     if "--json" in sys.argv:
