@@ -22,7 +22,6 @@ from rlhfsim.costs.profile import load_profile
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.models.catalog import CATALOG
 from rlhfsim.scenario.loader import load_scenario, parse_set
-from rlhfsim.sim.engines.accounting import segment_terms
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.explain import explain, explained_names, render
 from rlhfsim.sim.streaming import STREAMING
@@ -48,7 +47,7 @@ def test_forward_training_and_decode_terms_sum_to_their_prices(device):
         for kw in ({}, {"checkpointing": True, "ckpt_frac": 0.3}, {"sp": 2}, {"fsdp_n": 4}):
             if kw.get("checkpointing") and not training:
                 continue
-            call = cost.call_parts(training, m, dt, 2048.0, 8.0, head="lm", logprob=True, entropy=True, **kw)
+            call = cost.framework_call(training, m, dt, 2048.0, 8.0, head="lm", logprob=True, entropy=True, **kw)
             terms = call.terms()
             assert sum(terms.values()) == pytest.approx(call.total_s, rel=1e-12), (training, kw)
             seen |= {k for k, v in terms.items() if v}
@@ -59,13 +58,13 @@ def test_forward_training_and_decode_terms_sum_to_their_prices(device):
         seen |= {k for k, v in t.items() if v}
     d = cost.decoder(m, dt)
     for batch, kv in ((1, 100.0), (8, 8 * 700.0)):
-        t = d.terms(batch, kv)
-        assert sum(t.values()) == pytest.approx(decode_sum(d.coeffs(batch, kv, None), 1), rel=1e-12)
+        t = d.price(batch, kv, 1).terms()
+        assert sum(t.values()) == pytest.approx(decode_sum(d.coeffs(batch, kv, None), 1)[0], rel=1e-12)
         seen |= {k for k, v in t.items() if v}
     assert seen <= set(T.BY_NAME)
     if device == "cpu":   # each effect split out of the term it was folded into
         assert CPU_TERMS <= seen
-        assert all(v > 0 for k, v in d.terms(8, 8 * 700.0).items() if k in ("gemm_footprint", "cold_overheads"))
+        assert all(v > 0 for k, v in d.price(8, 8 * 700.0, 1).terms().items() if k in ("gemm_footprint", "cold_overheads"))
     else:
         assert not seen & CPU_TERMS
 
@@ -211,13 +210,14 @@ def test_a_segments_terms_are_its_steps_terms_summed(device):
         d = cost.decoder(m, dt, 1, runtime)
         for batch, kv0, n, over, extra in ((1, 100.0, 1, None, 0.0), (8, 8 * 700.0, 300, None, 0.0),
                                            (4, 4 * 50.0, 57, 2e-3, 1e-4)):
-            price, terms = segment_terms(d, batch, kv0, n, over, extra)
+            p = d.price(batch, kv0, n, over, extra)
+            price, terms = p.total_s, p.terms()
             c = d.coeffs(batch, kv0, over)
-            assert price == decode_sum((*c[:4], c[4] + extra), n)
+            assert price == decode_sum((*c[:4], c[4] + extra), n)[0]
             assert sum(terms.values()) == pytest.approx(price, rel=1e-12) and set(terms) <= set(T.BY_NAME)
             steps: dict = {}
             for i in range(n):
-                for k, v in d.terms(batch, kv0 + i * batch).items():
+                for k, v in d.price(batch, kv0 + i * batch, 1).terms().items():
                     steps[k] = steps.get(k, 0.0) + v
             if over is not None:
                 steps["engine_step"] = n * over   # the engine's own per-step overhead (generation.step_overhead_s)
