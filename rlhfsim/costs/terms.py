@@ -5,7 +5,8 @@ Markdown: docs/reference/cost-terms.md).
 
 A term is a ``CostTerm`` object, registered by one row below (``KERNELS = _row("kernels", ...)``); a breakdown's
 keys are these objects (a ``CostTerm`` is the ``str`` of its name, so a breakdown prints and writes JSON as
-before), and code names a term by importing its constant: a misspelt name fails when its module is imported.
+before), and code names a term by importing its constant: a misspelt name fails when its module is imported. No
+module writes a term's name as a string, nor keys a breakdown with one (tests/unit/test_term_names.py reads them all).
 
 Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
 (``any``; ``gpu``: priced only from a GPU profile's sections, a CPU profile never reaches it; ``cpu``: a host

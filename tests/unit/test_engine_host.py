@@ -70,7 +70,7 @@ def test_the_hidden_share_is_a_floor_under_the_device():
         assert (0.8 * h > device) == host_bound   # a 7B's 4 rows hide the host work; a 0.5B's 256 rows do not
         terms = d.price(b, kv0, 1).terms()
         assert sum(terms.values()) == pytest.approx(want, rel=1e-12)
-        assert terms["engine_host"] == pytest.approx(0.2 * h + max(0.8 * h - device, 0.0), rel=1e-12)
+        assert terms[T.ENGINE_HOST] == pytest.approx(0.2 * h + max(0.8 * h - device, 0.0), rel=1e-12)
 
 
 def test_a_batch_past_the_graph_limit_pays_the_eager_launch_floor():
@@ -83,7 +83,7 @@ def test_a_batch_past_the_graph_limit_pays_the_eager_launch_floor():
         lf = floor if b > 512 else 0.0
         want = max(c0, u0, lf) + d.over + d.tail0 + d.tail_row * b
         assert decode_sum(d.coeffs(b, b * 150.0, None), 1)[0] == pytest.approx(want, rel=1e-12)
-        assert d.price(b, b * 150.0, 1).terms()["host_launch_bound"] == pytest.approx(max(lf - max(c0, u0), 0.0))
+        assert d.price(b, b * 150.0, 1).terms()[T.HOST_LAUNCH_BOUND] == pytest.approx(max(lf - max(c0, u0), 0.0))
     import numpy as np   # the arrays the detached clock prices agree with the scalars, bit for bit
     arr = d.coeffs(np.array([512, 513]), np.array([512 * 150.0, 513 * 150.0]), None)
     for i, b in enumerate((512, 513)):
@@ -105,7 +105,7 @@ def test_a_segment_is_its_steps_summed_and_its_terms_too():
         for i in range(n):
             for k, v in d.price(b, kv0 + i * b, 1).terms().items():
                 by_step[k] = by_step.get(k, 0.0) + v
-        for k in ("engine_host", "host_launch_bound", "engine_step", "sampling_tail"):
+        for k in (T.ENGINE_HOST, T.HOST_LAUNCH_BOUND, T.ENGINE_STEP, T.SAMPLING_TAIL):
             assert terms.get(k, 0.0) == pytest.approx(by_step.get(k, 0.0), rel=1e-4, abs=1e-9), k
     c0, cs, u0, us = d._lines(8, 8 * 700.0)   # the closed form is the series of max(...) it claims
     assert _sum_max_linear(c0, cs, u0, us, 10) == pytest.approx(sum(max(c0 + cs * i, u0 + us * i) for i in range(10)))
@@ -137,10 +137,10 @@ def test_both_clocks_agree_and_explain_names_the_term(tmp_path, monkeypatch):
     assert detached["phases_s"]["generate"] > plain["phases_s"]["generate"]
     doc = explain(sc, profile=str(path), steps=3)
     terms = doc["phases"]["generate"]["terms_s"]
-    assert terms["engine_host"] > 0 and terms["host_launch_bound"] > 0   # 128 rows a replica: past the limit of 48
+    assert terms[T.ENGINE_HOST] > 0 and terms[T.HOST_LAUNCH_BOUND] > 0   # 128 rows a replica: past the limit of 48
     assert sum(terms.values()) + doc["phases"]["generate"].get("waiting_s", 0.0) == pytest.approx(
         doc["phases"]["generate"]["span_s"], rel=1e-9)
-    assert "engine_host" in doc["decode_step"]["terms_s"]
+    assert T.ENGINE_HOST in doc["decode_step"]["terms_s"]
 
 
 def test_the_profile_keys_are_checked():

@@ -64,7 +64,7 @@ def test_forward_training_and_decode_terms_sum_to_their_prices(device):
     assert seen <= set(T.BY_NAME)
     if device == "cpu":   # each effect split out of the term it was folded into
         assert CPU_TERMS <= seen
-        assert all(v > 0 for k, v in d.price(8, 8 * 700.0, 1).terms().items() if k in ("gemm_footprint", "cold_overheads"))
+        assert all(v > 0 for k, v in d.price(8, 8 * 700.0, 1).terms().items() if k in (T.GEMM_FOOTPRINT, T.COLD_OVERHEADS))
     else:
         assert not seen & CPU_TERMS
 
@@ -80,7 +80,7 @@ def test_a_streamed_scorer_call_splits_its_price(device, name):
             parts = strategy.price(cost, m, dt, tokens, 1, prefix, 1, head, None, new).terms()
             assert sum(parts.values()) == pytest.approx(total, rel=1e-12), (head, tokens, new)
             assert set(parts) <= set(T.BY_NAME)
-            assert (parts.get("reencode_prefix", 0.0) > 0) == (name != "incremental" and new < tokens)
+            assert (parts.get(T.REENCODE_PREFIX, 0.0) > 0) == (name != "incremental" and new < tokens)
             assert device == "cpu" or not set(parts) & CPU_TERMS
 
 
@@ -102,16 +102,16 @@ def test_a_streamed_reward_phase_is_its_replicas_terms_plus_waiting():
     doc = explain(load_scenario(ROOT / "scenarios" / "oppo.yaml"), steps=3)
     _check(doc)
     reward = doc["phases"]["reward"]
-    assert reward["waiting_s"] > 0 and {"kernels", "op_overhead"} <= set(reward["terms_s"])
+    assert reward["waiting_s"] > 0 and {T.KERNELS, T.OP_OVERHEAD} <= set(reward["terms_s"])
     assert not explained_names(doc) & CPU_TERMS   # a GPU profile
 
 
 @pytest.mark.parametrize("path, want", [
-    ("validate/oppo-encoder-reencode.yaml", {"reencode_prefix", "interference", "width_rate"}),
-    ("validate/grpo-retokenize.yaml", {"retokenize"}),
-    ("validate/sync-static.yaml", {"kernels", "optimizer"}),
-    ("baseline.yaml", {"kernels"}),
-    ("examples/verl-grpo.yaml", {"rule_reward"}),
+    ("validate/oppo-encoder-reencode.yaml", {T.REENCODE_PREFIX, T.INTERFERENCE, T.WIDTH_RATE}),
+    ("validate/grpo-retokenize.yaml", {T.RETOKENIZE}),
+    ("validate/sync-static.yaml", {T.KERNELS, T.OPTIMIZER}),
+    ("baseline.yaml", {T.KERNELS}),
+    ("examples/verl-grpo.yaml", {T.RULE_REWARD}),
 ])
 def test_every_phase_of_these_scenarios_is_named_by_registry_terms(path, want):
     doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
@@ -124,7 +124,7 @@ def test_cpu_side_phases_and_the_weight_update_are_terms():
                                                                       parse_set("execution.weight_sync.kind=reshard")])
     doc = explain(sc, steps=3)
     _check(doc)
-    assert "advantage" in doc["phases"]["adv"]["terms_s"] and "weight_sync" in doc["phases"]["weight_sync"]["terms_s"]
+    assert T.ADVANTAGE in doc["phases"]["adv"]["terms_s"] and T.WEIGHT_SYNC in doc["phases"]["weight_sync"]["terms_s"]
 
 
 def test_explain_on_a_gpu_runs_no_cpu_host_code(monkeypatch):
@@ -163,14 +163,14 @@ def _generate(doc):
 
 
 @pytest.mark.parametrize("path, want", [
-    ("validate/sync-static.yaml", {"gen_call_overhead", "kernels", "decode_kernels", "engine_step"}),
-    ("validate/sync-continuous.yaml", {"kernels", "decode_kernels", "engine_step", "sampling_tail"}),
+    ("validate/sync-static.yaml", {T.GEN_CALL_OVERHEAD, T.KERNELS, T.DECODE_KERNELS, T.ENGINE_STEP}),
+    ("validate/sync-continuous.yaml", {T.KERNELS, T.DECODE_KERNELS, T.ENGINE_STEP, T.SAMPLING_TAIL}),
 ])
 def test_generate_is_its_last_replicas_terms_static_and_continuous(path, want):
     doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
     _check(doc)
     terms, idle, span = _generate(doc)
-    assert want <= set(terms) and "interference" not in terms and "handoff" not in terms
+    assert want <= set(terms) and T.INTERFERENCE not in terms and T.HANDOFF not in terms
     assert abs(idle) <= 1e-9 * span   # one request a step: the replica is busy all through its span
     text = "\n".join(render(doc))
     assert "decode steps; one of" in text and "idle" in text
@@ -179,15 +179,15 @@ def test_generate_is_its_last_replicas_terms_static_and_continuous(path, want):
 def test_generate_under_oppo_intra_step_counts_interference_and_handoff():
     # kv_decoder beside a co-running CPU scorer: decode re-timed while the scorer runs (interference)
     terms, _, span = _generate(explain(load_scenario(ROOT / "scenarios" / "validate" / "oppo-full.yaml"), steps=3))
-    assert terms["interference"] > 0.05 * span and terms["decode_kernels"] > 0
+    assert terms[T.INTERFERENCE] > 0.05 * span and terms[T.DECODE_KERNELS] > 0
     # hf_generate in chunked generate() calls, stopped at the first B: the hand-over pause at every boundary
     doc = explain(load_scenario(ROOT / "scenarios" / "oppo.yaml"), steps=3)
     terms, _, _ = _generate(doc)
-    assert {"handoff", "gen_call_overhead", "decode_kernels"} <= set(terms)
+    assert {T.HANDOFF, T.GEN_CALL_OVERHEAD, T.DECODE_KERNELS} <= set(terms)
     # resume by re-prefilling: each boundary's prefill less the decode step its token replaces
     sc = load_scenario(ROOT / "scenarios" / "oppo.yaml", overrides=[parse_set("schedule.intra.resume=reprefill")])
     terms, _, _ = _generate(explain(sc, steps=3))
-    assert all(v > 0 for v in terms.values()) and "kernels" in terms   # the replaced steps were decoded, then given back
+    assert all(v > 0 for v in terms.values()) and T.KERNELS in terms   # the replaced steps were decoded, then given back
 
 
 @pytest.mark.parametrize("path", ["validate/sync-static.yaml", "validate/sync-continuous.yaml", "verl-ppo.yaml"])
@@ -220,9 +220,9 @@ def test_a_segments_terms_are_its_steps_terms_summed(device):
                 for k, v in d.price(batch, kv0 + i * batch, 1).terms().items():
                     steps[k] = steps.get(k, 0.0) + v
             if over is not None:
-                steps["engine_step"] = n * over   # the engine's own per-step overhead (generation.step_overhead_s)
-                steps.pop("cold_overheads", None)
-            assert terms.get("left_padding", 0.0) == pytest.approx(n * extra)
+                steps[T.ENGINE_STEP] = n * over   # the engine's own per-step overhead (generation.step_overhead_s)
+                steps.pop(T.COLD_OVERHEADS, None)
+            assert terms.get(T.LEFT_PADDING, 0.0) == pytest.approx(n * extra)
             if not d.hfloor and over is None:   # the launch floor folded into the compute line is the one difference
-                for k in set(steps) | set(terms) - {"left_padding"}:
+                for k in set(steps) | set(terms) - {T.LEFT_PADDING}:
                     assert terms.get(k, 0.0) == pytest.approx(steps.get(k, 0.0), rel=1e-9, abs=1e-15), (runtime, k)

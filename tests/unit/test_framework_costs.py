@@ -8,6 +8,7 @@ import pytest
 
 from conftest import make_dict
 from rlhfsim.costs import framework as fw
+from rlhfsim.costs import terms as T
 from rlhfsim.costs.model import LINK_LATENCY_S, CostModel
 from rlhfsim.costs.profile import load_profile, validate_profile
 from rlhfsim.errors import ProfileError
@@ -42,7 +43,7 @@ def test_a_launch_bound_call_costs_its_host_time_not_the_sum():
     assert call.total_s == pytest.approx(M.layers * 1e-3)
     assert call.active_s == active  # the device is busy for its kernels only; the rest of the call waits on the host
     terms = call.terms()
-    assert terms["host_launch_bound"] == pytest.approx(M.layers * 1e-3 - kernel)
+    assert terms[T.HOST_LAUNCH_BOUND] == pytest.approx(M.layers * 1e-3 - kernel)
     assert sum(terms.values()) == pytest.approx(call.total_s, rel=1e-12)
 
 

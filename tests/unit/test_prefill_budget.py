@@ -105,7 +105,7 @@ def test_chunked_prefill_lets_the_running_rows_decode_and_explain_names_it():
     assert mixed.summary["phases_s"]["generate"] < plain.summary["phases_s"]["generate"]
     doc = explain(sc, profile=FIXTURE, steps=2)
     g = doc["phases"]["generate"]
-    assert g["terms_s"]["prefill_chunk"] > 0 and set(g["terms_s"]) <= set(T.BY_NAME)
+    assert g["terms_s"][T.PREFILL_CHUNK] > 0 and set(g["terms_s"]) <= set(T.BY_NAME)
     assert sum(g["terms_s"].values()) + g.get("waiting_s", 0.0) == pytest.approx(g["span_s"], rel=1e-9)
 
 
