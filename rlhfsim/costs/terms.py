@@ -1,5 +1,5 @@
 """The named cost terms a step's price is made of: one registry (``TERMS``), read by the simulator's per-phase
-breakdown (``rlhfsim explain``), by validate's per-call tables (``rlhfsim.costs.price``'s ``*_terms``) and by the
+breakdown (``rlhfsim explain``), by validate's per-call tables (the ``Price`` of each ``rlhfsim.costs.price`` call) and by the
 docs' term table (``python -m rlhfsim.costs.terms`` prints it as
 Markdown: docs/reference/cost-terms.md).
 
