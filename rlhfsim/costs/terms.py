@@ -1,7 +1,6 @@
 """The named cost terms a step's price is made of: one registry (``TERMS``), read by the simulator's per-phase
-breakdown (``rlhfsim explain``), by validate's per-call tables (the ``Price`` of each ``rlhfsim.costs.price`` call) and by the
-docs' term table (``python -m rlhfsim.costs.terms`` prints it as
-Markdown: docs/reference/cost-terms.md).
+breakdown (``rlhfsim explain``), by validate's per-call tables (the ``Price`` of each ``rlhfsim.costs.price`` call)
+and by the docs' term table (``python -m rlhfsim.costs.terms`` prints it as Markdown: docs/reference/cost-terms.md).
 
 A term is a ``CostTerm`` object, registered by one row below (``KERNELS = _row("kernels", ...)``); a breakdown's
 keys are these objects (a ``CostTerm`` is the ``str`` of its name, so a breakdown prints and writes JSON as
