@@ -1,5 +1,10 @@
 """Turn journaled points into a Profile (layout: ``rlhfsim/costs/profile.py``).
 
+One pipeline: the points are prepared once (``prepare``: their sampling tails, the host effects they measured,
+each point with the terms its fit counts: ``FitPoints``), then fitted: ``build_profile`` into a new profile,
+``refit`` into a measured one, stage by stage (``REFIT_STAGES``: generation, train, encoders; the extension
+commands of ``calibrate.running.extend`` each name theirs).
+
 * ``operations``: ``prefill``, ``decode``, ``chunk_prefill``, ``train``, ``optimizer`` fitted to their
   points (``calibrate.fitting.fit``); ``score:RUNTIME`` for every runtime valid on every model it ran on, fitted
   to its padded uniform-length points (the one strategy every runtime runs) of the decoder reward models,
@@ -49,6 +54,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -228,40 +234,124 @@ def with_tails(points: list[dict], tails: dict[str, dict], kernels: dict | None 
     return out
 
 
-def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: dict | None = None) -> list[str]:
-    """A measured profile's operations fitted again with the measured cost terms of ``points``
-    (``calibrate.running.extend --cost-terms``): the sampling tails of its ``sample`` points, the GEMM weight passes
-    of its ``gemm`` points and the training rate by width of its ``width_train`` points. Refitted from the
-    profile's own points: the plain ``prefill``/``decode`` (and their ``:kv_decoder`` copies), each
-    ``prefill:RT``/``decode:RT``, and ``train``; the tails go to ``generation[RT]`` as
-    ``generation_summary`` puts them, the rest to ``kernels``. Returns the keys changed."""
-    tails = sampling_summary(points)
-    kernels = kernels_summary(points)
-    page_faults = page_faults or (doc.get("kernels") or {}).get("page_faults")   # kept unless measured again
-    if page_faults:
-        kernels = {**(kernels or {}), "page_faults": page_faults}
-    if kernels is not None:
-        doc["kernels"] = kernels
-    pts = with_tails(points, tails, kernels, gpu.kind)
-    priors = {op: OpParams.from_dict(v) for op, v in load_profile("default")["operations"].items()}
-    ops, gen, changed = doc["operations"], doc.setdefault("generation", {}), []
+@dataclass(frozen=True)
+class FitPoints:
+    """A calibration's points on their way to a profile, prepared once for every fit that reads them (``prepare``):
+    ``raw``, as journaled less their ``kind`` (what the profile keeps); ``tails``, the sampling tails their ``sample``
+    points measure (``sampling_summary``); ``kernels``, the host effects their fits count (``kernels_summary`` of
+    them, or a profile's own); ``fit``, the points with those terms set (``with_tails``); ``priors``, the bundled
+    ``default`` profile's operations (each fit's starting point and an unmeasured operation's values)."""
+
+    raw: list[dict]
+    tails: dict[str, dict]
+    kernels: dict | None
+    fit: list[dict]
+    default: dict
+
+    @property
+    def priors(self) -> dict[str, OpParams]:
+        return {op: OpParams.from_dict(v) for op, v in self.default["operations"].items()}
+
+
+MEASURED = object()   # ``prepare``'s kernels: summarised from the points themselves
+
+
+def prepare(points: list[dict], kind: str, kernels=MEASURED, page_faults: dict | None = None) -> FitPoints:
+    """``points`` prepared for the fits (``FitPoints``) on a device of catalog kind ``kind``: their ``kernels`` those
+    they measured (``MEASURED``, with ``page_faults`` added where given: measured, not journaled) or the profile's
+    given here (a refit that measured none)."""
+    raw = [{k: v for k, v in p.items() if k != "kind"} for p in points]
+    tails = sampling_summary(raw)
+    if kernels is MEASURED:
+        kernels = kernels_summary(raw)
+        if page_faults:
+            kernels = {**(kernels or {}), "page_faults": page_faults}
+    return FitPoints(raw, tails, kernels, with_tails(raw, tails, kernels, kind), load_profile("default"))
+
+
+# -- the refit pipeline: a measured profile's operations fitted again from prepared points, stage by stage --------
+def _refit_generation(doc: dict, fp: FitPoints, gpu: GpuSpec) -> list[str]:
+    """The plain ``prefill``/``decode`` (and their ``:kv_decoder`` copies) and each ``prefill:RT``/``decode:RT`` the
+    profile measured, and the sampling tails into ``generation[RT]`` as ``generation_summary`` puts them."""
+    priors, ops, gen, changed = fp.priors, doc["operations"], doc.setdefault("generation", {}), []
     for op in ("prefill", "decode"):
-        plain = _plain(pts, op)
+        plain = _plain(fp.fit, op)
         if plain and ops.get(op, {}).get("source") in ("measured", "underdetermined"):
             ops[op] = fitted(plain, gpu, priors[op])
             changed.append(op)
             if op_key(op, "kv_decoder") in ops:
                 changed.append(_plain_copy(ops, op))
         for rt in GEN_RUNTIMES:
-            own = [p for p in _measured(pts, op=op, runtime=rt) if point_value(p) > 0]
+            own = [p for p in _measured(fp.fit, op=op, runtime=rt) if point_value(p) > 0]
             if rt != "kv_decoder" and own and op_key(op, rt) in ops:
                 ops[op_key(op, rt)] = fitted(own, gpu, priors[op])
                 changed.append(op_key(op, rt))
-    if kernels is not None and ("width_efficiency" in kernels or "page_faults" in kernels) and refit_train(doc, gpu, points):
-        changed.append("train")
-    for rt, info in gen.items():
-        if _put_tail(info, rt, tails):
-            changed.append(f"generation.{rt}.sample_s")
+    return changed + [f"generation.{rt}.sample_s" for rt, info in gen.items() if _put_tail(info, rt, fp.tails)]
+
+
+def _refit_train(doc: dict, fp: FitPoints, gpu: GpuSpec) -> list[str]:
+    """``train``, where the profile measured it, with the cost terms ``fp.kernels`` hold (the width rate, the page
+    faults: ``with_tails``)."""
+    train = _plain(fp.fit, "train")
+    if not train or doc["operations"].get("train", {}).get("source") not in ("measured", "underdetermined"):
+        return []
+    doc["operations"]["train"] = fitted(train, gpu, fp.priors["train"])
+    return ["train"]
+
+
+def _refit_encoders(doc: dict, fp: FitPoints, gpu: GpuSpec) -> list[str]:
+    """Each runtime's fit to encoder reward models' padded batches (``runtimes.RUNTIME.fits.encoder``, and
+    ``score:RUNTIME`` where that fit is the encoders'), ``encode:RUNTIME`` and ``reencode:RUNTIME``."""
+    prior = fp.priors["prefill"]
+    ops, runtimes, changed = doc["operations"], doc.get("runtimes") or {}, []
+    for rt, info in sorted(runtimes.items()):
+        if "encoder" not in (info.get("fits") or {}):
+            continue
+        pts = padded_score_points(fp.raw, rt, "encoder")
+        if not pts:
+            continue
+        info["fits"]["encoder"] = fit_operation(pts, gpu, prior)
+        changed.append(f"runtimes.{rt}.fits.encoder")
+        key = f"score:{rt}"
+        if info.get("op") == key and "decoder" not in info["fits"]:   # score:RT is the encoders' fit (build_profile)
+            ops[key] = {**info["fits"]["encoder"], "source": _source(info["fits"]["encoder"]),
+                        "source_points": ops[key]["source_points"]}
+            changed.append(key)
+    changed += encoder_score_ops(runtimes, ops)
+    if any(p["op"] == "reencode" for p in fp.raw):
+        doc["reencode"] = reencode_summary(fp.raw, ops, gpu, prior)
+        changed += [r["op"] for r in doc["reencode"].values() if r.get("op")]
+    return changed
+
+
+REFIT_STAGES = {"generation": _refit_generation, "train": _refit_train, "encoders": _refit_encoders}
+
+
+def refit(doc: dict, fp: FitPoints, gpu: GpuSpec, stages: tuple[str, ...]) -> list[str]:
+    """A measured profile's operations fitted again from the prepared points ``fp``, one stage of ``REFIT_STAGES``
+    after another, in the order given; nothing outside the stages changes. Returns the keys changed."""
+    changed: list[str] = []
+    for stage in stages:
+        changed += REFIT_STAGES[stage](doc, fp, gpu)
+    return changed
+
+
+def refit_cost_terms(doc: dict, points: list[dict], gpu: GpuSpec, page_faults: dict | None = None) -> list[str]:
+    """A measured profile's operations fitted again with the measured cost terms of ``points``
+    (``calibrate.running.extend --cost-terms``): the sampling tails of its ``sample`` points, the GEMM weight passes
+    of its ``gemm`` points and the training rate by width of its ``width_train`` points. Refitted from the
+    profile's own points: the generation stage (``_refit_generation``), and ``train`` where the kernels hold a term
+    of its (the width rate, the page faults); the tails go to ``generation[RT]``, the rest to ``kernels``. Returns
+    the keys changed."""
+    fp = prepare(points, gpu.kind, page_faults=page_faults or (doc.get("kernels") or {}).get("page_faults"))
+    kernels = fp.kernels
+    if kernels is not None:
+        doc["kernels"] = kernels
+    trains = kernels is not None and ("width_efficiency" in kernels or "page_faults" in kernels)
+    changed = refit(doc, fp, gpu, ("generation",))
+    tails = [k for k in changed if k.startswith("generation.")]   # reported after train, as before
+    changed = [k for k in changed if not k.startswith("generation.")] + \
+        (refit(doc, fp, gpu, ("train",)) if trains else []) + tails
     return changed + [f"kernels.{k}" for k in ("gemm_weight_passes", "gemm_passes_by_footprint", "cold_overheads",
                                                "width_efficiency", "page_faults") if k in (kernels or {})]
 
@@ -270,12 +360,8 @@ def refit_train(doc: dict, gpu: GpuSpec, points: list[dict] | None = None) -> bo
     """A measured profile's ``train`` fitted again from ``points`` (default: its own) with the cost terms
     its ``kernels`` hold (the width rate, the page faults: ``with_tails``); nothing else changes. False
     when there are no training points or the profile's ``train`` was not measured."""
-    pts = with_tails(doc.get("points", []) if points is None else points, {}, doc.get("kernels"), gpu.kind)
-    train = _plain(pts, "train")
-    if not train or doc["operations"].get("train", {}).get("source") not in ("measured", "underdetermined"):
-        return False
-    doc["operations"]["train"] = fitted(train, gpu, OpParams.from_dict(load_profile("default")["operations"]["train"]))
-    return True
+    fp = prepare(doc.get("points", []) if points is None else points, gpu.kind, kernels=doc.get("kernels"))
+    return bool(refit(doc, fp, gpu, ("train",)))
 
 
 def generation_summary(points: list[dict], records: list[dict], ops: dict, gpu: GpuSpec, priors: dict,
@@ -582,45 +668,17 @@ def padded_score_points(points: list[dict], rt: str, arch: str | None = None) ->
 
 def refit_encoder_ops(doc: dict, gpu: GpuSpec) -> list[str]:
     """A measured profile's encoder operations fitted again from its own points under the current work model
-    (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention): each runtime's fit to encoder
-    reward models' padded batches (``runtimes.RUNTIME.fits.encoder``, and ``score:RUNTIME`` where that fit is
-    the encoders'), ``encode:RUNTIME`` and ``reencode:RUNTIME``. Nothing is measured; returns the keys changed
-    (``calibrate.running.extend --refit-encoders``)."""
-    prior = OpParams.from_dict(load_profile("default")["operations"]["prefill"])
-    points = [{k: v for k, v in p.items() if k != "kind"} for p in doc.get("points", [])]
-    ops, runtimes, changed = doc["operations"], doc.get("runtimes") or {}, []
-    for rt, info in sorted(runtimes.items()):
-        if "encoder" not in (info.get("fits") or {}):
-            continue
-        pts = padded_score_points(points, rt, "encoder")
-        if not pts:
-            continue
-        info["fits"]["encoder"] = fit_operation(pts, gpu, prior)
-        changed.append(f"runtimes.{rt}.fits.encoder")
-        key = f"score:{rt}"
-        if info.get("op") == key and "decoder" not in info["fits"]:   # score:RT is the encoders' fit (build_profile)
-            ops[key] = {**info["fits"]["encoder"], "source": _source(info["fits"]["encoder"]),
-                        "source_points": ops[key]["source_points"]}
-            changed.append(key)
-    changed += encoder_score_ops(runtimes, ops)
-    if any(p["op"] == "reencode" for p in points):
-        doc["reencode"] = reencode_summary(points, ops, gpu, prior)
-        changed += [r["op"] for r in doc["reencode"].values() if r.get("op")]
-    return changed
+    (``rlhfsim.costs.flops``: DeBERTa-v2's disentangled attention): the refit's ``encoders`` stage. Nothing is
+    measured; returns the keys changed (``calibrate.running.extend --refit-encoders``)."""
+    return refit(doc, prepare(doc.get("points", []), gpu.kind, kernels=doc.get("kernels")), gpu, ("encoders",))
 
 
 def build_profile(*, name: str, gpu: GpuSpec, dtype: str, device: dict, command: str, quick: bool,
                   points: list[dict], records: list[dict], grid: dict, page_faults: dict | None = None) -> dict:
     """The Profile dict of a calibration (validated with ``rlhfsim.costs.profile.validate_profile``);
     ``page_faults``: ``calibrate.cpu.pagefaults.measure_page_faults`` where it was measured (not journaled)."""
-    default = load_profile("default")
-    priors = {op: OpParams.from_dict(v) for op, v in default["operations"].items()}
-    points = [{k: v for k, v in p.items() if k != "kind"} for p in points]
-    tails = sampling_summary(points)
-    kernels = kernels_summary(points)
-    if page_faults:
-        kernels = {**(kernels or {}), "page_faults": page_faults}
-    raw, points = points, with_tails(points, tails, kernels, gpu.kind)
+    fp = prepare(points, gpu.kind, page_faults=page_faults)
+    default, priors, tails, kernels, raw, points = fp.default, fp.priors, fp.tails, fp.kernels, fp.raw, fp.fit
     ops: dict[str, dict] = {}
     for op in OPERATIONS:
         pts = _plain(points, op)

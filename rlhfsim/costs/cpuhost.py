@@ -116,12 +116,8 @@ class CpuHostEffects:
         out, active = {}, 0.0
         if head_s_per_logit is None and self.logprob_tail:
             k = cost._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
-            if sp > 1:
-                (t1, a1), (t0, a0) = (k.parts_sp(n_tokens, n_seqs, n_tokens, attn_pairs, sp, lp)
-                                      for lp in (self.logprob_tail, 0.0))
-            else:
-                (t1, a1), (t0, a0) = (k.parts(n_tokens, n_seqs, cached_tokens, n_tokens, attn_pairs, lp)
-                                      for lp in (self.logprob_tail, 0.0))
+            (t1, a1), (t0, a0) = (k.parts(n_tokens, n_seqs, cached_tokens, n_tokens, attn_pairs, lp, sp)
+                                  for lp in (self.logprob_tail, 0.0))
             out[LOGPROB_TAIL_CPU], active = t1 - t0, a1 - a0
         f = self.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward") if self.page_faults else 0.0
         if f:
@@ -150,10 +146,9 @@ class CpuHostEffects:
     @staticmethod
     def decode_terms(out: dict, kern: float, plain: float, comm: float, cold: float, hot_floor: float,
                      engine_cold: bool = True) -> None:
-        """Split decode terms (``out``: ``_Decode.terms`` of a step, or ``accounting.segment_terms`` of a segment,
-        as priced) in place, each effect added in turn to the work without them: ``gemm_footprint``, the kernels
-        ``kern`` less ``plain`` (the weights streamed once at the fitted bandwidth; ``comm`` the TP all-reduces
-        beside them), and ``cold_overheads``, the fixed costs (sampling tail, launch floor, and the engine step
+        """Split decode terms (``out``: ``_Decode.price``'s terms of its steps, as priced) in place, each effect added
+        in turn to the work without them: ``gemm_footprint``, the kernels ``kern`` less ``plain`` (the weights streamed
+        once at the fitted bandwidth; ``comm`` the TP all-reduces beside them), and ``cold_overheads``, the fixed costs (sampling tail, launch floor, and the engine step
         unless the engine set its own, ``engine_cold``) less their hot values (/ ``cold``; the launch floor's hot
         value given as ``hot_floor``)."""
         if plain != kern:

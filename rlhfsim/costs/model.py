@@ -48,8 +48,8 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, OPTIMIZER, SAMPLING_TAIL,
-                                 Price, add_terms, with_effects)
+from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, LEFT_PADDING, OPTIMIZER,
+                                 SAMPLING_TAIL, CostTerm, Price, with_effects)
 from rlhfsim.errors import ProfileError
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
@@ -87,12 +87,20 @@ def _series(a: float, s: float, i0: int, i1: int) -> float:
     return a * n + s * (i0 + i1 - 1) * n / 2.0 if n > 0 else 0.0
 
 
-def decode_sum(coeffs: tuple[float, float, float, float, float], n_steps: int) -> float:
-    """Sum of ``n_steps`` decode steps from ``CostModel.decoder(...).coeffs``."""
-    if n_steps <= 0:
-        return 0.0
+def decode_sum(coeffs, n_steps) -> tuple:
+    """(total_s, active_s) of ``n_steps`` decode steps in closed form from ``CostModel.decoder(...).coeffs``: the
+    steps' sum and its kernel part (the per-step overhead excluded; tensor-parallel communication counts as active).
+    ``n_steps`` an integer, or an integer array (every entry >= 1) with ``coeffs`` for arrays of batch sizes and
+    cached tokens: many segments at once, elementwise the same arithmetic, so each the same bits."""
     c0, cs, u0, us, over = coeffs
-    return _sum_max_linear(c0, cs, u0, us, n_steps) + n_steps * over
+    if isinstance(n_steps, np.ndarray):
+        n = n_steps.astype(np.int64, copy=False)
+        kernel = _sum_max_linear_many(c0, cs, u0, us, n)
+        return kernel + n * over, kernel
+    if n_steps <= 0:
+        return 0.0, 0.0
+    kernel = _sum_max_linear(c0, cs, u0, us, n_steps)
+    return kernel + n_steps * over, kernel
 
 
 def _sum_max_linear(a1: float, s1: float, a2: float, s2: float, n: int) -> float:
@@ -138,15 +146,6 @@ def _sum_max_linear_many(a1, s1, a2, s2, n):
     return _series_many(a, s, np.zeros_like(n), k) + _series_many(b, t, k, n)
 
 
-def decode_parts_many(coeffs, n_steps) -> tuple[np.ndarray, np.ndarray]:
-    """``decode_parts`` of many segments at once: ``coeffs`` as returned by ``CostModel.decoder(...).coeffs``
-    for arrays of batch sizes and cached tokens, ``n_steps`` an integer array (every entry >= 1)."""
-    c0, cs, u0, us, over = coeffs
-    n = np.asarray(n_steps, dtype=np.int64)
-    kernel = _sum_max_linear_many(c0, cs, u0, us, n)
-    return kernel + n * over, kernel
-
-
 def roofline_kernel_s(flops, nbytes, peak: float, bw: float, compute_eff, memory_eff):
     """The roofline, max(F / (peak x compute_eff), B / (bw x memory_eff)) in seconds: the kernel time.
     Floats, or numpy arrays (broadcast; the calibration fit evaluates a grid of efficiencies at once)."""
@@ -162,26 +161,12 @@ def with_overheads_s(kernel_s, p: OpParams, layers):
     return kernel_s + p.overhead_s + p.overhead_per_layer_s * layers
 
 
-def roofline_parts(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> tuple[float, float]:
-    """(total_s, active_s): the roofline time plus the fixed overheads, and the roofline (kernel) part
-    alone. Overheads are host time (Python, launches, sampling bookkeeping) during which the device
-    waits; ``active_s`` is what nvidia-smi / DCGM-style utilization counts as busy."""
+def roofline(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> Price:
+    """The roofline time plus the fixed overheads (``total_s``), the roofline (kernel) part alone its active share,
+    by term kernels and op_overhead. Overheads are host time (Python, launches, sampling bookkeeping) during which
+    the device waits; ``active_s`` is what nvidia-smi / DCGM-style utilization counts as busy."""
     kernel = roofline_kernel_s(work.flops, work.bytes, tp * peak, tp * bw, p.compute_eff, p.memory_eff)
-    return with_overheads_s(kernel, p, work.layers), kernel
-
-
-def roofline_s(work: fl.Work, p: OpParams, peak: float, bw: float, tp: int = 1) -> float:
-    return roofline_parts(work, p, peak, bw, tp)[0]
-
-
-def decode_parts(coeffs: tuple[float, float, float, float, float], n_steps: int) -> tuple[float, float]:
-    """(total_s, active_s) of ``n_steps`` decode steps: ``decode_sum`` and its kernel part (the per-step
-    overhead excluded; tensor-parallel communication counts as active)."""
-    if n_steps <= 0:
-        return 0.0, 0.0
-    c0, cs, u0, us, over = coeffs
-    kernel = _sum_max_linear(c0, cs, u0, us, n_steps)
-    return kernel + n_steps * over, kernel
+    return Price(with_overheads_s(kernel, p, work.layers), kernel)
 
 
 class _Forward:
@@ -202,28 +187,37 @@ class _Forward:
         # a generation prefill samples each row's first token: the runtime's measured sampling tail
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
 
-    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None, lp_tail: float = 0.0):
-        """``lp_tail``: seconds per logit of a log-prob pass's log-softmax and gather after the head (a CPU's measured
-        tail, ``CpuHostEffects.logprob_tail``, or a GPU framework's head, ``call_parts``; 0: their bytes counted in the
-        roofline, as without either)."""
-        w = self.shape.forward(n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs)
+    def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None, lp_tail: float = 0.0,
+              sp: int = 1) -> tuple:
+        """(total_s, active_s) of the forward. ``lp_tail``: seconds per logit of a log-prob pass's log-softmax and gather
+        after the head (a CPU's measured tail, ``CpuHostEffects.logprob_tail``, or a GPU framework's head,
+        ``framework_call``; 0: their bytes counted in the roofline, as without either). ``sp`` > 1: one GPU of a Ulysses
+        group of ``sp`` (``flops.sequence_parallel``; no cached tokens), plus the group's all-to-alls
+        (``CostModel._ulysses_comm_s``)."""
+        w = self.shape.forward(n_tokens, n_seqs, cached_tokens if sp <= 1 else 0.0, logits_tokens, attn_pairs)
         if lp_tail:
             w = self._without_tail_bytes(w, logits_tokens)
-        total, active = self._roofline(w, n_tokens)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens, self.tp)
-        if self.tail_row or self.tail0:
+        tokens, logits = n_tokens, logits_tokens
+        if sp > 1:
+            w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
+            tokens, logits = n_tokens / sp, logits_tokens / sp
+        total, active = self._roofline(w, tokens)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp)
+        if sp > 1:
+            comm = comm + self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
+        if self.tail_row or self.tail0:   # a generation prefill's sampling of each row's first token
             total = total + self.tail0 + self.tail_row * n_seqs
         if lp_tail:
-            after = lp_tail * logits_tokens * (self.m.vocab / self.tp)
+            after = lp_tail * logits * (self.m.vocab / self.tp)
             total, active = total + after, active + after
         return total + comm, active + comm
 
     def _roofline(self, w: fl.Work, tokens) -> tuple:
-        """``roofline_parts`` of ``w``; with kernel terms by shape, their efficiencies at ``tokens`` per call and this
+        """``roofline`` of ``w``; with kernel terms by shape, their efficiencies at ``tokens`` per call and this
         shard, the weights streamed at the GEMMs' efficiency, and the layers' kernel floors (``byshape``)."""
         ks = self.ks
         if ks is None:
-            return roofline_parts(w, self.p, self.peak, self.bw, self.tp)
+            return roofline(w, self.p, self.peak, self.bw, self.tp)
         kernel = roofline_kernel_s(w.flops, ks.weight_equivalent_bytes(w.bytes, self.shape.weight_bytes), self.tp * self.peak,
                                    self.tp * self.bw, ks.compute_eff(tokens, self.shard), ks.weight_memory_eff) + self.floor
         return with_overheads_s(kernel, self.p, w.layers), kernel
@@ -246,21 +240,6 @@ class _Forward:
         """``w`` less the bytes of the log-prob tail (``flops.TAIL_LOGIT_BYTES`` per logit): a measured tail is
         added after the roofline instead (the head's own write of its logits stays in it)."""
         return w._replace(bytes=w.bytes - fl.TAIL_LOGIT_BYTES * self.m.vocab * logits_tokens)
-
-    def parts_sp(self, n_tokens, n_seqs, logits_tokens, attn_pairs, sp: int, lp_tail: float = 0.0):
-        """``parts`` of one GPU of a Ulysses group of ``sp`` (``flops.sequence_parallel``), plus the
-        group's all-to-alls (``CostModel._ulysses_comm_s``); ``lp_tail`` as in ``parts``."""
-        w = self.shape.forward(n_tokens, n_seqs, 0.0, logits_tokens, attn_pairs)
-        if lp_tail:
-            w = self._without_tail_bytes(w, logits_tokens)
-        w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
-        total, active = self._roofline(w, n_tokens / sp)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, n_tokens / sp, self.tp) + \
-            self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
-        if lp_tail:
-            after = lp_tail * (logits_tokens / sp) * (self.m.vocab / self.tp)
-            total, active = total + after, active + after
-        return total + comm, active + comm
 
 
 class _Decode:
@@ -349,30 +328,49 @@ class _Decode:
         u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
         return c0, cs, u0, kv_b * batch / bw
 
-    def terms(self, batch: int, kv0: float) -> dict[str, float]:
-        """The segment's first decode step by cost term (``rlhfsim.costs.terms``); they sum to
-        ``decode_sum(coeffs(batch, kv0, None), 1)``. A CPU's host effects are split out of them
-        (``CpuHostEffects.decode_terms``)."""
-        c0, _, u0, _ = self._lines(batch, kv0)
-        kern = max(c0, u0)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
-        lf = self.launch_floor(batch)
-        out = {DECODE_KERNELS: kern + comm, ENGINE_STEP: self.over, SAMPLING_TAIL: self.tail0 + self.tail_row * batch,
-               HOST_LAUNCH_BOUND: max(lf - kern, 0.0)}
-        if self.eh is not None:   # the serial host work, and the hidden share where it outlasts the device and launches
-            serial, hidden = self.host(batch)
-            out[ENGINE_HOST] = serial + max(hidden - max(kern, lf), 0.0)
-        if self.cpu is not None:
-            c0, _, u0, _ = self._lines(batch, kv0, plain=True)
-            self.cpu.decode_terms(out, kern, max(c0, u0), comm, self.cold, max(lf / self.cold - kern, 0.0))
-        return out
+    def price(self, batch: int, kv0: float, n: int, overhead_s: float | None = None, extra_s: float = 0.0,
+              extra_term: CostTerm = LEFT_PADDING) -> Price:
+        """``n`` decode steps of ``batch`` rows from ``kv0`` cached tokens, the cache growing by ``batch`` a step:
+        ``decode_sum`` of ``coeffs`` (``overhead_s``: the engine's per-step overhead, None: the runtime's; ``extra_s``
+        added to every step: a padded static batch's padding or a chunked prefill's chunk, term ``extra_term``), and the
+        same seconds by cost term (``_terms``)."""
+        c = self.coeffs(batch, kv0, overhead_s)
+        if extra_s:
+            c = (*c[:4], c[4] + extra_s)
+        total, active = decode_sum(c, n)
+        return Price(total, active, partial(self._terms, batch, kv0, n, overhead_s, extra_s, extra_term, c, total))
 
-    def steps_terms(self, batch: int, kv0: float, n: int) -> dict[str, float]:
-        """``n`` steps of ``batch`` rows from ``kv0`` cached tokens by cost term: each step's (``terms``), the cache
-        growing by ``batch`` a step."""
-        out: dict[str, float] = {}
-        for i in range(max(int(n), 0)):
-            add_terms(out, self.terms(batch, kv0 + i * batch))
+    def _terms(self, batch: int, kv0: float, n: int, overhead_s: float | None, extra_s: float, extra_term: CostTerm,
+               c: tuple, total: float) -> dict[CostTerm, float]:
+        """``price``'s steps by cost term, summed over the steps in closed form (``c`` the coefficients it priced,
+        ``total`` its price; the terms sum to it, the rounding put in decode_kernels): decode_kernels, engine_step,
+        sampling_tail, host_launch_bound (the launch floor beyond the kernels), engine_host (where the profile has
+        the engine's host work per step), ``extra_term``; a CPU's host effects split out of them
+        (``CpuHostEffects.decode_terms``). A floor is folded into the compute line as ``coeffs`` folds it: exact at
+        every step but for the attention FLOPs' growth, and exact for one step."""
+        if n <= 0:
+            return {}
+        c0, cs, u0, us = self._lines(batch, kv0)
+        kern = _sum_max_linear(c0, cs, u0, us, n)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        over = self.over if overhead_s is None else overhead_s
+        priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
+        out = {DECODE_KERNELS: kern + n * comm, ENGINE_STEP: n * over, SAMPLING_TAIL: n * (self.tail0 + self.tail_row * batch),
+               HOST_LAUNCH_BOUND: priced - kern}
+        if extra_s:
+            out[extra_term] = n * extra_s
+        lf = self.launch_floor(batch)
+        if self.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
+            serial, _ = self.host(batch)
+            launched = _sum_max_linear(max(c0, lf), cs, u0, us, n)
+            out[HOST_LAUNCH_BOUND] = launched - kern
+            out[ENGINE_HOST] = n * serial + (priced - launched)
+        if self.cpu is not None:   # the launch floor's hot value: the floor less its cold factor, beyond the kernels
+            p0, _, pu0, pus = self._lines(batch, kv0, plain=True)
+            hot = _sum_max_linear(max(c0, lf / self.cold), cs, u0, us, n) - kern if lf else 0.0
+            self.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, self.cold, hot,
+                                  engine_cold=overhead_s is None)
+        out[DECODE_KERNELS] += total - sum(out.values())   # rounding: the terms sum to the price
         return out
 
     def coeffs(self, batch, kv0, overhead_s: float | None = None):
@@ -692,11 +690,11 @@ class CostModel:
         scoring runtime (``score:RUNTIME``); ``gen_runtime``: a generation runtime's prefill costs (with
         ``gen_logprobs``: its sampled token's log-prob recorded, ``genruntimes.sample_tail``). ``attn_pairs``:
         attention's (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU
-        of a Ulysses sequence-parallel group of that size (``_Forward.parts_sp``; no cached tokens);
+        of a Ulysses sequence-parallel group of that size (``_Forward.parts``; no cached tokens);
         ``head_s_per_logit``: a log-prob pass's head priced after the roofline at this many seconds per logit
-        instead of the profile's measured tail (``call_parts``).
+        instead of the profile's measured tail (``framework_call``).
 
-        The active share is the roofline's kernels (``roofline_parts``); the terms are kernels and op_overhead
+        The active share is the roofline's kernels (``roofline``); the terms are kernels and op_overhead
         and, on a CPU, the host effects priced inside them (``CpuHostEffects.forward_effects``). ``n_tokens`` may
         be a list or numpy array of counts (each > 0; no ``attn_pairs``, ``sp`` 1): each entry's price, the same
         arithmetic elementwise, so each equals the scalar call bit for bit (an engine's prefills at once)."""
@@ -712,10 +710,7 @@ class CostModel:
             lp = head_s_per_logit
         elif logprob and self.cpu is not None:
             lp = self.cpu.logprob_tail
-        if sp > 1:
-            total, active = k.parts_sp(n_tokens, n_seqs, logits, attn_pairs, sp, lp)
-        else:
-            total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp)
+        total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp, sp)
         if self.cpu is None:
             return Price(total, active)
         if logprob and self.cpu.page_faults:
@@ -818,13 +813,11 @@ class CostModel:
 
         Step i's compute time c(i) = c0 + cs x i and memory time u(i) = u0 + us x i are both linear in i
         (FLOPs and KV bytes grow with the cache), so sum_i max(c(i), u(i)) is two arithmetic series split
-        at the single crossing point: O(1), however many steps (``decoder(...).coeffs``, ``decode_parts``). The
-        active share excludes the per-step overhead; the terms are each step's (``_Decode.steps_terms``)."""
+        at the single crossing point: O(1), however many steps (``decoder(...).coeffs``, ``decode_sum``). The
+        active share excludes the per-step overhead; the terms are the steps' (``_Decode.price``)."""
         if n_steps <= 0 or batch <= 0:
             return Price(0.0, 0.0, {})
-        d = self.decoder(m, dtype, tp, runtime, logprobs)
-        total, active = decode_parts(d.coeffs(batch, kv_tokens0, overhead_s), n_steps)
-        return Price(total, active, partial(d.steps_terms, batch, kv_tokens0, n_steps))
+        return self.decoder(m, dtype, tp, runtime, logprobs).price(batch, kv_tokens0, n_steps, overhead_s)
 
     def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None,
                 logprobs: bool = False) -> _Decode:
@@ -832,7 +825,7 @@ class CostModel:
         clock holds its own): ``coeffs(batch, kv_tokens0, overhead_s)``, the (c0, cs, u0, us, per-step overhead) of
         ``decode_steps``, evaluated once, then ``decode_sum`` for any number of steps (the simulator inverts the sum
         by bisection when a segment is cut); ``batch`` and ``kv_tokens0`` may be numpy arrays, the coefficients of
-        many segments at once (``decode_parts_many``); ``terms(batch, kv0)``, a step by cost term."""
+        many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms."""
         key = (m, dtype, tp, runtime, logprobs)
         k = self._decode.get(key)
         if k is None:
@@ -872,18 +865,18 @@ class CostModel:
 
     def _train_roofline(self, shape: fl.ShapeCoeffs, rate: float, dtype: str, n_tokens, n_seqs, tp, attn_pairs,
                         sp) -> tuple[float, float]:
-        """``roofline_parts`` of a training call's work at body rate ``rate`` (one GPU of a Ulysses group of ``sp``)."""
+        """``roofline`` of a training call's work at body rate ``rate`` (one GPU of a Ulysses group of ``sp``)."""
         w = shape.train(n_tokens, n_seqs, attn_pairs, rate)
         if sp > 1:
             w = fl.sequence_parallel(w, 3 * shape.weight_bytes, sp)
-        return roofline_parts(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
+        return roofline(w, self.ops["train"], self.gpu.peak(dtype), self.gpu.mem_bw, tp)
 
-    def call_parts(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
-                   head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
-                   logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
-                   inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
-        """One framework call (a forward or a training micro-batch on one data-parallel rank) by part
-        (``rlhfsim.costs.framework``): the roofline (``forward`` / ``train``; with
+    def framework_call(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
+                       head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
+                       logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
+                       inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
+        """One framework call (a forward or a training micro-batch on one data-parallel rank): its price (``total_s``,
+        ``active_s``, ``terms()``, ``price()``) and its parts (``rlhfsim.costs.framework.CallParts``): the roofline (``forward`` / ``train``; with
         ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
         position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
         host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
@@ -924,11 +917,11 @@ class CostModel:
                   inter_node: bool = False, grad_allreduce: bool = True) -> Price:
         """The gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard (term: optimizer);
         ``grad_allreduce=False``: the gradients were reduced with every call already (FSDP's reduce-scatter,
-        ``call_parts``), only the AdamW step is left."""
+        ``framework_call``), only the AdamW step is left."""
         shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
         grads = m.params(head) / tp * DTYPE_BYTES[dtype]
-        total, active = roofline_parts(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
+        total, active = roofline(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
         comm = self.allreduce_s(grads, dp, inter_node) if grad_allreduce else 0.0
         return Price(total + comm, active + comm, OPTIMIZER)
 

@@ -6,9 +6,9 @@ read one formula and cannot drift apart.
 
 A framework call is one micro-batch (piece) of one data-parallel rank (``rlhfsim.costs.framework``)::
 
-    forward piece   = call_parts(forward, role's head, every position's log-probs, the role's runtime).total_s
+    forward piece   = framework_call(forward, role's head, every position's log-probs, the role's runtime).total_s
                       + microbatch_forward_s                     (the framework's host time per piece)
-    training piece  = call_parts(training, log-probs with an LM head, checkpointing x (1 + checkpoint_extra_frac)).total_s
+    training piece  = framework_call(training, log-probs with an LM head, checkpointing x (1 + checkpoint_extra_frac)).total_s
                       + microbatch_train_s
     optimizer step  = optimizer(...)         once per minibatch (no gradient all-reduce under FSDP: every
                       call reduce-scattered its gradients already)
@@ -19,7 +19,7 @@ A generation runtime's calls (tp 1, no co-running scoring; ``rlhfsim.sim.engines
 terms event by event)::
 
     prefill         = forward(n_tokens, n_seqs, LM head, the runtime's prefill fit and sampling tail)
-    decode steps    = decode_sum(decoder(...).coeffs(batch, kv0), k)          (closed form over k steps)
+    decode steps    = decoder(...).price(batch, kv0, k)                       (closed form over k steps)
     generate() call = call_overhead_s [+ pad_prefill_s] + prefill(b x w, b) + decode steps(b, b (w + 1), k - 1)
                       [+ (k - 1) pad_step_s(b)]                                  (first call of a batch)
                     = handoff_s(b) + decode steps(b, b w, k) [+ k pad_step_s(b)] (a continuation under streaming)
@@ -52,10 +52,10 @@ def forward_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, runt
     every position's logits with an LM head, verl's entropy beside the log-probs when
     ``execution.entropy`` (not for the reward model). ``runtime``: the role's forward runtime
     (``rlhfsim.sim.simulation.forward_runtime``)."""
-    return cost.call_parts(False, setup.shapes[role], setup.dtypes[role], n_tokens, n_rows, tp, setup.head(role),
-                           attn_pairs, sp, runtime=runtime, logprob=True,
-                           entropy=setup.scenario.execution.entropy and role != "reward", fsdp_n=fsdp_n,
-                           inter_node=inter_node)
+    return cost.framework_call(False, setup.shapes[role], setup.dtypes[role], n_tokens, n_rows, tp, setup.head(role),
+                               attn_pairs, sp, runtime=runtime, logprob=True,
+                               entropy=setup.scenario.execution.entropy and role != "reward", fsdp_n=fsdp_n,
+                               inter_node=inter_node)
 
 
 def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: int = 1, attn_pairs: float | None = None,
@@ -65,10 +65,10 @@ def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: in
     ``ckpt_frac``: the profile's ``checkpoint_extra_frac`` when the caller has it already (a hot loop)."""
     exe, head = setup.scenario.execution, setup.head(role)
     frac = cost.step_scalar("checkpoint_extra_frac") if ckpt_frac is None else ckpt_frac
-    return cost.call_parts(True, setup.shapes[role], setup.dtypes[role], n_tokens, n_rows, tp, head, attn_pairs, sp,
-                           logprob=head == "lm", entropy=exe.entropy and role == "actor",
-                           checkpointing=exe.gradient_checkpointing, ckpt_frac=frac, fsdp_n=fsdp_n,
-                           inter_node=inter_node)
+    return cost.framework_call(True, setup.shapes[role], setup.dtypes[role], n_tokens, n_rows, tp, head, attn_pairs,
+                               sp, logprob=head == "lm", entropy=exe.entropy and role == "actor",
+                               checkpointing=exe.gradient_checkpointing, ckpt_frac=frac, fsdp_n=fsdp_n,
+                               inter_node=inter_node)
 
 
 def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node: bool = False,

@@ -1,11 +1,11 @@
 """The named cost terms a step's price is made of: one registry (``TERMS``), read by the simulator's per-phase
-breakdown (``rlhfsim explain``), by validate's per-call tables (``rlhfsim.costs.price``'s ``*_terms``) and by the
-docs' term table (``python -m rlhfsim.costs.terms`` prints it as
-Markdown: docs/reference/cost-terms.md).
+breakdown (``rlhfsim explain``), by validate's per-call tables (the ``Price`` of each ``rlhfsim.costs.price`` call)
+and by the docs' term table (``python -m rlhfsim.costs.terms`` prints it as Markdown: docs/reference/cost-terms.md).
 
 A term is a ``CostTerm`` object, registered by one row below (``KERNELS = _row("kernels", ...)``); a breakdown's
 keys are these objects (a ``CostTerm`` is the ``str`` of its name, so a breakdown prints and writes JSON as
-before), and code names a term by importing its constant: a misspelt name fails when its module is imported.
+before), and code names a term by importing its constant: a misspelt name fails when its module is imported. No
+module writes a term's name as a string, nor keys a breakdown with one (tests/unit/test_term_names.py reads them all).
 
 Each term says what it prices, where its numbers live in a profile or a scenario, the devices it applies to
 (``any``; ``gpu``: priced only from a GPU profile's sections, a CPU profile never reaches it; ``cpu``: a host
@@ -18,7 +18,7 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   logprob_head + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
   (logprob_tail_cpu, page_faults, width_rate), each the price with it less the price without it, taken out
   of kernels (what the device computes) or op_overhead (page faults: host time);
-* a decode step (``_Decode.terms``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
+* decode steps (``_Decode.price``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
   where the profile has the engine's host work per step), and on a CPU gemm_footprint (out of decode_kernels) and
   cold_overheads (out of the fixed costs);
 * a generation runtime's call (``rlhfsim.costs.price.generate_call``): gen_call_overhead or handoff,
@@ -106,7 +106,7 @@ KERNELS = _row(
     "balance: catalog.carried_compute_eff); kernels_by_shape (GPU profiles built from public measurements)",
     "any", "rlhfsim calibrate (fit of measured points); rlhfsim calibrate --from-ops (Vidur's per-operation "
     "GPU data); MAMF's sustained GEMM fraction and datasheet peaks and bandwidths (the carrying)",
-    "rlhfsim.costs.model.roofline_parts")
+    "rlhfsim.costs.model.roofline")
 OP_OVERHEAD = _row(
     "op_overhead", "an operation's fitted fixed time per call and per layer beside its kernels",
     "operations.OP.overhead_s, overhead_per_layer_s", "any", "rlhfsim calibrate (fit)",

@@ -124,5 +124,5 @@ def representative_decode_step(result) -> dict:
     cost = result.cost
     runtime = sc.generation.resolved_runtime
     d = cost.decoder(setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"], runtime)
-    terms = d.terms(batch, kv)
+    terms = d.price(batch, kv, 1).terms()
     return {"runtime": runtime, "batch": batch, "cached_tokens": kv, "step_s": sum(terms.values()), "terms_s": terms}

@@ -234,7 +234,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         yield req
         start = env.now
         t = active = 0.0
-        # under FSDP every call reduce-scatters its gradients (call_parts): the optimizer step has no all-reduce
+        # under FSDP every call reduce-scatters its gradients (framework_call): the optimizer step has no all-reduce
         opt, opt_active = price.optimizer_step(sim.cost, s, role, tp, dp, pool.spans_nodes, fsdp_n)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         if tokens is not None and pad_len is not None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.cpuhost import footprint_passes
 from rlhfsim.costs.genruntimes import sample_tail
-from rlhfsim.costs.model import CostModel, _sum_max_linear, roofline_s
+from rlhfsim.costs.model import CostModel, _sum_max_linear, roofline
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.models.catalog import CATALOG
 from rlhfsim.scenario.loader import validate_model
@@ -53,8 +53,8 @@ def test_decode_sum_is_additive_and_matches_steps(model, dev, dtype, tp, batch, 
         a, b = sample_tail(None, cm.generation, False)
         passes = 1.0 if cm.cpu is None else footprint_passes(cm.cpu.by_footprint, cm.cpu.weight_passes or 1.0,
                                                               fl.ShapeCoeffs.of(m, dtype, "lm").decode_weight_bytes)
-        steps = sum(roofline_s(fl.decode_step_work(m, dtype, batch, kv0 + batch * i, 1.0, passes), p,
-                               cm.gpu.peak(dtype), cm.gpu.mem_bw, tp)
+        steps = sum(roofline(fl.decode_step_work(m, dtype, batch, kv0 + batch * i, 1.0, passes), p,
+                             cm.gpu.peak(dtype), cm.gpu.mem_bw, tp).total_s
                     + a + b * batch * m.vocab + cm._tp_comm_s(m, dtype, batch, tp) for i in range(n))
         assert whole == pytest.approx(steps, rel=1e-9)
 

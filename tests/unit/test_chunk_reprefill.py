@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhfsim.costs.model import CostModel, decode_parts
+from rlhfsim.costs.model import CostModel, decode_sum
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.scenario import load_scenario
 from rlhfsim.scenario.checks import build_setup
@@ -74,7 +74,7 @@ def expected_extra() -> float:
         width = PROMPT + pos
         pre, _ = cost.forward(m, dtype, width * ROWS, ROWS, tp, op="prefill", head="lm",
                                     gen_runtime=g.resolved_runtime, gen_logprobs=g.sampling_logprobs)
-        step, _ = decode_parts(dec.coeffs(ROWS, ROWS * width, g.step_overhead_s), 1)
+        step, _ = decode_sum(dec.coeffs(ROWS, ROWS * width, g.step_overhead_s), 1)
         extra += pre - step
     return extra
 

@@ -85,7 +85,7 @@ def test_each_phase_is_the_sum_of_its_terms():
     assert {"old_log_prob", "reference", "critic_fwd", "actor_train", "critic_train"} <= set(explained)
     for ph, e in explained.items():
         assert sum(e["terms_s"].values()) == pytest.approx(e["span_s"], rel=1e-9), ph
-    assert doc["phases"]["actor_train"]["terms_s"]["fsdp_exposed"] > 0
+    assert doc["phases"]["actor_train"]["terms_s"][T.FSDP_EXPOSED] > 0
     d = doc["decode_step"]
     assert sum(d["terms_s"].values()) == pytest.approx(d["step_s"]) and d["batch"] >= 1
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rlhfsim.costs import flops as fl
-from rlhfsim.costs.model import LINK_EFF, CostModel, OpParams, _sum_max_linear, roofline_s
+from rlhfsim.costs.model import LINK_EFF, CostModel, OpParams, _sum_max_linear, roofline
 from rlhfsim.costs.profile import (BUNDLED_DIR, SCHEMA_VERSION, load_profile, resolve_profile_path,
                                    user_profile_dir, validate_profile)
 from rlhfsim.errors import ProfileError
@@ -137,9 +137,9 @@ def test_roofline_takes_the_slower_bound():
     p = OpParams(0.5, 0.8, 0.001, 1e-5)
     compute = fl.Work(flops=1e15, bytes=1e6, layers=10)
     memory = fl.Work(flops=1e6, bytes=1e12, layers=10)
-    assert roofline_s(compute, p, 1e15, 1e12) == pytest.approx(2.0 + 0.001 + 1e-4)
-    assert roofline_s(memory, p, 1e15, 1e12) == pytest.approx(1.25 + 0.001 + 1e-4)
-    assert roofline_s(compute, p, 1e15, 1e12, tp=2) == pytest.approx(1.0 + 0.001 + 1e-4)
+    assert roofline(compute, p, 1e15, 1e12).total_s == pytest.approx(2.0 + 0.001 + 1e-4)
+    assert roofline(memory, p, 1e15, 1e12).total_s == pytest.approx(1.25 + 0.001 + 1e-4)
+    assert roofline(compute, p, 1e15, 1e12, tp=2).total_s == pytest.approx(1.0 + 0.001 + 1e-4)
 
 
 def test_sum_max_linear_brute_force():
@@ -157,8 +157,8 @@ def test_decode_steps_is_the_sum_of_single_steps(h100):
     # Closed form over n steps == sum of n one-step predictions (roofline of each step's work).
     p = h100.ops["decode"]
     for batch, kv0, n in [(1, 100, 1), (64, 64 * 500, 300), (256, 256 * 3000, 4000), (8, 10, 20000)]:
-        steps = [roofline_s(fl.decode_step_work(Q7, "bfloat16", batch, kv0 + batch * i), p,
-                            h100.gpu.peak("bfloat16"), h100.gpu.mem_bw) for i in range(n)]
+        steps = [roofline(fl.decode_step_work(Q7, "bfloat16", batch, kv0 + batch * i), p,
+                          h100.gpu.peak("bfloat16"), h100.gpu.mem_bw).total_s for i in range(n)]
         assert h100.decode_steps(Q7, "bfloat16", batch, kv0, n).total_s == pytest.approx(sum(steps), rel=1e-9)
 
 
@@ -206,7 +206,7 @@ def test_operations_are_zero_for_no_tokens(h100):
 def test_chunk_prefill_uses_its_own_parameters(h100):
     a = h100.chunk_prefill(Q7, "bfloat16", 4096, 16, 16 * 1000).total_s
     w = fl.forward_work(Q7, "bfloat16", 4096, 16, 16 * 1000)
-    assert a == pytest.approx(roofline_s(w, h100.ops["chunk_prefill"], h100.gpu.peak("bfloat16"), h100.gpu.mem_bw))
+    assert a == pytest.approx(roofline(w, h100.ops["chunk_prefill"], h100.gpu.peak("bfloat16"), h100.gpu.mem_bw).total_s)
 
 
 def test_optimizer_and_weight_sync(h100):

@@ -73,7 +73,7 @@ def test_a_gpu_price_runs_no_cpu_specific_code(monkeypatch):
              lambda c: tuple(c.forward(m, "bfloat16", [64.0, 512.0], 4.0, all_logits=True, head="lm").total_s),
              lambda c: c.train(m, "bfloat16", 4096.0, 8.0, sp=2),
              lambda c: c.decoder(m, "bfloat16").coeffs(16, 16 * 300.0),
-             lambda c: c.decoder(m, "bfloat16").terms(16, 16 * 300.0)]
+             lambda c: c.decoder(m, "bfloat16").price(16, 16 * 300.0, 1).terms()]
     for call in calls:
         assert call(plain) == call(keyed)
 

@@ -20,7 +20,6 @@ from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.importers import ImportOptions, import_verl
 from rlhfsim.models.catalog import CATALOG
 from rlhfsim.scenario.loader import load_scenario
-from rlhfsim.sim.engines.accounting import segment_terms
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.explain import explain
 from rlhfsim.sim.run import simulate
@@ -54,8 +53,8 @@ def test_serial_host_work_adds_h0_plus_h1_per_running_sequence():
     plain = CostModel(H100, load_profile(str(BASE)))
     cost = CostModel(H100, _profile(vllm={"step_host_s": H0, "step_host_per_seq_s": H1}))
     for b in (1, 64, 256):
-        base = decode_sum(plain.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(b, b * 200.0), 1)
-        got = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(b, b * 200.0), 1)
+        base = decode_sum(plain.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(b, b * 200.0), 1)[0]
+        got = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(b, b * 200.0), 1)[0]
         assert got == pytest.approx(base + H0 + H1 * b, rel=1e-12)
 
 
@@ -67,11 +66,11 @@ def test_the_hidden_share_is_a_floor_under_the_device():
         c0, _, u0, _ = d._lines(b, kv0)
         device, h = max(c0, u0), H0 + H1 * b
         want = 0.2 * h + max(device, 0.8 * h) + d.over + d.tail0 + d.tail_row * b
-        assert decode_sum(d.coeffs(b, kv0, None), 1) == pytest.approx(want, rel=1e-12)
+        assert decode_sum(d.coeffs(b, kv0, None), 1)[0] == pytest.approx(want, rel=1e-12)
         assert (0.8 * h > device) == host_bound   # a 7B's 4 rows hide the host work; a 0.5B's 256 rows do not
-        terms = d.terms(b, kv0)
+        terms = d.price(b, kv0, 1).terms()
         assert sum(terms.values()) == pytest.approx(want, rel=1e-12)
-        assert terms["engine_host"] == pytest.approx(0.2 * h + max(0.8 * h - device, 0.0), rel=1e-12)
+        assert terms[T.ENGINE_HOST] == pytest.approx(0.2 * h + max(0.8 * h - device, 0.0), rel=1e-12)
 
 
 def test_a_batch_past_the_graph_limit_pays_the_eager_launch_floor():
@@ -83,8 +82,8 @@ def test_a_batch_past_the_graph_limit_pays_the_eager_launch_floor():
         c0, _, u0, _ = d._lines(b, b * 150.0)
         lf = floor if b > 512 else 0.0
         want = max(c0, u0, lf) + d.over + d.tail0 + d.tail_row * b
-        assert decode_sum(d.coeffs(b, b * 150.0, None), 1) == pytest.approx(want, rel=1e-12)
-        assert d.terms(b, b * 150.0)["host_launch_bound"] == pytest.approx(max(lf - max(c0, u0), 0.0))
+        assert decode_sum(d.coeffs(b, b * 150.0, None), 1)[0] == pytest.approx(want, rel=1e-12)
+        assert d.price(b, b * 150.0, 1).terms()[T.HOST_LAUNCH_BOUND] == pytest.approx(max(lf - max(c0, u0), 0.0))
     import numpy as np   # the arrays the detached clock prices agree with the scalars, bit for bit
     arr = d.coeffs(np.array([512, 513]), np.array([512 * 150.0, 513 * 150.0]), None)
     for i, b in enumerate((512, 513)):
@@ -95,17 +94,18 @@ def test_a_segment_is_its_steps_summed_and_its_terms_too():
     cost = CostModel(H100, _profile(vllm_eager={"step_host_s": H0, "step_host_per_seq_s": H1, "step_host_overlap": 0.5}))
     d = cost.decoder(M, "bfloat16", 1, "vllm_eager")
     for b, kv0, n in ((8, 8 * 700.0, 300), (200, 200 * 100.0, 57)):
-        price, terms = segment_terms(d, b, kv0, n, None, 0.0)
-        steps = [decode_sum(d.coeffs(b, kv0 + i * b, None), 1) for i in range(n)]
+        p = d.price(b, kv0, n)
+        price, terms = p.total_s, p.terms()
+        steps = [decode_sum(d.coeffs(b, kv0 + i * b, None), 1)[0] for i in range(n)]
         # the floors folded into the compute line's intercept add its growth cs x i on top of them: under a microsecond
         # a step here (rlhfsim.costs.model._Decode), the one difference from stepping
         assert price == pytest.approx(sum(steps), rel=1e-4) and price >= sum(steps)
         assert sum(terms.values()) == pytest.approx(price, rel=1e-12) and set(terms) <= set(T.BY_NAME)
         by_step: dict = {}
         for i in range(n):
-            for k, v in d.terms(b, kv0 + i * b).items():
+            for k, v in d.price(b, kv0 + i * b, 1).terms().items():
                 by_step[k] = by_step.get(k, 0.0) + v
-        for k in ("engine_host", "host_launch_bound", "engine_step", "sampling_tail"):
+        for k in (T.ENGINE_HOST, T.HOST_LAUNCH_BOUND, T.ENGINE_STEP, T.SAMPLING_TAIL):
             assert terms.get(k, 0.0) == pytest.approx(by_step.get(k, 0.0), rel=1e-4, abs=1e-9), k
     c0, cs, u0, us = d._lines(8, 8 * 700.0)   # the closed form is the series of max(...) it claims
     assert _sum_max_linear(c0, cs, u0, us, 10) == pytest.approx(sum(max(c0 + cs * i, u0 + us * i) for i in range(10)))
@@ -137,10 +137,10 @@ def test_both_clocks_agree_and_explain_names_the_term(tmp_path, monkeypatch):
     assert detached["phases_s"]["generate"] > plain["phases_s"]["generate"]
     doc = explain(sc, profile=str(path), steps=3)
     terms = doc["phases"]["generate"]["terms_s"]
-    assert terms["engine_host"] > 0 and terms["host_launch_bound"] > 0   # 128 rows a replica: past the limit of 48
+    assert terms[T.ENGINE_HOST] > 0 and terms[T.HOST_LAUNCH_BOUND] > 0   # 128 rows a replica: past the limit of 48
     assert sum(terms.values()) + doc["phases"]["generate"].get("waiting_s", 0.0) == pytest.approx(
         doc["phases"]["generate"]["span_s"], rel=1e-9)
-    assert "engine_host" in doc["decode_step"]["terms_s"]
+    assert T.ENGINE_HOST in doc["decode_step"]["terms_s"]
 
 
 def test_the_profile_keys_are_checked():
@@ -190,8 +190,8 @@ def test_a_v0_runtime_is_priced_as_its_v1_twin_but_not_its_host_work():
     assert cost.gen_params("decode", "vllm_v0_eager") == cost.ops["decode:vllm_eager"]
     assert cost.has_gen_runtime("vllm_v0") and cost.gen_scalar("vllm_v0", "handoff_s") == cost.gen_scalar("vllm", "handoff_s")
     assert not cost.engine_host("vllm_v0_eager").any and cost.engine_host("vllm_eager").step_s == H0
-    twin = decode_sum(CostModel(H100, load_profile(str(BASE))).decoder(M, "bfloat16", 1, runtime="vllm_eager").coeffs(32, 3200.0), 1)
-    assert decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm_v0_eager").coeffs(32, 3200.0), 1) == twin
+    twin = decode_sum(CostModel(H100, load_profile(str(BASE))).decoder(M, "bfloat16", 1, runtime="vllm_eager").coeffs(32, 3200.0), 1)[0]
+    assert decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm_v0_eager").coeffs(32, 3200.0), 1)[0] == twin
 
 
 # --- the tensor-parallel all-reduce of a decode step: never under the measured small-message time -----------------

@@ -22,7 +22,6 @@ from rlhfsim.costs.profile import load_profile
 from rlhfsim.hardware.catalog import GPUS
 from rlhfsim.models.catalog import CATALOG
 from rlhfsim.scenario.loader import load_scenario, parse_set
-from rlhfsim.sim.engines.accounting import segment_terms
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.explain import explain, explained_names, render
 from rlhfsim.sim.streaming import STREAMING
@@ -48,7 +47,7 @@ def test_forward_training_and_decode_terms_sum_to_their_prices(device):
         for kw in ({}, {"checkpointing": True, "ckpt_frac": 0.3}, {"sp": 2}, {"fsdp_n": 4}):
             if kw.get("checkpointing") and not training:
                 continue
-            call = cost.call_parts(training, m, dt, 2048.0, 8.0, head="lm", logprob=True, entropy=True, **kw)
+            call = cost.framework_call(training, m, dt, 2048.0, 8.0, head="lm", logprob=True, entropy=True, **kw)
             terms = call.terms()
             assert sum(terms.values()) == pytest.approx(call.total_s, rel=1e-12), (training, kw)
             seen |= {k for k, v in terms.items() if v}
@@ -59,13 +58,13 @@ def test_forward_training_and_decode_terms_sum_to_their_prices(device):
         seen |= {k for k, v in t.items() if v}
     d = cost.decoder(m, dt)
     for batch, kv in ((1, 100.0), (8, 8 * 700.0)):
-        t = d.terms(batch, kv)
-        assert sum(t.values()) == pytest.approx(decode_sum(d.coeffs(batch, kv, None), 1), rel=1e-12)
+        t = d.price(batch, kv, 1).terms()
+        assert sum(t.values()) == pytest.approx(decode_sum(d.coeffs(batch, kv, None), 1)[0], rel=1e-12)
         seen |= {k for k, v in t.items() if v}
     assert seen <= set(T.BY_NAME)
     if device == "cpu":   # each effect split out of the term it was folded into
         assert CPU_TERMS <= seen
-        assert all(v > 0 for k, v in d.terms(8, 8 * 700.0).items() if k in ("gemm_footprint", "cold_overheads"))
+        assert all(v > 0 for k, v in d.price(8, 8 * 700.0, 1).terms().items() if k in (T.GEMM_FOOTPRINT, T.COLD_OVERHEADS))
     else:
         assert not seen & CPU_TERMS
 
@@ -81,7 +80,7 @@ def test_a_streamed_scorer_call_splits_its_price(device, name):
             parts = strategy.price(cost, m, dt, tokens, 1, prefix, 1, head, None, new).terms()
             assert sum(parts.values()) == pytest.approx(total, rel=1e-12), (head, tokens, new)
             assert set(parts) <= set(T.BY_NAME)
-            assert (parts.get("reencode_prefix", 0.0) > 0) == (name != "incremental" and new < tokens)
+            assert (parts.get(T.REENCODE_PREFIX, 0.0) > 0) == (name != "incremental" and new < tokens)
             assert device == "cpu" or not set(parts) & CPU_TERMS
 
 
@@ -103,16 +102,16 @@ def test_a_streamed_reward_phase_is_its_replicas_terms_plus_waiting():
     doc = explain(load_scenario(ROOT / "scenarios" / "oppo.yaml"), steps=3)
     _check(doc)
     reward = doc["phases"]["reward"]
-    assert reward["waiting_s"] > 0 and {"kernels", "op_overhead"} <= set(reward["terms_s"])
+    assert reward["waiting_s"] > 0 and {T.KERNELS, T.OP_OVERHEAD} <= set(reward["terms_s"])
     assert not explained_names(doc) & CPU_TERMS   # a GPU profile
 
 
 @pytest.mark.parametrize("path, want", [
-    ("validate/oppo-encoder-reencode.yaml", {"reencode_prefix", "interference", "width_rate"}),
-    ("validate/grpo-retokenize.yaml", {"retokenize"}),
-    ("validate/sync-static.yaml", {"kernels", "optimizer"}),
-    ("baseline.yaml", {"kernels"}),
-    ("examples/verl-grpo.yaml", {"rule_reward"}),
+    ("validate/oppo-encoder-reencode.yaml", {T.REENCODE_PREFIX, T.INTERFERENCE, T.WIDTH_RATE}),
+    ("validate/grpo-retokenize.yaml", {T.RETOKENIZE}),
+    ("validate/sync-static.yaml", {T.KERNELS, T.OPTIMIZER}),
+    ("baseline.yaml", {T.KERNELS}),
+    ("examples/verl-grpo.yaml", {T.RULE_REWARD}),
 ])
 def test_every_phase_of_these_scenarios_is_named_by_registry_terms(path, want):
     doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
@@ -125,7 +124,7 @@ def test_cpu_side_phases_and_the_weight_update_are_terms():
                                                                       parse_set("execution.weight_sync.kind=reshard")])
     doc = explain(sc, steps=3)
     _check(doc)
-    assert "advantage" in doc["phases"]["adv"]["terms_s"] and "weight_sync" in doc["phases"]["weight_sync"]["terms_s"]
+    assert T.ADVANTAGE in doc["phases"]["adv"]["terms_s"] and T.WEIGHT_SYNC in doc["phases"]["weight_sync"]["terms_s"]
 
 
 def test_explain_on_a_gpu_runs_no_cpu_host_code(monkeypatch):
@@ -164,14 +163,14 @@ def _generate(doc):
 
 
 @pytest.mark.parametrize("path, want", [
-    ("validate/sync-static.yaml", {"gen_call_overhead", "kernels", "decode_kernels", "engine_step"}),
-    ("validate/sync-continuous.yaml", {"kernels", "decode_kernels", "engine_step", "sampling_tail"}),
+    ("validate/sync-static.yaml", {T.GEN_CALL_OVERHEAD, T.KERNELS, T.DECODE_KERNELS, T.ENGINE_STEP}),
+    ("validate/sync-continuous.yaml", {T.KERNELS, T.DECODE_KERNELS, T.ENGINE_STEP, T.SAMPLING_TAIL}),
 ])
 def test_generate_is_its_last_replicas_terms_static_and_continuous(path, want):
     doc = explain(load_scenario(ROOT / "scenarios" / path), steps=3)
     _check(doc)
     terms, idle, span = _generate(doc)
-    assert want <= set(terms) and "interference" not in terms and "handoff" not in terms
+    assert want <= set(terms) and T.INTERFERENCE not in terms and T.HANDOFF not in terms
     assert abs(idle) <= 1e-9 * span   # one request a step: the replica is busy all through its span
     text = "\n".join(render(doc))
     assert "decode steps; one of" in text and "idle" in text
@@ -180,15 +179,15 @@ def test_generate_is_its_last_replicas_terms_static_and_continuous(path, want):
 def test_generate_under_oppo_intra_step_counts_interference_and_handoff():
     # kv_decoder beside a co-running CPU scorer: decode re-timed while the scorer runs (interference)
     terms, _, span = _generate(explain(load_scenario(ROOT / "scenarios" / "validate" / "oppo-full.yaml"), steps=3))
-    assert terms["interference"] > 0.05 * span and terms["decode_kernels"] > 0
+    assert terms[T.INTERFERENCE] > 0.05 * span and terms[T.DECODE_KERNELS] > 0
     # hf_generate in chunked generate() calls, stopped at the first B: the hand-over pause at every boundary
     doc = explain(load_scenario(ROOT / "scenarios" / "oppo.yaml"), steps=3)
     terms, _, _ = _generate(doc)
-    assert {"handoff", "gen_call_overhead", "decode_kernels"} <= set(terms)
+    assert {T.HANDOFF, T.GEN_CALL_OVERHEAD, T.DECODE_KERNELS} <= set(terms)
     # resume by re-prefilling: each boundary's prefill less the decode step its token replaces
     sc = load_scenario(ROOT / "scenarios" / "oppo.yaml", overrides=[parse_set("schedule.intra.resume=reprefill")])
     terms, _, _ = _generate(explain(sc, steps=3))
-    assert all(v > 0 for v in terms.values()) and "kernels" in terms   # the replaced steps were decoded, then given back
+    assert all(v > 0 for v in terms.values()) and T.KERNELS in terms   # the replaced steps were decoded, then given back
 
 
 @pytest.mark.parametrize("path", ["validate/sync-static.yaml", "validate/sync-continuous.yaml", "verl-ppo.yaml"])
@@ -211,18 +210,19 @@ def test_a_segments_terms_are_its_steps_terms_summed(device):
         d = cost.decoder(m, dt, 1, runtime)
         for batch, kv0, n, over, extra in ((1, 100.0, 1, None, 0.0), (8, 8 * 700.0, 300, None, 0.0),
                                            (4, 4 * 50.0, 57, 2e-3, 1e-4)):
-            price, terms = segment_terms(d, batch, kv0, n, over, extra)
+            p = d.price(batch, kv0, n, over, extra)
+            price, terms = p.total_s, p.terms()
             c = d.coeffs(batch, kv0, over)
-            assert price == decode_sum((*c[:4], c[4] + extra), n)
+            assert price == decode_sum((*c[:4], c[4] + extra), n)[0]
             assert sum(terms.values()) == pytest.approx(price, rel=1e-12) and set(terms) <= set(T.BY_NAME)
             steps: dict = {}
             for i in range(n):
-                for k, v in d.terms(batch, kv0 + i * batch).items():
+                for k, v in d.price(batch, kv0 + i * batch, 1).terms().items():
                     steps[k] = steps.get(k, 0.0) + v
             if over is not None:
-                steps["engine_step"] = n * over   # the engine's own per-step overhead (generation.step_overhead_s)
-                steps.pop("cold_overheads", None)
-            assert terms.get("left_padding", 0.0) == pytest.approx(n * extra)
+                steps[T.ENGINE_STEP] = n * over   # the engine's own per-step overhead (generation.step_overhead_s)
+                steps.pop(T.COLD_OVERHEADS, None)
+            assert terms.get(T.LEFT_PADDING, 0.0) == pytest.approx(n * extra)
             if not d.hfloor and over is None:   # the launch floor folded into the compute line is the one difference
-                for k in set(steps) | set(terms) - {"left_padding"}:
+                for k in set(steps) | set(terms) - {T.LEFT_PADDING}:
                     assert terms.get(k, 0.0) == pytest.approx(steps.get(k, 0.0), rel=1e-9, abs=1e-15), (runtime, k)

@@ -14,7 +14,7 @@ from calibrate.running.grid import QUICK_CPU, with_overrides
 from calibrate.running.journal import Journal, journal_path, read_journal, with_points
 from calibrate.running.progress import Progress
 from calibrate.running.session import Session, point_key
-from rlhfsim.costs.model import OpParams, roofline_s
+from rlhfsim.costs.model import OpParams, roofline
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
@@ -35,7 +35,7 @@ def synthetic(op: str, true: OpParams, gpu, models, shapes, noise: float = 0.0, 
                  "seq_len": 1 if op == "decode" else n, "prefix_len": n if op == "decode" else 0,
                  "tokens": b if op == "decode" else b * n}
             w = point_work(p)
-            t = roofline_s(w, true, gpu.peak("float32"), gpu.mem_bw)
+            t = roofline(w, true, gpu.peak("float32"), gpu.mem_bw).total_s
             p["median_s"] = t * float(np.exp(noise * rng.standard_normal()))
             pts.append(p)
     return pts
@@ -71,7 +71,7 @@ def test_fit_with_noise_has_matching_heldout_error_and_generalizes_to_a_new_size
     # An unmeasured, larger model: the fitted form carries over through the FLOP/byte counts.
     unseen = synthetic("score", true, gpu, ["qwen2.5-1.5b"], [(1, 64), (4, 256), (16, 512)])
     for p in unseen:
-        pred = roofline_s(point_work(p), fitted, gpu.peak("float32"), gpu.mem_bw)
+        pred = roofline(point_work(p), fitted, gpu.peak("float32"), gpu.mem_bw).total_s
         assert pred == pytest.approx(p["median_s"], rel=0.15)
 
 
@@ -92,7 +92,7 @@ def test_optimizer_points_use_fp32_peak_and_no_layers():
     for name in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"):
         p = {"op": "optimizer", "model": name, "shape": CATALOG[name].to_dict(), "dtype": "bfloat16", "head": "lm",
              "batch": 1, "seq_len": 0, "prefix_len": 0, "tokens": 0}
-        p["median_s"] = roofline_s(point_work(p), true, gpu.peak("float32"), gpu.mem_bw)
+        p["median_s"] = roofline(point_work(p), true, gpu.peak("float32"), gpu.mem_bw).total_s
         pts.append(p)
     got = fit_operation(pts, gpu, PRIOR)
     assert got["memory_eff"] == pytest.approx(0.35, rel=0.05)

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import make_dict
 from rlhfsim.costs import framework as fw
+from rlhfsim.costs import terms as T
 from rlhfsim.costs.model import LINK_LATENCY_S, CostModel
 from rlhfsim.costs.profile import load_profile, validate_profile
 from rlhfsim.errors import ProfileError
@@ -36,27 +37,27 @@ FW = {"host_forward_per_layer_s": 1e-3, "host_train_per_layer_s": 4e-3, "host_ch
 
 def test_a_launch_bound_call_costs_its_host_time_not_the_sum():
     cost = _cost(FW)
-    call = cost.call_parts(False, M, "bfloat16", 64, 2, 1, "value")
+    call = cost.framework_call(False, M, "bfloat16", 64, 2, 1, "value")
     kernel, active = cost.forward(M, "bfloat16", 64, 2, 1, head="value", all_logits=True)
     assert kernel < M.layers * 1e-3  # a 64-token forward of a 0.5B model: the device's share is small
     assert call.total_s == pytest.approx(M.layers * 1e-3)
     assert call.active_s == active  # the device is busy for its kernels only; the rest of the call waits on the host
     terms = call.terms()
-    assert terms["host_launch_bound"] == pytest.approx(M.layers * 1e-3 - kernel)
+    assert terms[T.HOST_LAUNCH_BOUND] == pytest.approx(M.layers * 1e-3 - kernel)
     assert sum(terms.values()) == pytest.approx(call.total_s, rel=1e-12)
 
 
 def test_a_device_bound_call_is_unchanged_by_the_host():
     with_host, without = _cost(FW), _cost(None)
     big = dict(training=True, m=load_model("qwen2.5-7b"), dtype="bfloat16", n_tokens=16384, n_seqs=16)
-    a, b = with_host.call_parts(**big), without.call_parts(**big)
+    a, b = with_host.framework_call(**big), without.framework_call(**big)
     assert a.host_s < a.device_s and a.total_s == b.total_s
 
 
 def test_checkpointing_multiplies_the_host_and_the_kernels_apart():
     cost = _cost(FW)
-    plain = cost.call_parts(True, M, "bfloat16", 64, 2, 1, "lm")
-    ckpt = cost.call_parts(True, M, "bfloat16", 64, 2, 1, "lm", checkpointing=True, ckpt_frac=1 / 3)
+    plain = cost.framework_call(True, M, "bfloat16", 64, 2, 1, "lm")
+    ckpt = cost.framework_call(True, M, "bfloat16", 64, 2, 1, "lm", checkpointing=True, ckpt_frac=1 / 3)
     assert plain.host_s == pytest.approx(M.layers * 4e-3) and ckpt.host_s == pytest.approx(M.layers * 8e-3)
     assert ckpt.kernel_s == pytest.approx(plain.kernel_s * 4 / 3)
 
@@ -65,9 +66,9 @@ def test_the_log_prob_head_prices_its_bytes_per_logit_after_the_roofline():
     cost = _cost(FW)
     n = 8192
     per_logit = (fw.LOGPROB_BYTES + fw.ENTROPY_BYTES) * fw.TRAIN_HEAD_MULT / (H100.mem_bw * cost.params("prefill").memory_eff)
-    call = cost.call_parts(True, M, "bfloat16", n, 32, 1, "lm", logprob=True, entropy=True)
+    call = cost.framework_call(True, M, "bfloat16", n, 32, 1, "lm", logprob=True, entropy=True)
     assert call.head_s == pytest.approx(per_logit * n * M.vocab)
-    fwd = cost.call_parts(False, M, "bfloat16", n, 32, 1, "lm", logprob=True, entropy=False)
+    fwd = cost.framework_call(False, M, "bfloat16", n, 32, 1, "lm", logprob=True, entropy=False)
     plain = cost.forward(M, "bfloat16", n, 32, 1, head="lm", all_logits=True, head_s_per_logit=0.0).total_s
     # the forward's head sits inside its kernel time: the roofline without the tail's bytes, plus 6 B per logit
     want = plain + fw.LOGPROB_BYTES / (H100.mem_bw * cost.params("prefill").memory_eff) * n * M.vocab
@@ -77,23 +78,23 @@ def test_the_log_prob_head_prices_its_bytes_per_logit_after_the_roofline():
 def test_fsdp_collectives_bytes_and_hooks_by_hand():
     cost = _cost(FW)
     n = 8
-    train = cost.call_parts(True, M, "bfloat16", 1024, 4, 1, "lm", fsdp_n=n)
+    train = cost.framework_call(True, M, "bfloat16", 1024, 4, 1, "lm", fsdp_n=n)
     units = M.layers + 1
     nbytes = (n - 1) / n * M.params("lm") * (2 + 2 + 4)
     assert train.comm_s == pytest.approx(nbytes / cost.link_bw() + units * 3 * LINK_LATENCY_S)
     assert train.comm_exposed_s == pytest.approx(train.comm_s / units)
     assert train.host_s == pytest.approx(M.layers * 4e-3 + units * 3 * 5e-4)
-    fwd = cost.call_parts(False, M, "bfloat16", 1024, 4, 1, "lm", fsdp_n=n)
+    fwd = cost.framework_call(False, M, "bfloat16", 1024, 4, 1, "lm", fsdp_n=n)
     assert fwd.comm_s == pytest.approx((n - 1) / n * M.params("lm") * 2 / cost.link_bw() + units * LINK_LATENCY_S)
     assert fwd.host_s == pytest.approx(M.layers * 1e-3 + units * 5e-4)
-    one = cost.call_parts(False, M, "bfloat16", 1024, 4, 1, "lm", fsdp_n=1)  # wrapped on one GPU: hooks, no bytes
+    one = cost.framework_call(False, M, "bfloat16", 1024, 4, 1, "lm", fsdp_n=1)  # wrapped on one GPU: hooks, no bytes
     assert one.comm_s == 0 and one.host_s == pytest.approx(fwd.host_s)
 
 
 def test_a_cpu_profile_prices_calls_as_before():
     cost = CostModel(get_gpu("cpu"), load_profile("cpu"))
     assert cost.host is None
-    call = cost.call_parts(False, M, "bfloat16", 300, 2, 1, "lm", logprob=True, entropy=True)
+    call = cost.framework_call(False, M, "bfloat16", 300, 2, 1, "lm", logprob=True, entropy=True)
     assert call.total_s == cost.forward(M, "bfloat16", 300, 2, 1, head="lm", all_logits=True).total_s
 
 

@@ -15,7 +15,7 @@ import pytest
 from calibrate.fitting import fromops as fo
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_terms
-from rlhfsim.costs.model import LINK_EFF, LINK_LATENCY_S, CostModel, decode_sum, roofline_parts
+from rlhfsim.costs.model import LINK_EFF, LINK_LATENCY_S, CostModel, decode_sum, roofline
 from rlhfsim.costs.profile import load_profile, validate_profile
 from rlhfsim.fromrun.pool import base_for
 from rlhfsim.errors import ProfileError
@@ -188,7 +188,7 @@ def test_decode_sum_stays_closed_form_with_the_curve():
     coeffs = cost.decoder(m, "bfloat16", tp).coeffs(batch, kv0)
     c0, cs, u0, us, over = coeffs
     by_step = sum(max(c0 + cs * i, u0 + us * i) + over for i in range(steps))
-    assert decode_sum(coeffs, steps) == pytest.approx(by_step, rel=1e-12)
+    assert decode_sum(coeffs, steps)[0] == pytest.approx(by_step, rel=1e-12)
     # the step's compute line is at the efficiency of its rows; the floor is on both lines
     k = fl.ShapeCoeffs.of(m, "bfloat16", "lm")
     e_c = 0.8 * batch / (batch + 100.0) * ((m.layer_params / tp) / (m.layer_params / tp + 1e6))
@@ -215,7 +215,7 @@ def test_profiles_without_the_sections_price_as_before():
     cost = CostModel(gpu, doc)
     assert cost.by_shape is None and cost.collectives == {}
     w = fl.ShapeCoeffs.of(m, "bfloat16", "value").forward(1000.0, 4.0)
-    total, _ = roofline_parts(w, cost.ops["prefill"], gpu.peak("bfloat16"), gpu.mem_bw, 4)
+    total, _ = roofline(w, cost.ops["prefill"], gpu.peak("bfloat16"), gpu.mem_bw, 4)
     comm = fl.tp_allreduce_bytes(m, "bfloat16", 1000.0, 4) / (gpu.intra_node_bw * LINK_EFF) + 2 * m.layers * LINK_LATENCY_S
     assert cost.forward(m, "bfloat16", 1000.0, 4.0, 4).total_s == total + comm
 

@@ -85,7 +85,7 @@ def test_a_launch_bound_piece_costs_more_on_a_slower_host():
     h100 = CostModel(get_gpu("h100-sxm"), PROFILE)
     gh200 = CostModel(get_gpu("gh200"), PROFILE)   # the same Hopper peaks, a Grace host
     small = dict(n_tokens=128, n_seqs=2)
-    a = h100.call_parts(True, m, "bfloat16", **small)
-    b = gh200.call_parts(True, m, "bfloat16", **small)
+    a = h100.framework_call(True, m, "bfloat16", **small)
+    b = gh200.framework_call(True, m, "bfloat16", **small)
     assert a.host_s > a.device_s   # launch-bound: the host's dispatch sets the call
     assert b.host_s == pytest.approx(a.host_s * host_scale("grace"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rlhfsim.costs import terms as T
 from rlhfsim.importers import ImportError_, ImportOptions, import_verl
 from rlhfsim.importers.verl import PROFILE_LOGIT_BYTES, kv_fraction
 from rlhfsim.models.catalog import CATALOG, DTYPE_BYTES
@@ -101,4 +102,4 @@ def test_explain_on_an_imported_launch_names_the_generation_terms(tmp_path):
     r = CliRunner().invoke(main, ["explain", str(out), "--steps", "2", "--profile", str(tmp_path / "p.json")])
     assert r.exit_code == 0, r.output
     generate = next(line for line in r.output.splitlines() if line.startswith("generate"))
-    assert "engine_host" in generate and "prefill_chunk" in generate and "decode_kernels" in generate
+    assert T.ENGINE_HOST in generate and T.PREFILL_CHUNK in generate and T.DECODE_KERNELS in generate

@@ -85,7 +85,7 @@ def test_cost_model_adds_the_term_to_logprob_passes_and_lm_training_only():
 
 def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass_only():
     from rlhfsim.costs.flops import TAIL_LOGIT_BYTES
-    from rlhfsim.costs.model import roofline_parts
+    from rlhfsim.costs.model import roofline
 
     plain, pf = _models()
     tail_doc = copy.deepcopy(pf.profile)
@@ -99,7 +99,7 @@ def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass
         k = tail._forward_kernel(m, "float32", 1, "prefill", "eager", "lm", None)
         w = k.shape.forward(n, 8, 0.0, n)
         w = w._replace(bytes=w.bytes - TAIL_LOGIT_BYTES * m.vocab * n)
-        roof, kern = roofline_parts(w, k.p, k.peak, k.bw, 1)
+        roof, kern = roofline(w, k.p, k.peak, k.bw, 1)
         assert got == pytest.approx(roof + s * n * m.vocab + page_fault_s(PF, n, m.vocab, "logprob_forward"), rel=1e-12)
         assert active == pytest.approx(kern + s * n * m.vocab, rel=1e-12)
         # more than without the measured tail here: the pass's FLOPs hid the bytes the tail moves
@@ -111,12 +111,12 @@ def test_measured_logprob_tail_is_added_after_the_roofline_of_every_logprob_pass
         assert tail.train(m, "float32", n, 8, head="lm").total_s == pf.train(m, "float32", n, 8, head="lm").total_s
         # tensor parallel: each GPU's tail over its vocabulary shard; sequence parallel: over its share of the tokens
         k2 = tail._forward_kernel(m, "float32", 2, "prefill", "eager", "lm", None)
-        roof2, _ = roofline_parts(w, k2.p, k2.peak, k2.bw, 2)
+        roof2, _ = roofline(w, k2.p, k2.peak, k2.bw, 2)
         assert tail.forward(m, "float32", n, 8, 2, runtime="eager", head="lm", all_logits=True).total_s == pytest.approx(
             roof2 + tail._tp_comm_s(m, "float32", n, 2) + s * n * m.vocab / 2 + page_fault_s(PF, n, m.vocab / 2, "logprob_forward"),
             rel=1e-12)
         from rlhfsim.costs.flops import sequence_parallel
-        roof_sp, kern_sp = roofline_parts(sequence_parallel(w, k.shape.weight_bytes, 2), k.p, k.peak, k.bw, 1)
+        roof_sp, kern_sp = roofline(sequence_parallel(w, k.shape.weight_bytes, 2), k.p, k.peak, k.bw, 1)
         got_sp = tail.forward(m, "float32", n, 8, runtime="eager", head="lm", all_logits=True, sp=2)
         comm_sp = tail._ulysses_comm_s(m, "float32", n, 2)
         assert got_sp[1] == pytest.approx(kern_sp + comm_sp + s * n / 2 * m.vocab, rel=1e-12)

@@ -60,7 +60,7 @@ def test_a_wave_of_admissions_costs_its_budgeted_steps_then_the_decode():
     for chunked, steps in ((False, [(300, 1)] * 4), (True, [(512, 2), (512, 3), (176, 1)])):
         gen = simulate(load_scenario(_scenario(4, 8, 512, chunked)), profile=FIXTURE).steps[-1].phases_s["generate"]
         pre = sum(cost.prefill_step(M, "bfloat16", t, r, 1, "vllm").total_s for t, r in steps)
-        dec = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(4, 4 * 301.0), 49)
+        dec = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(4, 4 * 301.0), 49)[0]
         assert gen == pytest.approx(pre + dec, rel=1e-12), chunked
     # without a budget: one call per row, each with the prefill's fixed overhead (the older model)
     gen = simulate(load_scenario(_scenario(4, 8, None, False)), profile=FIXTURE).steps[-1].phases_s["generate"]
@@ -105,7 +105,7 @@ def test_chunked_prefill_lets_the_running_rows_decode_and_explain_names_it():
     assert mixed.summary["phases_s"]["generate"] < plain.summary["phases_s"]["generate"]
     doc = explain(sc, profile=FIXTURE, steps=2)
     g = doc["phases"]["generate"]
-    assert g["terms_s"]["prefill_chunk"] > 0 and set(g["terms_s"]) <= set(T.BY_NAME)
+    assert g["terms_s"][T.PREFILL_CHUNK] > 0 and set(g["terms_s"]) <= set(T.BY_NAME)
     assert sum(g["terms_s"].values()) + g.get("waiting_s", 0.0) == pytest.approx(g["span_s"], rel=1e-9)
 
 
@@ -130,7 +130,7 @@ def _shared(budget: int | None, dispatch: str = "prompts", prompts: int = 1, gpu
 def test_a_prompts_samples_prefill_it_once_then_its_last_partial_block():
     # 4 samples of a 100-token prompt: the first prefills 100 tokens, the others 100 - 96 = 4 (six full blocks of 16 hit)
     cost = CostModel(H100, load_profile(FIXTURE))
-    dec = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(4, 4 * 101.0), 49)
+    dec = decode_sum(cost.decoder(M, "bfloat16", 1, runtime="vllm").coeffs(4, 4 * 101.0), 49)[0]
     one = lambda t: cost.forward(M, "bfloat16", t, 1, op="prefill", head="lm", gen_runtime="vllm").total_s  # noqa: E731
     gen = simulate(load_scenario(_shared(None)), profile=FIXTURE).steps[-1].phases_s["generate"]
     assert gen == pytest.approx(one(100) + 3 * one(4) + dec, rel=1e-12)

@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from rlhfsim.costs.model import CostModel, decode_parts
+from rlhfsim.costs.model import CostModel, decode_sum
 from rlhfsim.costs.profile import load_profile
 from rlhfsim.scenario import load_scenario
 from rlhfsim.scenario.checks import build_setup
@@ -76,7 +76,7 @@ class _Costs:
         return self.cost.call_overhead_s(self.rt)
 
     def decode_active(self, batch, kv0, n):
-        return decode_parts(self.cost.decoder(self.m, self.dt, 1, runtime=self.rt).coeffs(batch, kv0), n)[1]
+        return decode_sum(self.cost.decoder(self.m, self.dt, 1, runtime=self.rt).coeffs(batch, kv0), n)[1]
 
 
 def _gen_intervals(sim, step: int = 0) -> dict[int, object]:

@@ -155,11 +155,11 @@ def test_steps_done_inverts_the_decode_sum(k, scenario_dict):
     gen = Generation(sim, GenRequest(0, []))
     coeffs = Clock(gen.engine, 0, {}).coeffs(8, 4000)
     # The clock prices a segment with the engine's runtime: the same sum as the cost model's.
-    assert decode_sum(coeffs, 64) == sim.cost.decode_steps(setup.shapes["actor"], setup.dtypes["actor"], 8, 4000, 64,
+    assert decode_sum(coeffs, 64)[0] == sim.cost.decode_steps(setup.shapes["actor"], setup.dtypes["actor"], 8, 4000, 64,
                                                              runtime=sc.generation.resolved_runtime).total_s
 
     def t(n, factor=1.0):
-        return factor * decode_sum(coeffs, n)
+        return factor * decode_sum(coeffs, n)[0]
 
     elapsed = t(k)
     done, frac = steps_done(coeffs, 64, elapsed)

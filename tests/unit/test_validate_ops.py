@@ -11,6 +11,7 @@ import copy
 import pytest
 
 from calibrate.validation.compare import price_op, price_phase_op, price_scorer_op
+from rlhfsim.costs import terms as T
 from rlhfsim.costs.model import CostModel
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.scenario import load_scenario
@@ -157,7 +158,7 @@ def test_each_priced_call_by_cost_term_sums_to_its_price(scenario_dict, profile)
         assert sum(terms.values()) == pytest.approx(priced, rel=1e-9)
     first = price_op(cost, m, dt, "hf_generate", "generate_call",
                            {"rows": 4, "width": 32, "steps": 20, "first": True, "padded": True}).terms()
-    assert first["left_padding"] == pytest.approx(0.02 + 19 * (0.003 + 4 * 0.0005))
-    assert first["gen_call_overhead"] == cost.call_overhead_s("hf_generate")
+    assert first[T.LEFT_PADDING] == pytest.approx(0.02 + 19 * (0.003 + 4 * 0.0005))
+    assert first[T.GEN_CALL_OVERHEAD] == cost.call_overhead_s("hf_generate")
     with pytest.raises(RlhfsimError, match="price_phase_op"):
         price_phase_op(cost, setup, "decode", {"role": "actor", "rows": 1, "width": 1}).terms()

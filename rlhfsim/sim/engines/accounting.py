@@ -9,8 +9,9 @@ the span, in which it is idle (between generation requests of one step).
 
 What a replica's time is made of:
 
-* a decode segment of n steps of ``batch`` rows from ``kv0`` cached tokens (``segment_terms``): the
-  closed-form sums of ``_Decode.terms`` over its steps (the cache growing by ``batch`` a step),
+* a decode segment of n steps of ``batch`` rows from ``kv0`` cached tokens (``_Decode.price``'s terms, as the
+  replica's clock prices it alone: the engine's per-step overhead and ``step_extra_s``): the closed-form sums of
+  its steps' terms (the cache growing by ``batch`` a step),
   decode_kernels + engine_step + sampling_tail + host_launch_bound (the launch floor ``coeffs`` folds
   into the compute line, as priced: the segment's kernel sum with the floor less without it), engine_host (the
   engine's host work per step where the profile has it: its serial part, and the segment's kernel sum under the
@@ -32,44 +33,9 @@ busy time, and a test holds the generate phase's terms plus its idle time to its
 
 from __future__ import annotations
 
-from rlhfsim.costs.model import _sum_max_linear, decode_parts
-from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, INTERFERENCE, LEFT_PADDING, SAMPLING_TAIL, CostTerm, add_terms
+from rlhfsim.costs.terms import DECODE_KERNELS, ENGINE_STEP, INTERFERENCE, add_terms
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import SEGMENT, DeferredClock
-
-
-def segment_terms(dec, batch: int, kv0: float, n: int, overhead_s: float | None, extra_s: float,
-                  extra_term: CostTerm = LEFT_PADDING) -> tuple[float, dict]:
-    """(price_s, terms): ``n`` decode steps of ``batch`` rows from ``kv0`` cached tokens as a replica's clock
-    prices them alone (``decode_parts`` of ``Clock.coeffs``: ``dec`` the clock's ``_Decode``, ``overhead_s``
-    the engine's per-step overhead or None, ``extra_s`` added to every step: a padded static batch's padding, or a
-    chunked prefill's chunk, term ``extra_term``), and the same seconds by cost term, summed over the steps in
-    closed form (module docstring)."""
-    c = dec.coeffs(batch, kv0, overhead_s)
-    if extra_s:
-        c = (*c[:4], c[4] + extra_s)
-    price = decode_parts(c, n)[0]
-    if n <= 0:
-        return 0.0, {}
-    c0, cs, u0, us = dec._lines(batch, kv0)
-    kern = _sum_max_linear(c0, cs, u0, us, n)
-    comm = dec.cost._tp_comm_s(dec.m, dec.dtype, batch, dec.tp)
-    over = dec.over if overhead_s is None else overhead_s
-    priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
-    out = {DECODE_KERNELS: kern + n * comm, ENGINE_STEP: n * over,
-           SAMPLING_TAIL: n * (dec.tail0 + dec.tail_row * batch),
-           HOST_LAUNCH_BOUND: priced - kern, extra_term: n * extra_s}
-    if dec.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
-        serial, _ = dec.host(batch)
-        launched = _sum_max_linear(max(c0, dec.launch_floor(batch)), cs, u0, us, n)
-        out[HOST_LAUNCH_BOUND] = launched - kern
-        out[ENGINE_HOST] = n * serial + (priced - launched)
-    if dec.cpu is not None:   # a CPU's host effects, split out as _Decode.terms splits them
-        p0, _, pu0, pus = dec._lines(batch, kv0, plain=True)
-        dec.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, dec.cold,
-                             out[HOST_LAUNCH_BOUND] / dec.cold, engine_cold=overhead_s is None)
-    out[DECODE_KERNELS] += price - sum(out.values())   # rounding: the terms sum to the price
-    return price, out
 
 
 class EngineTerms:
@@ -172,10 +138,9 @@ class TermsClock(_Terms, Clock):
         self._slowed, self._frac = False, 0.0
         done = yield from Clock.decode(self, batch, kv0, n)
         e = self.eng
-        price, terms = segment_terms(self._decoder, batch, kv0, done, e.overhead, extra, e.EXTRA_TERM)
-        s = add_terms(self.acc, terms)
+        s = add_terms(self.acc, self._decoder.price(batch, kv0, done, e.overhead, extra, e.EXTRA_TERM).terms())
         if self.seg_left and self._frac:   # a stop cut the segment: the share of the step in progress it lost
-            _, step = segment_terms(self._decoder, batch, kv0 + done * batch, 1, e.overhead, extra, e.EXTRA_TERM)
+            step = self._decoder.price(batch, kv0 + done * batch, 1, e.overhead, extra, e.EXTRA_TERM).terms()
             s += add_terms(self.acc, step, self._frac)
         left = (self.env.now - t0) - s
         if left:
@@ -201,7 +166,7 @@ class TermsDeferredClock(_Terms, DeferredClock):
         e, j, extra = self.eng, 0, self.book_extra   # (empty where the plan books no step extra)
         for d in self.dur:
             if d == SEGMENT:
-                add_terms(self.acc, segment_terms(self._decoder, self.book_batch[j], self.book_kv0[j], self.book_n[j],
-                                             e.overhead, extra[j] if extra else 0.0, e.EXTRA_TERM)[1])
+                add_terms(self.acc, self._decoder.price(self.book_batch[j], self.book_kv0[j], self.book_n[j], e.overhead,
+                                                        extra[j] if extra else 0.0, e.EXTRA_TERM).terms())
                 j += 1
         return end

@@ -31,7 +31,7 @@ class Engine:
 
     NAME: ClassVar[str]
     DETACH: ClassVar[bool] = True
-    # the cost term of what a clock's ``step_extra_s`` adds to each decode step (``accounting.segment_terms``)
+    # the cost term of what a clock's ``step_extra_s`` adds to each decode step (``_Decode.price``)
     EXTRA_TERM: ClassVar[CostTerm] = LEFT_PADDING
 
     def __init__(self, sim, req):

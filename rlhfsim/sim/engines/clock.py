@@ -31,7 +31,7 @@ generated tokens are ``T - r.clock_offset``. Only rows with an event at the new 
 heap and brought up to date: O(log batch) per event instead of O(batch).
 
 Kernel (active) time of a segment, for the recorder: the same expression without the per-step overhead
-(``decode_parts``), times f, counted for the steps and step fractions actually done.
+(``decode_sum``), times f, counted for the steps and step fractions actually done.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import math
 
 import simpy
 
-from rlhfsim.costs.model import _sum_max_linear, decode_parts
+from rlhfsim.costs.model import _sum_max_linear, decode_sum
 from rlhfsim.sim.rollouts import Rollout
 
 
@@ -55,7 +55,7 @@ def steps_done(coeffs: tuple, n: int, elapsed: float, factor: float = 1.0) -> tu
 
 def _steps_done(coeffs: tuple, n: int, elapsed: float, factor: float,
                 s1: float | None = None) -> tuple[int, float, float, float]:
-    """``steps_done``, plus the kernel sums of k and of k + 1 steps (``decode_parts(coeffs, k)[1]``, and
+    """``steps_done``, plus the kernel sums of k and of k + 1 steps (``decode_sum(coeffs, k)[1]``, and
     the same for k + 1 when frac > 0, else 0.0) it has evaluated anyway. ``s1``: the kernel sum of one
     step when the caller has it already. Each sum is evaluated once (``t`` keeps what it computed)."""
     c0, cs, u0, us, over = coeffs
@@ -316,7 +316,7 @@ class Clock:
             coeffs, total = self._coeffs, self._total
         else:
             coeffs = self._coeffs = self.coeffs(self.seg_batch, self.seg_kv0)
-            total, self._kernel = decode_parts(coeffs, self.seg_left)
+            total, self._kernel = decode_sum(coeffs, self.seg_left)
             self._total = total
             self._step1 = None
         factor = self._factor = self.factor()
@@ -341,7 +341,7 @@ class Clock:
 
     def _done_now(self) -> tuple[int, float, float]:
         """(k, frac, kernel): the whole steps of the current sub-segment done by now, the fraction of the
-        next, and their kernel seconds before the rate factor (``decode_parts`` of k steps, plus frac of
+        next, and their kernel seconds before the rate factor (``decode_sum`` of k steps, plus frac of
         step k + 1's)."""
         n = self.seg_left
         k, frac, s_k, s_k1 = _steps_done(self._coeffs, n, self.env.now - self._t0 + self._head, self._factor,

@@ -5,7 +5,7 @@ scorers, no OPPO stop, so no interference from chunk prefills either), the engin
 its end at once, in decode steps: the same code, the same admissions, preemptions and row ends, but each
 decode segment and each busy call (prefill, call overhead) is booked instead of waited for. Afterwards
 ``resolve`` prices every booked segment in one numpy pass (``CostModel.decoder(...).coeffs`` and
-``decode_parts_many`` on arrays: the same arithmetic as the event clock, elementwise, so the same bits),
+``decode_sum`` on arrays: the same arithmetic as the event clock, elementwise, so the same bits),
 accumulates the durations in booking order (``np.add.accumulate``, left to right, as SimPy's clock adds
 timeouts) and gives each finished or paused row the time of the booking it followed. The replica then
 waits one timeout for its total: one event instead of one per segment.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlhfsim.costs.model import decode_parts_many
+from rlhfsim.costs.model import decode_sum
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.rollouts import Rollout
 
@@ -89,7 +89,7 @@ class DeferredClock(Clock):
             steps = np.concatenate([np.array(c.book_n) for c in booked])
             coeffs = _with_extra(e.cost.decoder(e.model, e.dtype, e.tp, runtime=e.rt, logprobs=e.logprobs).coeffs(batch, kv0, e.overhead),
                                  np.concatenate([np.array(c.book_extra) for c in booked]))
-            total, kernel = decode_parts_many(coeffs, steps)
+            total, kernel = decode_sum(coeffs, steps)
             o = 0
             for c in booked:
                 n = len(c.book_n)
@@ -111,7 +111,7 @@ class DeferredClock(Clock):
                 coeffs = _with_extra(e.cost.decoder(e.model, e.dtype, e.tp, runtime=e.rt, logprobs=e.logprobs).coeffs(
                     np.array(self.book_batch), np.array(self.book_kv0), e.overhead),
                                      np.array(self.book_extra))
-                parts = decode_parts_many(coeffs, np.array(self.book_n))
+                parts = decode_sum(coeffs, np.array(self.book_n))
             total, kernel = parts
             seg = dur == SEGMENT
             dur[seg] = total

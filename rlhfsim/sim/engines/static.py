@@ -72,9 +72,8 @@ from typing import ClassVar
 import simpy
 
 from rlhfsim.costs.genruntimes import ROW_HANDOVER
-from rlhfsim.costs.model import decode_parts
+from rlhfsim.costs.model import decode_sum
 from rlhfsim.costs.terms import GEN_CALL_OVERHEAD, LEFT_PADDING
-from rlhfsim.sim.engines.accounting import segment_terms
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.engines.clock import Clock
 from rlhfsim.sim.engines.deferred import DeferredClock
@@ -289,14 +288,14 @@ class StaticEngine(Engine):
         total, active = self.prefill_parts(width * b, b)
         if clock.step_extra_s:   # the rows' contexts differ: left-padded
             total += self.cost.pad_prefill_s(self.rt)
-        step_total, step_active = decode_parts(clock.coeffs(b, b * width), 1)
+        step_total, step_active = decode_sum(clock.coeffs(b, b * width), 1)
         total, active = max(total - step_total, 0.0), max(active - step_active, 0.0)
         if total <= 0:
             return True
         if self.terms is not None:   # the prefill's terms less those of the decode step its token replaces
             parts = {**self.terms.prefill(width * b, b), LEFT_PADDING: self.cost.pad_prefill_s(self.rt)
                      if clock.step_extra_s else 0.0}
-            for k, v in segment_terms(clock._decoder, b, b * width, 1, self.overhead, clock.step_extra_s)[1].items():
+            for k, v in clock._decoder.price(b, b * width, 1, self.overhead, clock.step_extra_s).terms().items():
                 parts[k] = parts.get(k, 0.0) - v
             clock.charge(parts)
         try:
