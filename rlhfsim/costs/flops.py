@@ -39,6 +39,13 @@ with S = DEBERTA_SPAN and pairs = sum_i n_i^2 (every token sees every token). An
 is dominated by these at a few hundred tokens: tiny-deberta (hidden 128) and small-deberta (256), both
 with 4 heads, took the same time at 512 tokens (``lab/diagnostics/encoder_workmodel.py`` measures it).
 
+A mixture-of-experts model (``rlhfsim.costs.moe``): F_linear counts the active parameters (attention, dense MLPs,
+the top-k routed and the shared experts, the routers' hidden x E GEMMs), its routed experts' share times the
+expert imbalance; a forward streams every expert's weights, a decode step the shared weights and the experts its
+rows touch (E (1 - (1 - k/E)^B) of E per MoE layer for B rows); each token's router logits add LOGIT_BYTES per
+expert and MoE layer. Multi-head latent attention caches kv_lora_rank + qk_rope_head_dim elements per token and
+layer (``ModelShape.kv_width``), and its attention FLOPs per pair are ``ModelShape.attn_flops_per_pair``.
+
 Training (forward + backward) is 3x the forward FLOPs (backward = 2x forward). The optimizer (AdamW,
 fp32 master weights and moments) moves 16 bytes read + 16 bytes written per parameter shard.
 """
@@ -50,6 +57,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rlhfsim.costs import moe
 from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
 
 ACT_BYTES_PER_TOKEN_LAYER_FACTOR = 12  # elements of h moved per token per layer (norms, residuals, MLP I/O)
@@ -107,6 +115,14 @@ class ShapeCoeffs:
     rel_pair_bytes: float = 0.0     # L (H (SCORE_PASSES b + 16) + INDEX_BYTES_PER_PAIR) per (query, key) pair
     rel_token_bytes: float = 0.0    # 2 L 2S b H per token (c2p/p2c products written)
     rel_seq_bytes: float = 0.0      # 2 L 2S h b per sequence (position keys/queries repeated)
+    # A mixture-of-experts model (0 for a dense one; rlhfsim.costs.moe): routed experts E and top-k, the bytes of
+    # every routed expert of every MoE layer (inside decode_weight_bytes), and the FLOPs per token of the routers
+    # and of the expert imbalance (both inside f_linear)
+    n_experts: int = 0
+    top_k: int = 0
+    routed_bytes: int = 0
+    f_router: float = 0.0
+    f_imbalance: float = 0.0
 
     @classmethod
     def of(cls, m: ModelShape, dtype: str, head: str = "value", scoring_runtime: str | None = None) -> "ShapeCoeffs":
@@ -115,15 +131,16 @@ class ShapeCoeffs:
         b = DTYPE_BYTES[dtype]
         lm = head == "lm"
         return cls(layers=m.layers, encoder=m.arch == "encoder", lm=lm,
-                   f_linear=2.0 * (m.layers * m.layer_params), f_attn=4.0 * m.layers * m.hidden,
+                   f_linear=2.0 * m.active_body_params + moe.imbalance_flops(m), f_attn=float(m.layers * m.attn_flops_per_pair),
                    f_head=2.0 * m.hidden * m.vocab if lm else 2.0 * m.hidden,
                    weight_bytes=m.params(head) * b,
                    # an untied LM's input embedding is gathered (one row per token), not streamed: a decode
                    # step of an untied actor took the same time as of the same shape tied (docs/cost-model.md)
                    decode_weight_bytes=(m.params(head) - (m.embedding_params if lm and not m.tied_embeddings else 0)) * b,
-                   kv_bytes=2 * m.layers * m.kv_dim * b,
-                   act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b,
+                   kv_bytes=m.layers * m.kv_width * b,
+                   act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b + moe.router_logit_bytes(m, LOGIT_BYTES),
                    logit_bytes=LOGIT_BYTES * m.vocab,
+                   **moe.shape_fields(m, b),
                    **(_deberta_rel(m, b, materializes_scores(scoring_runtime))
                       if m.arch == "encoder" and m.hf_model_type in DEBERTA_TYPES else {}))
 
@@ -174,7 +191,14 @@ class ShapeCoeffs:
 
     def decode_weights(self, batch, weight_passes=1.0):
         """Weight bytes a decode step of ``batch`` rows moves: the streamed weights ``gemm_passes`` times."""
-        return self.decode_weight_bytes * gemm_passes(batch, weight_passes)
+        return self.decode_weights_at(batch) * gemm_passes(batch, weight_passes)
+
+    def decode_weights_at(self, batch):
+        """The weights a decode step of ``batch`` rows streams once: ``decode_weight_bytes``, less, for a
+        mixture-of-experts model, the routed experts its rows do not touch (``moe.step_weight_bytes``)."""
+        if not self.n_experts:
+            return self.decode_weight_bytes
+        return moe.step_weight_bytes(self.decode_weight_bytes, self.routed_bytes, self.n_experts, self.top_k, batch)
 
 
 def materializes_scores(scoring_runtime: str | None) -> bool:

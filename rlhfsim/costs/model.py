@@ -42,7 +42,7 @@ import numpy as np
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
-from rlhfsim.costs import driver
+from rlhfsim.costs import driver, moe
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profile
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
@@ -314,16 +314,16 @@ class _Decode:
         h = eh.step_s + eh.per_seq_s * batch
         return (1.0 - eh.overlap) * h, eh.overlap * h
 
-    def _lines(self, batch, kv0, plain: bool = False):
+    def _lines(self, batch, kv0, plain: bool = False, shape: fl.ShapeCoeffs | None = None):
         """(c0, cs, u0, us): F_dec(kv0 + batch i) / peak and B_dec(kv0 + batch i) / bw, linear in the step i.
         ``plain``: the weights streamed once at the fitted bandwidth, as without a CPU's GEMM passes by footprint
-        (``terms``)."""
-        k, peak, bw, kv_b = self.shape, self.peak, self.bw, self.kv_b
+        (``terms``); ``shape``: another shape's constants (an MoE model's without its router: ``moe.split_decode``)."""
+        k, peak, bw, kv_b = self.shape if shape is None else shape, self.peak, self.bw, self.kv_b
         if self.ks is not None:
             peak = peak * self.ks.compute_eff(batch, self.shard)
         c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
         cs = k.f_attn * batch / peak
-        weights = k.decode_weight_bytes if self.cpu is None or plain else \
+        weights = k.decode_weights_at(batch) if self.cpu is None or plain else \
             self.cpu.decode_weight_bytes(k, batch, self.wp, self.ws)
         u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor
         return c0, cs, u0, kv_b * batch / bw
@@ -370,6 +370,8 @@ class _Decode:
             hot = _sum_max_linear(max(c0, lf / self.cold), cs, u0, us, n) - kern if lf else 0.0
             self.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, self.cold, hot,
                                   engine_cold=overhead_s is None)
+        if moe.priced(self.m):   # a mixture-of-experts model's router and expert imbalance, out of decode_kernels
+            moe.split_decode(out, kern, lambda k: _sum_max_linear(*self._lines(batch, kv0, shape=k), n), self.m, self.dtype)
         out[DECODE_KERNELS] += total - sum(out.values())   # rounding: the terms sum to the price
         return out
 
@@ -712,6 +714,10 @@ class CostModel:
             lp = self.cpu.logprob_tail
         total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp, sp)
         if self.cpu is None:
+            if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
+                return Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
+                                                    n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
+                                                    gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit))
             return Price(total, active)
         if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
@@ -847,6 +853,10 @@ class CostModel:
         else:
             comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
         if self.cpu is None:
+            if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
+                return Price(total + comm, active + comm, partial(with_effects, total + comm, active + comm, moe.effects,
+                                                                  self.train, m, dtype, n_tokens, n_seqs, tp, head,
+                                                                  attn_pairs, sp))
             return Price(total + comm, active + comm)
         if head == "lm" and self.cpu.page_faults:
             # the log-prob loss's logits-sized tensors and their gradients (calibrate.cpu.pagefaults)
@@ -904,6 +914,11 @@ class CostModel:
         fsdp = fsdp_n >= 1  # FSDP wraps the model (its hooks run even on one GPU, where nothing is gathered)
         host_s = 0.0 if host is None else host.train_s(m, checkpointing, fsdp) if training else host.forward_s(m, fsdp)
         effects = None   # a CPU's host effects inside ``kernel``, computed only when a breakdown asks (CallParts.terms)
+        if self.cpu is None and moe.priced(m):   # an MoE model's router and expert imbalance (rlhfsim.costs.moe)
+            effects = partial(moe.call_effects, partial(self.framework_call, training), m, dtype=dtype, n_tokens=n_tokens,
+                              n_seqs=n_seqs, tp=tp, head=head, attn_pairs=attn_pairs, sp=sp, runtime=runtime,
+                              logprob=logprob, entropy=entropy, checkpointing=checkpointing, fsdp_n=fsdp_n,
+                              inter_node=inter_node, ckpt_frac=ckpt_frac)
         if self.cpu is not None:
             if training:
                 effects = partial(self.cpu.train_effects, self, 1.0 + ckpt_frac if checkpointing else 1.0, m, dtype,

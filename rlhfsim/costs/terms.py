@@ -17,10 +17,12 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
 * a forward or training piece (``CallParts.terms``, ``CostModel.forward``): kernels + op_overhead +
   logprob_head + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
   (logprob_tail_cpu, page_faults, width_rate), each the price with it less the price without it, taken out
-  of kernels (what the device computes) or op_overhead (page faults: host time);
+  of kernels (what the device computes) or op_overhead (page faults: host time); a mixture-of-experts model's
+  router and expert_imbalance the same way, out of kernels (``rlhfsim.costs.moe.effects``);
 * decode steps (``_Decode.price``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
   where the profile has the engine's host work per step), and on a CPU gemm_footprint (out of decode_kernels) and
-  cold_overheads (out of the fixed costs);
+  cold_overheads (out of the fixed costs); a mixture-of-experts model's router and expert_imbalance out of
+  decode_kernels (``rlhfsim.costs.moe.split_decode``);
 * a generation runtime's call (``rlhfsim.costs.price.generate_call``): gen_call_overhead or handoff,
   left_padding, its prefill's forward terms and its decode steps' terms;
 * a generation replica's time in a step (``rlhfsim.sim.engines.accounting``): its decode segments' steps
@@ -219,6 +221,16 @@ GEMM_FOOTPRINT = _row(
 WIDTH_RATE = _row(
     "width_rate", "training rate by model width (the body FLOPs' extra time, out of kernels)", "kernels.width_efficiency", "cpu", "calibrate.cpu.widths",
     "rlhfsim.costs.cpuhost.width_rate")
+ROUTER = _row(
+    "router", "a mixture-of-experts model's routers: each MoE layer's hidden x E GEMM per token, its weights, and the "
+    "softmax and top-k over the E logits (out of kernels or decode_kernels: the price with it less the price without)",
+    "the model's shape (config.json num_experts / n_routed_experts / num_local_experts)", "any",
+    "counted from the shape (rlhfsim.costs.moe); priced on the operation's roofline", "rlhfsim.costs.moe")
+EXPERT_IMBALANCE = _row(
+    "expert_imbalance", "a mixture-of-experts layer waiting for its busiest routed expert: the routed experts' FLOPs "
+    "times (imbalance - 1) (out of kernels or decode_kernels: the price with it less the price without; nothing "
+    "where the step is bound by its bytes)", "models.ROLE.expert_imbalance (default catalog.ASSUMED_EXPERT_IMBALANCE)",
+    "any", "an assumption (no public measurement found); the scenario sets it", "rlhfsim.costs.moe")
 REENCODE_PREFIX = _row(
     "reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
     "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "

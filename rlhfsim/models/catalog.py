@@ -1,5 +1,12 @@
 """Transformer shapes with the numbers that decide cost: layers, hidden, intermediate, heads, KV heads,
-vocabulary, tied embeddings. Shapes are copied from the models' published ``config.json`` files.
+vocabulary, tied embeddings, and for a mixture-of-experts model its experts (routed, top-k, shared, their width,
+which layers have them) and its attention kind (grouped-query, or DeepSeek's multi-head latent attention, whose
+cache is one compressed vector per token and layer). Shapes are copied from the models' published ``config.json``
+files.
+
+Total against active parameters: ``params()`` counts every expert (the weights a GPU holds, syncs and optimizes);
+``active_body_params`` counts what one token meets (the top-k routed experts, the shared ones, the router, the
+attention and the dense layers), from which ``rlhfsim.costs.flops`` counts FLOPs. A dense model's two are equal.
 
 Pure Python (no pydantic, no torch): ``calibrate/`` imports it to build random-weight models of the same
 shapes and to compute the FLOP/byte counts its fits are expressed in.
@@ -14,6 +21,14 @@ from pathlib import Path
 from rlhfsim.errors import ScenarioError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# An assumption, not a measurement: the busiest routed expert's tokens over the mean, in every MoE layer and call
+# (``ModelShape.expert_imbalance``; a scenario sets its own per model: ``models.ROLE.expert_imbalance``). No public
+# measurement of it for the catalog's models under an RL workload was found. For scale: a router that spread tokens
+# perfectly at random would still give about 1 + sqrt(2 ln E / (N k / E)) by the normal approximation of the largest
+# of E counts, 1.10 for N = 16,384 tokens choosing k = 8 of E = 128 (a training micro-batch) and far more for a decode
+# step's few tokens; trained routers are not perfectly random. docs/cost-model.md, "Mixture-of-experts models".
+ASSUMED_EXPERT_IMBALANCE = 1.2
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,32 @@ class ModelShape:
     hf_model_type: str = "qwen2"
     max_positions: int = 32768
     tokenizer: str = ""  # the tokenizer's name; "" derives one from the family and vocabulary (``tokenizer_id``)
+    # config.json's head_dim where it is not hidden / heads (Qwen3's MoE models: 32 heads of 128 on a hidden of
+    # 2048); 0: hidden // heads, and the query and output projections hidden x hidden, as every dense model here
+    attn_head_dim: int = 0
+    # Mixture of experts (num_experts 0: a dense model). ``moe_layers`` of the ``layers`` have, in place of the dense
+    # MLP of width ``intermediate``, a router (hidden x num_experts), ``num_experts`` routed experts of width
+    # ``moe_intermediate`` of which each token takes ``experts_per_token``, and ``shared_experts`` always-on experts
+    # of total width ``shared_intermediate``. ``expert_imbalance``: the busiest expert's tokens over the mean, the
+    # factor the routed experts' FLOPs are priced at (``rlhfsim.costs.moe``; a scenario sets it per model).
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    moe_layers: int = 0
+    shared_experts: int = 0
+    shared_intermediate: int = 0
+    expert_imbalance: float = 1.0
+    # False only in the shape the router term is priced against (``rlhfsim.costs.moe.without_router``)
+    router_priced: bool = True
+    # Attention kind: ``gqa`` (grouped-query, multi-head and multi-query included) or ``mla`` (multi-head latent
+    # attention, DeepSeek-V2/V3: queries through a rank-``q_lora_rank`` bottleneck (0: none), keys and values
+    # decompressed from a cached rank-``kv_lora_rank`` latent plus a shared ``qk_rope_head_dim`` rotary key).
+    attention: str = "gqa"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def tokenizer_id(self) -> str:
@@ -44,34 +85,106 @@ class ModelShape:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.attn_head_dim or self.hidden // self.heads
 
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
 
     @property
-    def layer_params(self) -> int:
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def attn_params(self) -> int:
+        """One layer's attention weights (norms and biases left out, as everywhere here)."""
         h = self.hidden
-        attn = 2 * h * h + 2 * h * self.kv_dim
-        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate
-        return attn + mlp
+        if self.attention == "mla":
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = h * self.q_lora_rank + self.q_lora_rank * self.heads * qk if self.q_lora_rank else h * self.heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.heads * self.v_head_dim * h
+        q = self.heads * self.attn_head_dim if self.attn_head_dim else h
+        return 2 * h * q + 2 * h * self.kv_dim
+
+    @property
+    def attn_flops_per_pair(self) -> int:
+        """Attention FLOPs per (query, visible key) pair and layer: QK^T and AV, 2 FLOP per multiply-add. Multi-head
+        latent attention is counted with its keys and values decompressed (heads x (qk_nope + qk_rope + v)), as a
+        prefill runs it; a decode step that absorbs the decompression into the query does more FLOPs per pair, which
+        the memory-bound step does not feel."""
+        if self.attention == "mla":
+            return 2 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4 * (self.heads * self.attn_head_dim if self.attn_head_dim else self.hidden)
+
+    @property
+    def mlp_params(self) -> int:
+        """One dense MLP's weights (width ``intermediate``)."""
+        return (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert's weights in one MoE layer (a SwiGLU MLP of width ``moe_intermediate``)."""
+        return 3 * self.hidden * self.moe_intermediate
+
+    @property
+    def router_params(self) -> int:
+        """The routers' weights over all MoE layers (hidden x num_experts each)."""
+        return self.moe_layers * self.hidden * self.num_experts if self.router_priced else 0
+
+    def _body(self, experts: int) -> int:
+        if not self.is_moe:
+            return self.layers * self.layer_params
+        dense = (self.layers - self.moe_layers) * self.mlp_params
+        moe = self.moe_layers * (experts * self.expert_params + 3 * self.hidden * self.shared_intermediate)
+        return self.layers * self.attn_params + dense + moe + self.router_params
+
+    @property
+    def body_params(self) -> int:
+        """Every layer's weights, every expert counted (total)."""
+        return self._body(self.num_experts)
+
+    @property
+    def active_body_params(self) -> int:
+        """The layers' weights one token meets: attention, dense MLPs, its top-k routed experts, the shared experts
+        and the routers (active). A dense model: ``body_params``."""
+        return self._body(self.experts_per_token)
+
+    @property
+    def layer_params(self) -> int:
+        """One layer's weights; of an MoE model, the mean over layers of those one token meets (the size of the
+        GEMMs a token passes through, which the kernel curves by shape read: ``rlhfsim.costs.byshape``)."""
+        if self.is_moe:
+            return self.active_body_params // self.layers
+        return self.attn_params + self.mlp_params
 
     @property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 
     def params(self, head: str = "lm") -> int:
-        """Parameter count with a language-model head (``lm``) or a scalar value/score head
+        """Parameter count (total: every expert) with a language-model head (``lm``) or a scalar value/score head
         (``value``)."""
-        body = self.layers * self.layer_params + self.embedding_params
+        body = self.body_params + self.embedding_params
         if head == "lm":
             return body + (0 if self.tied_embeddings else self.embedding_params)
         return body + self.hidden
 
+    def active_params(self, head: str = "lm") -> int:
+        """``params`` with only the experts one token meets (``active_body_params``)."""
+        return self.params(head) - self.body_params + self.active_body_params
+
+    @property
+    def kv_width(self) -> int:
+        """Elements one token caches per layer: K and V of the KV heads (2 x kv_heads x head_dim), or under multi-head
+        latent attention the compressed latent and the shared rotary key (kv_lora_rank + qk_rope_head_dim)."""
+        if self.attention == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_dim
+
     def kv_bytes_per_token(self, dtype: str) -> int:
-        """Bytes of K and V cache one token occupies across all layers."""
-        return 2 * self.layers * self.kv_dim * DTYPE_BYTES[dtype]
+        """Bytes of KV cache one token occupies across all layers."""
+        return self.layers * self.kv_width * DTYPE_BYTES[dtype]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,6 +214,27 @@ CATALOG: dict[str, ModelShape] = {
         # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json: Qwen2.5-Math-1.5B's shape with an untied LM head
         # (1.78B parameters), 131072 positions.
         _q("deepseek-r1-distill-qwen-1.5b", 28, 1536, 8960, 12, 2, 151936, False, 131072),
+        # Qwen/Qwen3-30B-A3B config.json (as THUDM/slime's scripts/models/qwen3-30B-A3B.sh restates it for Megatron):
+        # 48 layers, hidden 2048, 32 heads of head_dim 128, 4 KV heads, 128 experts of width 768, top-8, every layer
+        # MoE (decoder_sparse_step 1, no mlp_only_layers), vocab 151936, untied, 40960 positions. 30.5B total, 3.3B active.
+        ModelShape("qwen3-30b-a3b", "decoder", 48, 2048, 6144, 32, 4, 151936, False, True, "qwen3_moe", 40960, "qwen3",
+                   attn_head_dim=128, num_experts=128, experts_per_token=8, moe_intermediate=768, moe_layers=48,
+                   expert_imbalance=ASSUMED_EXPERT_IMBALANCE),
+        # Qwen/Qwen3-235B-A22B config.json (slime's scripts/models/qwen3-235B-A22B.sh): 94 layers, hidden 4096, 64 heads
+        # of 128, 4 KV heads, 128 experts of width 1536, top-8, every layer MoE. 235B total, 22B active.
+        ModelShape("qwen3-235b-a22b", "decoder", 94, 4096, 12288, 64, 4, 151936, False, True, "qwen3_moe", 40960, "qwen3",
+                   attn_head_dim=128, num_experts=128, experts_per_token=8, moe_intermediate=1536, moe_layers=94,
+                   expert_imbalance=ASSUMED_EXPERT_IMBALANCE),
+        # deepseek-ai/DeepSeek-V3 config.json (slime's scripts/models/deepseek-v3.sh): 61 layers, hidden 7168, the first 3
+        # dense (first_k_dense_replace, intermediate 18432), 58 MoE of 256 routed experts of width 2048, top-8, and one
+        # shared expert; multi-head latent attention, 128 heads, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128,
+        # qk_rope 64, v_head_dim 128; vocab 129280, untied, 163840 positions. 671B total, 37B active (the multi-token
+        # prediction module, num_nextn_predict_layers, is not counted: RL generation and training do not run it).
+        ModelShape("deepseek-v3", "decoder", 61, 7168, 18432, 128, 128, 129280, False, True, "deepseek_v3", 163840,
+                   "deepseek-v3", num_experts=256, experts_per_token=8, moe_intermediate=2048, moe_layers=58,
+                   shared_experts=1, shared_intermediate=2048, expert_imbalance=ASSUMED_EXPERT_IMBALANCE,
+                   attention="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                   v_head_dim=128),
         _l("llama-3.1-8b", 32, 4096, 14336, 32, 8),
         _l("llama-3.1-70b", 80, 8192, 28672, 64, 8),
         ModelShape("deberta-v3-large", "encoder", 24, 1024, 4096, 16, 16, 128100, True, False, "deberta-v2", 512, "deberta-v3"),
@@ -176,6 +310,8 @@ def _shape_from_config(cfg: dict, p: Path, yaml_path: str) -> ModelShape:
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])
         encoder = mtype in ("deberta", "deberta-v2", "bert", "roberta", "electra")
+        extra = {} if encoder else {**_attention_from_config(cfg, hidden, heads, p, yaml_path),
+                                    **_moe_from_config(cfg, int(cfg["num_hidden_layers"]), p, yaml_path)}
         return ModelShape(
             name=str(cfg.get("_name_or_path") or p.parent.name),
             arch="encoder" if encoder else "decoder",
@@ -189,9 +325,72 @@ def _shape_from_config(cfg: dict, p: Path, yaml_path: str) -> ModelShape:
             gated_mlp=not encoder,
             hf_model_type=mtype,
             max_positions=int(cfg.get("max_position_embeddings", 32768)),
+            **extra,
         )
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise ScenarioError(yaml_path, f"expected a config.json with hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size; {str(p)!r} has a missing or invalid one ({type(e).__name__}: {e})") from None
+
+
+def _int(cfg: dict, key: str, default: int = 0) -> int:
+    """``cfg[key]`` as an int, ``default`` where absent or null (DeepSeek-V2-Lite writes ``"q_lora_rank": null``)."""
+    v = cfg.get(key)
+    return default if v is None else int(v)
+
+
+def _attention_from_config(cfg: dict, hidden: int, heads: int, p: Path, yaml_path: str) -> dict:
+    """The attention fields of a decoder's config.json: multi-head latent attention where it has ``kv_lora_rank``
+    (DeepSeek-V2/V3, Kimi-K2), else grouped-query attention with ``head_dim`` where it is not hidden / heads."""
+    if cfg.get("kv_lora_rank") is not None:
+        out = {"attention": "mla", "q_lora_rank": _int(cfg, "q_lora_rank"), "kv_lora_rank": _int(cfg, "kv_lora_rank"),
+               "qk_nope_head_dim": _int(cfg, "qk_nope_head_dim"), "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
+               "v_head_dim": _int(cfg, "v_head_dim")}
+        for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if not 1 <= out[k] <= SIZE_LIMITS["hidden"]:
+                raise ScenarioError(yaml_path, f"expected {k} in 1..{SIZE_LIMITS['hidden']:,} in a multi-head latent attention config.json (it has kv_lora_rank), got {out[k]} in {str(p)!r}")
+        return out
+    head_dim = _int(cfg, "head_dim")
+    if head_dim and head_dim != hidden // heads:
+        if not 1 <= head_dim <= SIZE_LIMITS["hidden"]:
+            raise ScenarioError(yaml_path, f"expected head_dim in 1..{SIZE_LIMITS['hidden']:,}, got {head_dim} in {str(p)!r}")
+        return {"attn_head_dim": head_dim}
+    return {}
+
+
+# config.json keys of the routed experts' count, by family: Qwen2/3-MoE, DeepSeek-V2/V3, Mixtral and gpt-oss
+EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+TOPK_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+
+def _moe_from_config(cfg: dict, layers: int, p: Path, yaml_path: str) -> dict:
+    """The mixture-of-experts fields of a decoder's config.json ({} for a dense model). Which layers have experts:
+    DeepSeek's layer i >= ``first_k_dense_replace`` with i % ``moe_layer_freq`` == 0; Qwen's layer i not in
+    ``mlp_only_layers`` with (i + 1) % ``decoder_sparse_step`` == 0 (transformers' modeling code for each); every
+    layer otherwise (Mixtral, gpt-oss). An expert's width is ``moe_intermediate_size``, else ``intermediate_size``
+    (Mixtral's and gpt-oss's experts are full-width MLPs)."""
+    key = next((k for k in EXPERT_KEYS if cfg.get(k)), None)
+    if key is None:
+        return {}
+    experts = int(cfg[key])
+    topk_key = next((k for k in TOPK_KEYS if cfg.get(k) is not None), None)
+    topk = int(cfg[topk_key]) if topk_key else 0
+    if not 1 <= experts <= 65_536:
+        raise ScenarioError(yaml_path, f"expected {key} in 1..65,536, got {experts} in {str(p)!r}")
+    if not 1 <= topk <= experts:
+        raise ScenarioError(yaml_path, f"expected num_experts_per_tok in 1..{key} ({experts}) in a mixture-of-experts config.json, got {cfg.get(topk_key) if topk_key else 'none'} in {str(p)!r}")
+    width = _int(cfg, "moe_intermediate_size") or int(cfg["intermediate_size"])
+    if not 1 <= width <= SIZE_LIMITS["intermediate"]:
+        raise ScenarioError(yaml_path, f"expected moe_intermediate_size in 1..{SIZE_LIMITS['intermediate']:,}, got {width} in {str(p)!r}")
+    if "first_k_dense_replace" in cfg or "moe_layer_freq" in cfg:
+        first, freq = _int(cfg, "first_k_dense_replace"), _int(cfg, "moe_layer_freq", 1)
+        moe = [i >= first and i % max(freq, 1) == 0 for i in range(layers)]
+    else:
+        step, dense = _int(cfg, "decoder_sparse_step", 1), set(cfg.get("mlp_only_layers") or [])
+        moe = [i not in dense and (i + 1) % max(step, 1) == 0 for i in range(layers)]
+    shared = _int(cfg, "n_shared_experts")
+    shared_width = shared * width if shared else _int(cfg, "shared_expert_intermediate_size")
+    return dict(num_experts=experts, experts_per_token=topk, moe_intermediate=width, moe_layers=sum(moe),
+                shared_experts=shared or (1 if shared_width else 0), shared_intermediate=shared_width,
+                expert_imbalance=ASSUMED_EXPERT_IMBALANCE)
 
 
 def load_model(ref: str, yaml_path: str = "", base_dir: Path | None = None) -> ModelShape:

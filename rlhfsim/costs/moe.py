@@ -1,0 +1,131 @@
+"""The arithmetic of mixture-of-experts models: which weights a step reads, which FLOPs it does, and the router and
+the expert imbalance as cost terms. Pure Python + numpy; ``rlhfsim.costs.flops`` and ``rlhfsim.costs.model`` call it.
+
+Notation (per model, ``ModelShape``): E routed experts, k of them per token (top-k), M MoE layers, P_e one routed
+expert's weights in one layer (3 h x moe_intermediate: a SwiGLU MLP), b bytes per weight, imbalance u >= 1.
+
+FLOPs come from the active parameters (``ModelShape.active_body_params``: attention, dense MLPs, the top-k routed and
+the shared experts, the routers), 2 per weight per token, plus the routed experts' FLOPs a second time times u - 1:
+
+    F_linear = 2 P_active + 2 M k P_e (u - 1)                      per token
+    F_router = 2 M h E                                             per token (inside P_active)
+
+The expert imbalance u is the busiest routed expert's tokens over the mean: a layer's experts finish when the busiest
+does (under expert parallelism the busiest rank; on one GPU the grouped GEMM's tiles of the busiest expert), so the
+routed experts' FLOPs are priced at u times their mean. It is an assumption (``catalog.ASSUMED_EXPERT_IMBALANCE``),
+set per model in a scenario.
+
+Weight bytes. A forward over many tokens reads every expert (P b, the total). A decode step of B rows reads the
+shared weights and only the experts its rows chose. With each row choosing k of E experts uniformly at random, an
+expert is missed by one row with probability 1 - k/E and by all B rows with (1 - k/E)^B, so the expected number of
+distinct experts a step touches in a layer is
+
+    D(B) = E (1 - (1 - k/E)^B),   D(1) = k,   D(B) -> E as B grows,
+
+and the step streams W_dense + M D(B) P_e b bytes of weights, W_dense the decode weights less every routed expert's.
+Rows do not choose uniformly (a trained router prefers some experts, more so within one prompt's rows), which makes
+D(B) an upper bound on the experts touched: the decode step's bytes are the most it reads.
+
+The router's top-k reads the E logits of each token: written in fp32 by the router GEMM, read and written by the
+softmax, read by the top-k, ``flops.LOGIT_BYTES`` per logit as the LM head's (a forward's activation bytes).
+
+The terms. ``router`` and ``expert_imbalance`` are split out of an operation's kernels the way a CPU's host effects
+are (``rlhfsim.costs.terms``): the price with the term less the price without it, the shape without it being
+``without_imbalance`` (u = 1) and then ``without_router`` (no router weights, FLOPs or logits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from rlhfsim.costs.terms import DECODE_KERNELS, EXPERT_IMBALANCE, ROUTER
+from rlhfsim.models.catalog import ModelShape
+
+
+def touched_fraction(n_experts: int, top_k: int, rows):
+    """The expected fraction of E experts that ``rows`` rows choosing k each touch: 1 - (1 - k/E)^B (rows may be a
+    numpy array). One row: k/E; many: 1."""
+    miss = 1.0 - top_k / n_experts
+    if isinstance(rows, np.ndarray):
+        return 1.0 - np.power(miss, np.maximum(rows, 0.0))
+    return 1.0 - miss ** max(rows, 0.0)
+
+
+def expected_experts(n_experts: int, top_k: int, rows):
+    """D(B) = E (1 - (1 - k/E)^B): the expected distinct experts ``rows`` rows touch in one MoE layer."""
+    return n_experts * touched_fraction(n_experts, top_k, rows)
+
+
+def step_weight_bytes(decode_weight_bytes: int, routed_bytes: int, n_experts: int, top_k: int, rows):
+    """The weights a decode step of ``rows`` rows streams: every weight but the routed experts', plus the share of
+    those the rows touch (``touched_fraction``)."""
+    return decode_weight_bytes - routed_bytes + routed_bytes * touched_fraction(n_experts, top_k, rows)
+
+
+def imbalance_flops(m: ModelShape) -> float:
+    """FLOPs per token the expert imbalance adds: 2 M k P_e (u - 1) (0 for a dense model)."""
+    if not m.is_moe or m.expert_imbalance == 1.0:
+        return 0.0
+    return 2.0 * m.moe_layers * m.experts_per_token * m.expert_params * (m.expert_imbalance - 1.0)
+
+
+def router_logit_bytes(m: ModelShape, bytes_per_logit: int) -> int:
+    """Bytes per token of the routers' logits (E per MoE layer, ``bytes_per_logit`` each); 0 without a router."""
+    if not m.is_moe or not m.router_priced:
+        return 0
+    return m.moe_layers * m.num_experts * bytes_per_logit
+
+
+def shape_fields(m: ModelShape, b: int) -> dict:
+    """``flops.ShapeCoeffs``' mixture-of-experts fields ({} for a dense model)."""
+    if not m.is_moe:
+        return {}
+    return {"n_experts": m.num_experts, "top_k": m.experts_per_token,
+            "routed_bytes": m.moe_layers * m.num_experts * m.expert_params * b,
+            "f_router": 2.0 * m.router_params, "f_imbalance": imbalance_flops(m)}
+
+
+def without_imbalance(m: ModelShape) -> ModelShape:
+    """``m`` with its experts perfectly balanced (u = 1)."""
+    return replace(m, expert_imbalance=1.0)
+
+
+def without_router(m: ModelShape) -> ModelShape:
+    """``m`` balanced and without its routers (their weights, FLOPs and logits): what ``router`` is priced against."""
+    return replace(m, expert_imbalance=1.0, router_priced=False)
+
+
+def priced(m: ModelShape) -> bool:
+    """Whether ``m`` has a router or an imbalance to split out of its prices."""
+    return m.is_moe and (m.router_priced or m.expert_imbalance != 1.0)
+
+
+def effects(call, m: ModelShape, *args, **kwargs) -> tuple[dict, float]:
+    """The router and expert_imbalance of one priced call (``call(m, *args, **kwargs)``, returning a ``Price`` or a
+    ``framework.CallParts``), with their share of its active seconds: the price with the term less the price without
+    it. The shape of a CPU's host effects (``terms.with_effects``, ``CallParts.effects``), taken out of kernels."""
+    full, balanced, bare = (call(s, *args, **kwargs) for s in (m, without_imbalance(m), without_router(m)))
+    imb, router = full.total_s - balanced.total_s, balanced.total_s - bare.total_s
+    active = full.active_s - bare.active_s
+    return {ROUTER: router, EXPERT_IMBALANCE: imb}, active
+
+
+def call_effects(call, m: ModelShape, *args, **kwargs) -> tuple[dict, float]:
+    """``effects`` of a ``framework.CallParts`` (its kernel seconds: the rest of a call, the head, FSDP and the host,
+    does not depend on the router)."""
+    parts = [call(s, *args, **kwargs) for s in (m, without_imbalance(m), without_router(m))]
+    k = [p.kernel_s for p in parts]
+    return {ROUTER: k[1] - k[2], EXPERT_IMBALANCE: k[0] - k[1]}, parts[0].kernel_active_s - parts[2].kernel_active_s
+
+
+def split_decode(out: dict, kern: float, kern_of, m: ModelShape, dtype: str) -> None:
+    """Decode steps' router and expert_imbalance, out of ``out``'s decode_kernels: ``kern`` the steps' kernel seconds,
+    ``kern_of(coeffs)`` the same steps' kernel seconds with another shape's ``flops.ShapeCoeffs``."""
+    from rlhfsim.costs.flops import ShapeCoeffs   # flops imports this module
+    balanced = kern_of(ShapeCoeffs.of(without_imbalance(m), dtype, "lm"))
+    bare = kern_of(ShapeCoeffs.of(without_router(m), dtype, "lm"))
+    out[EXPERT_IMBALANCE] = kern - balanced
+    out[ROUTER] = balanced - bare
+    out[DECODE_KERNELS] -= kern - bare
