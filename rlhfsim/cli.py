@@ -171,16 +171,20 @@ def schema():
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def models(fmt):
-    """List the model catalog."""
+    """List the model catalog (experts: routed/top-k+shared of a mixture-of-experts model; params: total, active:
+    those one token meets)."""
     from rlhfsim.models.catalog import CATALOG
 
-    rows = [{**m.to_dict(), "params_b": round(m.params() / 1e9, 3)} for m in CATALOG.values()]
+    rows = [{**m.to_dict(), "params_b": round(m.params() / 1e9, 3), "active_params_b": round(m.active_params() / 1e9, 3),
+             "experts": f"{m.num_experts}/{m.experts_per_token}" + (f"+{m.shared_experts}" if m.shared_experts else "")
+             if m.is_moe else "-"} for m in CATALOG.values()]
     if fmt == "json":
         click.echo(json.dumps(rows))
         return
     cols = [("name", "name", "{}"), ("arch", "arch", "{}"), ("layers", "layers", "{}"), ("hidden", "hidden", "{}"),
-            ("inter", "intermediate", "{}"), ("heads", "heads", "{}"), ("kv", "kv_heads", "{}"), ("vocab", "vocab", "{}"),
-            ("tied", "tied_embeddings", "{}"), ("params", "params_b", "{:.3f}B")]
+            ("inter", "intermediate", "{}"), ("heads", "heads", "{}"), ("kv", "kv_heads", "{}"), ("attn", "attention", "{}"),
+            ("experts", "experts", "{}"), ("vocab", "vocab", "{}"), ("tied", "tied_embeddings", "{}"),
+            ("params", "params_b", "{:.3f}B"), ("active", "active_params_b", "{:.3f}B")]
     _print_table("models", cols, rows)
 
 

@@ -131,14 +131,16 @@ class ShapeCoeffs:
         b = DTYPE_BYTES[dtype]
         lm = head == "lm"
         return cls(layers=m.layers, encoder=m.arch == "encoder", lm=lm,
-                   f_linear=2.0 * m.active_body_params + moe.imbalance_flops(m), f_attn=float(m.layers * m.attn_flops_per_pair),
+                   f_linear=2.0 * m.active_body_params + moe.imbalance_flops(m),
+                   f_attn=float(m.layers * m.attn_flops_per_pair),
                    f_head=2.0 * m.hidden * m.vocab if lm else 2.0 * m.hidden,
                    weight_bytes=m.params(head) * b,
                    # an untied LM's input embedding is gathered (one row per token), not streamed: a decode
                    # step of an untied actor took the same time as of the same shape tied (docs/cost-model.md)
                    decode_weight_bytes=(m.params(head) - (m.embedding_params if lm and not m.tied_embeddings else 0)) * b,
                    kv_bytes=m.layers * m.kv_width * b,
-                   act_bytes=ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b + moe.router_logit_bytes(m, LOGIT_BYTES),
+                   act_bytes=(ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b
+                              + moe.router_logit_bytes(m, LOGIT_BYTES)),
                    logit_bytes=LOGIT_BYTES * m.vocab,
                    **moe.shape_fields(m, b),
                    **(_deberta_rel(m, b, materializes_scores(scoring_runtime))

@@ -371,7 +371,8 @@ class _Decode:
             self.cpu.decode_terms(out, kern, _sum_max_linear(p0, cs, pu0, pus, n), n * comm, self.cold, hot,
                                   engine_cold=overhead_s is None)
         if moe.priced(self.m):   # a mixture-of-experts model's router and expert imbalance, out of decode_kernels
-            moe.split_decode(out, kern, lambda k: _sum_max_linear(*self._lines(batch, kv0, shape=k), n), self.m, self.dtype)
+            moe.split_decode(out, kern, lambda s: _sum_max_linear(
+                *self._lines(batch, kv0, shape=fl.ShapeCoeffs.of(s, self.dtype, "lm")), n), self.m)
         out[DECODE_KERNELS] += total - sum(out.values())   # rounding: the terms sum to the price
         return out
 

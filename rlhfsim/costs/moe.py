@@ -120,12 +120,11 @@ def call_effects(call, m: ModelShape, *args, **kwargs) -> tuple[dict, float]:
     return {ROUTER: k[1] - k[2], EXPERT_IMBALANCE: k[0] - k[1]}, parts[0].kernel_active_s - parts[2].kernel_active_s
 
 
-def split_decode(out: dict, kern: float, kern_of, m: ModelShape, dtype: str) -> None:
+def split_decode(out: dict, kern: float, kern_of, m: ModelShape) -> None:
     """Decode steps' router and expert_imbalance, out of ``out``'s decode_kernels: ``kern`` the steps' kernel seconds,
-    ``kern_of(coeffs)`` the same steps' kernel seconds with another shape's ``flops.ShapeCoeffs``."""
-    from rlhfsim.costs.flops import ShapeCoeffs   # flops imports this module
-    balanced = kern_of(ShapeCoeffs.of(without_imbalance(m), dtype, "lm"))
-    bare = kern_of(ShapeCoeffs.of(without_router(m), dtype, "lm"))
+    ``kern_of(shape)`` the same steps' kernel seconds priced with another ``ModelShape``'s constants."""
+    balanced = kern_of(without_imbalance(m))
+    bare = kern_of(without_router(m))
     out[EXPERT_IMBALANCE] = kern - balanced
     out[ROUTER] = balanced - bare
     out[DECODE_KERNELS] -= kern - bare

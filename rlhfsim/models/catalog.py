@@ -102,7 +102,8 @@ class ModelShape:
         if self.attention == "mla":
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
             q = h * self.q_lora_rank + self.q_lora_rank * self.heads * qk if self.q_lora_rank else h * self.heads * qk
-            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim)
+                  + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim))
             return q + kv + self.heads * self.v_head_dim * h
         q = self.heads * self.attn_head_dim if self.attn_head_dim else h
         return 2 * h * q + 2 * h * self.kv_dim
@@ -216,20 +217,23 @@ CATALOG: dict[str, ModelShape] = {
         _q("deepseek-r1-distill-qwen-1.5b", 28, 1536, 8960, 12, 2, 151936, False, 131072),
         # Qwen/Qwen3-30B-A3B config.json (as THUDM/slime's scripts/models/qwen3-30B-A3B.sh restates it for Megatron):
         # 48 layers, hidden 2048, 32 heads of head_dim 128, 4 KV heads, 128 experts of width 768, top-8, every layer
-        # MoE (decoder_sparse_step 1, no mlp_only_layers), vocab 151936, untied, 40960 positions. 30.5B total, 3.3B active.
+        # MoE (decoder_sparse_step 1, no mlp_only_layers), vocab 151936, untied, 40960 positions. 30.5B total,
+        # 3.3B active.
         ModelShape("qwen3-30b-a3b", "decoder", 48, 2048, 6144, 32, 4, 151936, False, True, "qwen3_moe", 40960, "qwen3",
                    attn_head_dim=128, num_experts=128, experts_per_token=8, moe_intermediate=768, moe_layers=48,
                    expert_imbalance=ASSUMED_EXPERT_IMBALANCE),
         # Qwen/Qwen3-235B-A22B config.json (slime's scripts/models/qwen3-235B-A22B.sh): 94 layers, hidden 4096, 64 heads
         # of 128, 4 KV heads, 128 experts of width 1536, top-8, every layer MoE. 235B total, 22B active.
-        ModelShape("qwen3-235b-a22b", "decoder", 94, 4096, 12288, 64, 4, 151936, False, True, "qwen3_moe", 40960, "qwen3",
+        ModelShape("qwen3-235b-a22b", "decoder", 94, 4096, 12288, 64, 4, 151936, False, True, "qwen3_moe", 40960,
+                   "qwen3",
                    attn_head_dim=128, num_experts=128, experts_per_token=8, moe_intermediate=1536, moe_layers=94,
                    expert_imbalance=ASSUMED_EXPERT_IMBALANCE),
-        # deepseek-ai/DeepSeek-V3 config.json (slime's scripts/models/deepseek-v3.sh): 61 layers, hidden 7168, the first 3
-        # dense (first_k_dense_replace, intermediate 18432), 58 MoE of 256 routed experts of width 2048, top-8, and one
-        # shared expert; multi-head latent attention, 128 heads, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128,
-        # qk_rope 64, v_head_dim 128; vocab 129280, untied, 163840 positions. 671B total, 37B active (the multi-token
-        # prediction module, num_nextn_predict_layers, is not counted: RL generation and training do not run it).
+        # deepseek-ai/DeepSeek-V3 config.json (slime's scripts/models/deepseek-v3.sh): 61 layers, hidden 7168, the
+        # first 3 dense (first_k_dense_replace, intermediate 18432), 58 MoE of 256 routed experts of width 2048, top-8,
+        # and one shared expert; multi-head latent attention, 128 heads, q_lora_rank 1536, kv_lora_rank 512, qk_nope
+        # 128, qk_rope 64, v_head_dim 128; vocab 129280, untied, 163840 positions. 671B total, 37B active. Its
+        # multi-token prediction module (num_nextn_predict_layers 1) is not counted: it serves speculative decoding,
+        # which the simulator does not model.
         ModelShape("deepseek-v3", "decoder", 61, 7168, 18432, 128, 128, 129280, False, True, "deepseek_v3", 163840,
                    "deepseek-v3", num_experts=256, experts_per_token=8, moe_intermediate=2048, moe_layers=58,
                    shared_experts=1, shared_intermediate=2048, expert_imbalance=ASSUMED_EXPERT_IMBALANCE,

@@ -15,7 +15,7 @@ kv_bytes_per_token(actor).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlhfsim.contracts import DEFAULT_STREAMING, SEQUENCE_PARALLEL, STREAMING_ARCHS
 from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
@@ -166,20 +166,30 @@ def _check_pairing(sc: Scenario, shapes: dict) -> tuple[str, bool, int | None]:
     return name, retokenize, None
 
 
+def _model(ref, role: str, base) -> ModelShape:
+    """``models.ROLE``'s shape, with the scenario's expert imbalance where it sets one (a mixture-of-experts model's)."""
+    shape = load_model(ref.model, f"models.{role}.model", base)
+    if ref.expert_imbalance is None:
+        return shape
+    if not shape.is_moe:
+        raise ScenarioError(f"models.{role}.expert_imbalance", f"expected a mixture-of-experts model, got dense {shape.name!r} (remove expert_imbalance)")
+    return replace(shape, expert_imbalance=float(ref.expert_imbalance))
+
+
 def build_setup(sc: Scenario) -> Setup:
     base = sc.base_dir
     gpu = get_gpu(sc.cluster.gpu)
     m = sc.models
-    shapes: dict[str, ModelShape] = {"actor": load_model(m.actor.model, "models.actor.model", base)}
+    shapes: dict[str, ModelShape] = {"actor": _model(m.actor, "actor", base)}
     dtypes = {"actor": m.actor.dtype}
     for role in ("critic", "reference"):
         ref = getattr(m, role)
         if ref is not None:
-            shapes[role] = load_model(ref.model, f"models.{role}.model", base)
+            shapes[role] = _model(ref, role, base)
             dtypes[role] = ref.dtype
     rule = m.reward if isinstance(m.reward, RuleReward) else None
     if rule is None:
-        shapes["reward"] = load_model(m.reward.model, "models.reward.model", base)
+        shapes["reward"] = _model(m.reward, "reward", base)
         dtypes["reward"] = m.reward.dtype
     shapes["rollout"], dtypes["rollout"] = shapes["actor"], dtypes["actor"]
     if shapes["actor"].arch != "decoder":

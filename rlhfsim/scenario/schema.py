@@ -78,6 +78,10 @@ Component.model_rebuild()
 class ModelRef(Frozen):
     model: str = Field(description="Catalog name (see `rlhfsim models`) or path to a local Hugging Face config.json.")
     dtype: Dtype = Field("bfloat16", description="Weights and activations dtype.")
+    expert_imbalance: Optional[float] = Field(
+        None, ge=1.0, le=1000.0, description="A mixture-of-experts model's busiest routed expert's tokens over the mean "
+        "(>= 1): its routed experts' FLOPs are priced at this factor (cost term expert_imbalance). Default: the "
+        "catalog's assumption, catalog.ASSUMED_EXPERT_IMBALANCE (not a measurement); a dense model takes none.")
 
 
 class ActorModel(ModelRef):
