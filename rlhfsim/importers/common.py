@@ -208,6 +208,7 @@ SAME_SHAPE = {
     "meta-llama-3.1-8b": "llama-3.1-8b",
     "llama-3-8b": "llama-3.1-8b",     # Llama 3 and 3.1 8B share every shape number
     "meta-llama-3-8b": "llama-3.1-8b",
+    "deepseek-r1": "deepseek-v3",     # deepseek-ai/DeepSeek-R1: DeepSeek-V3's config.json shape (its post-training)
 }
 _SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-sft", "-hf")
 

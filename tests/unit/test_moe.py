@@ -188,3 +188,11 @@ def test_scenario_sets_the_imbalance_and_explain_shows_the_terms():
     assert train[EXPERT_IMBALANCE] > lower[EXPERT_IMBALANCE] > 0
     with pytest.raises(ScenarioError, match="models.actor.expert_imbalance"):
         load_scenario(path, overrides=[("models.actor.model", "qwen2.5-7b")])
+
+
+def test_launch_model_names_map_to_the_moe_shapes():
+    from rlhfsim.importers.common import catalog_model
+
+    assert catalog_model("Qwen/Qwen3-30B-A3B")[0] == "qwen3-30b-a3b"
+    assert catalog_model("Qwen/Qwen3-235B-A22B")[0] == "qwen3-235b-a22b"
+    assert catalog_model("deepseek-ai/DeepSeek-V3")[0] == catalog_model("deepseek-ai/DeepSeek-R1")[0] == "deepseek-v3"
