@@ -7,6 +7,8 @@ import copy
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlhfsim.costs import eager
 from rlhfsim.costs.model import CostModel
@@ -81,3 +83,15 @@ def test_a_cpu_profile_has_no_framework_and_no_elementwise_term():
     prof.pop("framework", None)
     call = CostModel(H100, prof).call_parts(False, M, "bfloat16", 4096, 8, 1, "lm")
     assert call.elementwise_s == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(n1=st.floats(1.0, 1e6), n2=st.floats(1.0, 1e6), tp=st.sampled_from([1, 2, 4, 8]),
+       name=st.sampled_from(["qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b"]))
+def test_nonnegative_monotone_in_tokens_and_split_by_tp(n1, n2, tp, name):
+    m = load_model(name)
+    lo, hi = sorted((n1, n2))
+    a = eager.elementwise_s(m, "bfloat16", lo, H100.mem_bw, 0.57, tp=tp)
+    b = eager.elementwise_s(m, "bfloat16", hi, H100.mem_bw, 0.57, tp=tp)
+    assert 0.0 < a <= b
+    assert eager.bytes_per_token(m, "bfloat16", tp) <= eager.bytes_per_token(m, "bfloat16", 1)
