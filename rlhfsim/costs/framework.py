@@ -1,5 +1,6 @@
 """What a training framework pays around the kernels of one forward or training call on a GPU: the host's
-dispatch of a launch-bound call, the log-prob head's element-wise passes over the vocabulary, and FSDP's
+dispatch of a launch-bound call, the log-prob head's element-wise passes over the vocabulary, a forward call's
+decoder-layer element-wise kernels (``rlhfsim.costs.eager``), and FSDP's
 (ZeRO-3's) parameter gathers and gradient reduce-scatters. Each is a named part, so a breakdown can show it.
 
 One call is one micro-batch (piece) of one data-parallel rank::
@@ -8,12 +9,14 @@ One call is one micro-batch (piece) of one data-parallel rank::
     head_s    = b x T_logits x V / tp / (mem_bw x memory_eff[prefill])          (log-prob passes with an LM head)
                 b = LOGPROB_BYTES (+ ENTROPY_BYTES with execution.entropy) per logit in a forward pass,
                 x TRAIN_HEAD_MULT in a training call (the backward of the same element-wise chain)
+    ew_s      = a forward call's decoder-layer element-wise kernels, serial with the GEMMs, where its kernels are
+                priced from GEMM-only curves (kernels_by_shape; rlhfsim.costs.eager)
     comm_s    = units x latency + bytes / (link_bw x LINK_EFF)                  (execution.sharding: fsdp, n > 1)
                 forward: one all-gather of the bf16 parameters, bytes = (n - 1)/n x P x 2
                 training: two all-gathers (forward, backward) + a reduce-scatter of fp32 gradients (verl's
                 mixed precision reduces in fp32), bytes = (n - 1)/n x P x (2 + 2 + 4); units = L + 1 (one
                 FSDP unit per decoder layer and the root)
-    device_s  = max(kernel_s + head_s, comm_s) + comm_s / units                 (gathers prefetched beside the
+    device_s  = max(kernel_s + head_s + ew_s, comm_s) + comm_s / units                 (gathers prefetched beside the
                 compute; the first unit's gather is exposed)
     host_s    = L x h_fwd  (forward)  or  L x h_train x (checkpoint_mult if gradient checkpointing)  (training)
                 + units x h_fsdp x (1 forward | 3 training: the gathers' pre-forward and pre-backward hooks and the
@@ -47,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LOGPROB_HEAD, Price, split
+from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LAYER_ELEMENTWISE, LOGPROB_HEAD, Price, split
 from rlhfsim.models.catalog import ModelShape
 
 LOGPROB_BYTES = 6.0     # bytes per logit: temperature div_ (read + write bf16) + fused cross entropy (read)
@@ -132,12 +135,14 @@ class CallParts:
     comm_exposed_s: float = 0.0
     host_s: float = 0.0
     effects: Callable[[], tuple[dict[str, float], float]] | None = field(default=None, compare=False, repr=False)
+    elementwise_s: float = 0.0   # the decoder layers' element-wise kernels (rlhfsim.costs.eager)
 
     @property
     def device_s(self) -> float:
+        serial = self.kernel_s + self.head_s + self.elementwise_s
         if self.comm_s <= 0:
-            return self.kernel_s + self.head_s
-        return max(self.kernel_s + self.head_s, self.comm_s) + self.comm_exposed_s
+            return serial
+        return max(serial, self.comm_s) + self.comm_exposed_s
 
     @property
     def total_s(self) -> float:
@@ -156,6 +161,7 @@ class CallParts:
         """Seconds by cost term (``rlhfsim.costs.terms``), summing to ``total_s``: the host counts only where it
         exceeds the device's time; a CPU's host effects (``effects``) are split out of kernels and op_overhead."""
         out = split(self.kernel_s, self.kernel_active_s, *(self.effects() if self.effects is not None else ()))
-        out.update({LOGPROB_HEAD: self.head_s, FSDP_EXPOSED: max(self.device_s - self.kernel_s - self.head_s, 0.0),
+        out.update({LOGPROB_HEAD: self.head_s, LAYER_ELEMENTWISE: self.elementwise_s,
+                    FSDP_EXPOSED: max(self.device_s - self.kernel_s - self.head_s - self.elementwise_s, 0.0),
                     HOST_LAUNCH_BOUND: max(self.host_s - self.device_s, 0.0)})
         return out

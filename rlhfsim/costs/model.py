@@ -44,6 +44,7 @@ from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
 from rlhfsim.costs import driver, moe
 from rlhfsim.costs import framework as fw
+from rlhfsim.costs import eager
 from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profile
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
@@ -927,7 +928,10 @@ class CostModel:
             else:
                 effects = partial(self.cpu.forward_effects, self, m, dtype, n_tokens, n_seqs, tp, 0.0, "prefill", runtime, head,
                                   logprob, None, attn_pairs, sp, False, per_logit if with_head else None)
-        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects)
+        ew_s = 0.0   # a forward pass priced from GEMM-only kernel curves: its layers' element-wise kernels (rlhfsim.costs.eager)
+        if host is not None and not training and self.by_shape is not None and self.by_shape.applies("prefill"):
+            ew_s = eager.elementwise_s(m, dtype, n_tokens, self.gpu.mem_bw, self.by_shape.elementwise_eff, tp=tp, sp=sp)
+        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects, elementwise_s=ew_s)
 
     def optimizer(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
                   inter_node: bool = False, grad_allreduce: bool = True) -> Price:

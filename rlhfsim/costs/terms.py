@@ -15,7 +15,7 @@ or sources it. The equations are in docs/cost-model.md; the module that computes
 Every breakdown sums exactly (to float rounding) to the price it splits:
 
 * a forward or training piece (``CallParts.terms``, ``CostModel.forward``): kernels + op_overhead +
-  logprob_head + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
+  logprob_head + layer_elementwise + fsdp_exposed + host_launch_bound, and on a CPU the host effects priced inside its roofline
   (logprob_tail_cpu, page_faults, width_rate), each the price with it less the price without it, taken out
   of kernels (what the device computes) or op_overhead (page faults: host time); a mixture-of-experts model's
   router and expert_imbalance the same way, out of kernels (``rlhfsim.costs.moe.effects``);
@@ -117,6 +117,13 @@ LOGPROB_HEAD = _row(
     "logprob_head", "a training piece's element-wise passes over its logits (temperature, log-probs, "
     "entropy and their backward), after the GEMMs", "framework (present: GPU profile); execution.entropy",
     "gpu", "bytes per logit counted from verl's code (rlhfsim.costs.framework)", "rlhfsim.costs.framework")
+LAYER_ELEMENTWISE = _row(
+    "layer_elementwise", "a framework forward pass's decoder-layer element-wise kernels (transformers' eager RMSNorm "
+    "in float32, rotary embedding, SwiGLU, residual adds), serial with its GEMMs, where the pass is priced from "
+    "GEMM-only kernel curves (a whole-pass efficiency holds them already)",
+    "framework (present: GPU profile); kernels_by_shape.elementwise.memory_eff", "gpu",
+    "bytes per token counted from transformers' modeling code; Vidur's element-wise kernels' memory efficiency "
+    "(calibrate.fitting.fromops)", "rlhfsim.costs.eager")
 FSDP_EXPOSED = _row(
     "fsdp_exposed", "FSDP/ZeRO-3 parameter gathers and gradient reduce-scatters of a piece, where they "
     "outlast its compute (the first unit's gather always)", "execution.sharding; the GPU's link bandwidth",

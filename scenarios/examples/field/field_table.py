@@ -79,6 +79,11 @@ def predict(run: dict, gpu: str, execution: bool = True, profile: str | None = N
     phases = {VERL_PHASE_KEYS[p].removeprefix("timing_s/"): v for p, v in summary["phases_s"].items()}
     # verl times the hybrid engine's weight update inside gen (its sharding manager wraps generate_sequences)
     phases["gen"] = phases.get("gen", 0.0) + phases.pop("update_weights", 0.0)
+    measured = run.get("measured_phases_s", {})
+    if framework == "verl" and "gen" in measured and "old_log_prob" not in measured and "old_log_prob" in phases:
+        # verl before v0.2 computes the old log-probs inside generate_sequences: its gen holds them, as the from-run
+        # fit reads such a log (rlhfsim.fromrun.fit.OLD_LOG_PROB_IN_GEN)
+        phases["gen"] += phases.pop("old_log_prob")
     phases = {k: round(v, 2) for k, v in phases.items()}
     pred = summary["step_time_s"]
     meas = run["measured_step_s"]
