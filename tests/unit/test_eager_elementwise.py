@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rlhfsim.costs import eager
 from rlhfsim.costs.model import CostModel
 from rlhfsim.costs.profile import load_profile
+from rlhfsim.costs.terms import LAYER_ELEMENTWISE
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import load_model
 
@@ -54,34 +55,34 @@ def test_a_forward_call_on_gemm_curves_adds_its_elementwise_time_after_the_roofl
     cost = _cost("h100-sxm")   # kernels_by_shape: Vidur's GEMM curves and element-wise efficiency
     eff = cost.by_shape.elementwise_eff
     tokens = 16384
-    fwd = cost.call_parts(False, M, "bfloat16", tokens, 32, 1, "lm", logprob=True)
+    fwd = cost.framework_call(False, M, "bfloat16", tokens, 32, 1, "lm", logprob=True)
     want = eager.bytes_per_token(M, "bfloat16") * tokens / (H100.mem_bw * eff)
     assert fwd.elementwise_s == pytest.approx(want, rel=1e-12)
     assert fwd.device_s == pytest.approx(fwd.kernel_s + fwd.head_s + want, rel=1e-12)
     terms = fwd.terms()
-    assert terms["layer_elementwise"] == pytest.approx(want, rel=1e-12)
+    assert terms[LAYER_ELEMENTWISE] == pytest.approx(want, rel=1e-12)
     assert sum(terms.values()) == pytest.approx(fwd.total_s, rel=1e-12)
-    sp = cost.call_parts(False, M, "bfloat16", tokens, 32, 1, "lm", logprob=True, sp=2)
+    sp = cost.framework_call(False, M, "bfloat16", tokens, 32, 1, "lm", logprob=True, sp=2)
     assert sp.elementwise_s == pytest.approx(want / 2, rel=1e-12)   # one GPU of a Ulysses pair: half the tokens
-    value = cost.call_parts(False, M, "bfloat16", tokens, 32, 1, "value")
+    value = cost.framework_call(False, M, "bfloat16", tokens, 32, 1, "value")
     assert value.elementwise_s == pytest.approx(want, rel=1e-12)    # a critic's values: the same layers
 
 
 def test_none_where_a_whole_pass_efficiency_holds_them():
     h100 = _cost("h100-sxm")
     # training is priced from operations.train.compute_eff, a whole training pass's fraction (fitted to logs)
-    assert h100.call_parts(True, M, "bfloat16", 16384, 32, 1, "lm", logprob=True).elementwise_s == 0.0
+    assert h100.framework_call(True, M, "bfloat16", 16384, 32, 1, "lm", logprob=True).elementwise_s == 0.0
     # a profile without kernel terms by shape prices a forward from the prefill's whole-pass efficiency
     default = _cost("default")
     assert default.by_shape is None
-    call = default.call_parts(False, M, "bfloat16", 16384, 32, 1, "lm", logprob=True)
-    assert call.elementwise_s == 0.0 and call.terms()["layer_elementwise"] == 0.0
+    call = default.framework_call(False, M, "bfloat16", 16384, 32, 1, "lm", logprob=True)
+    assert call.elementwise_s == 0.0 and call.terms()[LAYER_ELEMENTWISE] == 0.0
 
 
 def test_a_cpu_profile_has_no_framework_and_no_elementwise_term():
     prof = copy.deepcopy(load_profile("h100-sxm"))
     prof.pop("framework", None)
-    call = CostModel(H100, prof).call_parts(False, M, "bfloat16", 4096, 8, 1, "lm")
+    call = CostModel(H100, prof).framework_call(False, M, "bfloat16", 4096, 8, 1, "lm")
     assert call.elementwise_s == 0.0
 
 
