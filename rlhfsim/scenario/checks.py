@@ -76,6 +76,41 @@ def role_head(role: str) -> str:
     return "lm" if role in ("actor", "reference", "rollout") else "value"
 
 
+def _check_megatron(sc: Scenario, role: str, shape: ModelShape, pool: "PoolSpec", tp: int) -> None:
+    """``execution.megatron.ROLE``'s degrees against the role's pool, the model and Ulysses (one-line errors)."""
+    lay = getattr(sc.execution.megatron, role)
+    where = f"execution.megatron.{role}"
+    if (lay.pp, lay.vpp, lay.cp, lay.ep) == (1, 1, 1, 1):
+        return
+    if sc.execution.ulysses_sequence_parallel_size > 1:
+        raise ScenarioError("execution.ulysses_sequence_parallel_size", (
+            f"expected 1 with Megatron's parallelism ({where}: pp {lay.pp}, cp {lay.cp}, ep {lay.ep}; Megatron's "
+            f"context parallelism is cp), got {sc.execution.ulysses_sequence_parallel_size}"))
+    if sc.execution.sharding == "fsdp":
+        raise ScenarioError("execution.sharding", (
+            f"expected none with Megatron's parallelism ({where}: pp {lay.pp}, cp {lay.cp}, ep {lay.ep}; verl's "
+            f"megatron strategy shards with tensor and pipeline parallelism, not FSDP), got 'fsdp'"))
+    g = tp * lay.pp * lay.cp
+    if pool.gpus % g:
+        raise ScenarioError(where, (f"expected tp x pp x cp ({tp} x {lay.pp} x {lay.cp} = {g}) to divide the "
+                                    f"{count(pool.gpus, 'GPU')} of pool {pool.name!r}, got {g}"))
+    if lay.vpp > 1 and lay.pp == 1:
+        raise ScenarioError(f"{where}.vpp", f"expected pp > 1 with virtual stages (interleaved 1F1B), got vpp {lay.vpp} with pp 1")
+    if shape.layers % (lay.pp * lay.vpp):
+        raise ScenarioError(f"{where}.pp", (f"expected pp x vpp ({lay.pp} x {lay.vpp}) to divide {shape.name}'s "
+                                            f"{shape.layers} layers, got {lay.pp * lay.vpp}"))
+    if lay.ep > 1:
+        if not shape.is_moe:
+            raise ScenarioError(f"{where}.ep", f"expected 1 for the dense model {shape.name} (experts only), got {lay.ep}")
+        dp_cp = pool.gpus // g * lay.cp
+        if dp_cp % lay.ep:
+            raise ScenarioError(f"{where}.ep", (f"expected ep to divide dp x cp ({dp_cp}: {count(pool.gpus, 'GPU')} of "
+                                                f"pool {pool.name!r} over tp x pp {tp * lay.pp}), got {lay.ep}"))
+        if shape.num_experts % lay.ep:
+            raise ScenarioError(f"{where}.ep", (f"expected ep to divide {shape.name}'s {shape.num_experts} routed "
+                                                f"experts, got {lay.ep}"))
+
+
 def _gb(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"  # memory in GiB, as the catalog and `rlhfsim gpus` give it
 
@@ -245,6 +280,10 @@ def build_setup(sc: Scenario) -> Setup:
                     f"expected TP x sp ({tp[r]} x {sp}) to divide the {count(pool.gpus, 'GPU')} of pool {pool.name!r} "
                     f"({r}) within one node of {sc.cluster.gpus_per_node}, got {sp}"))
 
+    for r in SEQUENCE_PARALLEL:
+        if r in role_pool:
+            _check_megatron(sc, r, shapes[r], pools[role_pool[r]], tp[r])
+
     # Memory: weights of every model on the pool, optimizer state of trained ones, one sequence of KV.
     w = sc.workload
     resident: list[float] = []
@@ -256,6 +295,9 @@ def build_setup(sc: Scenario) -> Setup:
                 continue  # generation uses the actor's weights in place (TRL / hybrid engine)
             shape = shapes[r]
             b = shape.params(role_head(r)) * DTYPE_BYTES[dtypes[r]] / tp[r]
+            pp = getattr(sc.execution.megatron, r).pp if r in SEQUENCE_PARALLEL else 1
+            if pp > 1:   # a pipeline stage holds 1/pp of the layers
+                b /= pp
             if r in TRAINED:
                 off = getattr(sc.execution.offload, r)  # offloaded state lives in host memory
                 per_param = OPTIMIZER_BYTES_PER_PARAM - (OPTIMIZER_STATE_BYTES if off.optimizer else 0) - (2 if off.grad else 0)

@@ -282,6 +282,26 @@ class Advantage(Frozen):
     rollout_metrics: bool = Field(False, description="The driver also computes the rollout-correction metrics (the rollout's log-probs against the recomputed ones: KL, perplexities, chi-square) on the advantage timer, as verl does when the rollout returns its log-probs (rollout.calculate_log_probs, the default from verl 0.9).")
 
 
+class RoleParallel(Frozen):
+    """Megatron-LM's model parallelism of one trained or forward-only model beside its tensor parallelism
+    (``placement.tp``): the role's GPUs are tp x pp x cp x dp (dp the data-parallel replicas; ep is carved out of
+    dp x cp, as Megatron does). All 1: no pipeline, context or expert parallelism (the simulator's older step)."""
+
+    pp: PositiveInt = Field(1, le=256, description="Pipeline stages (Megatron: pipeline_model_parallel_size): each GPU of a pipeline holds layers / pp decoder layers; a training minibatch's micro-batches on a pipeline run under 1F1B, the pipeline bubble a cost term (pipeline_bubble), the activations between stages another (pp_p2p).")
+    vpp: PositiveInt = Field(1, le=64, description="Virtual stages per pipeline rank (Megatron: virtual_pipeline_model_parallel_size; interleaved 1F1B): the bubble shrinks by this factor, the stage-to-stage messages grow by it. Needs pp > 1 and the layers divisible by pp x vpp.")
+    cp: PositiveInt = Field(1, le=256, description="Context parallelism (Megatron: context_parallel_size): groups of cp GPUs share every sequence, each holding 1/cp of its tokens, keys and values passed round a ring in attention (cost term cp_comm).")
+    ep: PositiveInt = Field(1, le=1024, description="Expert parallelism (Megatron: expert_model_parallel_size; a mixture-of-experts model only): each MoE layer's routed experts spread over ep GPUs, every token sent to its experts' GPUs and back (dispatch and combine all-to-alls, cost term ep_alltoall). ep must divide dp x cp and the model's experts.")
+
+
+class Megatron(Frozen):
+    """Megatron-LM parallelism per model (verl's ``strategy: megatron``; ``actor_rollout_ref.actor.megatron.*``). The
+    tensor-parallel degree stays ``placement.tp``; the rollout engine and the reward model are not trained with it."""
+
+    actor: RoleParallel = RoleParallel()
+    critic: RoleParallel = RoleParallel()
+    reference: RoleParallel = RoleParallel()
+
+
 class Execution(Frozen):
     """The mechanics of a step as verl and OpenRLHF run it. Every field defaults to off, which is the
     simulator's older step (generation, scoring, reference and critic passes, training, a weight copy)."""
@@ -300,6 +320,8 @@ class Execution(Frozen):
     weight_sync: WeightSync = WeightSync()
     ulysses_sequence_parallel_size: PositiveInt = Field(
         1, description="Ulysses sequence parallelism of the actor, critic and reference (verl: ulysses_sequence_parallel_size): groups of this many GPUs of a pool share every piece, each holding 1/sp of its tokens, with four all-to-alls per layer per pass; data-parallel ranks are pool GPUs / (TP x sp) and token budgets cover a group (x sp). Within one node.")
+    megatron: Megatron = Field(
+        Megatron(), description="Megatron-LM's pipeline (pp, vpp), context (cp) and expert (ep) parallelism of the actor, critic and reference, beside placement.tp (verl: actor_rollout_ref.actor.megatron.*, critic.megatron.*). All 1 by default: none.")
 
 
 # --- schedules ------------------------------------------------------------------------------------
