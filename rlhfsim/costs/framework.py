@@ -136,10 +136,15 @@ class CallParts:
     host_s: float = 0.0
     effects: Callable[[], tuple[dict[str, float], float]] | None = field(default=None, compare=False, repr=False)
     elementwise_s: float = 0.0   # the decoder layers' element-wise kernels (rlhfsim.costs.eager)
+    # Megatron's communications serial with the call, (term, seconds) each (rlhfsim.costs.parallel): pp_p2p, cp_comm,
+    # ep_alltoall; empty without execution.megatron
+    parallel: tuple = ()
 
     @property
     def device_s(self) -> float:
         serial = self.kernel_s + self.head_s + self.elementwise_s
+        if self.parallel:
+            serial += sum(s for _, s in self.parallel)
         if self.comm_s <= 0:
             return serial
         return max(serial, self.comm_s) + self.comm_exposed_s
@@ -161,7 +166,9 @@ class CallParts:
         """Seconds by cost term (``rlhfsim.costs.terms``), summing to ``total_s``: the host counts only where it
         exceeds the device's time; a CPU's host effects (``effects``) are split out of kernels and op_overhead."""
         out = split(self.kernel_s, self.kernel_active_s, *(self.effects() if self.effects is not None else ()))
+        par = sum(s for _, s in self.parallel) if self.parallel else 0.0
         out.update({LOGPROB_HEAD: self.head_s, LAYER_ELEMENTWISE: self.elementwise_s,
-                    FSDP_EXPOSED: max(self.device_s - self.kernel_s - self.head_s - self.elementwise_s, 0.0),
+                    FSDP_EXPOSED: max(self.device_s - self.kernel_s - self.head_s - self.elementwise_s - par, 0.0),
                     HOST_LAUNCH_BOUND: max(self.host_s - self.device_s, 0.0)})
+        out.update(self.parallel)
         return out

@@ -42,7 +42,7 @@ import numpy as np
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
-from rlhfsim.costs import driver, moe
+from rlhfsim.costs import driver, moe, parallel
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs import eager
 from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profile
@@ -841,16 +841,20 @@ class CostModel:
         return k
 
     def train(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1, head: str = "lm",
-              attn_pairs: float | None = None, sp: int = 1) -> Price:
+              attn_pairs: float | None = None, sp: int = 1, ulysses: bool = True) -> Price:
         """Forward + backward of one minibatch on one data-parallel replica (``attn_pairs``: rows packed without
-        padding; ``sp``: one GPU of a Ulysses group, its all-to-alls in the forward and again in the backward).
+        padding; ``sp``: one GPU of a Ulysses group, its all-to-alls in the forward and again in the backward;
+        ``ulysses`` False: the same split without them, Megatron's context parallelism, whose ring exchange
+        ``rlhfsim.costs.parallel`` prices).
         Terms: kernels and op_overhead and, on a CPU, the host effects inside them
         (``CpuHostEffects.train_effects``)."""
         if n_tokens <= 0:
             return Price(0.0, 0.0)
         shape, rate = self._train_shape(m, dtype, head)
         total, active = self._train_roofline(shape, rate, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)
-        if sp > 1:
+        if sp > 1 and not ulysses:
+            comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3)
+        elif sp > 1:
             comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, passes=3) + self._ulysses_comm_s(m, dtype, n_tokens, sp, 2)
         else:
             comm = self._tp_comm_s(m, dtype, n_tokens, tp, passes=3)
@@ -858,7 +862,7 @@ class CostModel:
             if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
                 return Price(total + comm, active + comm, partial(with_effects, total + comm, active + comm, moe.effects,
                                                                   self.train, m, dtype, n_tokens, n_seqs, tp, head,
-                                                                  attn_pairs, sp))
+                                                                  attn_pairs, sp, ulysses))
             return Price(total + comm, active + comm)
         if head == "lm" and self.cpu.page_faults:
             # the log-prob loss's logits-sized tensors and their gradients (calibrate.cpu.pagefaults)
@@ -886,19 +890,26 @@ class CostModel:
     def framework_call(self, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1,
                        head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
                        logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
-                       inter_node: bool = False, ckpt_frac: float = 0.0) -> fw.CallParts:
+                       inter_node: bool = False, ckpt_frac: float = 0.0, ulysses: bool = True,
+                       layout: parallel.Layout | None = None) -> fw.CallParts:
         """One framework call (a forward or a training micro-batch on one data-parallel rank): its price (``total_s``,
         ``active_s``, ``terms()``, ``price()``) and its parts (``rlhfsim.costs.framework.CallParts``): the roofline (``forward`` / ``train``; with
         ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
         position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
         host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
-        (and its own measured log-prob tail), as before."""
+        (and its own measured log-prob tail), as before. ``layout``: a training call under Megatron's pipeline,
+        context and expert parallelism (``rlhfsim.costs.parallel.train_call``); ``ulysses`` False: ``sp`` is
+        Megatron's context parallelism, its split without Ulysses' all-to-alls."""
+        if layout is not None and training:
+            return parallel.train_call(self, m, dtype, n_tokens, n_seqs, head, attn_pairs, layout, runtime=runtime,
+                                       logprob=logprob, entropy=entropy, checkpointing=checkpointing, fsdp_n=fsdp_n,
+                                       inter_node=inter_node, ckpt_frac=ckpt_frac)
         host = self.host
         with_head = logprob and head == "lm" and host is not None
         per_logit = (fw.head_bytes_per_logit(entropy, training) / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
                      if with_head else 0.0)
         if training:
-            kernel, active = self.train(m, dtype, n_tokens, n_seqs, tp, head, attn_pairs, sp)
+            kernel, active = self.train(m, dtype, n_tokens, n_seqs, tp, head, attn_pairs, sp, ulysses)
             if checkpointing:
                 kernel, active = kernel * (1.0 + ckpt_frac), active * (1.0 + ckpt_frac)
             head_s = per_logit * n_tokens / sp * m.vocab / tp
@@ -920,7 +931,7 @@ class CostModel:
             effects = partial(moe.call_effects, partial(self.framework_call, training), m, dtype=dtype, n_tokens=n_tokens,
                               n_seqs=n_seqs, tp=tp, head=head, attn_pairs=attn_pairs, sp=sp, runtime=runtime,
                               logprob=logprob, entropy=entropy, checkpointing=checkpointing, fsdp_n=fsdp_n,
-                              inter_node=inter_node, ckpt_frac=ckpt_frac)
+                              inter_node=inter_node, ckpt_frac=ckpt_frac, ulysses=ulysses)
         if self.cpu is not None:
             if training:
                 effects = partial(self.cpu.train_effects, self, 1.0 + ckpt_frac if checkpointing else 1.0, m, dtype,

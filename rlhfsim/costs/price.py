@@ -36,6 +36,7 @@ from __future__ import annotations
 from functools import partial
 
 from rlhfsim.costs.framework import CallParts
+from rlhfsim.costs.parallel import stage_shape
 from rlhfsim.costs.terms import FRAMEWORK_PIECE, GEN_CALL_OVERHEAD, HANDOFF, LEFT_PADDING, OPTIMIZER, RETOKENIZE, Price, add_terms
 from rlhfsim.errors import RlhfsimError
 
@@ -59,24 +60,26 @@ def forward_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, runt
 
 
 def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: int = 1, attn_pairs: float | None = None,
-               sp: int = 1, fsdp_n: int = 0, inter_node: bool = False, ckpt_frac: float | None = None) -> CallParts:
+               sp: int = 1, fsdp_n: int = 0, inter_node: bool = False, ckpt_frac: float | None = None,
+               layout=None) -> CallParts:
     """One training piece of ``role`` (forward, loss, backward) by part: log-probs with an LM head, the
     entropy for the actor when ``execution.entropy``, gradient checkpointing as the scenario sets it.
-    ``ckpt_frac``: the profile's ``checkpoint_extra_frac`` when the caller has it already (a hot loop)."""
+    ``ckpt_frac``: the profile's ``checkpoint_extra_frac`` when the caller has it already (a hot loop);
+    ``layout``: one pipeline stage's GPU under Megatron's parallelism (``rlhfsim.costs.parallel.layout_of``)."""
     exe, head = setup.scenario.execution, setup.head(role)
     frac = cost.step_scalar("checkpoint_extra_frac") if ckpt_frac is None else ckpt_frac
     return cost.framework_call(True, setup.shapes[role], setup.dtypes[role], n_tokens, n_rows, tp, head, attn_pairs,
                                sp, logprob=head == "lm", entropy=exe.entropy and role == "actor",
                                checkpointing=exe.gradient_checkpointing, ckpt_frac=frac, fsdp_n=fsdp_n,
-                               inter_node=inter_node)
+                               inter_node=inter_node, layout=layout)
 
 
 def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node: bool = False,
-                   fsdp_n: int = 0) -> Price:
+                   fsdp_n: int = 0, pp: int = 1) -> Price:
     """One minibatch's optimizer step of ``role``: the gradient all-reduce over ``dp`` replicas (none under FSDP)
-    and AdamW on this GPU's shard."""
-    return cost.optimizer(setup.shapes[role], setup.dtypes[role], tp, dp, setup.head(role), inter_node,
-                          grad_allreduce=fsdp_n == 0)
+    and AdamW on this GPU's shard (``pp`` > 1: one pipeline stage's, ``parallel.stage_shape``)."""
+    return cost.optimizer(stage_shape(setup.shapes[role], pp), setup.dtypes[role], tp, dp, setup.head(role),
+                          inter_node, grad_allreduce=fsdp_n == 0)
 
 
 def forward_piece(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> Price:

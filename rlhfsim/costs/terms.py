@@ -32,6 +32,9 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   taken less the price alone); the generate phase's span is the last replica's terms plus its idle time;
 * a streamed scorer call (``Streaming.parts``): a forward's terms, reencode_prefix where the strategy
   re-encodes what earlier calls scored, retokenize, and interference (its co-running slowdown);
+* a training piece under Megatron's parallelism (``execution.megatron``): the piece's terms priced on one stage's
+  layers plus pp_p2p, cp_comm and ep_alltoall (``rlhfsim.costs.parallel``), and per minibatch and rank the
+  pipeline_bubble over its pieces;
 * a phase: its calls' terms plus framework_piece, offload and optimizer; a CPU-side phase (advantage,
   retokenize, rule_reward) and the weight update (weight_sync, offload) are one term each.
 
@@ -238,6 +241,29 @@ EXPERT_IMBALANCE = _row(
     "times (imbalance - 1) (out of kernels or decode_kernels: the price with it less the price without; nothing "
     "where the step is bound by its bytes)", "models.ROLE.expert_imbalance (default catalog.ASSUMED_EXPERT_IMBALANCE)",
     "any", "an assumption (no public measurement found); the scenario sets it", "rlhfsim.costs.moe")
+PIPELINE_BUBBLE = _row(
+    "pipeline_bubble", "a pipeline's idle time under 1F1B (Megatron's pipeline parallelism): a training minibatch's m "
+    "micro-batches on p stages of v virtual stages each leave every GPU idle (p - 1) / (v m) of its micro-batches' time "
+    "(Narayanan et al. 2021), during the pipeline's fill and drain", "execution.megatron.ROLE.pp, vpp; "
+    "execution.micro_batch (m)", "any", "the interleaved 1F1B schedule's bubble, counted from its timeline (no fit)",
+    "rlhfsim.costs.parallel.bubble_s")
+PP_P2P = _row(
+    "pp_p2p", "a pipeline stage's activations sent to the next stage and its gradients back (Megatron's point-to-point "
+    "sends), per micro-batch and virtual stage, over the intra- or inter-node link", "execution.megatron.ROLE.pp, "
+    "vpp; the GPU's link bandwidths", "any", "bytes counted from Megatron's schedule; hardware catalog link bandwidth",
+    "rlhfsim.costs.parallel.p2p_s")
+CP_COMM = _row(
+    "cp_comm", "context parallelism's ring attention: each layer passes every rank's keys and values round the ring of "
+    "cp GPUs (cp - 1 steps), forward and backward (the gradients of keys and values too), counted serial with the "
+    "compute (an upper bound: Megatron overlaps it with attention)", "execution.megatron.ROLE.cp; the GPU's link "
+    "bandwidths", "any", "bytes counted from the model's key/value width; hardware catalog link bandwidth",
+    "rlhfsim.costs.parallel.cp_s")
+EP_ALLTOALL = _row(
+    "ep_alltoall", "expert parallelism's all-to-alls: each MoE layer dispatches every token's hidden state to its top-k "
+    "experts' GPUs and combines the results back, forward and backward, (ep - 1) / ep of it leaving the GPU, over "
+    "NVLink within a node and the inter-node link otherwise", "execution.megatron.ROLE.ep; the GPU's link bandwidths",
+    "any", "bytes counted from Megatron's all-to-all token dispatcher; hardware catalog link bandwidth",
+    "rlhfsim.costs.parallel.ep_alltoall_s")
 REENCODE_PREFIX = _row(
     "reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
     "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "

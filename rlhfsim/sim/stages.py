@@ -27,10 +27,11 @@ import numpy as np
 import simpy
 
 from rlhfsim.contracts import CPU_POOL
-from rlhfsim.costs import price
+from rlhfsim.costs import parallel, price
 from rlhfsim.costs.driver import AdvantageCode
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
-from rlhfsim.costs.terms import ADVANTAGE, FRAMEWORK_PIECE, OFFLOAD, OPTIMIZER, RETOKENIZE, RULE_REWARD, WEIGHT_SYNC, add_terms
+from rlhfsim.costs.terms import (ADVANTAGE, FRAMEWORK_PIECE, OFFLOAD, OPTIMIZER, PIPELINE_BUBBLE, RETOKENIZE, RULE_REWARD,
+                                 WEIGHT_SYNC, add_terms)
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.balance import balanced_ranks
@@ -224,8 +225,11 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     dp = max(pool.gpus // tp, 1)
     sp = ex.sp_of(s, role)
     ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
+    lay = parallel.layout_of(s, role)   # Megatron's pp, cp, ep (None: none; rlhfsim.costs.parallel)
+    if lay is not None:   # a pipeline of pp stages (and its cp group) is one rank; token budgets cover a cp group
+        dp = ranks = lay.dp
     phase = "actor_train" if role == "actor" else "critic_train"
-    size, budget, packed = ex.train_cuts(s, sp, role)
+    size, budget, packed = ex.train_cuts(s, sp if lay is None else lay.cp, role)
     pad_len = None if packed else ex.pad_length(s)
     per_call_s = price.piece_s(sim.cost, True)   # every call is a framework's piece
     ckpt_frac = sim.cost.step_scalar("checkpoint_extra_frac")
@@ -235,7 +239,8 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         start = env.now
         t = active = 0.0
         # under FSDP every call reduce-scatters its gradients (framework_call): the optimizer step has no all-reduce
-        opt, opt_active = price.optimizer_step(sim.cost, s, role, tp, dp, pool.spans_nodes, fsdp_n)
+        opt, opt_active = price.optimizer_step(sim.cost, s, role, tp, dp, pool.spans_nodes, fsdp_n,
+                                               1 if lay is None else lay.pp)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)
@@ -281,11 +286,17 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                     rank_terms: dict[str, float] = {}
                     for n_tokens, n_rows, pairs in pieces:
                         call = price.train_call(sim.cost, s, role, n_tokens, n_rows, tp=tp, attn_pairs=pairs, sp=sp,
-                                                fsdp_n=fsdp_n, inter_node=pool.spans_nodes, ckpt_frac=ckpt_frac)
+                                                fsdp_n=fsdp_n, inter_node=pool.spans_nodes, ckpt_frac=ckpt_frac,
+                                                layout=lay)
                         rank = (rank[0] + call.total_s + per_call_s, rank[1] + call.active_s)  # 0.0 + x == x: one call, as before
                         if terms:
                             add_terms(rank_terms, call.terms())
                             add_terms(rank_terms, {FRAMEWORK_PIECE: per_call_s})
+                    if lay is not None and lay.pp > 1:   # 1F1B's fill and drain: idle, not device work
+                        bubble = parallel.bubble_s(rank[0], len(pieces), lay.pp, lay.vpp)
+                        rank = (rank[0] + bubble, rank[1])
+                        if terms:
+                            add_terms(rank_terms, {PIPELINE_BUBBLE: bubble})
                     if rank > slowest:
                         slowest, slowest_terms = rank, rank_terms
                 t += slowest[0] + opt

@@ -1,0 +1,147 @@
+"""Megatron-LM's model parallelism beside tensor parallelism, as a training step pays for it: pipeline stages (pp) with
+interleaved virtual stages (vpp), context parallelism (cp) and expert parallelism (ep). Each is one cost term
+(``rlhfsim.costs.terms``: pipeline_bubble, pp_p2p, cp_comm, ep_alltoall); equations in docs/cost-model.md,
+"Megatron's parallelism".
+
+A role's GPUs are tp x pp x cp x dp (dp data-parallel pipelines); Megatron orders ranks tp, cp, ep, dp, pp (tp
+innermost), so a tensor-parallel group is tp consecutive GPUs, a context-parallel group tp x cp, an expert-parallel
+group tp x cp x ep, and a pipeline's stages are pool GPUs / pp apart. A group is on one node, and its messages cross
+NVLink (the catalog's ``intra_node_bw``), when it spans at most ``gpus_per_node`` consecutive GPUs; otherwise the
+inter-node link (``inter_node_bw``) carries them, the slowest member setting the pace. b bytes per element, h the
+hidden size, n the tokens of one micro-batch of one pipeline, L_s = L / pp the layers of one stage::
+
+    stage          one GPU of a pipeline prices L / pp decoder layers and the LM head: the last stage, the slowest
+                   (the first holds the embedding, a lookup)
+    pipeline_bubble  = (p - 1) / (v m) x sum of the pipeline's m micro-batch calls on one stage
+                   (1F1B: Narayanan et al. 2021, section 2.2; the fraction of the step is (p - 1) / (v m + p - 1))
+    pp_p2p         = 2 v x (n / cp x h x b / tp / link_bw + latency)            per micro-batch
+                   (an activation forward and a gradient back across each of a rank's v chunk boundaries; Megatron's
+                   scatter-gather over tensor parallelism sends 1/tp of it from each TP rank; send and receive at once)
+    cp_comm        = 3 (cp - 1) L_s x (n / cp x w_kv x b / tp_kv / link_bw + latency)    per micro-batch
+                   (ring attention: cp - 1 steps per layer, each passing one rank's keys and values, w_kv wide; the
+                   backward passes them again with their gradients: 3 in all; tp_kv = min(tp, kv heads))
+    ep_alltoall    = 4 M_s x (n / (cp tp) x k x h x b x (ep - 1) / ep / link_bw + latency)   per micro-batch
+                   (dispatch and combine per MoE layer, forward and backward: each of a GPU's n / (cp tp) tokens
+                   goes to its k experts, (ep - 1) / ep of them on another GPU; M_s the stage's MoE layers)
+
+The communications are counted serial with the compute (Megatron overlaps parts of them: an upper bound on what they
+expose); the bubble is idle time, not device work. Under context parallelism a GPU computes 1/cp of every sequence
+(``flops.sequence_parallel``, the Ulysses split without its all-to-alls). Expert parallelism leaves the FLOPs per GPU
+unchanged (each GPU computes its experts for every GPU's tokens routed there); it shards the experts' weights, which
+only the memory check would feel. Forward-only passes (old log-probs, reference, critic values) are priced as before:
+each of pool GPUs / tp ranks runs the whole model, the throughput of a pipeline without a bubble.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from rlhfsim.contracts import SEQUENCE_PARALLEL
+from rlhfsim.costs.terms import CP_COMM, EP_ALLTOALL, PP_P2P
+from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
+
+LATENCY_S = 10e-6   # per message, as the model's other collectives (model.LINK_LATENCY_S)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One role's Megatron degrees on its pool (``execution.megatron.ROLE`` with ``placement.tp``)."""
+
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    pool_gpus: int
+    gpus_per_node: int
+    spans_nodes: bool
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel pipelines: pool GPUs / (tp x pp x cp)."""
+        return max(self.pool_gpus // (self.tp * self.pp * self.cp), 1)
+
+    def inter_node(self, group: int) -> bool:
+        """Does a group of ``group`` consecutive GPUs of the pool cross a node?"""
+        return self.spans_nodes and group > self.gpus_per_node
+
+
+def layout_of(setup, role: str) -> Layout | None:
+    """``role``'s Megatron layout, or None where the scenario sets none (pp, cp, ep all 1: the older step, priced as
+    before bit for bit)."""
+    if role not in SEQUENCE_PARALLEL:
+        return None
+    r = getattr(setup.scenario.execution.megatron, role)
+    if (r.pp, r.cp, r.ep) == (1, 1, 1):
+        return None
+    pool = setup.pool_of(role)
+    return Layout(setup.tp[role], r.pp, r.vpp, r.cp, r.ep, pool.gpus, setup.scenario.cluster.gpus_per_node,
+                  pool.spans_nodes)
+
+
+def stage_shape(m: ModelShape, pp: int) -> ModelShape:
+    """The model one GPU of a pipeline of ``pp`` stages prices: its last stage, layers / pp decoder layers (of them
+    the MoE layers' share, rounded up) and the LM head."""
+    if pp <= 1:
+        return m
+    layers = m.layers // pp
+    return replace(m, layers=layers, moe_layers=min(math.ceil(m.moe_layers / pp), layers))
+
+
+def bubble_s(calls_s: float, micro_batches: int, pp: int, vpp: int = 1) -> float:
+    """The pipeline bubble of one minibatch on one pipeline under (interleaved) 1F1B: ``calls_s`` (its
+    ``micro_batches`` calls on one stage) x (p - 1) / (v m)."""
+    if pp <= 1 or micro_batches <= 0:
+        return 0.0
+    return calls_s * (pp - 1) / (vpp * micro_batches)
+
+
+def p2p_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout) -> float:
+    """pp_p2p of one micro-batch of ``n_tokens`` tokens on one stage (module docstring)."""
+    if lay.pp <= 1:
+        return 0.0
+    nbytes = n_tokens / lay.cp * m.hidden * DTYPE_BYTES[dtype] / lay.tp
+    return 2 * lay.vpp * (nbytes / cost.link_bw(lay.spans_nodes) + LATENCY_S)
+
+
+def kv_width(m: ModelShape) -> int:
+    """Elements of one token's keys and values in one layer as attention reads them (MLA's decompressed)."""
+    if m.attention == "mla":
+        return m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+    return 2 * m.kv_dim
+
+
+def cp_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout) -> float:
+    """cp_comm of one micro-batch of ``n_tokens`` tokens on one GPU of a stage of ``m`` (module docstring)."""
+    if lay.cp <= 1:
+        return 0.0
+    split = min(lay.tp, m.kv_heads) if m.attention != "mla" else lay.tp
+    nbytes = n_tokens / lay.cp * kv_width(m) * DTYPE_BYTES[dtype] / max(split, 1)
+    steps = 3 * (lay.cp - 1) * m.layers
+    return steps * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp)) + LATENCY_S)
+
+
+def ep_alltoall_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout) -> float:
+    """ep_alltoall of one micro-batch of ``n_tokens`` tokens on one GPU of a stage of ``m`` (module docstring); 0 for
+    a dense model or ep 1."""
+    if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0:
+        return 0.0
+    nbytes = (n_tokens / (lay.cp * lay.tp) * m.experts_per_token * m.hidden * DTYPE_BYTES[dtype]
+              * (lay.ep - 1) / lay.ep)
+    calls = 4 * m.moe_layers
+    return calls * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp * lay.ep)) + LATENCY_S)
+
+
+def train_call(cost, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str, attn_pairs, lay: Layout,
+               **kwargs):
+    """One training micro-batch of one pipeline on one GPU (``CostModel.framework_call`` with ``layout``): the call
+    priced on the last stage's layers, 1/cp of every sequence (the Ulysses split without its all-to-alls), and its
+    pp_p2p, cp_comm and ep_alltoall serial with it (``framework.CallParts.parallel``)."""
+    stage = stage_shape(m, lay.pp)
+    parts = cost.framework_call(True, stage, dtype, n_tokens, n_seqs, lay.tp, head, attn_pairs, lay.cp,
+                                ulysses=False, **kwargs)
+    extra = tuple((t, s) for t, s in ((PP_P2P, p2p_s(cost, stage, dtype, n_tokens, lay)),
+                                      (CP_COMM, cp_s(cost, stage, dtype, n_tokens, lay)),
+                                      (EP_ALLTOALL, ep_alltoall_s(cost, stage, dtype, n_tokens, lay))) if s > 0)
+    return replace(parts, parallel=extra) if extra else parts

@@ -1,0 +1,133 @@
+"""Megatron-LM's parallelism (execution.megatron; rlhfsim.costs.parallel): the schema's errors, each term's limits and
+its value composed by hand, and `rlhfsim explain` showing the terms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlhfsim.costs import parallel as P
+from rlhfsim.costs import terms as T
+from rlhfsim.costs.model import LINK_EFF, CostModel
+from rlhfsim.errors import ScenarioError
+from rlhfsim.hardware.catalog import get_gpu
+from rlhfsim.models.catalog import load_model
+from rlhfsim.scenario.loader import load_scenario, parse_set
+from rlhfsim.sim.explain import explain
+
+ROOT = Path(__file__).resolve().parents[2]
+MEGATRON = ROOT / "scenarios" / "examples" / "megatron-pp.yaml"
+MOE = ROOT / "scenarios" / "examples" / "moe-qwen3-30b-a3b.yaml"
+DENSE = ROOT / "scenarios" / "verl-ppo.yaml"
+H100 = get_gpu("h100-sxm")
+
+
+def _load(path, *sets):
+    return load_scenario(path, overrides=[parse_set(s) for s in sets])
+
+
+def _error(path, *sets) -> str:
+    with pytest.raises(ScenarioError) as e:
+        _load(path, *sets)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+# --- the schema ------------------------------------------------------------------------------------
+def test_inconsistent_degrees_are_one_line_errors_naming_the_field():
+    moe = ("placement.tp.actor=2", "execution.sharding=none")
+    assert _error(MOE, *moe, "execution.megatron.actor.pp=3").startswith("execution.megatron.actor: expected tp x pp x cp")
+    assert _error(MOE, *moe, "execution.megatron.actor.vpp=2").startswith("execution.megatron.actor.vpp: expected pp > 1")
+    msg = _error(MOE, *moe, "execution.megatron.actor.pp=2", "execution.megatron.actor.vpp=5")
+    assert msg.startswith("execution.megatron.actor.pp: expected pp x vpp (2 x 5) to divide") and "48 layers" in msg
+    assert _error(MOE, *moe, "execution.megatron.actor.ep=3").startswith("execution.megatron.actor.ep: expected ep to divide dp x cp")
+    assert _error(MOE, "placement.tp.actor=2", "execution.megatron.actor.pp=2").startswith("execution.sharding: expected none")
+    assert _error(MOE, *moe, "execution.megatron.actor.pp=2", "execution.ulysses_sequence_parallel_size=2").startswith(
+        "execution.ulysses_sequence_parallel_size: expected 1")
+    assert "dense model" in _error(DENSE, "execution.megatron.actor.ep=2")
+    assert _error(MOE, "execution.megatron.actor.ep=0").startswith("execution.megatron.actor.ep: expected a number >= 1")
+
+
+def test_the_defaults_set_no_layout():
+    s = _load(DENSE)
+    assert s.execution.megatron.actor.pp == 1
+    from rlhfsim.scenario.checks import build_setup
+    setup = build_setup(s)
+    assert all(P.layout_of(setup, r) is None for r in ("actor", "critic", "reference", "reward", "rollout"))
+
+
+# --- the terms, limits and values by hand -------------------------------------------------------------
+def _lay(**kw) -> P.Layout:
+    d = dict(tp=1, pp=1, vpp=1, cp=1, ep=1, pool_gpus=8, gpus_per_node=8, spans_nodes=False)
+    d.update(kw)
+    return P.Layout(**d)
+
+
+def test_pipeline_bubble_is_none_without_a_pipeline_and_shrinks_with_micro_batches_and_virtual_stages():
+    assert P.bubble_s(10.0, 8, 1) == 0.0
+    assert P.bubble_s(10.0, 4, 4, 1) == pytest.approx(10.0 * 3 / 4)        # (p - 1) / (v m) of the calls
+    assert P.bubble_s(10.0, 4, 4, 2) == pytest.approx(10.0 * 3 / 8)
+    assert P.bubble_s(10.0, 8, 4) < P.bubble_s(10.0, 4, 4)
+    # as a fraction of the pipeline's time: (p - 1) / (v m + p - 1), Narayanan et al. 2021
+    b = P.bubble_s(10.0, 6, 4, 2)
+    assert b / (10.0 + b) == pytest.approx(3 / (2 * 6 + 3))
+
+
+def test_stage_shape_holds_its_share_of_the_layers():
+    m = load_model("qwen3-30b-a3b")
+    s = P.stage_shape(m, 4)
+    assert (s.layers, s.moe_layers, s.vocab) == (12, 12, m.vocab) and P.stage_shape(m, 1) is m
+
+
+def test_expert_all_to_all_by_hand_and_none_at_ep_1_or_dense():
+    cost = CostModel.load(H100, "default")
+    moe, dense = load_model("qwen3-30b-a3b"), load_model("qwen2.5-7b")
+    assert P.ep_alltoall_s(cost, moe, "bfloat16", 4096, _lay(ep=1)) == 0.0
+    assert P.ep_alltoall_s(cost, dense, "bfloat16", 4096, _lay(ep=4)) == 0.0
+    lay = _lay(tp=2, ep=4)
+    per = 4096 / 2 * 8 * 2048 * 2 * 3 / 4                       # tokens / tp x top-k x hidden x bytes x (ep - 1) / ep
+    want = 4 * 48 * (per / (H100.intra_node_bw * LINK_EFF) + P.LATENCY_S)   # dispatch + combine, forward + backward
+    assert P.ep_alltoall_s(cost, moe, "bfloat16", 4096, lay) == pytest.approx(want)
+    # an expert group past one node's GPUs crosses the inter-node link
+    far = _lay(tp=2, ep=8, pool_gpus=32, spans_nodes=True)
+    assert P.ep_alltoall_s(cost, moe, "bfloat16", 4096, far) > P.ep_alltoall_s(cost, moe, "bfloat16", 4096, _lay(tp=2, ep=4, pool_gpus=32, spans_nodes=True))
+    assert far.inter_node(2 * 8) and not far.inter_node(8)
+
+
+def test_pipeline_p2p_and_context_ring_by_hand():
+    cost = CostModel.load(H100, "default")
+    m = load_model("qwen3-30b-a3b")
+    assert P.p2p_s(cost, m, "bfloat16", 4096, _lay()) == 0.0 and P.cp_s(cost, m, "bfloat16", 4096, _lay()) == 0.0
+    bw = H100.intra_node_bw * LINK_EFF
+    got = P.p2p_s(cost, m, "bfloat16", 4096, _lay(tp=2, pp=4, vpp=2))
+    assert got == pytest.approx(2 * 2 * (4096 * 2048 * 2 / 2 / bw + P.LATENCY_S))
+    got = P.cp_s(cost, m, "bfloat16", 4096, _lay(tp=2, cp=2))
+    kv = 2 * m.kv_heads * m.head_dim
+    assert got == pytest.approx(3 * 1 * m.layers * (4096 / 2 * kv * 2 / 2 / bw + P.LATENCY_S))
+
+
+def test_a_training_call_carries_its_megatron_terms_and_sums_to_its_price():
+    cost = CostModel.load(H100)
+    m = load_model("qwen3-30b-a3b")
+    lay = _lay(tp=2, pp=2, cp=2, ep=2, pool_gpus=16, gpus_per_node=8, spans_nodes=True)
+    call = cost.framework_call(True, m, "bfloat16", 8192, 4, 2, layout=lay, logprob=True)
+    t = call.terms()
+    assert {T.PP_P2P, T.CP_COMM, T.EP_ALLTOALL} <= set(t) and sum(t.values()) == pytest.approx(call.total_s)
+    bare = cost.framework_call(True, P.stage_shape(m, 2), "bfloat16", 8192, 4, 2, sp=2, ulysses=False, logprob=True)
+    assert call.device_s == pytest.approx(bare.device_s + t[T.PP_P2P] + t[T.CP_COMM] + t[T.EP_ALLTOALL])
+
+
+# --- the simulator and explain -------------------------------------------------------------------------
+def test_explain_shows_the_bubble_the_p2p_and_the_all_to_all():
+    doc = explain(_load(MEGATRON), steps=2)
+    train = doc["phases"]["actor_train"]
+    for t in (T.PIPELINE_BUBBLE, T.PP_P2P, T.EP_ALLTOALL):
+        assert train["terms_s"].get(t, 0.0) > 0, t
+    assert sum(train["terms_s"].values()) == pytest.approx(train["span_s"], rel=1e-9)
+    # fewer micro-batches per pipeline, a larger bubble; context parallelism adds its ring
+    few = explain(_load(MEGATRON, "execution.micro_batch.ppo_micro_batch_size_per_gpu=64"), steps=2)
+    assert few["phases"]["actor_train"]["terms_s"][T.PIPELINE_BUBBLE] > train["terms_s"][T.PIPELINE_BUBBLE]
+    cp = explain(_load(MEGATRON, "execution.megatron.actor.cp=2"), steps=2)
+    assert cp["phases"]["actor_train"]["terms_s"][T.CP_COMM] > 0
