@@ -106,6 +106,14 @@ MAPPED: dict[str, str] = {
     f"{AR}.rollout.dtype": "models.*.dtype",
     f"{AR}.actor.strategy": "placement.tp (megatron reads its tensor-parallel degrees; fsdp/fsdp2 shard data-parallel)",
 }
+# Megatron's degrees beside TP (strategy megatron): verl's key -> execution.megatron.ROLE field. The reference takes
+# the actor's where the launch leaves its own out (verl's ppo_megatron_trainer.yaml interpolates them so).
+MEGATRON_DEGREES = {"pipeline_model_parallel_size": "pp", "virtual_pipeline_model_parallel_size": "vpp",
+                    "context_parallel_size": "cp", "expert_model_parallel_size": "ep"}
+MEGATRON_PREFIX = {"actor": f"{AR}.actor.megatron", "reference": f"{AR}.ref.megatron", "critic": "critic.megatron"}
+MAPPED.update({f"{MEGATRON_PREFIX[role]}.{k}": f"execution.megatron.{role}.{f}"
+               + (" (and the reference's, unless set)" if role == "actor" else "")
+               for role in MEGATRON_PREFIX for k, f in MEGATRON_DEGREES.items()})
 
 # (pattern, reason): recognised, costs nothing in this model.
 NO_COST: list[tuple[str, str]] = [
@@ -152,8 +160,10 @@ UNMAPPED: list[tuple[str, str]] = [
     (r"^trainer\.save_freq$", "checkpoint saves add their time to those steps (not simulated)"),
     (r"use_fused_kernels|use_liger|use_torch_compile|entropy_from_logits_with_chunking|entropy_checkpointing",
      "kernel choice (the profile prices one implementation)"),
-    (r"megatron\.(pipeline_model_parallel_size|virtual_pipeline|context_parallel|expert|sequence_parallel)",
-     "Megatron parallelism other than TP (not modelled)"),
+    (r"megatron\.(pipeline_model_parallel_size|virtual_pipeline|context_parallel|expert)",
+     "Megatron parallelism of a model the scenario does not set separately"),
+    (r"megatron\.sequence_parallel", "Megatron's sequence parallelism (taken as on: the expert all-to-all splits tokens "
+     "over TP)"),
     (r"rollout\.(data_parallel_size|expert_parallel_size|pipeline_model_parallel_size)", "engine parallelism other than TP"),
     (r"multi_turn|agent\.|tool_config", "multi-turn / agent rollouts (not modelled)"),
     (r"^algorithm\.use_pf_ppo|^algorithm\.pf_ppo", "prioritized replay (not modelled)"),
@@ -523,9 +533,13 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
     util = cfg[f"{AR}.rollout.gpu_memory_utilization"]
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
         raise ImportError_(f"{AR}.rollout.gpu_memory_utilization: expected a fraction in (0, 1], got {util!r}")
+    megatron = _megatron(cfg, models, a) if strategy == "megatron" else {}
     if opts.execution:
+        # verl divides a global micro-batch size by the data-parallel ranks: under Megatron, GPUs / (tp x pp x cp)
+        lay = megatron.get("actor", {})
+        world = total // (tp["actor"] * lay.get("pp", 1) * lay.get("cp", 1)) if strategy == "megatron" else total
         scenario["execution"] = verl_execution.execution(
-            cfg, seen, total, models, a, parse_version(opts.verl_version) if opts.verl_version is not None else None)
+            cfg, seen, world, models, a, parse_version(opts.verl_version) if opts.verl_version is not None else None)
         # verl >= 0.3 puts vLLM (>= 0.7) to sleep around training (level 1: its weights offloaded to host memory)
         # and wakes it before the next rollout; verl 0.2's patched vLLM freed the weights with no host copy
         old = opts.verl_version is not None and parse_version(opts.verl_version) < (0, 3)
@@ -533,6 +547,8 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
             scenario["execution"]["weight_sync"]["engine_sleep"] = True
             a.append("rollout.free_cache_engine with vLLM: the engine sleeps around training (weights to host memory "
                      "and back: execution.weight_sync.engine_sleep)")
+    if megatron:
+        scenario.setdefault("execution", {})["megatron"] = megatron
     try:
         scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a, runtime, opts.verl_version)
         if runtime == "sglang" and _sglang_own_limits(opts):
@@ -540,6 +556,34 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
     except ScenarioError as e:
         raise ImportError_(f"{SCENARIO_TO_VERL.get(e.path, 'the imported scenario')} (scenario {e.path}): {e.message}") from None
     return scenario
+
+
+def _megatron(cfg: dict, models: dict, a: list[str]) -> dict:
+    """``execution.megatron`` from verl's Megatron degrees (``MEGATRON_DEGREES``) of each trained or forward-only model
+    the scenario has: {} where every degree is 1 (nothing beside TP)."""
+    out: dict = {}
+    actor: dict = {}
+    for role, prefix in MEGATRON_PREFIX.items():
+        if role != "actor" and role not in models:
+            continue
+        got = {}
+        for key, field in MEGATRON_DEGREES.items():
+            k = f"{prefix}.{key}"
+            v = cfg.get(k)
+            if v is None or str(v).lower() in ("null", "none", "~"):
+                got[field] = actor.get(field, 1) if role == "reference" else 1
+            else:
+                got[field] = _int(cfg, k)
+        if role == "actor":
+            actor = got
+        if any(v != 1 for v in got.values()):
+            out[role] = got
+    if out:
+        a.append("strategy megatron: " + "; ".join(f"{r} " + " ".join(f"{f} {v}" for f, v in d.items() if v != 1)
+                                                   for r, d in out.items())
+                 + " (execution.megatron: the pipeline bubble, stage-to-stage sends, context ring and expert all-to-all "
+                 "priced in training; forward passes as before)")
+    return out
 
 
 def _sglang_own_limits(opts: ImportOptions) -> bool:
@@ -611,6 +655,8 @@ SCENARIO_TO_VERL = {
     "placement.tp.reference": f"{AR}.ref.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
     "placement.tp.critic": "critic.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
     "placement.reward_gpus": "reward_model.n_gpus_per_node",
+    **{f"execution.megatron.{role}{sub}": f"{MEGATRON_PREFIX[role]}.*" for role in MEGATRON_PREFIX
+       for sub in ("", ".pp", ".vpp", ".ep")},
     "execution.micro_batch.ppo_max_token_len_per_gpu": f"{AR}.actor.ppo_max_token_len_per_gpu",
 }
 

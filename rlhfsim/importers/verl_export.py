@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from rlhfsim.importers.common import RESPONSE_LOG_SD, ImportError_, ImportOptions
+from rlhfsim.importers.verl import MEGATRON_DEGREES, MEGATRON_PREFIX
 
 AR = "actor_rollout_ref"
 RUNTIME_NAME = {"vllm": "vllm", "vllm_eager": "vllm", "sglang": "sglang", "hf_generate": "hf"}
@@ -75,6 +76,9 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
               f"{AR}.ref.megatron.tensor_model_parallel_size={pl['tp'].get('reference', pl['tp']['actor'])}"]
         if "critic" in pl["tp"]:
             o.append(f"critic.megatron.tensor_model_parallel_size={pl['tp']['critic']}")
+        for role, degrees in sc.get("execution", {}).get("megatron", {}).items():   # pp, vpp, cp, ep (verl.MEGATRON_DEGREES)
+            o += [f"{MEGATRON_PREFIX[role]}.{key}={degrees[field]}" for key, field in MEGATRON_DEGREES.items()
+                  if field in degrees]
     if "execution" in sc:
         o += _execution(sc["execution"])
     o.append(f"{AR}.rollout.gpu_memory_utilization={_utilization(sc)!r}")

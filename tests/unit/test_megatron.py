@@ -131,3 +131,50 @@ def test_explain_shows_the_bubble_the_p2p_and_the_all_to_all():
     assert few["phases"]["actor_train"]["terms_s"][T.PIPELINE_BUBBLE] > train["terms_s"][T.PIPELINE_BUBBLE]
     cp = explain(_load(MEGATRON, "execution.megatron.actor.cp=2"), steps=2)
     assert cp["phases"]["actor_train"]["terms_s"][T.CP_COMM] > 0
+
+
+# --- the verl importer ---------------------------------------------------------------------------------
+A2 = ROOT / "scenarios" / "examples" / "field" / "a-verldata-gpg-qwen2-7b-megatron.sh"
+
+
+def _import_verl(text: str, source: str = "launch", **kw):
+    from rlhfsim.importers import ImportOptions, import_verl
+    return import_verl(text, ImportOptions(**{"gpu": "a100-80gb", "mean_response_len": 160, "mean_prompt_len": 94, **kw}),
+                       source)
+
+
+def test_the_field_tables_megatron_run_imports_with_its_pipeline_mapped():
+    res = _import_verl(A2.read_text(), str(A2.relative_to(ROOT)))
+    status = {s.key: (s.status, s.target) for s in res.settings}
+    pp = "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"
+    assert status[pp][0] == "mapped" and status[pp][1].startswith("execution.megatron.actor.pp")
+    assert status["actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"][0] == "mapped"
+    assert not any("megatron" in s.key for s in res.settings if s.status == "unmapped")
+    sc = res.scenario
+    assert sc["placement"]["tp"]["actor"] == 2 and sc["execution"]["megatron"] == {"actor": {"pp": 2, "vpp": 1, "cp": 1, "ep": 1}}
+    assert "execution" in sc and sc["execution"]["sharding"] == "none"
+    doc = explain(load_scenario(sc), steps=2)
+    assert doc["phases"]["actor_train"]["terms_s"][T.PIPELINE_BUBBLE] > 0
+
+
+def test_every_megatron_degree_maps_and_round_trips():
+    from rlhfsim.importers.verl_export import export_verl
+    launch = ("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer algorithm.adv_estimator=grpo "
+              "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B actor_rollout_ref.rollout.n=8 data.train_batch_size=64 "
+              "actor_rollout_ref.actor.ppo_mini_batch_size=64 trainer.nnodes=2 trainer.n_gpus_per_node=8 "
+              "actor_rollout_ref.rollout.tensor_model_parallel_size=4 "
+              "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 "
+              "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2 "
+              "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2 "
+              "actor_rollout_ref.actor.megatron.context_parallel_size=2 "
+              "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4 "
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 "
+              "actor_rollout_ref.rollout.gpu_memory_utilization=0.5")
+    res = _import_verl(launch, gpu="h100-sxm", mean_response_len=400, mean_prompt_len=200)
+    assert res.scenario["execution"]["megatron"]["actor"] == {"pp": 2, "vpp": 2, "cp": 2, "ep": 4}
+    doc = explain(load_scenario(res.scenario), steps=2)
+    train = doc["phases"]["actor_train"]["terms_s"]
+    assert all(train.get(t, 0) > 0 for t in (T.PIPELINE_BUBBLE, T.PP_P2P, T.CP_COMM, T.EP_ALLTOALL))
+    overrides, opts = export_verl(res.scenario)
+    assert _import_verl(" ".join(overrides), **{k: getattr(opts, k) for k in ("gpu", "mean_response_len",
+                                                                           "mean_prompt_len", "steps")}).scenario == res.scenario

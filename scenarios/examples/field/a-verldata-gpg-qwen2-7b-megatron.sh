@@ -21,8 +21,8 @@
 #   response_length/max 1009.2 mean (cap 1024), clip ratio 0.001; prompt 93.6.
 #   step:2 - ... response_length/mean:181.924 - prompt_length/mean:92.534 - timing_s/gen:50.878 - timing_s/reward:1.248
 #     - timing_s/old_log_prob:53.377 - timing_s/adv:0.182 - timing_s/update_actor:112.319 - timing_s/step:218.277
-# Listed as unmapped by the importer: the pipeline parallelism (actor and reference PP 2: not modelled), use_gpg_loss,
-#   save_freq, test_freq. Overrides (`set`): none.
+# Listed as unmapped by the importer: use_gpg_loss, save_freq, test_freq (the actor's and reference's PP 2 import as
+#   execution.megatron.actor.pp; no reference pass runs). Overrides (`set`): none.
 python3 -m verl.trainer.main_ppo --config-path=config --config-name=ppo_megatron_trainer.yaml \
     algorithm.adv_estimator=gpg \
     data.train_files="['/root/data/gsm8k/train.parquet']" \
