@@ -189,12 +189,12 @@ class _Forward:
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
 
     def parts(self, n_tokens, n_seqs, cached_tokens, logits_tokens, attn_pairs=None, lp_tail: float = 0.0,
-              sp: int = 1) -> tuple:
+              sp: int = 1, ulysses: bool = True) -> tuple:
         """(total_s, active_s) of the forward. ``lp_tail``: seconds per logit of a log-prob pass's log-softmax and gather
         after the head (a CPU's measured tail, ``CpuHostEffects.logprob_tail``, or a GPU framework's head,
         ``framework_call``; 0: their bytes counted in the roofline, as without either). ``sp`` > 1: one GPU of a Ulysses
         group of ``sp`` (``flops.sequence_parallel``; no cached tokens), plus the group's all-to-alls
-        (``CostModel._ulysses_comm_s``)."""
+        (``CostModel._ulysses_comm_s``; ``ulysses`` False: without them, Megatron's context parallelism)."""
         w = self.shape.forward(n_tokens, n_seqs, cached_tokens if sp <= 1 else 0.0, logits_tokens, attn_pairs)
         if lp_tail:
             w = self._without_tail_bytes(w, logits_tokens)
@@ -204,7 +204,7 @@ class _Forward:
             tokens, logits = n_tokens / sp, logits_tokens / sp
         total, active = self._roofline(w, tokens)
         comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp)
-        if sp > 1:
+        if sp > 1 and ulysses:
             comm = comm + self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
         if self.tail_row or self.tail0:   # a generation prefill's sampling of each row's first token
             total = total + self.tail0 + self.tail_row * n_seqs
@@ -686,7 +686,7 @@ class CostModel:
     def forward(self, m: ModelShape, dtype: str, n_tokens, n_seqs: float, tp: int = 1, cached_tokens: float = 0.0,
                 op: str = "prefill", runtime: str | None = None, head: str = "value", all_logits: bool = False,
                 gen_runtime: str | None = None, attn_pairs: float | None = None, sp: int = 1,
-                gen_logprobs: bool = False, head_s_per_logit: float | None = None) -> Price:
+                gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True) -> Price:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
@@ -696,7 +696,8 @@ class CostModel:
         attention's (query, key) pairs of rows packed without padding (``ShapeCoeffs.forward``); ``sp``: one GPU
         of a Ulysses sequence-parallel group of that size (``_Forward.parts``; no cached tokens);
         ``head_s_per_logit``: a log-prob pass's head priced after the roofline at this many seconds per logit
-        instead of the profile's measured tail (``framework_call``).
+        instead of the profile's measured tail (``framework_call``); ``ulysses`` False: ``sp`` is Megatron's context
+        parallelism (no all-to-alls).
 
         The active share is the roofline's kernels (``roofline``); the terms are kernels and op_overhead
         and, on a CPU, the host effects priced inside them (``CpuHostEffects.forward_effects``). ``n_tokens`` may
@@ -714,12 +715,13 @@ class CostModel:
             lp = head_s_per_logit
         elif logprob and self.cpu is not None:
             lp = self.cpu.logprob_tail
-        total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp, sp)
+        total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp, sp, ulysses)
         if self.cpu is None:
             if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
                 return Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
                                                     n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
-                                                    gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit))
+                                                    gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
+                                                    ulysses))
             return Price(total, active)
         if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
@@ -897,13 +899,13 @@ class CostModel:
         ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
         position's logits; ``entropy``: verl's entropy too), FSDP's collectives over ``fsdp_n`` shards and the
         host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
-        (and its own measured log-prob tail), as before. ``layout``: a training call under Megatron's pipeline,
-        context and expert parallelism (``rlhfsim.costs.parallel.train_call``); ``ulysses`` False: ``sp`` is
-        Megatron's context parallelism, its split without Ulysses' all-to-alls."""
-        if layout is not None and training:
-            return parallel.train_call(self, m, dtype, n_tokens, n_seqs, head, attn_pairs, layout, runtime=runtime,
-                                       logprob=logprob, entropy=entropy, checkpointing=checkpointing, fsdp_n=fsdp_n,
-                                       inter_node=inter_node, ckpt_frac=ckpt_frac)
+        (and its own measured log-prob tail), as before. ``layout``: a call on one GPU of a pipeline stage under
+        Megatron's pipeline, context and expert parallelism (``rlhfsim.costs.parallel.call``); ``ulysses`` False: ``sp``
+        is Megatron's context parallelism, its split without Ulysses' all-to-alls."""
+        if layout is not None:
+            return parallel.call(self, training, m, dtype, n_tokens, n_seqs, head, attn_pairs, layout, runtime=runtime,
+                                 logprob=logprob, entropy=entropy, checkpointing=checkpointing, fsdp_n=fsdp_n,
+                                 inter_node=inter_node, ckpt_frac=ckpt_frac)
         host = self.host
         with_head = logprob and head == "lm" and host is not None
         per_logit = (fw.head_bytes_per_logit(entropy, training) / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
@@ -916,7 +918,7 @@ class CostModel:
         else:
             kernel, active = self.forward(m, dtype, n_tokens, n_seqs, tp, op="prefill", runtime=runtime, head=head,
                                           all_logits=logprob, attn_pairs=attn_pairs, sp=sp,
-                                          head_s_per_logit=per_logit if with_head else None)
+                                          head_s_per_logit=per_logit if with_head else None, ulysses=ulysses)
             head_s = 0.0  # inside forward's total, after its roofline
         comm = exposed = 0.0
         if fsdp_n > 1:

@@ -24,12 +24,16 @@ hidden size, n the tokens of one micro-batch of one pipeline, L_s = L / pp the l
                    (dispatch and combine per MoE layer, forward and backward: each of a GPU's n / (cp tp) tokens
                    goes to its k experts, (ep - 1) / ep of them on another GPU; M_s the stage's MoE layers)
 
+A forward-only call (old log-probs, the reference, the critic's values: Megatron's schedule with forward_only) runs
+through the same pipeline: its bubble is (p - 1) / (v m) of its calls too (the fill and drain of forwards alone), and
+it sends half the messages above (activations only: v per micro-batch; one ring pass of cp - 1 steps per layer; 2
+all-to-alls per MoE layer).
+
 The communications are counted serial with the compute (Megatron overlaps parts of them: an upper bound on what they
 expose); the bubble is idle time, not device work. Under context parallelism a GPU computes 1/cp of every sequence
 (``flops.sequence_parallel``, the Ulysses split without its all-to-alls). Expert parallelism leaves the FLOPs per GPU
 unchanged (each GPU computes its experts for every GPU's tokens routed there); it shards the experts' weights, which
-only the memory check would feel. Forward-only passes (old log-probs, reference, critic values) are priced as before:
-each of pool GPUs / tp ranks runs the whole model, the throughput of a pipeline without a bubble.
+only the memory check would feel.
 """
 
 from __future__ import annotations
@@ -97,12 +101,13 @@ def bubble_s(calls_s: float, micro_batches: int, pp: int, vpp: int = 1) -> float
     return calls_s * (pp - 1) / (vpp * micro_batches)
 
 
-def p2p_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout) -> float:
-    """pp_p2p of one micro-batch of ``n_tokens`` tokens on one stage (module docstring)."""
+def p2p_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout, training: bool = True) -> float:
+    """pp_p2p of one micro-batch of ``n_tokens`` tokens on one stage (module docstring; a forward-only call sends its
+    activations only: half the messages)."""
     if lay.pp <= 1:
         return 0.0
     nbytes = n_tokens / lay.cp * m.hidden * DTYPE_BYTES[dtype] / lay.tp
-    return 2 * lay.vpp * (nbytes / cost.link_bw(lay.spans_nodes) + LATENCY_S)
+    return (2 if training else 1) * lay.vpp * (nbytes / cost.link_bw(lay.spans_nodes) + LATENCY_S)
 
 
 def kv_width(m: ModelShape) -> int:
@@ -112,36 +117,37 @@ def kv_width(m: ModelShape) -> int:
     return 2 * m.kv_dim
 
 
-def cp_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout) -> float:
-    """cp_comm of one micro-batch of ``n_tokens`` tokens on one GPU of a stage of ``m`` (module docstring)."""
+def cp_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout, training: bool = True) -> float:
+    """cp_comm of one micro-batch of ``n_tokens`` tokens on one GPU of a stage of ``m`` (module docstring; a forward-only
+    call passes the keys and values round once: 1 pass of 3)."""
     if lay.cp <= 1:
         return 0.0
     split = min(lay.tp, m.kv_heads) if m.attention != "mla" else lay.tp
     nbytes = n_tokens / lay.cp * kv_width(m) * DTYPE_BYTES[dtype] / max(split, 1)
-    steps = 3 * (lay.cp - 1) * m.layers
+    steps = (3 if training else 1) * (lay.cp - 1) * m.layers
     return steps * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp)) + LATENCY_S)
 
 
-def ep_alltoall_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout) -> float:
-    """ep_alltoall of one micro-batch of ``n_tokens`` tokens on one GPU of a stage of ``m`` (module docstring); 0 for
-    a dense model or ep 1."""
+def ep_alltoall_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout, training: bool = True) -> float:
+    """ep_alltoall of one micro-batch of ``n_tokens`` tokens on one GPU of a stage of ``m`` (module docstring; a
+    forward-only call dispatches and combines once per MoE layer: 2 all-to-alls of 4); 0 for a dense model or ep 1."""
     if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0:
         return 0.0
     nbytes = (n_tokens / (lay.cp * lay.tp) * m.experts_per_token * m.hidden * DTYPE_BYTES[dtype]
               * (lay.ep - 1) / lay.ep)
-    calls = 4 * m.moe_layers
+    calls = (4 if training else 2) * m.moe_layers
     return calls * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp * lay.ep)) + LATENCY_S)
 
 
-def train_call(cost, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str, attn_pairs, lay: Layout,
-               **kwargs):
-    """One training micro-batch of one pipeline on one GPU (``CostModel.framework_call`` with ``layout``): the call
-    priced on the last stage's layers, 1/cp of every sequence (the Ulysses split without its all-to-alls), and its
-    pp_p2p, cp_comm and ep_alltoall serial with it (``framework.CallParts.parallel``)."""
+def call(cost, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str, attn_pairs,
+         lay: Layout, **kwargs):
+    """One micro-batch of one pipeline on one GPU (``CostModel.framework_call`` with ``layout``), a training call or a
+    forward-only one: the call priced on the last stage's layers, 1/cp of every sequence (the Ulysses split without its
+    all-to-alls), and its pp_p2p, cp_comm and ep_alltoall serial with it (``framework.CallParts.parallel``)."""
     stage = stage_shape(m, lay.pp)
-    parts = cost.framework_call(True, stage, dtype, n_tokens, n_seqs, lay.tp, head, attn_pairs, lay.cp,
+    parts = cost.framework_call(training, stage, dtype, n_tokens, n_seqs, lay.tp, head, attn_pairs, lay.cp,
                                 ulysses=False, **kwargs)
-    extra = tuple((t, s) for t, s in ((PP_P2P, p2p_s(cost, stage, dtype, n_tokens, lay)),
-                                      (CP_COMM, cp_s(cost, stage, dtype, n_tokens, lay)),
-                                      (EP_ALLTOALL, ep_alltoall_s(cost, stage, dtype, n_tokens, lay))) if s > 0)
+    extra = tuple((t, s) for t, s in ((PP_P2P, p2p_s(cost, stage, dtype, n_tokens, lay, training)),
+                                      (CP_COMM, cp_s(cost, stage, dtype, n_tokens, lay, training)),
+                                      (EP_ALLTOALL, ep_alltoall_s(cost, stage, dtype, n_tokens, lay, training))) if s > 0)
     return replace(parts, parallel=extra) if extra else parts

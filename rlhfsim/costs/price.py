@@ -48,15 +48,17 @@ def piece_s(cost, training: bool) -> float:
 
 
 def forward_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, runtime: str | None, tp: int = 1,
-                 attn_pairs: float | None = None, sp: int = 1, fsdp_n: int = 0, inter_node: bool = False) -> CallParts:
+                 attn_pairs: float | None = None, sp: int = 1, fsdp_n: int = 0, inter_node: bool = False,
+                 layout=None) -> CallParts:
     """One forward piece of ``role`` (reward, reference, critic values, the actor's old log-probs) by part:
     every position's logits with an LM head, verl's entropy beside the log-probs when
     ``execution.entropy`` (not for the reward model). ``runtime``: the role's forward runtime
-    (``rlhfsim.sim.simulation.forward_runtime``)."""
+    (``rlhfsim.sim.simulation.forward_runtime``); ``layout``: one pipeline stage's GPU under Megatron's
+    parallelism (``rlhfsim.costs.parallel.layout_of``)."""
     return cost.framework_call(False, setup.shapes[role], setup.dtypes[role], n_tokens, n_rows, tp, setup.head(role),
                                attn_pairs, sp, runtime=runtime, logprob=True,
                                entropy=setup.scenario.execution.entropy and role != "reward", fsdp_n=fsdp_n,
-                               inter_node=inter_node)
+                               inter_node=inter_node, layout=layout)
 
 
 def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: int = 1, attn_pairs: float | None = None,

@@ -32,9 +32,9 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   taken less the price alone); the generate phase's span is the last replica's terms plus its idle time;
 * a streamed scorer call (``Streaming.parts``): a forward's terms, reencode_prefix where the strategy
   re-encodes what earlier calls scored, retokenize, and interference (its co-running slowdown);
-* a training piece under Megatron's parallelism (``execution.megatron``): the piece's terms priced on one stage's
-  layers plus pp_p2p, cp_comm and ep_alltoall (``rlhfsim.costs.parallel``), and per minibatch and rank the
-  pipeline_bubble over its pieces;
+* a forward or training piece under Megatron's parallelism (``execution.megatron``): the piece's terms priced on one
+  stage's layers plus pp_p2p, cp_comm and ep_alltoall (``rlhfsim.costs.parallel``), and per replica's forward pass
+  or per minibatch and rank the pipeline_bubble over its pieces;
 * a phase: its calls' terms plus framework_piece, offload and optimizer; a CPU-side phase (advantage,
   retokenize, rule_reward) and the weight update (weight_sync, offload) are one term each.
 
@@ -242,9 +242,9 @@ EXPERT_IMBALANCE = _row(
     "where the step is bound by its bytes)", "models.ROLE.expert_imbalance (default catalog.ASSUMED_EXPERT_IMBALANCE)",
     "any", "an assumption (no public measurement found); the scenario sets it", "rlhfsim.costs.moe")
 PIPELINE_BUBBLE = _row(
-    "pipeline_bubble", "a pipeline's idle time under 1F1B (Megatron's pipeline parallelism): a training minibatch's m "
-    "micro-batches on p stages of v virtual stages each leave every GPU idle (p - 1) / (v m) of its micro-batches' time "
-    "(Narayanan et al. 2021), during the pipeline's fill and drain", "execution.megatron.ROLE.pp, vpp; "
+    "pipeline_bubble", "a pipeline's idle time under 1F1B (Megatron's pipeline parallelism): a training minibatch's (or a "
+    "forward pass's) m micro-batches on p stages of v virtual stages each leave every GPU idle (p - 1) / (v m) of its "
+    "micro-batches' time (Narayanan et al. 2021), during the pipeline's fill and drain", "execution.megatron.ROLE.pp, vpp; "
     "execution.micro_batch (m)", "any", "the interleaved 1F1B schedule's bubble, counted from its timeline (no fit)",
     "rlhfsim.costs.parallel.bubble_s")
 PP_P2P = _row(

@@ -582,7 +582,7 @@ def _megatron(cfg: dict, models: dict, a: list[str]) -> dict:
         a.append("strategy megatron: " + "; ".join(f"{r} " + " ".join(f"{f} {v}" for f, v in d.items() if v != 1)
                                                    for r, d in out.items())
                  + " (execution.megatron: the pipeline bubble, stage-to-stage sends, context ring and expert all-to-all "
-                 "priced in training; forward passes as before)")
+                 "priced in training and forward passes)")
     return out
 
 

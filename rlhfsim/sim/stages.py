@@ -103,8 +103,11 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
     n_rep, tp = _replicas(sim, role)
     sp = ex.sp_of(s, role)
     n_rep, width = max(n_rep // sp, 1), tp * sp  # a Ulysses group of sp x TP GPUs per replica
+    lay = parallel.layout_of(s, role)   # Megatron's pp, cp, ep (None: none; rlhfsim.costs.parallel)
+    if lay is not None:   # a pipeline of tp x pp x cp GPUs per replica; token budgets cover a cp group
+        n_rep, width = lay.dp, tp * lay.pp * lay.cp
     pool = s.pool_of(role)
-    size, budget, packed = ex.forward_cuts(s, sp, role)
+    size, budget, packed = ex.forward_cuts(s, sp if lay is None else lay.cp, role)
     pad_len = None if packed else ex.pad_length(s)
     model = s.shapes[role]
     per_call_s = price.piece_s(sim.cost, False)   # every call is a framework's piece
@@ -135,12 +138,18 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
                 # a framework call (rlhfsim.costs.framework): the roofline, the log-prob head, FSDP's
                 # gathers and, on a GPU, the host's dispatch where the call is launch-bound
                 call = price.forward_call(sim.cost, s, role, p.tokens, p.rows, runtime=runtime, tp=tp,
-                                          attn_pairs=p.attn_pairs, sp=sp, fsdp_n=fsdp_n, inter_node=pool.spans_nodes)
+                                          attn_pairs=p.attn_pairs, sp=sp, fsdp_n=fsdp_n, inter_node=pool.spans_nodes,
+                                          layout=lay)
                 t += call.total_s + per_call_s
                 active += call.active_s
                 if terms:
                     add_terms(mine_terms, call.terms())
                     add_terms(mine_terms, {FRAMEWORK_PIECE: per_call_s})
+            if lay is not None and lay.pp > 1 and calls:   # the pipeline's fill and drain of forwards: idle
+                bubble = parallel.bubble_s(t, len(calls), lay.pp, lay.vpp)
+                t += bubble
+                if terms:
+                    add_terms(mine_terms, {PIPELINE_BUBBLE: bubble})
             if mine:
                 off = ex.offload_s(sim, role, "forward", len(calls))
                 t += off

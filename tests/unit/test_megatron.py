@@ -106,6 +106,10 @@ def test_pipeline_p2p_and_context_ring_by_hand():
     got = P.cp_s(cost, m, "bfloat16", 4096, _lay(tp=2, cp=2))
     kv = 2 * m.kv_heads * m.head_dim
     assert got == pytest.approx(3 * 1 * m.layers * (4096 / 2 * kv * 2 / 2 / bw + P.LATENCY_S))
+    # a forward-only call sends activations only, passes keys and values round once, dispatches and combines once
+    lay = _lay(tp=2, pp=4, vpp=2, cp=2, ep=2)
+    for f, half in ((P.p2p_s, 2), (P.cp_s, 3), (P.ep_alltoall_s, 2)):
+        assert f(cost, m, "bfloat16", 4096, lay, False) * half == pytest.approx(f(cost, m, "bfloat16", 4096, lay, True))
 
 
 def test_a_training_call_carries_its_megatron_terms_and_sums_to_its_price():
@@ -126,6 +130,9 @@ def test_explain_shows_the_bubble_the_p2p_and_the_all_to_all():
     for t in (T.PIPELINE_BUBBLE, T.PP_P2P, T.EP_ALLTOALL):
         assert train["terms_s"].get(t, 0.0) > 0, t
     assert sum(train["terms_s"].values()) == pytest.approx(train["span_s"], rel=1e-9)
+    old = doc["phases"]["old_log_prob"]   # forward-only passes run through the pipeline too
+    assert old["terms_s"].get(T.PIPELINE_BUBBLE, 0.0) > 0 and old["terms_s"].get(T.EP_ALLTOALL, 0.0) > 0
+    assert sum(old["terms_s"].values()) == pytest.approx(old["span_s"], rel=1e-9)
     # fewer micro-batches per pipeline, a larger bubble; context parallelism adds its ring
     few = explain(_load(MEGATRON, "execution.micro_batch.ppo_micro_batch_size_per_gpu=64"), steps=2)
     assert few["phases"]["actor_train"]["terms_s"][T.PIPELINE_BUBBLE] > train["terms_s"][T.PIPELINE_BUBBLE]
