@@ -9,6 +9,9 @@ Memory check per GPU of a pool (bytes):
                execution.offload.ROLE.optimizer, 2 less with .grad: that state lives in host memory)
     resident + one full-length sequence of KV (max_prompt + max_response tokens) / tp  <=  GPU memory
 
+Under Megatron's parallelism (``execution.megatron.ROLE``) a GPU holds 1/ep of each MoE layer's routed experts and a
+pipeline stage 1/pp of the weights (the optimizer state stays as above, sharded over the pool).
+
 KV capacity of a generation replica (tokens) = (memory - resident) x tp x kv_cache_fraction /
 kv_bytes_per_token(actor).
 """
@@ -295,9 +298,13 @@ def build_setup(sc: Scenario) -> Setup:
                 continue  # generation uses the actor's weights in place (TRL / hybrid engine)
             shape = shapes[r]
             b = shape.params(role_head(r)) * DTYPE_BYTES[dtypes[r]] / tp[r]
-            pp = getattr(sc.execution.megatron, r).pp if r in SEQUENCE_PARALLEL else 1
-            if pp > 1:   # a pipeline stage holds 1/pp of the layers
-                b /= pp
+            if r in SEQUENCE_PARALLEL:   # Megatron: a GPU holds 1/ep of the routed experts, a stage 1/pp of the layers
+                lay = getattr(sc.execution.megatron, r)
+                if lay.ep > 1 and shape.is_moe:
+                    routed = shape.moe_layers * shape.num_experts * shape.expert_params
+                    b -= routed * DTYPE_BYTES[dtypes[r]] / tp[r] * (1 - 1 / lay.ep)
+                if lay.pp > 1:
+                    b /= lay.pp
             if r in TRAINED:
                 off = getattr(sc.execution.offload, r)  # offloaded state lives in host memory
                 per_param = OPTIMIZER_BYTES_PER_PARAM - (OPTIMIZER_STATE_BYTES if off.optimizer else 0) - (2 if off.grad else 0)

@@ -50,6 +50,18 @@ def test_inconsistent_degrees_are_one_line_errors_naming_the_field():
     assert _error(MOE, "execution.megatron.actor.ep=0").startswith("execution.megatron.actor.ep: expected a number >= 1")
 
 
+def test_a_stage_and_an_expert_shard_hold_less_of_the_weights():
+    from rlhfsim.scenario.checks import build_setup
+    moe = ("placement.tp.actor=2", "execution.sharding=none")
+    pool = build_setup(_load(MOE, *moe)).resident_bytes[0]
+    staged = build_setup(_load(MOE, *moe, "execution.megatron.actor.pp=2")).resident_bytes[0]
+    sharded = build_setup(_load(MOE, *moe, "execution.megatron.actor.ep=2")).resident_bytes[0]
+    m = load_model("qwen3-30b-a3b")
+    weights = m.params("lm") * 2 / 2
+    assert pool - staged == pytest.approx(weights / 2)
+    assert pool - sharded == pytest.approx(m.moe_layers * m.num_experts * m.expert_params * 2 / 2 / 2)
+
+
 def test_the_defaults_set_no_layout():
     s = _load(DENSE)
     assert s.execution.megatron.actor.pp == 1
