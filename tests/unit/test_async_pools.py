@@ -143,3 +143,23 @@ def test_staleness_beyond_the_schema_bound_names_its_path():
     with pytest.raises(ScenarioError) as e:
         load_scenario(copy.deepcopy(d))
     assert "schedule" in e.value.path
+
+
+def test_simulate_prints_the_staleness_reached(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from rlhfsim.cli import main
+
+    path = tmp_path / "async.yaml"
+    path.write_text(yaml.safe_dump(_async(2)))
+    out = CliRunner().invoke(main, ["simulate", str(path), "--steps", "6"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    line = next(ln for ln in out.output.splitlines() if ln.startswith("staleness reached"))
+    st = simulate(load_scenario(_async(2)), steps=6).summary["schedule_stats"]
+    assert st["staleness_max"] >= 1
+    assert f"mean {st['staleness_mean']:.2f}, max {st['staleness_max']} steps" in line
+    sync = tmp_path / "sync.yaml"
+    sync.write_text(yaml.safe_dump(_pools(2, 1, per_node=8)))
+    out = CliRunner().invoke(main, ["simulate", str(sync), "--steps", "3"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and "staleness reached" not in out.output
