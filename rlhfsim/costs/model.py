@@ -974,6 +974,30 @@ class CostModel:
             return 2 * nbytes / (self.gpu.mem_bw * self.ops["prefill"].memory_eff)
         return self.transfer_s(nbytes, inter_node)
 
+    def pool_transfer_s(self, m: ModelShape, dtype: str, inter_node: bool) -> float:
+        """The trained weights broadcast whole from the training pool to a separate generation pool
+        (``execution.weight_sync.kind: nccl``, as verl's one_step_off and fully_async recipes run it: one NCCL group of
+        every actor and rollout rank, each tensor broadcast from the actor's rank 0): a pipelined broadcast sends every
+        byte once over each link of its chain, so t = W / link_bw + latency with W = parameters x dtype bytes, whatever
+        the number of receivers; ``inter_node`` when the two pools' GPUs are not all in one node."""
+        return self.transfer_s(m.params("lm") * DTYPE_BYTES[dtype], inter_node)
+
+    def nccl_sync_parts(self, m: ModelShape, dtype: str, train_gpus: int, train_inter_node: bool, engine_tp: int,
+                        pools_inter_node: bool) -> dict[str, float]:
+        """Named parts (seconds) of verl's separate-pool weight update (``execution.weight_sync.kind: nccl``):
+
+        * ``gather_s``: each FSDP-sharded tensor made whole on the training pool (``full_tensor()``), W (n - 1) / n
+          bytes per GPU over the training pool's link;
+        * ``broadcast_s``: the whole weights to every generation rank (``pool_transfer_s``, the term
+          pool_weight_transfer);
+        * ``load_s``: the engine's ``load_weights`` keeps its tensor-parallel slice, read + write through device
+          memory: 2 W / engine_tp / (mem_bw x reshard_eff)."""
+        w = m.params("lm") * DTYPE_BYTES[dtype]
+        n = max(train_gpus, 1)
+        gather = (w * (n - 1) / n / self.link_bw(train_inter_node) + LINK_LATENCY_S) if n > 1 else 0.0
+        load = 2 * w / max(engine_tp, 1) / (self.gpu.mem_bw * self.step["reshard_eff"])
+        return {"gather_s": gather, "broadcast_s": self.pool_transfer_s(m, dtype, pools_inter_node), "load_s": load}
+
     @staticmethod
     def rule_reward_s(n_rows: int, cpu_s_per_sample: float, workers: int) -> float:
         """A rule-based reward (a CPU checker) over ``n_rows`` responses on ``workers`` processes:

@@ -36,7 +36,8 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   stage's layers plus pp_p2p, cp_comm and ep_alltoall (``rlhfsim.costs.parallel``), and per replica's forward pass
   or per minibatch and rank the pipeline_bubble over its pieces;
 * a phase: its calls' terms plus framework_piece, offload and optimizer; a CPU-side phase (advantage,
-  retokenize, rule_reward) and the weight update (weight_sync, offload) are one term each.
+  retokenize, rule_reward) and the weight update (weight_sync, offload, and pool_weight_transfer where the engine
+  has a pool of its own) are one term each.
 
 A streamed phase's span also holds the time its replica waits for generation to hand tokens over: that is
 not a cost term, and ``WAITING`` names it.
@@ -197,6 +198,14 @@ WEIGHT_SYNC = _row(
     "weight_sync", "the trained weights into the engine: gather, load, KV cache reallocation, engine "
     "sleep and wake, broadcast", "execution.weight_sync; step.reshard_eff, kv_realloc_s", "any",
     "calibrate.measuring.stepbench", "rlhfsim.costs.model.CostModel.reshard_parts")
+POOL_WEIGHT_TRANSFER = _row(
+    "pool_weight_transfer", "the trained weights crossing from the training pool to a separate generation pool: "
+    "`copy`, each engine rank's tensor-parallel shard over the link; `nccl` (verl's one_step_off and fully_async "
+    "recipes), every tensor whole, broadcast from the actor's rank 0 to every rank of both pools over NVLink where "
+    "the two pools sit in one node, else over the inter-node link; serial with both pools (neither recipe overlaps "
+    "it with generation)", "execution.weight_sync.kind; placement pools; the GPU's intra_node_bw / inter_node_bw",
+    "any", "hardware catalog link bandwidths (bytes = parameters x dtype bytes, counted from the shape)",
+    "rlhfsim.costs.model.CostModel.pool_transfer_s")
 ADVANTAGE = _row(
     "advantage", "advantages on the driver's CPU over every row padded to the response cap, as verl's code "
     "runs them: GAE's reverse loop over positions (small tensor ops on strided columns), GRPO's Python loops "

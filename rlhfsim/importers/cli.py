@@ -25,7 +25,7 @@ def _options(f):
                      help="A setting applied after the launch's own (repeatable), e.g. for a shell variable the script leaves unset.")(f)
     f = click.option("--name", help="Scenario name (default: the launch's experiment name).")(f)
     f = click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True, help="Steps to simulate.")(f)
-    f = click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node (OpenRLHF; default 8).")(f)
+    f = click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node (OpenRLHF and verl's async recipes; default 8).")(f)
     f = click.option("--mean-prompt-len", type=click.FloatRange(min=0, min_open=True),
                      help="Mean prompt tokens (default: a quarter of the prompt cap).")(f)
     f = click.option("--mean-response-len", type=click.FloatRange(min=0, min_open=True),
@@ -132,7 +132,8 @@ def import_group():
 def verl_command(**kw):
     """Import a verl launch: a script running `python3 -m verl.trainer.main_ppo key=value ...`, the
     Hydra overrides themselves as arguments, or a verl YAML config. Synchronous and colocated (the
-    hybrid engine), as verl runs by default."""
+    hybrid engine), as verl runs by default; the async recipes (one_step_off_policy, fully_async_policy)
+    as separate training and generation pools under the async schedule."""
     _run("verl", **kw)
 
 

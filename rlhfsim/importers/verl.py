@@ -21,13 +21,13 @@ import yaml
 
 from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import get_gpu
-from rlhfsim.importers import verl_execution
+from rlhfsim.importers import verl_async, verl_execution
 from rlhfsim.importers.common import (
     ImportError_, ImportOptions, ImportResult, Setting, classify_by_patterns, launch_tokens, logical_lines, model_ref,
     parse_scalar, prompt_length, response_length, setting_bool, setting_int, unresolved,
 )
 
-MARKERS = ("verl.trainer.main_ppo", "main_ppo", "verl.trainer")
+MARKERS = ("verl.trainer.main_ppo", "main_ppo", "verl.trainer", *verl_async.MARKERS)
 AR = "actor_rollout_ref"
 
 # verl's defaults for the settings the importer reads (ppo_trainer.yaml, verl 0.7 / main as of 2026-01).
@@ -335,11 +335,14 @@ def _flatten(node, prefix: str, out: list) -> None:
             out.append((key, v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()))
 
 
-def classify(key: str, seen: dict | None = None) -> tuple[str, str]:
-    """(status, target or reason) of one verl key (``seen``: the launch's settings, for per-model copies)."""
+def classify(key: str, seen: dict | None = None, recipe: str | None = None) -> tuple[str, str]:
+    """(status, target or reason) of one verl key (``seen``: the launch's settings, for per-model copies; ``recipe``:
+    the async recipe the launch runs, ``verl_async.recipe``)."""
+    if recipe is not None and key in verl_async.RECIPE_MAPPED:
+        return "mapped", verl_async.RECIPE_MAPPED[key]
     if key in MAPPED:
         return "mapped", MAPPED[key]
-    hit = verl_execution.classify(key, seen or {})
+    hit = verl_async.classify(key) or verl_execution.classify(key, seen or {})
     if hit is not None:
         return hit
     if key.startswith("~"):
@@ -347,7 +350,8 @@ def classify(key: str, seen: dict | None = None) -> tuple[str, str]:
     if key in ("config-path", "config-dir"):
         return "no_cost", "where Hydra finds the config"
     if key == "config-name":
-        return "mapped", "the base config (ppo_trainer; ppo_megatron_trainer: Megatron strategy)"
+        return "mapped", ("the base config (ppo_trainer; ppo_megatron_trainer: Megatron strategy; the async recipes' "
+                          "one_step_off_ppo_trainer and fully_async_ppo_trainer: separate pools)")
     return classify_by_patterns(key, UNMAPPED, NO_COST)
 
 
@@ -360,12 +364,15 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
             raise ImportError_(f"--set: expected key=value, got {s!r}")
         pairs.append((k.lstrip("+"), v))
     res = ImportResult("verl", source, {})
+    seen: dict[str, str] = {k: str(v) for k, v in pairs}
+    recipe = verl_async.recipe(text, seen)
     cfg = {**DEFAULTS, **verl_execution.DEFAULTS}
-    seen: dict[str, str] = {}
-    for k, v in pairs:
-        seen[k] = str(v)
+    if recipe is not None:
+        # the recipes' configs: separate pools, the engine kept awake (free_cache_engine False: the NCCL sync needs it)
+        cfg.update({**verl_async.DEFAULTS, f"{AR}.hybrid_engine": False, f"{AR}.rollout.free_cache_engine": False,
+                    f"{AR}.rollout.calculate_log_probs": True})
     for k, v in seen.items():
-        status, target = classify(k, seen)
+        status, target = classify(k, seen, recipe)
         res.settings.append(Setting(k, v, status, target))
         if status == "mapped":
             var = unresolved(v)
@@ -374,16 +381,16 @@ def import_verl(text: str, opts: ImportOptions, source: str = "launch", is_yaml:
                                    f"(define it in the script or pass --set {k}=VALUE)")
             cfg[k] = parse_scalar(v)
     base = str(cfg.get("config-name", "ppo_trainer")).removesuffix(".yaml")
-    if base == "ppo_megatron_trainer":
+    if base.endswith("megatron_trainer"):
         cfg[f"{AR}.actor.strategy"] = "megatron"
-    elif base not in STANDARD_CONFIGS:
+    if base not in STANDARD_CONFIGS and base not in verl_async.CONFIGS:
         res.settings = [s for s in res.settings if s.key != "config-name"]
         res.settings.append(Setting("config-name", base, "unmapped", "a config file of its own: only the launch's overrides are "
                                     "read, not that file's settings (the rest take verl's defaults)"))
     left = sorted(k for k in DEFAULTS if k not in seen and k not in VERSIONED and not k.startswith(("critic.", "reward_model.")))
     res.assumptions.append(f"verl's defaults ({DEFAULTS_RELEASE}) for settings the launch leaves out: "
-                           + ", ".join(f"{k.removeprefix(AR + '.')}={DEFAULTS[k]}" for k in left))
-    res.scenario = _build(cfg, seen, opts, res, {} if is_yaml else launch_env(text))
+                           + ", ".join(f"{k.removeprefix(AR + '.')}={cfg[k]}" for k in left))
+    res.scenario = _build(cfg, seen, opts, res, {} if is_yaml else launch_env(text), recipe)
     return res
 
 
@@ -395,7 +402,8 @@ def _bool(cfg: dict, key: str) -> bool:
     return setting_bool(cfg, key, key, "True or False")
 
 
-def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: dict[str, str]) -> dict:
+def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: dict[str, str],
+           recipe: str | None = None) -> dict:
     a = res.assumptions
     est = str(cfg["algorithm.adv_estimator"])
     if est == "gae":
@@ -450,8 +458,12 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
     if opts.gpu is None:
         raise ImportError_("--gpu: expected the GPU the run used (a verl launch does not name it), got nothing")
     cluster = {"gpu": opts.gpu, "nodes": nodes, "gpus_per_node": per_node}
-    if not _bool(cfg, f"{AR}.hybrid_engine"):
-        raise ImportError_(f"{AR}.hybrid_engine: expected True (main_ppo runs the hybrid engine), got False")
+    if recipe is None and not _bool(cfg, f"{AR}.hybrid_engine"):
+        raise ImportError_(f"{AR}.hybrid_engine: expected True (main_ppo runs the hybrid engine; the async recipes "
+                           "one_step_off_policy and fully_async_policy run separate pools), got False")
+    if recipe is not None and _bool(cfg, f"{AR}.hybrid_engine"):
+        raise ImportError_(f"{AR}.hybrid_engine: expected False (verl's {recipe} recipe runs generation on a pool of "
+                           "its own), got True")
     strategy = str(cfg[f"{AR}.actor.strategy"])
     tp: dict = {"rollout": _int(cfg, f"{AR}.rollout.tensor_model_parallel_size")}
     if strategy == "megatron":
@@ -470,6 +482,15 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
         a.append(f"the reward model's resource pool ({rm_pool} GPUs) is carved out of trainer.nnodes x n_gpus_per_node")
     else:
         placement = {"kind": "colocated", "tp": tp}
+    pools = None
+    if recipe is not None:
+        if rm_pool is not None:
+            raise ImportError_(f"reward_model.enable_resource_pool: expected False with verl's {recipe} recipe (a third "
+                               "pool is not read), got True")
+        pools = verl_async.pools_and_schedule(recipe, cfg, seen, ["actor", *(r for r in models if r != "actor" and (
+            r != "reward" or models[r].get("kind") == "model"))], tp, opts.gpus_per_node, a)
+        placement, total = pools["placement"], pools["training_gpus"]
+        cluster.update(nodes=pools["nodes"], gpus_per_node=pools["gpus_per_node"])
 
     name = str(cfg[f"{AR}.rollout.name"])
     engine = ENGINES.get(name)
@@ -494,7 +515,7 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
     elif runtime in V0_RUNTIME:
         runtime = vllm_engine(runtime, env, opts.verl_version, a)
 
-    prompts = _int(cfg, "data.train_batch_size")
+    prompts = pools["prompts_per_step"] if pools and pools["prompts_per_step"] else _int(cfg, "data.train_batch_size")
     max_prompt = _int(cfg, f"{AR}.rollout.prompt_length" if f"{AR}.rollout.prompt_length" in seen else "data.max_prompt_length")
     max_resp = _int(cfg, f"{AR}.rollout.response_length" if f"{AR}.rollout.response_length" in seen else "data.max_response_length")
     mini = _int(cfg, f"{AR}.actor.ppo_mini_batch_size")
@@ -525,7 +546,7 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
         },
         "generation": {"engine": engine[0], "runtime": runtime, "max_batch": _int(cfg, f"{AR}.rollout.max_num_seqs"),
                        **_step_budget(cfg, runtime, opts, a), **_sharing(cfg, runtime, mode, opts, a)},
-        "schedule": {"kind": "sync"},
+        "schedule": pools["schedule"] if pools else {"kind": "sync"},
         "steps": opts.steps,
         "warmup_steps": 1 if opts.steps > 1 else 0,
         "seed": 0,
@@ -539,7 +560,10 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
         lay = megatron.get("actor", {})
         world = total // (tp["actor"] * lay.get("pp", 1) * lay.get("cp", 1)) if strategy == "megatron" else total
         scenario["execution"] = verl_execution.execution(
-            cfg, seen, world, models, a, parse_version(opts.verl_version) if opts.verl_version is not None else None)
+            cfg, seen, world, models, a, parse_version(opts.verl_version) if opts.verl_version is not None else None,
+            hybrid=pools is None)
+        if pools is not None:
+            scenario["execution"]["old_log_prob"] = pools["old_log_prob"]
         # verl >= 0.3 puts vLLM (>= 0.7) to sleep around training (level 1: its weights offloaded to host memory)
         # and wakes it before the next rollout; verl 0.2's patched vLLM freed the weights with no host copy
         old = opts.verl_version is not None and parse_version(opts.verl_version) < (0, 3)

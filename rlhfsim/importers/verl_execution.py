@@ -127,9 +127,10 @@ def advantage(cfg: dict, version: tuple[int, int] | None, a: list[str]) -> dict:
 
 
 def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list[str],
-              version: tuple[int, int] | None = None) -> dict:
+              version: tuple[int, int] | None = None, hybrid: bool = True) -> dict:
     """The scenario's ``execution`` block from verl's settings (``cfg``: the launch over verl's defaults; ``version``:
-    the release, None for the current one)."""
+    the release, None for the current one; ``hybrid``: the hybrid engine's resharding weight sync, else the async
+    recipes' NCCL broadcast to a separate pool)."""
     a = assumptions
     mb: dict = {}
     sp = _int(cfg, f"{AR}.actor.ulysses_sequence_parallel_size")
@@ -195,9 +196,12 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
         cparam = _flag(cfg, "critic.model.fsdp_config.param_offload")
         offload["critic"] = {"param": cparam, "grad": cparam or _flag(cfg, "critic.model.fsdp_config.grad_offload"),
                              "optimizer": _flag(cfg, "critic.model.fsdp_config.optimizer_offload")}
-    a.append("verl mechanics on (execution): the actor's old-log-prob pass every step (verl >= 0.3 times it as "
-             "timing_s/old_log_prob), advantages on the driver (timing_s/adv), weight sync by resharding into the "
-             "engine (the hybrid engine)")
+    a.append("verl mechanics on (execution): "
+             + ("the actor's old-log-prob pass every step (verl >= 0.3 times it as timing_s/old_log_prob)" if hybrid
+                else "the old-log-prob pass as the async recipe sets it")
+             + ", advantages on the driver (timing_s/adv), "
+             + ("weight sync by resharding into the engine (the hybrid engine)" if hybrid
+                else "weight sync by NCCL broadcast to the generation pool"))
     strategy = str(cfg.get(f"{AR}.actor.strategy", "fsdp"))
     a.append(f"actor.strategy {strategy}: " + ("parameters sharded by FSDP over each pool's GPUs (execution.sharding: "
              "fsdp: gathers and fp32 gradient reduce-scatters every micro-batch)" if strategy in ("fsdp", "fsdp2")
@@ -216,6 +220,6 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
         "micro_batch": mb,
         "gradient_checkpointing": ckpt,
         "offload": offload,
-        "weight_sync": {"kind": "reshard"},
+        "weight_sync": {"kind": "reshard" if hybrid else "nccl"},
         "ulysses_sequence_parallel_size": sp,
     }

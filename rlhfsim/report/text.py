@@ -59,6 +59,10 @@ def print_summary(s: dict, console: Console | None = None, names: str = "rlhfsim
     t.add_row(f"{s['step_time_s']:.3f}", *((interval_text(iv),) if iv else ()), f"{s['step_time_p50_s']:.3f}",
               f"{s['step_time_p90_s']:.3f}", f"{s['tokens_per_s']:.0f}")
     c.print(t)
+    st = s.get("schedule_stats") or {}
+    if st.get("staleness_max"):   # an async schedule's batches trained by a later policy than generated them
+        c.print(f"staleness reached over the steady steps: mean {st['staleness_mean']:.2f}, max {st['staleness_max']} "
+                "steps between the policy that generated a batch and the one that trains on it")
     t = Table(title="phases (span per step; overlapped phases overlap)")
     t.add_column("phase")
     t.add_column("s", justify="right")

@@ -74,6 +74,13 @@ class Setup:
         return role_head(role)
 
 
+def pools_span_nodes(a: PoolSpec, b: PoolSpec, gpus_per_node: int) -> bool:
+    """Whether the GPUs of pools ``a`` and ``b`` together sit in more than one node (pools are laid out in order from
+    ``first_gpu``): a transfer between them then crosses the inter-node link."""
+    nodes = {g // gpus_per_node for p in (a, b) for g in (p.first_gpu, p.first_gpu + p.gpus - 1)}
+    return len(nodes) > 1
+
+
 def role_head(role: str) -> str:
     """Actor, reference and the generation engine carry an LM head; critic and reward a scalar head."""
     return "lm" if role in ("actor", "reference", "rollout") else "value"
@@ -263,6 +270,9 @@ def build_setup(sc: Scenario) -> Setup:
         if r not in role_pool:
             raise ScenarioError("placement", f"expected every role placed on a pool, got no pool for {r!r}")
     role_pool.setdefault("rollout", role_pool["actor"])
+    if sc.execution.weight_sync.kind == "nccl" and role_pool["rollout"] == role_pool["actor"]:
+        raise ScenarioError("execution.weight_sync.kind", "expected copy or reshard where generation shares the actor's "
+                            "pool (nccl broadcasts to a generation pool of its own), got nccl")
 
     tp = {r: getattr(sc.placement.tp, r) for r in ("actor", "critic", "reference", "reward")}
     tp["rollout"] = sc.placement.tp.rollout or tp["actor"]

@@ -272,8 +272,8 @@ class Offload(Frozen):
 class WeightSync(Frozen):
     engine_sleep: bool = Field(
         False, description="With reshard on a shared pool: the engine offloads its weights to host memory while training runs and loads them back before the next rollout (vLLM's sleep level 1 and wake_up, verl >= 0.3's free_cache_engine with vLLM >= 0.7), W / rollout TP each way over the host link, priced beside the KV cache's reallocation (part sleep_wake_s).")
-    kind: Literal["copy", "reshard"] = Field(
-        "copy", description="`copy`: the trained weights are copied through device memory (shared pool) or broadcast over the link (separate pools), nothing else; `reshard`: as verl's hybrid engine does it: the training layout's shards are gathered into the engine's tensor-parallel layout (intra-node link), loaded into the engine (a copy through device memory) and, on a shared pool, the engine's KV cache is freed and allocated again.")
+    kind: Literal["copy", "reshard", "nccl"] = Field(
+        "copy", description="`copy`: the trained weights are copied through device memory (shared pool) or broadcast over the link (separate pools: each engine rank its tensor-parallel shard), nothing else; `reshard`: as verl's hybrid engine does it: the training layout's shards are gathered into the engine's tensor-parallel layout (intra-node link), loaded into the engine (a copy through device memory) and, on a shared pool, the engine's KV cache is freed and allocated again; `nccl` (the generation engine on a pool of its own only): as verl's one_step_off and fully_async recipes do it: each tensor gathered whole on the training pool, broadcast whole to every generation rank over NCCL (NVLink where both pools sit in one node, else the inter-node link) and loaded into the engine, serial with both pools.")
 
 
 class Advantage(Frozen):

@@ -122,7 +122,7 @@ def step_scalars_used(s, measured: tuple[str, ...] = ()) -> tuple[str, ...]:
     off = ex.offload
     if any(getattr(getattr(off, r), f) for r in ("actor", "critic") for f in ("param", "grad", "optimizer")) or off.reference.param:
         used.append("host_copy_eff")
-    if ex.weight_sync.kind == "reshard":
+    if ex.weight_sync.kind in ("reshard", "nccl"):
         used.append("reshard_eff")
         if s.pool_of("actor") is s.pool_of("rollout"):
             used += ["kv_realloc_s", "kv_realloc_s_per_gib"]

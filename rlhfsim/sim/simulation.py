@@ -258,6 +258,10 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "deferral_age_hist": {str(k): v for k, v in sorted(ages.items())},
         "off_policy_token_frac": float(np.mean([r.off_policy_token_frac for r in steady])),
         "staleness_hist": {str(k): v for k, v in sorted(stal.items())},
+        # the staleness reached (steps between the policy that generated a batch and the one it trains), over the
+        # steady steps: what an async schedule's max_staleness allowed versus what the pools' speeds let it use
+        "staleness_mean": float(np.mean([r.staleness for r in steady])),
+        "staleness_max": max(r.staleness for r in steady),
         "chunk_tokens": [r.chunk_tokens for r in steps],
         "delta": [r.delta for r in steps],
         "chunks_scored": int(sum(r.chunks_scored for r in steps)),
@@ -278,7 +282,7 @@ def summarize(sim: Simulation, steps: list[StepRecord]) -> dict:
         "phases_s": phases,
         "verl_timing": verl_timing(phases, float(times.mean())),
         "step_costs": _step_costs(sim),
-        "weight_sync_parts_s": stages.weight_sync_parts(sim) if sc.execution.weight_sync.kind == "reshard" else None,
+        "weight_sync_parts_s": stages.weight_sync_parts(sim) if sc.execution.weight_sync.kind in ("reshard", "nccl") else None,
         "gpu_utilization": busy,
         "gpu_busy": dict(busy),
         "gpu_active": active,

@@ -30,8 +30,9 @@ from rlhfsim.contracts import CPU_POOL
 from rlhfsim.costs import parallel, price
 from rlhfsim.costs.driver import AdvantageCode
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
-from rlhfsim.costs.terms import (ADVANTAGE, FRAMEWORK_PIECE, OFFLOAD, OPTIMIZER, PIPELINE_BUBBLE, RETOKENIZE, RULE_REWARD,
-                                 WEIGHT_SYNC, add_terms)
+from rlhfsim.costs.terms import (ADVANTAGE, FRAMEWORK_PIECE, OFFLOAD, OPTIMIZER, PIPELINE_BUBBLE, POOL_WEIGHT_TRANSFER, RETOKENIZE,
+                                 RULE_REWARD, WEIGHT_SYNC, add_terms)
+from rlhfsim.scenario.checks import pools_span_nodes
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
 from rlhfsim.sim.balance import balanced_ranks
@@ -332,21 +333,27 @@ def weight_sync(env, sim, step: int):
       (``SHARES_TRAINING_WEIGHTS``: HF ``generate()`` as TRL calls it): a zero-length phase;
     * ``reshard``: ``CostModel.reshard_parts``: the FSDP shards all-gathered, loaded into the engine's
       layout, and on a shared pool the KV cache freed and allocated again (separate pools: the
-      broadcast instead), plus the actor's parameter offload (loaded for the sync and offloaded after).
-    Recorded as one interval; its active share is the gather, load and broadcast (the KV allocator and
-    host copies are not kernels)."""
+      broadcast instead), plus the actor's parameter offload (loaded for the sync and offloaded after);
+    * ``nccl`` (separate pools, verl's one_step_off and fully_async recipes): ``CostModel.nccl_sync_parts``, the
+      tensors gathered whole on the training pool, broadcast whole over the link the two pools span, loaded.
+    Recorded as one interval holding the generation pool; the training pool waits for it too, since every schedule
+    trains the next batch after the sync (neither verl recipe overlaps the transfer with generation or training).
+    Its active share is the gather, load and broadcast (the KV allocator and host copies are not kernels). In
+    ``rlhfsim explain`` the crossing between pools is the term pool_weight_transfer, the rest weight_sync."""
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
-    if s.scenario.execution.weight_sync.kind == "reshard":
+    if s.scenario.execution.weight_sync.kind in ("reshard", "nccl"):
         parts = weight_sync_parts(sim)
-        active = parts["gather_s"] + parts["load_s"] + parts.get("broadcast_s", 0.0)
+        cross = parts.get("broadcast_s", 0.0)
+        active = parts["gather_s"] + parts["load_s"] + cross
         t = sum(parts.values())
         off = parts["offload_s"]
     else:
         t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes, same_pool=a is r,
                                    shares_weights=s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS)
         active = t  # a device-memory copy or a link transfer: the device works throughout
+        cross = 0.0 if a is r else t
         off = ex.offload_s(sim, "actor", "sync")
         t += off
     with sim.locks[r.name].request() as req:
@@ -355,18 +362,23 @@ def weight_sync(env, sim, step: int):
         yield env.timeout(t)
         sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
         if t > 0 and sim.rec.terms is not None:   # rlhfsim explain: the update's parts are weight_sync's
-            sim.rec.add_terms(step, "weight_sync", {WEIGHT_SYNC: t - off, OFFLOAD: off})
+            sim.rec.add_terms(step, "weight_sync", {WEIGHT_SYNC: t - off - cross, POOL_WEIGHT_TRANSFER: cross,
+                                                    OFFLOAD: off})
 
 
 def weight_sync_parts(sim) -> dict[str, float]:
-    """Named parts (seconds) of a ``reshard`` weight update (``CostModel.reshard_parts``), plus
-    ``offload_s`` (the actor's parameter offload, 0 when off); the same every step."""
+    """Named parts (seconds) of a ``reshard`` (``CostModel.reshard_parts``) or ``nccl`` (``CostModel.nccl_sync_parts``)
+    weight update, plus ``offload_s`` (the actor's parameter offload, 0 when off); the same every step."""
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
-    kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
-    parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
-                                   a.spans_nodes or r.spans_nodes, s.scenario.execution.weight_sync.engine_sleep)
+    if s.scenario.execution.weight_sync.kind == "nccl":
+        parts = sim.cost.nccl_sync_parts(model, dtype, a.gpus, a.spans_nodes, s.tp["rollout"],
+                                         pools_span_nodes(a, r, s.scenario.cluster.gpus_per_node))
+    else:
+        kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
+        parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
+                                       a.spans_nodes or r.spans_nodes, s.scenario.execution.weight_sync.engine_sleep)
     parts["offload_s"] = ex.offload_s(sim, "actor", "sync")
     return parts
 
