@@ -13,14 +13,17 @@ it (``field_table.load_runs``); a group may hold dev-half runs only (``field_tab
 is ever fitted). The "setting changed" check of the issue needs two runs that differ in one setting: the
 script counts the settings each pair of the group's launches differs in and reports the closest pair.
 
-Run from the repository root (about 2 minutes for qwen3-lab, 4-10 for play-verl, on two shared cores); with every
+Run from the repository root (about 3 minutes for qwen3-lab, 13 for play-verl, on two shared cores); with every
 group, the medians over all their held-out runs close the output:
 
-    python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean]
+    python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean] [--bins N]
+        [--prior X] [--weighting equal|share]
 
 ``--lengths mean`` gives each run only its logged mean response length (the importer's assumed shape, as
 field_table.py does); ``logged`` (default) also matches the shape to the log's longest and clipped responses
-(rlhfsim.fromrun.lengths).
+(rlhfsim.fromrun.lengths). ``--bins N`` fits each of the other runs as up to N bins of its steady steps cut by their
+longest response (``rlhfsim.fromrun.fit.prepare_units``); the held-out run is predicted whole either way. ``--prior``
+and ``--weighting`` are the fit's (``rlhfsim calibrate --from-run``'s) options.
 """
 
 from __future__ import annotations
