@@ -13,7 +13,7 @@ it (``field_table.load_runs``); a group may hold dev-half runs only (``field_tab
 is ever fitted). The "setting changed" check of the issue needs two runs that differ in one setting: the
 script counts the settings each pair of the group's launches differs in and reports the closest pair.
 
-Run from the repository root (about 3 minutes for qwen3-lab, 13 for play-verl, on two shared cores); with every
+Run from the repository root (1-3 minutes for qwen3-lab, 5-13 for play-verl, on two shared cores); with every
 group, the medians over all their held-out runs close the output:
 
     python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean] [--bins N]
