@@ -24,6 +24,13 @@ prices apart (``retokenize``): it sits inside the span that holds the reward. Re
 before verl PR #129 (2025-01-24, first in v0.2) computed the actor's old log-probs inside ``generate_sequences``
 and log no ``timing_s/old_log_prob``: there the simulator's ``old_log_prob`` is added to its ``generate``.
 
+Bins. A run may also be fitted as its steady steps cut into bins by their longest response (``prepare_units``, as
+the pooled fit cuts them: ``rlhfsim.fromrun.pool.bins``), each bin imported with its own mean lengths and logged
+shape and compared with its own mean phases, its residuals weighed 1 / sqrt(its run's bins). Within one log the
+longest response moves from step to step and a step's generation is bound by it, so the bins show how
+``timing_s/gen`` grows with the longest response (the decode time of the tail batch) apart from what it costs
+besides, which one mean per run cannot tell apart.
+
 Pricing. A run is priced as ``rlhfsim simulate`` prices it on its GPU: the profile through
 ``rlhfsim.costs.model.with_stack_rate`` (a datasheet-derived profile's compute efficiencies carried from the H100
 they are stated for to the GPU: ``catalog.carried_compute_eff``, the GEMMs at the stack's sustained rate and the
@@ -152,6 +159,8 @@ class Run:
     old_log_prob_in_gen: bool = False  # the log's release computes the old log-probs inside timing_s/gen
     framework: str = "verl"            # whose timers ``measured`` holds (fromrun.frameworks)
     reward_logged: bool = False        # the log has timing_s/reward (dropped from ``measured`` where reward_in_gen)
+    part: str = ""                     # a bin of the log's steady steps (``prepare_units``); "": all of them
+    weight: float = 1.0                # its residuals' weight (a run cut in n bins: 1 / sqrt(n) each)
 
 
 def read_launch(path: Path) -> str:
@@ -232,6 +241,20 @@ def prepare(spec: RunSpec) -> Run:
     """Read a run's log and import its launch with the log's own mean lengths."""
     return prepare_steady(spec, steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps,
                                              spec.strict))
+
+
+def prepare_units(spec: RunSpec, n_bins: int) -> list[Run]:
+    """A run's steady steps cut into up to ``n_bins`` bins by their longest response (``rlhfsim.fromrun.pool.bins``:
+    by ``response_length/max``, else by the clipped share; one bin when the log has too little spread), each
+    prepared as a run of its own (``prepare_steady``: imported with the bin's own mean lengths and logged shape) and
+    weighed 1 / sqrt(bins), so every run weighs the same however it is cut (module docstring, "Bins")."""
+    from rlhfsim.fromrun.pool import bins
+
+    steady = steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps, spec.strict)
+    parts = bins(steady, n_bins) if n_bins > 1 else [("", steady)]
+    if len(parts) == 1:
+        return [prepare_steady(spec, steady)]
+    return [replace(prepare_steady(spec, st), part=label, weight=1 / math.sqrt(len(parts))) for label, st in parts]
 
 
 def prepare_steady(spec: RunSpec, steady: Steady) -> Run:
@@ -355,8 +378,9 @@ class Problem:
             raise FitError("fit: expected logged phases the simulator prices (timing_s/gen, timing_s/update_actor, ...), "
                            "got none")
         self.log_meas = np.array([math.log(runs[i].measured[k]) for i, k in self.rows])
-        self.w = np.ones(len(self.rows)) if weighting == "equal" else \
-            np.sqrt([runs[i].measured[k] / runs[i].measured[VERL_STEP_KEY] for i, k in self.rows])
+        self.w = np.array([runs[i].weight for i, _ in self.rows]) * (
+            np.ones(len(self.rows)) if weighting == "equal" else
+            np.sqrt([runs[i].measured[k] / runs[i].measured[VERL_STEP_KEY] for i, k in self.rows]))
         seen: dict[str, Param] = {}
         for t in T.TERMS:
             for r in runs:
@@ -587,7 +611,8 @@ def _bootstrap(prob: Problem, x, pinv, lo, hi, seed: int) -> np.ndarray:
 def _run_record(run: Run, base_pred: dict, pred: dict) -> dict:
     keys = [k for k in run.measured if k in pred]
     return {
-        "id": run.spec.id, "launch": str(run.spec.launch), "launch_text": run.launch_text, "log": str(run.spec.log),
+        "id": run.spec.id, **({"part": run.part, "weight": run.weight} if run.part else {}),
+        "launch": str(run.spec.launch), "launch_text": run.launch_text, "log": str(run.spec.log),
         "gpu": run.spec.gpu,
         "sets": list(run.spec.sets), "verl_version": run.spec.verl_version, "lengths": run.lengths,
         "framework": run.framework,

@@ -80,6 +80,14 @@ class Steady:
         return {k: [float(s.metrics[k]) for s in self.kept] for k in sorted(keys)
                 if k.startswith(prefix) and k not in skip}
 
+    def subset(self, kept: list[StepLine]) -> "Steady":
+        """These steady steps alone (a bin of them: ``rlhfsim.fromrun.pool.bins``), with the log's every training step
+        (``logged``) and its format carried, so the launch/log agreement check (``rlhfsim.fromrun.agree``) still reads
+        the whole log: a warm-up step or a step of another bin whose response ran past the launch's cap is named,
+        not dropped silently. What the reader skipped stays with the whole log's record."""
+        return Steady(self.source, list(kept), logged=list(self.logged or self.kept), format=self.format,
+                      unit=self.unit, framework=self.framework)
+
     def mean(self, key: str) -> float | None:
         """The mean of ``key`` over the kept steps that logged it (None: none did)."""
         vals = [float(s.metrics[key]) for s in self.kept if key in s.metrics]

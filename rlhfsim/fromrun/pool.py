@@ -239,7 +239,7 @@ def bins(steady: Steady, n: int = BINS, min_bin: int = MIN_BIN) -> list[tuple[st
     for a, b in zip(cuts, cuts[1:]):
         part = sorted(order[a:b], key=lambda s: s.step)
         lo, hi = float(order[a].metrics[key]), float(order[b - 1].metrics[key])
-        out.append((f"{key} {lo:g}-{hi:g} ({len(part)} steps)", Steady(steady.source, part)))
+        out.append((f"{key} {lo:g}-{hi:g} ({len(part)} steps)", steady.subset(part)))
     return out
 
 

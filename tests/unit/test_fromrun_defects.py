@@ -5,6 +5,7 @@ another software stack, and the spans a verl release timed."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,29 @@ def test_a_log_whose_mean_response_exceeds_the_launch_cap_names_the_cap_and_the_
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
     assert r.output.startswith("error: data.max_response_length: the launch") and "caps responses at 128" in r.output
     assert "response_length/max:192" in r.output and "--mean-response-len" not in r.output
+
+
+def test_a_bin_of_steps_under_the_cap_still_has_the_whole_log_checked_against_it():
+    """play-verl's Qwen2-7B "min" run (F7): its steady steps cut into bins by the longest response
+    (``pool.bins``); the first bin's longest is 857 tokens, while the warm-up step and the other bins reach 1024. With
+    the launch's cap set to 857, prepared bin by bin, the first bin alone fits under the cap, but the log is not
+    the launch's run: the agreement check names the first step past the cap (step 1, 1024 tokens), from the whole
+    log, not only the bin's steps."""
+    from rlhfsim.fromrun.agree import LaunchLogMismatch
+    from rlhfsim.fromrun.fit import prepare_steady
+    from rlhfsim.fromrun.logs import read_log, steady_steps
+    from rlhfsim.fromrun.pool import bins
+
+    launch = ROOT / "scenarios" / "examples" / "field" / "playverl-h100-qwen2-7b-ppo-min.sh"
+    log = ROOT / "scenarios" / "examples" / "fromrun" / "logs" / "verl_qwen2_7b_min.log.steps.gz"
+    sets = ("actor_rollout_ref.rollout.max_num_seqs=1024", "critic.model.use_remove_padding=False",
+            "actor_rollout_ref.rollout.enforce_eager=True")
+    steady = steady_steps(read_log(log), log.name, 1, 3)
+    label, first = bins(steady)[0]
+    assert label.startswith("response_length/max 363-857") and max(
+        s.metrics["response_length/max"] for s in first.kept) == 857
+    spec = RunSpec("F7", launch, log, "h100-sxm", sets + ("data.max_response_length=857",), "0.3")
+    with pytest.raises(LaunchLogMismatch) as e:
+        prepare_steady(spec, first)
+    assert "caps responses at 857" in str(e.value) and "response_length/max:1024 (step 1," in str(e.value)
+    assert prepare_steady(replace(spec, sets=sets), first).lengths["response_cap"] == 1024   # the launch's own cap

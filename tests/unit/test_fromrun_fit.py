@@ -186,3 +186,31 @@ def test_a_term_every_run_pulls_past_its_bound_is_pinned_and_frees_what_it_confo
     assert not _unanimous(prob, col, np.array([0.5, 0.0]), upper=False)      # run 1 matched by other terms
     assert _unanimous(prob, col, np.array([-0.5, -0.1]), upper=True)         # both pull above the upper bound
     assert _unanimous(prob, np.array([1.0, 0.0]), np.array([0.5, 0.0]), upper=False)   # run 1 not moved by it
+
+
+def test_a_run_fitted_in_bins_is_its_steps_cut_by_the_longest_response_each_weighed_one_over_sqrt_bins():
+    """play-verl's Qwen2-7B "min" run (F7): ``prepare_units`` cuts its 111 steady steps into three bins by
+    ``response_length/max`` (each imported with its own mean lengths and compared with its own mean phases); the bins
+    partition the steps, their step-weighted means are the run's, each weighs 1 / sqrt(3) in the fit's residuals, and
+    one bin asked for is the run whole, of weight 1."""
+    from rlhfsim.fromrun.fit import Problem, prepare_units
+
+    launch = ROOT / "scenarios" / "examples" / "field" / "playverl-h100-qwen2-7b-ppo-min.sh"
+    log = ROOT / "scenarios" / "examples" / "fromrun" / "logs" / "verl_qwen2_7b_min.log.steps.gz"
+    spec = RunSpec("F7", launch, log, "h100-sxm", ("actor_rollout_ref.rollout.max_num_seqs=1024",
+                   "critic.model.use_remove_padding=False", "actor_rollout_ref.rollout.enforce_eager=True"), "0.3")
+    whole = prepare(spec)
+    units = prepare_units(spec, 3)
+    assert [u.part.split(" (")[0] for u in units] == ["response_length/max 363-857", "response_length/max 868-1022",
+                                                       "response_length/max 1024-1024"]
+    steps = sorted(s.step for u in units for s in u.steady.kept)
+    assert steps == sorted(s.step for s in whole.steady.kept)
+    n = [len(u.steady.kept) for u in units]
+    gen = sum(u.measured["timing_s/gen"] * k for u, k in zip(units, n)) / sum(n)
+    assert gen == pytest.approx(whole.measured["timing_s/gen"], rel=1e-9)
+    assert units[0].measured["timing_s/gen"] < units[2].measured["timing_s/gen"]   # bound by the longest response
+    assert all(u.weight == pytest.approx(3 ** -0.5) for u in units)
+    prob = Problem(units, load_profile("default"))
+    assert set(np.round(prob.w, 9)) == {round(3 ** -0.5, 9)}
+    one = prepare_units(spec, 1)
+    assert len(one) == 1 and one[0].weight == 1.0 and one[0].part == ""

@@ -13,14 +13,17 @@ it (``field_table.load_runs``); a group may hold dev-half runs only (``field_tab
 is ever fitted). The "setting changed" check of the issue needs two runs that differ in one setting: the
 script counts the settings each pair of the group's launches differs in and reports the closest pair.
 
-Run from the repository root (about 2 minutes for qwen3-lab, 4-10 for play-verl, on two shared cores); with every
+Run from the repository root (1-3 minutes for qwen3-lab, 5-13 for play-verl, on two shared cores); with every
 group, the medians over all their held-out runs close the output:
 
-    python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean]
+    python scenarios/examples/fromrun/loo.py [--json] [--group NAME] [--lengths logged|mean] [--bins N]
+        [--prior X] [--weighting equal|share]
 
 ``--lengths mean`` gives each run only its logged mean response length (the importer's assumed shape, as
 field_table.py does); ``logged`` (default) also matches the shape to the log's longest and clipped responses
-(rlhfsim.fromrun.lengths).
+(rlhfsim.fromrun.lengths). ``--bins N`` fits each of the other runs as up to N bins of its steady steps cut by their
+longest response (``rlhfsim.fromrun.fit.prepare_units``); the held-out run is predicted whole either way. ``--prior``
+and ``--weighting`` are the fit's (``rlhfsim calibrate --from-run``'s) options.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import yaml
 
 from rlhfsim.contracts import VERL_STEP_KEY
 from rlhfsim.costs.profile import load_profile
-from rlhfsim.fromrun.fit import RunSpec, fit, predict, prepare
+from rlhfsim.fromrun.fit import RunSpec, fit, predict, prepare, prepare_units
 
 HERE = Path(__file__).resolve().parent
 FIELD = HERE.parent / "field"
@@ -91,33 +94,38 @@ def differing_settings(a: RunSpec, b: RunSpec) -> list[str]:
     return sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
 
 
-def loo(group: dict, lengths: str = "logged", **fit_kw) -> dict:
+def loo(group: dict, lengths: str = "logged", n_bins: int = 1, **fit_kw) -> dict:
     t0 = time.perf_counter()
     base = load_profile("default")
-    runs = [prepare(s) for s in specs(group, lengths)]
+    sp = specs(group, lengths)
+    runs = [prepare(s) for s in sp]
+    units = [prepare_units(s, n_bins) for s in sp]     # what is fitted: each run whole, or its steps in bins
     rows = []
     for i, held in enumerate(runs):
         t = time.perf_counter()
-        res = fit([r for j, r in enumerate(runs) if j != i], base, **fit_kw)
+        res = fit([u for j, us in enumerate(units) if j != i for u in us], base, **fit_kw)
         pred, bpred = predict(held, res["profile"]), predict(held, base)
         rows.append({"held_out": held.spec.id, "fit_s": round(time.perf_counter() - t, 1),
                      "measured_s": {k: round(v, 3) for k, v in held.measured.items()},
                      "predicted_s": {k: round(v, 3) for k, v in pred.items() if k in held.measured},
                      "error_pct": errors(held, pred), "base_error_pct": errors(held, bpred),
                      "terms": {t["path"]: t["fitted"] for t in res["terms"]}, "warnings": res["warnings"]})
-    full = fit(runs, base, **fit_kw)
+    full = fit([u for us in units for u in us], base, **fit_kw)
+    in_sample = [{k: round(100 * (p[k] - m) / m, 1) for k, m in r.measured.items() if k in p and m > 0}
+                 for r in runs for p in [predict(r, full["profile"])]]
     pairs = sorted((len(d), a.spec.id, b.spec.id, d) for a, b in combinations(runs, 2)
                    for d in [differing_settings(a.spec, b.spec)])
     return {"group": group["name"], "source": group["source"], "lengths": lengths, "runs": [r.spec.id for r in runs], "loo": rows,
             "loo_median_abs_error_pct": medians([r["error_pct"] for r in rows]),
             "base_median_abs_error_pct": medians([r["base_error_pct"] for r in rows]),
-            "in_sample_median_abs_error_pct": medians([r["fitted_error_pct"] for r in full["runs"]]),
+            "in_sample_median_abs_error_pct": medians(in_sample), "bins": n_bins,
             "closest_pair": {"runs": pairs[0][1:3], "n_settings": pairs[0][0], "settings": pairs[0][3]},
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def show(out: dict) -> None:
-    print(f"== group {out['group']} ({out['source']}): runs {', '.join(out['runs'])}; response lengths: {out['lengths']}")
+    print(f"== group {out['group']} ({out['source']}): runs {', '.join(out['runs'])}; response lengths: {out['lengths']}"
+          + (f"; each run's steps fitted in up to {out['bins']} bins" if out["bins"] > 1 else ""))
     for r in out["loo"]:
         e, b = r["error_pct"], r["base_error_pct"]
         print(f"{r['held_out']}: step measured {r['measured_s'][VERL_STEP_KEY]:.2f} s, LOO predicted "
@@ -148,7 +156,8 @@ def main() -> None:
     lengths = sys.argv[sys.argv.index("--lengths") + 1] if "--lengths" in sys.argv else "logged"
     kw = {"weighting": sys.argv[sys.argv.index("--weighting") + 1] if "--weighting" in sys.argv else "equal",
           "prior": float(sys.argv[sys.argv.index("--prior") + 1]) if "--prior" in sys.argv else 0.0}
-    outs = [loo(g, lengths, **kw) for g in chosen]
+    n_bins = int(sys.argv[sys.argv.index("--bins") + 1]) if "--bins" in sys.argv else 1
+    outs = [loo(g, lengths, n_bins, **kw) for g in chosen]
     overall = {"groups": [o["group"] for o in outs],
                "loo_median_abs_error_pct": medians([r["error_pct"] for o in outs for r in o["loo"]]),
                "base_median_abs_error_pct": medians([r["base_error_pct"] for o in outs for r in o["loo"]])}
