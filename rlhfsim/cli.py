@@ -191,21 +191,25 @@ def models(fmt):
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def gpus(fmt):
-    """List the hardware catalog (datasheet dense peaks; memory in GiB, bandwidths in GB/s; the server's host CPU and
+    """List the hardware catalog (datasheet dense peaks, fp8 "-" where the GPU has no FP8 tensor cores; memory in GiB,
+    bandwidths in GB/s; the NVLink domain where it spans nodes, else "node"; the server's host CPU and
     how long host work takes on it against the H100/H200 servers' Xeon, rlhfsim.hardware.hosts)."""
     from rlhfsim.hardware.catalog import GPUS, GiB
     from rlhfsim.hardware.hosts import host_scale
 
     rows = [{"name": g.name, "bf16_tflops": g.peak("bfloat16") / 1e12, "fp32_tflops": g.peak("float32") / 1e12,
+             "fp8_tflops": f"{g.peak('float8') / 1e12:.1f}" if "float8" in g.peak_flops else "-",
+             "nvlink_domain": str(g.nvlink_domain) if g.nvlink_domain else "node",
              "hbm_gb_s": g.mem_bw / 1e9, "memory_gib": g.mem_bytes / GiB, "intra_node_gb_s": g.intra_node_bw / 1e9,
              "inter_node_gb_s": g.inter_node_bw / 1e9, "price_per_hour": g.price_per_hour, "host_cpu": g.host_cpu or "-",
              "host_x": f"{host_scale(g.host_cpu):.2f}" if g.host_cpu else "-"} for g in GPUS.values()]
     if fmt == "json":
         click.echo(json.dumps([{**g.to_dict(), "memory_gib": g.mem_bytes / GiB} for g in GPUS.values()]))
         return
-    cols = [("name", "name", "{}"), ("bf16 TFLOP/s", "bf16_tflops", "{:.1f}"), ("fp32 TFLOP/s", "fp32_tflops", "{:.1f}"),
+    cols = [("name", "name", "{}"), ("bf16 TFLOP/s", "bf16_tflops", "{:.1f}"), ("fp8 TFLOP/s", "fp8_tflops", "{}"),
+            ("fp32 TFLOP/s", "fp32_tflops", "{:.1f}"),
             ("HBM GB/s", "hbm_gb_s", "{:.0f}"), ("memory GiB", "memory_gib", "{:.1f}"),
-            ("NVLink GB/s", "intra_node_gb_s", "{:.0f}"), ("net GB/s", "inter_node_gb_s", "{:.1f}"), ("$/h", "price_per_hour", "{:.2f}"),
+            ("NVLink GB/s", "intra_node_gb_s", "{:.0f}"), ("domain", "nvlink_domain", "{}"), ("net GB/s", "inter_node_gb_s", "{:.1f}"), ("$/h", "price_per_hour", "{:.2f}"),
             ("host CPU", "host_cpu", "{}"), ("host x", "host_x", "{}")]
     _print_table("gpus", cols, rows)
 
@@ -221,7 +225,7 @@ def _print_table(title: str, cols: list[tuple[str, str, str]], rows: list[dict])
     for r in rows:
         t.add_row(*(fmt.format(r[key]) for _, key, fmt in cols))
     console = Console()
-    console.width = max(console.width, 132)  # a catalog row on one line, also when piped
+    console.width = max(console.width, 160)  # a catalog row on one line, also when piped
     console.print(t)
 
 

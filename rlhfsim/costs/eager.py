@@ -44,7 +44,7 @@ read it).
 
 from __future__ import annotations
 
-from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
+from rlhfsim.models.catalog import ACTIVATION_BYTES, ModelShape
 
 FP32 = 4            # transformers' RMSNorm computes in float32
 QK_NORM_TYPES = ("qwen3",)   # models whose attention normalizes q and k per head (Qwen3Attention.q_norm, k_norm)
@@ -57,7 +57,7 @@ def rmsnorm_bytes(b: int) -> int:
 
 def layer_bytes_per_token(m: ModelShape, dtype: str, tp: int = 1) -> float:
     """Bytes one token moves through one decoder layer's element-wise kernels on one GPU of a TP group of ``tp``."""
-    b = DTYPE_BYTES[dtype]
+    b = ACTIVATION_BYTES[dtype]
     h, d, heads = m.hidden, m.head_dim, m.heads + m.kv_heads
     if m.gated_mlp:
         norms = 2 * rmsnorm_bytes(b) * h
@@ -74,7 +74,7 @@ def layer_bytes_per_token(m: ModelShape, dtype: str, tp: int = 1) -> float:
 
 def bytes_per_token(m: ModelShape, dtype: str, tp: int = 1) -> float:
     """Every decoder layer's element-wise bytes per token, and the final norm's."""
-    b = DTYPE_BYTES[dtype]
+    b = ACTIVATION_BYTES[dtype]
     final = (rmsnorm_bytes(b) if m.gated_mlp else 2 * b) * m.hidden
     return m.layers * layer_bytes_per_token(m, dtype, tp) + final
 

@@ -1,7 +1,8 @@
 """FLOP and byte counts of each operation, from model shapes alone. Pure Python + numpy.
 
 Notation (per model): L layers, h hidden, d_kv = kv_heads x head_dim, P_l parameters per layer,
-P_body = L x P_l, V vocab, b bytes per element of the model dtype.
+P_body = L x P_l, V vocab, b bytes per element of the model dtype (weights at ``DTYPE_BYTES``; activations, K/V and
+collectives at ``ACTIVATION_BYTES``: the two differ only for float8, 1 and 2).
 
 Forward of n tokens whose attention spans c cached + the new tokens (causal):
 
@@ -58,7 +59,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rlhfsim.costs import moe
-from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
+from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 ACT_BYTES_PER_TOKEN_LAYER_FACTOR = 12  # elements of h moved per token per layer (norms, residuals, MLP I/O)
 # DeBERTa-v2's disentangled attention (see the module docstring), counted from transformers'
@@ -128,7 +129,7 @@ class ShapeCoeffs:
     def of(cls, m: ModelShape, dtype: str, head: str = "value", scoring_runtime: str | None = None) -> "ShapeCoeffs":
         """``scoring_runtime``: the runtime a DeBERTa-v2 pass runs under: its score matrices' traffic is counted
         for PyTorch eager (``materializes_scores``) and not for a runtime that compiles the pass."""
-        b = DTYPE_BYTES[dtype]
+        b, a = DTYPE_BYTES[dtype], ACTIVATION_BYTES[dtype]   # weights; activations and KV cache (float8: 1 and 2)
         lm = head == "lm"
         return cls(layers=m.layers, encoder=m.arch == "encoder", lm=lm,
                    f_linear=2.0 * m.active_body_params + moe.imbalance_flops(m),
@@ -138,12 +139,12 @@ class ShapeCoeffs:
                    # an untied LM's input embedding is gathered (one row per token), not streamed: a decode
                    # step of an untied actor took the same time as of the same shape tied (docs/cost-model.md)
                    decode_weight_bytes=(m.params(head) - (m.embedding_params if lm and not m.tied_embeddings else 0)) * b,
-                   kv_bytes=m.layers * m.kv_width * b,
-                   act_bytes=(ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * b
+                   kv_bytes=m.layers * m.kv_width * a,
+                   act_bytes=(ACT_BYTES_PER_TOKEN_LAYER_FACTOR * m.layers * m.hidden * a
                               + moe.router_logit_bytes(m, LOGIT_BYTES)),
                    logit_bytes=LOGIT_BYTES * m.vocab,
                    **moe.shape_fields(m, b),
-                   **(_deberta_rel(m, b, materializes_scores(scoring_runtime))
+                   **(_deberta_rel(m, a, materializes_scores(scoring_runtime))
                       if m.arch == "encoder" and m.hf_model_type in DEBERTA_TYPES else {}))
 
     def forward(self, n_tokens, n_seqs, cached_tokens=0.0, logits_tokens=0.0, attn_pairs=None) -> Work:
@@ -292,7 +293,7 @@ def tp_allreduce_bytes(m: ModelShape, dtype: str, n_tokens: float, tp: int, pass
     """Tensor parallelism all-reduces the hidden states twice per layer per pass (Megatron)."""
     if tp <= 1:
         return 0.0
-    return passes * 2 * m.layers * allreduce_bytes(n_tokens * m.hidden * DTYPE_BYTES[dtype], tp)
+    return passes * 2 * m.layers * allreduce_bytes(n_tokens * m.hidden * ACTIVATION_BYTES[dtype], tp)
 
 
 def sequence_parallel(w: Work, weight_bytes: float, sp: int) -> Work:
@@ -312,5 +313,5 @@ def ulysses_bytes(m: ModelShape, dtype: str, n_tokens: float, sp: int, passes: i
     priced at h wide too: an upper bound under grouped-query attention)."""
     if sp <= 1:
         return 0.0
-    return passes * 4 * m.layers * (n_tokens / sp) * m.hidden * DTYPE_BYTES[dtype] * (sp - 1) / sp
+    return passes * 4 * m.layers * (n_tokens / sp) * m.hidden * ACTIVATION_BYTES[dtype] * (sp - 1) / sp
 

@@ -53,7 +53,7 @@ from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_
                                  SAMPLING_TAIL, CostTerm, Price, with_effects)
 from rlhfsim.errors import ProfileError
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
-from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
+from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
 LINK_LATENCY_S = 10e-6  # per all-reduce call
@@ -953,7 +953,7 @@ class CostModel:
         ``framework_call``), only the AdamW step is left."""
         shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
-        grads = m.params(head) / tp * DTYPE_BYTES[dtype]
+        grads = m.params(head) / tp * ACTIVATION_BYTES[dtype]   # bf16 gradients under float8 too
         total, active = roofline(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
         comm = self.allreduce_s(grads, dp, inter_node) if grad_allreduce else 0.0
         return Price(total + comm, active + comm, OPTIMIZER)

@@ -5,8 +5,9 @@ interleaved virtual stages (vpp), context parallelism (cp) and expert parallelis
 
 A role's GPUs are tp x pp x cp x dp (dp data-parallel pipelines); Megatron orders ranks tp, cp, ep, dp, pp (tp
 innermost), so a tensor-parallel group is tp consecutive GPUs, a context-parallel group tp x cp, an expert-parallel
-group tp x cp x ep, and a pipeline's stages are pool GPUs / pp apart. A group is on one node, and its messages cross
-NVLink (the catalog's ``intra_node_bw``), when it spans at most ``gpus_per_node`` consecutive GPUs; otherwise the
+group tp x cp x ep, and a pipeline's stages are pool GPUs / pp apart. A group is in one NVLink domain, and its messages
+cross NVLink (the catalog's ``intra_node_bw``), when it spans at most ``gpus_per_node`` consecutive GPUs (an NVL72
+rack's 72: ``GpuSpec.link_domain``); otherwise the
 inter-node link (``inter_node_bw``) carries them, the slowest member setting the pace. b bytes per element, h the
 hidden size, n the tokens of one micro-batch of one pipeline, L_s = L / pp the layers of one stage::
 
@@ -43,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from rlhfsim.contracts import SEQUENCE_PARALLEL
 from rlhfsim.costs.terms import CP_COMM, EP_ALLTOALL, PP_P2P
-from rlhfsim.models.catalog import DTYPE_BYTES, ModelShape
+from rlhfsim.models.catalog import ACTIVATION_BYTES, ModelShape
 
 LATENCY_S = 10e-6   # per message, as the model's other collectives (model.LINK_LATENCY_S)
 
@@ -58,7 +59,7 @@ class Layout:
     cp: int
     ep: int
     pool_gpus: int
-    gpus_per_node: int
+    gpus_per_node: int   # the NVLink domain: the node's GPUs, or an NVL72 rack's 72 (GpuSpec.link_domain)
     spans_nodes: bool
 
     @property
@@ -80,7 +81,7 @@ def layout_of(setup, role: str) -> Layout | None:
     if (r.pp, r.cp, r.ep) == (1, 1, 1):
         return None
     pool = setup.pool_of(role)
-    return Layout(setup.tp[role], r.pp, r.vpp, r.cp, r.ep, pool.gpus, setup.scenario.cluster.gpus_per_node,
+    return Layout(setup.tp[role], r.pp, r.vpp, r.cp, r.ep, pool.gpus, setup.gpu.link_domain(setup.scenario.cluster.gpus_per_node),
                   pool.spans_nodes)
 
 
@@ -106,7 +107,7 @@ def p2p_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout, trainin
     activations only: half the messages)."""
     if lay.pp <= 1:
         return 0.0
-    nbytes = n_tokens / lay.cp * m.hidden * DTYPE_BYTES[dtype] / lay.tp
+    nbytes = n_tokens / lay.cp * m.hidden * ACTIVATION_BYTES[dtype] / lay.tp
     return (2 if training else 1) * lay.vpp * (nbytes / cost.link_bw(lay.spans_nodes) + LATENCY_S)
 
 
@@ -123,7 +124,7 @@ def cp_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout, training
     if lay.cp <= 1:
         return 0.0
     split = min(lay.tp, m.kv_heads) if m.attention != "mla" else lay.tp
-    nbytes = n_tokens / lay.cp * kv_width(m) * DTYPE_BYTES[dtype] / max(split, 1)
+    nbytes = n_tokens / lay.cp * kv_width(m) * ACTIVATION_BYTES[dtype] / max(split, 1)
     steps = (3 if training else 1) * (lay.cp - 1) * m.layers
     return steps * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp)) + LATENCY_S)
 
@@ -133,7 +134,7 @@ def ep_alltoall_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout,
     forward-only call dispatches and combines once per MoE layer: 2 all-to-alls of 4); 0 for a dense model or ep 1."""
     if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0:
         return 0.0
-    nbytes = (n_tokens / (lay.cp * lay.tp) * m.experts_per_token * m.hidden * DTYPE_BYTES[dtype]
+    nbytes = (n_tokens / (lay.cp * lay.tp) * m.experts_per_token * m.hidden * ACTIVATION_BYTES[dtype]
               * (lay.ep - 1) / lay.ep)
     calls = (4 if training else 2) * m.moe_layers
     return calls * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp * lay.ep)) + LATENCY_S)

@@ -34,17 +34,38 @@ Sources (dense tensor-core peaks, i.e. half of the "with sparsity" figures):
 - GH200 Grace Hopper: NVIDIA GH200 datasheet, the 96GB HBM3 part: H100's tensor cores, 4 TB/s HBM3,
   NVLink 900 GB/s and NVLink-C2C 900 GB/s to Grace memory (both directions together); inter-node one
   200 Gb/s NIC per GPU. No public per-GPU-hour price: h100-sxm's is used.
+- GB200 (one Blackwell GPU of a GB200 NVL72 rack): NVIDIA GB200 NVL72 specifications (nvidia.com/en-us/data-center/
+  gb200-nvl72/), the rack's 72 GPUs: FP8 720 PFLOPS sparse, FP16/BF16 360 PFLOPS sparse, FP32 5,760 TFLOPS, up to
+  13.4 TB HBM3e at 576 TB/s, NVLink Switch 130 TB/s; per GPU FP8 5,000 and BF16 2,500 TFLOPS dense, FP32 80, 186GB
+  at 8 TB/s, NVLink 1.8 TB/s. The 72 GPUs (18 compute trays of 4) are one NVLink domain (``nvlink_domain``): a
+  group within the rack talks over NVLink even across trays. Inter-node (between racks): one 400 Gb/s NIC per GPU;
+  host memory behind Grace's NVLink-C2C as on GH200.
+- MI355X: AMD Instinct MI355X datasheet (amd.com/en/products/accelerators/instinct/mi350/mi355x.html): 288GB HBM3E
+  at 8 TB/s, FP16/BF16 2.5 PFLOPS and FP8 5.0 PFLOPS dense (256 CUs at 2.4 GHz times 4,096 and 8,192 dense FLOP per
+  CU per clock: 2,516.6 and 5,033.2 TFLOPS; the FP8 rate per CU is in AMD's ISSCC 2026 MI355X paper), FP32 157.3
+  TFLOPS, Infinity Fabric 7 links of 153.6 GB/s (1,075.2 GB/s aggregate), PCIe Gen5 x16. Runs under ROCm as MI300X.
 - MI300X: AMD Instinct MI300X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi300x.html):
   FP16/BF16 1,307.4 TFLOPS dense (2,614.9 sparse), FP32 163.4 TFLOPS, 192GB HBM3 at 5.3 TB/s, Infinity
-  Fabric 896 GB/s aggregate peer bandwidth. Runs under ROCm, which PyTorch drives through its CUDA API
+  Fabric 896 GB/s aggregate peer bandwidth, FP8 2,614.9 TFLOPS dense. Runs under ROCm, which PyTorch drives through its CUDA API
   (``kind: cuda`` here means "a torch.cuda device").
+
+FP8 (``float8``: dense tensor-core FP8 with FP16/FP32 accumulate, half the sparse figures of the same datasheets):
+H100 SXM 1,979 and PCIe 1,513; H200 and GH200 1,979 (H100's tensor cores); H20 296; B200 4,500 (HGX B200 datasheet,
+9 PFLOPS sparse); L40S 733 (1,466 sparse); L4 242.5 (485 sparse); MI300X 2,614.9; GB200 and MI355X above. A100, A40
+and A10G have no FP8 tensor cores (Ampere); the RTX 4090's FP8 with FP32 accumulate is not in the whitepaper's table
+the way its BF16 is, so it is left out; the CPU has none. A GPU without a ``float8`` peak refuses ``dtype: float8``.
+
+NVLink domain (``nvlink_domain``): how many consecutive GPUs one NVLink fabric joins where that is more than a node
+(GB200 NVL72: 72 GPUs in trays of 4); 0 where NVLink stops at the node (HGX boards, PCIe cards): the domain is then
+``cluster.gpus_per_node``. ``GpuSpec.link_domain`` gives the size the cost model uses: a group of GPUs within one
+domain talks over ``intra_node_bw``, a group across domains over ``inter_node_bw``.
 
 Host link (``host_link_bw``, one direction, what an offloaded parameter or optimizer shard crosses
 between host memory and the device): the datasheets' PCIe figure, which they give for both directions
 together: A100 SXM "PCIe Gen4: 64 GB/s", H100 SXM and H200 SXM "PCIe Gen5: 128 GB/s", L40S "PCIe Gen4 x16:
 64 GB/s bidirectional"; so 32, 64, 64 and 32 GB/s each way. The same reading for the other entries:
-PCIe Gen5 x16 (H100 PCIe, H20, B200, MI300X) 64 GB/s, PCIe Gen4 x16 (L4, A10G) 32 GB/s each way; GH200's
-host memory sits behind NVLink-C2C (900 GB/s both directions: 450 each way).
+PCIe Gen5 x16 (H100 PCIe, H20, B200, MI300X, MI355X) 64 GB/s, PCIe Gen4 x16 (L4, A10G) 32 GB/s each way; GH200's
+host memory sits behind NVLink-C2C (900 GB/s both directions: 450 each way), and so does GB200's.
 
 Host CPU (``host_cpu``, a key of ``rlhfsim.hardware.hosts.HOSTS``): the CPU of the server the GPU ships in, which
 runs the host-side work of a step (the engine's scheduler, kernel launches, the driver); that module's docstring
@@ -87,17 +108,26 @@ class GpuSpec:
     kind: str = "cuda"
     host_link_bw: float = 0.0  # bytes/s host <-> device, one direction (PCIe); 0: not known
     host_cpu: str = ""  # the server's host CPU (rlhfsim.hardware.hosts.HOSTS); "": none apart (the CPU device)
+    nvlink_domain: int = 0  # GPUs one NVLink fabric joins across nodes (GB200 NVL72: 72); 0: NVLink stops at the node
 
     def peak(self, dtype: str) -> float:
         return self.peak_flops[dtype]
+
+    def link_domain(self, gpus_per_node: int) -> int:
+        """How many consecutive GPUs talk over ``intra_node_bw``: the NVLink domain where it spans nodes (an NVL72
+        rack of 72 GPUs in trays of 4), else the node."""
+        return max(self.nvlink_domain, gpus_per_node)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _gpu(name, bf16, fp32, bw, mem, intra, inter, price, host, cpu):
-    return GpuSpec(name, {"bfloat16": bf16 * TFLOPS, "float16": bf16 * TFLOPS, "float32": fp32 * TFLOPS},
-                   bw * GB, mem, intra * GB, inter * GB, price, host_link_bw=host * GB, host_cpu=cpu)
+def _gpu(name, bf16, fp32, bw, mem, intra, inter, price, host, cpu, fp8=None, domain=0):
+    peaks = {"bfloat16": bf16 * TFLOPS, "float16": bf16 * TFLOPS, "float32": fp32 * TFLOPS}
+    if fp8 is not None:   # a GPU without FP8 tensor cores has no float8 key: the scenario check refuses it
+        peaks["float8"] = fp8 * TFLOPS
+    return GpuSpec(name, peaks, bw * GB, mem, intra * GB, inter * GB, price, host_link_bw=host * GB, host_cpu=cpu,
+                   nvlink_domain=domain)
 
 
 GPUS: dict[str, GpuSpec] = {
@@ -105,18 +135,20 @@ GPUS: dict[str, GpuSpec] = {
     for g in [
         _gpu("a100-40gb", 312, 19.5, 1555, 40 * GiB, 300, 25, 1.80, 32, "epyc-7742"),
         _gpu("a100-80gb", 312, 19.5, 2039, 80 * GiB, 300, 25, 2.20, 32, "epyc-7742"),
-        _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50, 64, "xeon-8480"),
-        _gpu("h100-pcie", 756, 51, 2000, 80 * GiB, 64, 25, 2.90, 64, "xeon-8480"),
-        _gpu("h200", 989, 67, 4800, 141 * GiB, 450, 50, 4.50, 64, "xeon-8480"),
-        _gpu("gh200", 989, 67, 4000, 96 * GiB, 450, 25, 3.50, 450, "grace"),
-        _gpu("h20", 148, 44, 4000, 96 * GiB, 450, 50, 1.80, 64, "xeon-8480"),
-        _gpu("b200", 2250, 75, 8000, 180 * GiB, 900, 50, 6.00, 64, "xeon-8570"),
-        _gpu("l40s", 362, 91.6, 864, 48 * GiB, 32, 12.5, 1.20, 32, "epyc-7r13"),
+        _gpu("h100-sxm", 989, 67, 3350, 80 * GiB, 450, 50, 3.50, 64, "xeon-8480", fp8=1979),
+        _gpu("h100-pcie", 756, 51, 2000, 80 * GiB, 64, 25, 2.90, 64, "xeon-8480", fp8=1513),
+        _gpu("h200", 989, 67, 4800, 141 * GiB, 450, 50, 4.50, 64, "xeon-8480", fp8=1979),
+        _gpu("gh200", 989, 67, 4000, 96 * GiB, 450, 25, 3.50, 450, "grace", fp8=1979),
+        _gpu("h20", 148, 44, 4000, 96 * GiB, 450, 50, 1.80, 64, "xeon-8480", fp8=296),
+        _gpu("b200", 2250, 75, 8000, 180 * GiB, 900, 50, 6.00, 64, "xeon-8570", fp8=4500),
+        _gpu("gb200", 2500, 80, 8000, 186 * GiB, 900, 50, 7.00, 450, "grace", fp8=5000, domain=72),
+        _gpu("l40s", 362, 91.6, 864, 48 * GiB, 32, 12.5, 1.20, 32, "epyc-7r13", fp8=733),
         _gpu("a40", 149.7, 37.4, 696, 48 * GiB, 32, 12.5, 0.70, 32, "epyc-7r13"),
-        _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32, "epyc-7r13"),
+        _gpu("l4", 121, 30.3, 300, 24 * GiB, 32, 12.5, 0.80, 32, "epyc-7r13", fp8=242.5),
         _gpu("a10g", 125, 31.2, 600, 24 * GiB, 32, 12.5, 1.00, 32, "epyc-7r32"),
         _gpu("rtx-4090", 165.2, 82.6, 1008, 24 * GiB, 32, 12.5, 0.40, 32, "epyc-7r13"),
-        _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64, "epyc-9004"),
+        _gpu("mi300x", 1307.4, 163.4, 5300, 192 * GiB, 448, 50, 4.00, 64, "epyc-9004", fp8=2614.9),
+        _gpu("mi355x", 2516.6, 157.3, 8000, 288 * GiB, 537.6, 50, 5.00, 64, "epyc-9004", fp8=5033.2),
         # Generic 2-core AVX2 CPU at ~3 GHz: 2 cores x 32 fp32 FLOP/cycle; bf16 has no native matmul
         # units there, so its peak is taken as fp32's. Its "host link" is a copy within host memory,
         # taken as its intra-node figure.
@@ -126,7 +158,7 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "h100-80gb": "h100-sxm", "h200-141gb": "h200",
-           "b200-180gb": "b200", "mi300x-192gb": "mi300x", "h20-96gb": "h20", "a10": "a10g",
+           "b200-180gb": "b200", "mi300x-192gb": "mi300x", "h20-96gb": "h20", "gb200-nvl72": "gb200", "mi355x-288gb": "mi355x", "a10": "a10g",
            "4090": "rtx-4090", "rtx4090": "rtx-4090"}
 
 

@@ -16,10 +16,12 @@ factor is good to about +-25% (+-30% for Grace): the claims are the vendors' own
 project's VM the same way: 1.35 from it to the Xeon 8480C).
 
 Which host each GPU has (``catalog.GpuSpec.host_cpu``): the vendor's own server where there is one (DGX A100: 2x
-EPYC 7742; DGX H100 and DGX H200: 2x Xeon Platinum 8480C; DGX B200: 2x Xeon Platinum 8570; GH200: its Grace), the
+EPYC 7742; DGX H100 and DGX H200: 2x Xeon Platinum 8480C; DGX B200: 2x Xeon Platinum 8570; GH200 and GB200: their
+Grace), the
 cloud instance most of them are rented as where that is documented (AWS G5, A10G: EPYC 7R32; G6, L4, and G6e,
 L40S: EPYC 7R13), else a choice, said here: an HGX H20 board sits in the same OEM servers as HGX H100 (4th-generation
-Xeon); an H100 PCIe in a 4th-generation Xeon server; MI300X in AMD's platform servers on EPYC 9004; an A40 in a
+Xeon); an H100 PCIe in a 4th-generation Xeon server; MI300X in AMD's platform servers on EPYC 9004, and MI355X
+there too (its platforms also ship on the newer EPYC 9005, which HOSTS does not hold); an A40 in a
 3rd-generation EPYC server like an L40S; an RTX 4090 (a consumer card, rented in whatever box holds it, from desktop
 CPUs faster than any of these to old dual Xeons) in a 3rd-generation EPYC server too, the middle of that range.
 

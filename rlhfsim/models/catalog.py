@@ -20,7 +20,12 @@ from pathlib import Path
 
 from rlhfsim.errors import ScenarioError
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Bytes per stored weight of each dtype.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+# Bytes per element of what a pass computes and moves besides its weights (activations, KV cache, TP and sequence
+# collectives, gradients). FP8 recipes (vLLM's fp8 W8A8 with kv_cache_dtype auto, Transformer Engine's FP8 training)
+# quantize a GEMM's inputs inside the kernel and keep these in bfloat16: 2 bytes for float8.
+ACTIVATION_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 2}
 
 # An assumption, not a measurement: the busiest routed expert's tokens over the mean, in every MoE layer and call
 # (``ModelShape.expert_imbalance``; a scenario sets its own per model: ``models.ROLE.expert_imbalance``). No public
@@ -185,7 +190,7 @@ class ModelShape:
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """Bytes of KV cache one token occupies across all layers."""
-        return self.layers * self.kv_width * DTYPE_BYTES[dtype]
+        return self.layers * self.kv_width * ACTIVATION_BYTES[dtype]
 
     def to_dict(self) -> dict:
         return asdict(self)

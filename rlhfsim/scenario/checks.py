@@ -74,10 +74,11 @@ class Setup:
         return role_head(role)
 
 
-def pools_span_nodes(a: PoolSpec, b: PoolSpec, gpus_per_node: int) -> bool:
-    """Whether the GPUs of pools ``a`` and ``b`` together sit in more than one node (pools are laid out in order from
-    ``first_gpu``): a transfer between them then crosses the inter-node link."""
-    nodes = {g // gpus_per_node for p in (a, b) for g in (p.first_gpu, p.first_gpu + p.gpus - 1)}
+def pools_span_nodes(a: PoolSpec, b: PoolSpec, domain: int) -> bool:
+    """Whether the GPUs of pools ``a`` and ``b`` together sit in more than one NVLink domain of ``domain`` GPUs (the
+    node, or an NVL72 rack: ``GpuSpec.link_domain``; pools are laid out in order from ``first_gpu``): a transfer
+    between them then crosses the inter-node link."""
+    nodes = {g // domain for p in (a, b) for g in (p.first_gpu, p.first_gpu + p.gpus - 1)}
     return len(nodes) > 1
 
 
@@ -237,6 +238,10 @@ def build_setup(sc: Scenario) -> Setup:
         shapes["reward"] = _model(m.reward, "reward", base)
         dtypes["reward"] = m.reward.dtype
     shapes["rollout"], dtypes["rollout"] = shapes["actor"], dtypes["actor"]
+    for role, dt in dtypes.items():
+        if role != "rollout" and dt not in gpu.peak_flops:
+            raise ScenarioError(f"models.{role}.dtype", f"expected a dtype {gpu.name} has tensor cores for "
+                                f"({', '.join(gpu.peak_flops)}), got {dt!r}")
     if shapes["actor"].arch != "decoder":
         raise ScenarioError("models.actor.model", f"expected a decoder (causal LM) actor, got encoder {shapes['actor'].name!r}")
     for role in ("critic", "reference"):
@@ -253,6 +258,8 @@ def build_setup(sc: Scenario) -> Setup:
     pools: list[PoolSpec] = []
     role_pool: dict[str, int] = {}
     used = 0
+    # a pool "spans nodes" where it spans NVLink domains: an NVL72 rack's trays of 4 share one NVLink fabric
+    domain = gpu.link_domain(sc.cluster.gpus_per_node)
     for i, (name, n, proles, path) in enumerate(raw_pools):
         used += n
         if used > total:
@@ -264,7 +271,7 @@ def build_setup(sc: Scenario) -> Setup:
                 raise ScenarioError(f"{path}.roles[{j}]", f"expected each role on one pool, got {r!r} again (also on pool {pools[role_pool[r]].name!r})")
             role_pool[r] = i
         first = used - n
-        spans = first // sc.cluster.gpus_per_node != (used - 1) // sc.cluster.gpus_per_node
+        spans = first // domain != (used - 1) // domain
         pools.append(PoolSpec(name, n, tuple(proles), first, spans))
     for r in roles:
         if r not in role_pool:
@@ -282,16 +289,16 @@ def build_setup(sc: Scenario) -> Setup:
         pool = pools[role_pool[r]]
         if t > pool.gpus or pool.gpus % t:
             raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {count(pool.gpus, 'GPU')} of pool {pool.name!r}, got {t}")
-        if t > sc.cluster.gpus_per_node:
-            raise ScenarioError(f"placement.tp.{r}", f"expected TP within one node (<= {sc.cluster.gpus_per_node}), got {t}")
+        if t > domain:
+            raise ScenarioError(f"placement.tp.{r}", f"expected TP within one NVLink domain (the node, or an NVL72 rack; <= {domain}), got {t}")
     sp = sc.execution.ulysses_sequence_parallel_size
     for r in SEQUENCE_PARALLEL:
         if sp > 1 and r in role_pool:
             pool, g = pools[role_pool[r]], tp[r] * sp
-            if pool.gpus % g or g > sc.cluster.gpus_per_node:
+            if pool.gpus % g or g > domain:
                 raise ScenarioError("execution.ulysses_sequence_parallel_size", (
                     f"expected TP x sp ({tp[r]} x {sp}) to divide the {count(pool.gpus, 'GPU')} of pool {pool.name!r} "
-                    f"({r}) within one node of {sc.cluster.gpus_per_node}, got {sp}"))
+                    f"({r}) within one NVLink domain of {domain}, got {sp}"))
 
     for r in SEQUENCE_PARALLEL:
         if r in role_pool:

@@ -17,7 +17,7 @@ from rlhfsim.scenario.schedules import CONFIGS, VARIANTS, SyncSchedule
 
 STREAMING_NAMES = tuple(STREAMING_ARCHS)
 
-Dtype = Literal["bfloat16", "float16", "float32"]
+Dtype = Literal["bfloat16", "float16", "float32", "float8"]
 
 
 # --- length distributions -------------------------------------------------------------------------
@@ -77,7 +77,11 @@ Component.model_rebuild()
 # --- models ---------------------------------------------------------------------------------------
 class ModelRef(Frozen):
     model: str = Field(description="Catalog name (see `rlhfsim models`) or path to a local Hugging Face config.json.")
-    dtype: Dtype = Field("bfloat16", description="Weights and activations dtype.")
+    dtype: Dtype = Field("bfloat16", description=(
+        "Weights and activations dtype. float8: FP8 GEMMs (the GPU's FP8 tensor-core peak) and weights stored at 1 "
+        "byte, with activations, KV cache, communication and gradients in bfloat16 and the optimizer's fp32 master "
+        "weights and moments as for bfloat16; the actor's dtype is also generation's. Only on a GPU with FP8 tensor "
+        "cores (`rlhfsim gpus`, fp8 column)."))
     expert_imbalance: Optional[float] = Field(
         None, ge=1.0, le=1000.0, description="A mixture-of-experts model's busiest routed expert's tokens over the mean "
         "(>= 1): its routed experts' FLOPs are priced at this factor (cost term expert_imbalance). Default: the "

@@ -374,7 +374,7 @@ def weight_sync_parts(sim) -> dict[str, float]:
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
     if s.scenario.execution.weight_sync.kind == "nccl":
         parts = sim.cost.nccl_sync_parts(model, dtype, a.gpus, a.spans_nodes, s.tp["rollout"],
-                                         pools_span_nodes(a, r, s.scenario.cluster.gpus_per_node))
+                                         pools_span_nodes(a, r, s.gpu.link_domain(s.scenario.cluster.gpus_per_node)))
     else:
         kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
         parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,

@@ -291,7 +291,9 @@ def test_profile_files(tmp_path, monkeypatch):
 
 
 def test_dtype_bytes():
-    assert DTYPE_BYTES == {"float32": 4, "bfloat16": 2, "float16": 2}
+    from rlhfsim.models.catalog import ACTIVATION_BYTES
+    assert DTYPE_BYTES == {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+    assert ACTIVATION_BYTES == {**DTYPE_BYTES, "float8": 2}   # float8: FP8 weights, bf16 activations
 
 
 def test_encoder_passes_use_their_own_family_fit():

@@ -101,7 +101,7 @@ CASES = [
     ("tp-not-dividing", [_set("placement.tp", {"actor": 2})], "placement.tp.actor",
      ["expected a TP degree dividing the 3 GPUs of pool 'actor'", "got 2"]),
     ("tp-across-nodes", [_set("cluster", {"gpu": "a100-80gb", "nodes": 2, "gpus_per_node": 2}),
-                         _set("placement.tp", {"actor": 3})], "placement.tp.actor", ["within one node", "got 3"]),
+                         _set("placement.tp", {"actor": 3})], "placement.tp.actor", ["within one NVLink domain", "got 3"]),
     ("role-unplaced", [_set("placement", {"kind": "pools", "pools": [
         {"name": "a", "gpus": 4, "roles": ["actor", "critic", "reference"]}]})], "placement",
      ["every role placed", "'reward'"]),
