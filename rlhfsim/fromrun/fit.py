@@ -85,6 +85,7 @@ from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.fromrun import terms as T
 from rlhfsim.fromrun.agree import check_agreement
+from rlhfsim.fromrun.bins import bins
 from rlhfsim.fromrun.lengths import logged_shape
 from rlhfsim.fromrun.logs import DEFAULT_MIN_STEPS, DEFAULT_WARMUP, Steady, read_log, steady_steps
 
@@ -244,12 +245,10 @@ def prepare(spec: RunSpec) -> Run:
 
 
 def prepare_units(spec: RunSpec, n_bins: int) -> list[Run]:
-    """A run's steady steps cut into up to ``n_bins`` bins by their longest response (``rlhfsim.fromrun.pool.bins``:
+    """A run's steady steps cut into up to ``n_bins`` bins by their longest response (``rlhfsim.fromrun.bins.bins``:
     by ``response_length/max``, else by the clipped share; one bin when the log has too little spread), each
     prepared as a run of its own (``prepare_steady``: imported with the bin's own mean lengths and logged shape) and
     weighed 1 / sqrt(bins), so every run weighs the same however it is cut (module docstring, "Bins")."""
-    from rlhfsim.fromrun.pool import bins
-
     steady = steady_steps(read_log(spec.log), spec.log.name, spec.warmup, spec.min_steps, spec.strict)
     parts = bins(steady, n_bins) if n_bins > 1 else [("", steady)]
     if len(parts) == 1:

@@ -81,7 +81,7 @@ class Steady:
                 if k.startswith(prefix) and k not in skip}
 
     def subset(self, kept: list[StepLine]) -> "Steady":
-        """These steady steps alone (a bin of them: ``rlhfsim.fromrun.pool.bins``), with the log's every training step
+        """These steady steps alone (a bin of them: ``rlhfsim.fromrun.bins.bins``), with the log's every training step
         (``logged``) and its format carried, so the launch/log agreement check (``rlhfsim.fromrun.agree``) still reads
         the whole log: a warm-up step or a step of another bin whose response ran past the launch's cap is named,
         not dropped silently. What the reader skipped stays with the whole log's record."""

@@ -13,6 +13,7 @@ import pytest
 
 from rlhfsim.costs.model import CostModel
 from rlhfsim.costs.profile import load_profile
+from rlhfsim.fromrun import bins as B
 from rlhfsim.fromrun import pool as P
 from rlhfsim.fromrun import terms as T
 from rlhfsim.fromrun.bundle import take_back, provenance_lines, write_bundled
@@ -35,16 +36,16 @@ def steady(maxes, clips=None) -> Steady:
 def test_bins_by_longest_keep_equal_values_together_and_need_spread():
     rng = np.random.default_rng(0)
     maxes = list(rng.integers(300, 1000, 30)) + [1024] * 20
-    parts = P.bins(steady(maxes))
+    parts = B.bins(steady(maxes))
     sizes = [len(s.kept) for _, s in parts]
-    assert len(sizes) == 3 and sizes[-1] == 20 and min(sizes) >= P.MIN_BIN   # the 20 steps at the cap stay one bin
+    assert len(sizes) == 3 and sizes[-1] == 20 and min(sizes) >= B.MIN_BIN   # the 20 steps at the cap stay one bin
     assert {s.metrics["response_length/max"] for s in parts[-1][1].kept} == {1024.0}
     assert all(lbl.startswith("response_length/max") for lbl, _ in parts)
     assert sum(len(s.kept) for _, s in parts) == 50
-    assert len(P.bins(steady([192] * 40))) == 1                  # nothing moves: one bin of every step
-    clipped = P.bins(steady([192] * 40, list(np.linspace(0.05, 0.6, 40))))
+    assert len(B.bins(steady([192] * 40))) == 1                  # nothing moves: one bin of every step
+    clipped = B.bins(steady([192] * 40, list(np.linspace(0.05, 0.6, 40))))
     assert len(clipped) == 3 and clipped[0][0].startswith("response_length/clip_ratio")
-    assert len(P.bins(steady(list(range(300, 310))))) == 1       # too few steps for two bins of MIN_BIN
+    assert len(B.bins(steady(list(range(300, 310))))) == 1       # too few steps for two bins of MIN_BIN
 
 
 def test_solve_finds_a_bounded_least_squares_minimum():
