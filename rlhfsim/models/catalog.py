@@ -217,6 +217,11 @@ CATALOG: dict[str, ModelShape] = {
         # Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, intermediate 12288, 32 heads (head_dim 128), 8 KV heads,
         # vocab 151936, untied embeddings, 40960 positions (its q/k RMSNorms cost nothing here).
         ModelShape("qwen3-8b", "decoder", 36, 4096, 12288, 32, 8, 151936, False, True, "qwen3", 40960, "qwen3"),
+        # Qwen/Qwen3-32B config.json (as slime's scripts/models/qwen3-32B.sh restates it for Megatron): 64 layers,
+        # hidden 5120, intermediate 25600, 64 heads of head_dim 128 (wider than hidden / heads), 8 KV heads, vocab
+        # 151936, untied, 40960 positions. 32.8B parameters.
+        ModelShape("qwen3-32b", "decoder", 64, 5120, 25600, 64, 8, 151936, False, True, "qwen3", 40960, "qwen3",
+                   attn_head_dim=128),
         # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json: Qwen2.5-Math-1.5B's shape with an untied LM head
         # (1.78B parameters), 131072 positions.
         _q("deepseek-r1-distill-qwen-1.5b", 28, 1536, 8960, 12, 2, 151936, False, 131072),
