@@ -86,14 +86,14 @@ def test_dense_shapes_count_as_before():
     for m in CATALOG.values():
         if m.is_moe:
             continue
-        h, inter = m.hidden, m.intermediate
-        layer = 2 * h * h + 2 * h * m.kv_heads * (h // m.heads) + (3 if m.gated_mlp else 2) * h * inter
+        h, inter, hd = m.hidden, m.intermediate, m.head_dim   # hd: h / heads, unless the config states it (qwen3-32b)
+        layer = 2 * h * m.heads * hd + 2 * h * m.kv_heads * hd + (3 if m.gated_mlp else 2) * h * inter
         body = m.layers * layer + m.vocab * h
         assert m.params() == body + (0 if m.tied_embeddings else m.vocab * h), m.name
         assert m.active_params() == m.params() and m.layer_params == layer
         k = ShapeCoeffs.of(m, "bfloat16", "lm")
-        assert k.f_linear == 2.0 * (m.layers * layer) and k.f_attn == 4.0 * m.layers * h
-        assert k.kv_bytes == 2 * m.layers * m.kv_heads * (h // m.heads) * 2 == m.kv_bytes_per_token("bfloat16")
+        assert k.f_linear == 2.0 * (m.layers * layer) and k.f_attn == 4.0 * m.layers * m.heads * hd
+        assert k.kv_bytes == 2 * m.layers * m.kv_heads * hd * 2 == m.kv_bytes_per_token("bfloat16")
         assert k.decode_weights_at(64) == k.decode_weight_bytes and (k.n_experts, k.f_router, k.f_imbalance) == (0, 0.0, 0.0)
 
 
