@@ -131,7 +131,7 @@ def print_interval(s: dict, console: Console | None = None) -> None:
     c = console or Console()
     u = s["uncertainty"]
     lo, hi = s["step_time_s_interval"]
-    how = (f"; step from its phases" if "phases" in (u.get("model_error") or {}).get("step_from", "") else
+    how = ("; step from its phases" if "phases" in (u.get("model_error") or {}).get("step_from", "") else
            "; step from the step's own record" if u.get("model_error") else "")
     drawn = f"; {u['draws']} parameter draws re-simulated" if u["draws"] else ""
     c.print(f"{100 * u['level']:.0f}% interval {lo:.3f} - {hi:.3f} s (x{hi / s['step_time_s']:.2f} / "

@@ -55,7 +55,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from rlhfsim.contracts import VERL_PHASE_KEYS, VERL_STEP_KEY
+from rlhfsim.contracts import VERL_PHASE_KEYS
 
 LEVEL = 0.90
 Z90 = 1.6448536269514722

@@ -17,7 +17,7 @@ from click.testing import CliRunner  # noqa: E402
 from calibrate.fitting.assemble import _handoff_fit, build_profile  # noqa: E402
 from calibrate.cli import runtimes_command  # noqa: E402
 from calibrate.fitting.fit import point_work  # noqa: E402
-from calibrate.measuring.genbench import measure_gen_runtimes, pad_lengths, plan, plan_size, runtime_key  # noqa: E402
+from calibrate.measuring.genbench import measure_gen_runtimes, pad_lengths, plan, plan_size  # noqa: E402
 from calibrate.genruntimes import GEN_RUNTIMES_IMPL, GumbelNoise, check_prompts, check_runtime, eager_greedy  # noqa: E402
 from calibrate.genruntimes.hf_generate import HfGenerate, RowStop  # noqa: E402
 from calibrate.running.grid import QUICK_CPU, with_overrides  # noqa: E402

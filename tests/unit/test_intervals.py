@@ -19,7 +19,7 @@ from rlhfsim.costs.profile import load_profile
 from rlhfsim.scenario import load_scenario
 from rlhfsim.sim import modelerror as me
 from rlhfsim.sim import uncertainty as U
-from rlhfsim.sim.run import simulate, simulate_uncertain
+from rlhfsim.sim.run import simulate_uncertain
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "scenarios" / "baseline.yaml"    # sync PPO on 4 x A100: phases serial, simulates in ~15 ms

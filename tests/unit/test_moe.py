@@ -5,7 +5,6 @@ latent KV cache, and the router and expert imbalance as cost terms. Expected val
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -316,8 +316,6 @@ def test_decode_weights_stream_no_faster_than_the_footprint_sweep_measured():
     step whose footprint streams slower than the decode fit's bandwidth prices its weights at that rate, in
     the simulator and in the fit (``calibrate.fitting.assemble.fitted`` iterates the factor with the fitted
     ``memory_eff`` and recovers it); a model below the crossover is priced as before; a bad table is refused."""
-    import numpy as np
-
     from calibrate.fitting.assemble import fitted
     from calibrate.fitting.fit import arrays, predict
     from calibrate.cpu.gemm import gemm_summary
