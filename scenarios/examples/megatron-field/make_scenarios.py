@@ -1,5 +1,6 @@
 """Write one scenario per row of runs.yaml (<id>.yaml beside it), from the row's published fields and the assumptions
-stated in runs.yaml's header (A1-A8). Rerun after editing a row:
+stated in runs.yaml's header (A1-A8); a row with a ``launch`` (sources V1-V3) is the published launch beside it,
+imported with ``rlhfsim import verl`` (assumptions B1-B7). Rerun after editing a row:
 
     PYTHONPATH=$PWD python scenarios/examples/megatron-field/make_scenarios.py
 """
@@ -82,9 +83,31 @@ def scenario(row: dict, prompt_mean: int) -> dict:
     }
 
 
+def import_row(row: dict, steps: int = 4):
+    """A launch row (B1): the published launch beside runs.yaml imported as the field table imports one, at the row's
+    GPU, verl release and assumed mean lengths (B2, B3). Raises the importer's error where the launch cannot be
+    expressed (a refusal, e.g. B6)."""
+    from rlhfsim.importers import IMPORTERS, ImportOptions
+
+    opts = ImportOptions(gpu=row["gpu"], gpus_per_node=row["gpus_per_node"], verl_version=str(row["verl_version"]),
+                         mean_response_len=float(row["mean_response_len"]),
+                         mean_prompt_len=float(row["mean_prompt_len"]), steps=steps, name=f"megatron_field_{row['id']}")
+    launch = HERE / row["launch"]
+    return IMPORTERS["verl"](launch.read_text(), opts, str(launch.relative_to(HERE.parents[2])))
+
+
 def main() -> None:
+    from rlhfsim.errors import RlhfsimError
+    from rlhfsim.importers import render_yaml
+
     doc = yaml.safe_load((HERE / "runs.yaml").read_text())
     for row in doc["runs"]:
+        if "launch" in row:
+            try:
+                (HERE / f"{row['id']}.yaml").write_text(render_yaml(import_row(row)))
+            except RlhfsimError as err:
+                print(f"{row['id']}: not written, the importer refuses {row['launch']}: {err}")
+            continue
         sc = scenario(row, doc["prompt_mean"])
         head = (f"# {row['id']}: written by make_scenarios.py from runs.yaml (source, published fields and the "
                 f"assumptions A1-A8 in its header).\n# Recipe: examples/configs/recipes/llm/performance/{row['recipe']}"

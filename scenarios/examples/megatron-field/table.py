@@ -1,9 +1,11 @@
-"""NeMo RL's published Megatron step times (runs.yaml) beside the simulator's prediction: the check of issue 55.
+"""Published Megatron step times (runs.yaml: NeMo RL's and verl's) beside the simulator's prediction: the check of issue 55.
 
 Each row of runs.yaml has a scenario <id>.yaml beside it (written by make_scenarios.py from the row and the
-assumptions A1-A8 stated in runs.yaml's header); this script simulates each with the GPU's bundled profile (the
+assumptions A1-A8 stated in runs.yaml's header; a row with a ``launch`` is imported from that launch here, as
+make_scenarios.py imports it, under B1-B7); this script simulates each with the GPU's bundled profile (the
 simulator's default, as scenarios/examples/async-pairs/pairs.py does) and prints measured | predicted | error per
-row, the median |error| over the rows the simulator can express, and the on-policy -> off-policy speedup of each
+row, the median |error| over the rows the simulator can express (all, by source and by GPU), and the on-policy ->
+off-policy speedup of each
 published pair. A row the simulator refuses (a layout it cannot express) is printed with the refusal and left out of
 the median. Nothing here is fitted to the published times; they are the check.
 
@@ -18,9 +20,11 @@ from pathlib import Path
 
 import yaml
 
-from rlhfsim.errors import ScenarioError
+from rlhfsim.errors import RlhfsimError
 from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import simulate
+
+from make_scenarios import import_row  # this folder's (run as a script, the folder is on the path)
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,8 +37,9 @@ def load_runs() -> dict:
 def predict(row: dict) -> tuple[float | None, str]:
     """Simulate one row's scenario: (step seconds, ""), or (None, the refusal)."""
     try:
-        summary = simulate(load_scenario(HERE / f"{row['id']}.yaml"), max_work=0).summary
-    except ScenarioError as err:
+        scenario = import_row(row).scenario if "launch" in row else HERE / f"{row['id']}.yaml"
+        summary = simulate(load_scenario(scenario), max_work=0).summary
+    except RlhfsimError as err:
         return None, str(err)
     return summary["step_time_s"], ""
 
@@ -61,6 +66,10 @@ def main() -> None:
     errs = {i: abs(pred[i] / r["measured_step_s"] - 1) for r in rows for i in [r["id"]] if i in pred}
     if errs:
         print(f"\nmedian |step error| over {len(errs)} of {len(rows)} rows: {statistics.median(errs.values()):.0%}")
+        for src in dict.fromkeys(r["source"] for r in rows):
+            sub = [errs[r["id"]] for r in rows if r["source"] == src and r["id"] in errs]
+            if sub:
+                print(f"  source {src}: {statistics.median(sub):.0%} over {len(sub)} rows")
         for gpu in sorted({r["gpu"] for r in rows}):
             sub = [errs[r["id"]] for r in rows if r["gpu"] == gpu and r["id"] in errs]
             if sub:
