@@ -83,6 +83,54 @@ def scenario(row: dict, prompt_mean: int) -> dict:
     }
 
 
+def relax_scenario(row: dict) -> dict:
+    """A Relax row (source R1; assumptions C1-C8 in runs.yaml's header): Megatron training and SGLang generation
+    colocated on one pool, on-policy. SGLang's KV pool and running limit are read as the verl importer reads an SGLang
+    engine that is given only mem_fraction_static (C4)."""
+    from rlhfsim.importers.verl import kv_fraction, sglang_max_running
+
+    tp, cp, ep, pp = row["train"]
+    cap = row["max_response"]
+    median = median_for(row["mean_response_len"], cap)
+    lay = {"pp": pp, "cp": cp, "ep": ep}
+    sc = {
+        "name": f"megatron_field_{row['id'].lower().replace('-', '_')}",
+        "description": f"{row['id']}: Relax (source {row['source']}), {row['model']} on {row['gpus']} x {row['gpu']}, "
+                       f"colocated GRPO; published mean step {row['measured_step_s']} s.",
+        "models": {"actor": {"model": row["model"], "dtype": "bfloat16"},
+                   "reference": {"model": row["model"], "dtype": "bfloat16"}, "reward": {"kind": "rule"}},
+        "cluster": {"gpu": row["gpu"], "nodes": row["gpus"] // row["gpus_per_node"],
+                    "gpus_per_node": row["gpus_per_node"]},
+        "placement": {"kind": "colocated", "tp": {"actor": tp, "reference": tp, "rollout": row["gen_tp"]}},
+        "algorithm": {"kind": "grpo", "group_size": row["generations"], "ppo_epochs": 1, "minibatch_size": row["gbs"]},
+        "workload": {"prompts_per_step": row["prompts"],
+                     "prompt_length": {"kind": "normal", "mean": float(row["mean_prompt_len"]),
+                                       "std": row["mean_prompt_len"] / 4},
+                     "response_length": {"kind": "lognormal", "median": round(median, 1),
+                                         "p99": round(median * math.exp(Z99 * LOG_SD), 1)},
+                     "max_prompt_tokens": 2048, "max_response_tokens": cap},
+        "generation": {"engine": "continuous", "runtime": "sglang", "max_batch": 1, "max_num_batched_tokens": 8192,
+                       "chunked_prefill": True, "prefix_caching": True, "dispatch": "rows", "kv_cache_fraction": 1.0},
+        "schedule": {"kind": "sync"},
+        "steps": 4,
+        "warmup_steps": 1,
+        "seed": 0,
+        "execution": {"sharding": "none", "old_log_prob": True,
+                      "micro_batch": {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": row["max_tokens_per_gpu"],
+                                      "log_prob_max_token_len_per_gpu": row["logprob_max_tokens_per_gpu"],
+                                      "use_remove_padding": True},
+                      "gradient_checkpointing": True,
+                      "offload": {"actor": {"param": True, "grad": True, "optimizer": True},
+                                  "reference": {"param": True}},
+                      "megatron": {"actor": lay, "reference": lay},
+                      "weight_sync": {"kind": "reshard"}},
+    }
+    notes: list[str] = []
+    sc["generation"]["kv_cache_fraction"] = kv_fraction(sc, row["mem_fraction"], notes, runtime="sglang")
+    sc["generation"]["max_batch"] = sglang_max_running(sc, notes)
+    return sc
+
+
 def import_row(row: dict, steps: int = 4):
     """A launch row (B1): the published launch beside runs.yaml imported as the field table imports one, at the row's
     GPU, verl release and assumed mean lengths (B2, B3). Raises the importer's error where the launch cannot be
@@ -102,6 +150,17 @@ def main() -> None:
 
     doc = yaml.safe_load((HERE / "runs.yaml").read_text())
     for row in doc["runs"]:
+        if row.get("framework") == "relax":
+            head = (f"# {row['id']}: written by make_scenarios.py from runs.yaml (source {row['source']}, the quoted launch "
+                    f"settings and the assumptions C1-C8 in its header).\n# Published: {row['measured_step_s']} s a step "
+                    f"(mean of 200); mean response {row['mean_response_len']} tokens (C2).\n")
+            try:
+                sc = relax_scenario(row)
+            except RlhfsimError as err:
+                print(f"{row['id']}: not written, the scenario checks refuse it: {err}")
+                continue
+            (HERE / f"{row['id']}.yaml").write_text(head + yaml.safe_dump(sc, sort_keys=False, width=120))
+            continue
         if "launch" in row:
             try:
                 (HERE / f"{row['id']}.yaml").write_text(render_yaml(import_row(row)))

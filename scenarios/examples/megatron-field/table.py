@@ -24,7 +24,7 @@ from rlhfsim.errors import RlhfsimError
 from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import simulate
 
-from make_scenarios import import_row  # this folder's (run as a script, the folder is on the path)
+from make_scenarios import import_row, relax_scenario  # this folder's (run as a script, the folder is on the path)
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,7 +37,10 @@ def load_runs() -> dict:
 def predict(row: dict) -> tuple[float | None, str]:
     """Simulate one row's scenario: (step seconds, ""), or (None, the refusal)."""
     try:
-        scenario = import_row(row).scenario if "launch" in row else HERE / f"{row['id']}.yaml"
+        if row.get("framework") == "relax":
+            scenario = relax_scenario(row)
+        else:
+            scenario = import_row(row).scenario if "launch" in row else HERE / f"{row['id']}.yaml"
         summary = simulate(load_scenario(scenario), max_work=0).summary
     except RlhfsimError as err:
         return None, str(err)
