@@ -60,7 +60,8 @@ def main() -> None:
     for r in rows:
         step, why = predict(r)
         lay = f"{r['train']} / {r['gen_tp']}" + (f", {r['gen_gpus']} gen GPUs" if r["gen_gpus"] else "")
-        head = f"| {r['id']} | {r['model']} | {r['gpus']} x {r['gpu']} | {r['policy']} | {lay} | {r['measured_step_s']} |"
+        gpu = f"{r['card']} (as {r['gpu']})" if "card" in r else r["gpu"]
+        head = f"| {r['id']} | {r['model']} | {r['gpus']} x {gpu} | {r['policy']} | {lay} | {r['measured_step_s']} |"
         if step is None:
             print(f"{head} not simulated | {why} |", flush=True)
             continue
