@@ -28,7 +28,9 @@ hidden size, n the tokens of one micro-batch of one pipeline, L_s = L / pp the l
                    backward passes them again with their gradients: 3 in all; tp_kv = min(tp, kv heads))
     ep_alltoall    = 4 M_s x (n / (cp tp) x k x h x b x (ep - 1) / ep / link_bw + latency)   per micro-batch
                    (dispatch and combine per MoE layer, forward and backward: each of a GPU's n / (cp tp) tokens
-                   goes to its k experts, (ep - 1) / ep of them on another GPU; M_s the stage's MoE layers)
+                   goes to its k experts, (ep - 1) / ep of them on another GPU; M_s the stage's MoE layers; the
+                   group spans tp x cp x ep GPUs, or ep x etp under expert tensor parallelism, whose FLOPs per GPU
+                   are the same: it moves which GPU computes an expert, not how much each computes)
 
 A forward-only call (old log-probs, the reference, the critic's values: Megatron's schedule with forward_only) runs
 through the same pipeline: its bubble is (p - 1) / (v m) of its calls too (the fill and drain of forwards alone), and
@@ -66,6 +68,7 @@ class Layout:
     pool_gpus: int
     gpus_per_node: int   # the NVLink domain: the node's GPUs, or an NVL72 rack's 72 (GpuSpec.link_domain)
     spans_nodes: bool
+    etp: int | None = None     # expert tensor parallelism (Megatron's expert_tensor_parallel_size); None: tp
     first: int | None = None   # decoder layers of the first stage (Megatron's num_layers_in_first_pipeline_stage)
     last: int | None = None    # of the last stage (num_layers_in_last_pipeline_stage); None: an even split
 
@@ -94,7 +97,7 @@ def layout_of(setup, role: str) -> Layout | None:
         return None
     pool = setup.pool_of(role)
     return Layout(setup.tp[role], r.pp, r.vpp, r.cp, r.ep, pool.gpus, setup.gpu.link_domain(setup.scenario.cluster.gpus_per_node),
-                  pool.spans_nodes, r.first_stage_layers, r.last_stage_layers)
+                  pool.spans_nodes, r.etp, r.first_stage_layers, r.last_stage_layers)
 
 
 def stage_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> tuple[int, ...]:
@@ -180,7 +183,10 @@ def ep_alltoall_s(cost, m: ModelShape, dtype: str, n_tokens: float, lay: Layout,
     nbytes = (n_tokens / (lay.cp * lay.tp) * m.experts_per_token * m.hidden * ACTIVATION_BYTES[dtype]
               * (lay.ep - 1) / lay.ep)
     calls = (4 if training else 2) * m.moe_layers
-    return calls * (nbytes / cost.link_bw(lay.inter_node(lay.tp * lay.cp * lay.ep)) + LATENCY_S)
+    # the group: ep x etp consecutive GPUs under expert tensor parallelism (Megatron's expert ranks order etp, ep, edp,
+    # pp), else the tp x cp x ep GPUs of the dense layers' order
+    group = lay.tp * lay.cp * lay.ep if lay.etp is None else lay.etp * lay.ep
+    return calls * (nbytes / cost.link_bw(lay.inter_node(group)) + LATENCY_S)
 
 
 def call(cost, training: bool, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, head: str, attn_pairs,

@@ -119,9 +119,15 @@ def _check_megatron(sc: Scenario, role: str, shape: ModelShape, pool: "PoolSpec"
         if not shape.is_moe:
             raise ScenarioError(f"{where}.ep", f"expected 1 for the dense model {shape.name} (experts only), got {lay.ep}")
         dp_cp = pool.gpus // g * lay.cp
-        if dp_cp % lay.ep:
+        if lay.etp is None and dp_cp % lay.ep:
             raise ScenarioError(f"{where}.ep", (f"expected ep to divide dp x cp ({dp_cp}: {count(pool.gpus, 'GPU')} of "
-                                                f"pool {pool.name!r} over tp x pp {tp * lay.pp}), got {lay.ep}"))
+                                                f"pool {pool.name!r} over tp x pp {tp * lay.pp}; or etp set, Megatron's "
+                                                f"expert_tensor_parallel_size), got {lay.ep}"))
+        stage = pool.gpus // lay.pp
+        if lay.etp is not None and stage % (lay.ep * lay.etp):
+            raise ScenarioError(f"{where}.ep", (f"expected ep x etp ({lay.ep} x {lay.etp}) to divide a stage's tp x cp x dp "
+                                                f"({stage}: {count(pool.gpus, 'GPU')} of pool {pool.name!r} over pp "
+                                                f"{lay.pp}), got {lay.ep * lay.etp}"))
         if shape.num_experts % lay.ep:
             raise ScenarioError(f"{where}.ep", (f"expected ep to divide {shape.name}'s {shape.num_experts} routed "
                                                 f"experts, got {lay.ep}"))
@@ -349,6 +355,8 @@ def build_setup(sc: Scenario) -> Setup:
                 if lay.ep > 1 and shape.is_moe:
                     routed = shape.moe_layers * shape.num_experts * shape.expert_params
                     b -= routed * DTYPE_BYTES[dtypes[r]] / tp[r] * (1 - 1 / lay.ep)
+                    if lay.etp is not None:   # the routed experts split over etp GPUs, not tp
+                        b += routed * DTYPE_BYTES[dtypes[r]] / lay.ep * (1 / lay.etp - 1 / tp[r])
                 if lay.pp > 1 and (lay.first_stage_layers is not None or lay.last_stage_layers is not None):
                     # an uneven pipeline: the largest stage's share (parallel.stage_layers)
                     b *= max(stage_layers(shape.layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers)) / shape.layers
