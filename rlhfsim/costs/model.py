@@ -52,7 +52,8 @@ from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
 from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, KERNELS, LEFT_PADDING,
                                  OPTIMIZER, SAMPLING_TAIL, TP_INTER_NODE, CostTerm, Price, moved, with_effects)
 from rlhfsim.errors import ProfileError
-from rlhfsim.hardware.catalog import INTER_NODE_ALLREDUCE_S, GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
+from rlhfsim.hardware.catalog import (INTER_NODE_ALLREDUCE_S, GpuSpec, balance_ratio, carried_operations, stack_factor,
+                                      stated_gpu)
 from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves

@@ -20,9 +20,10 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   of kernels (what the device computes) or op_overhead (page faults: host time); a mixture-of-experts model's
   router and expert_imbalance the same way, out of kernels (``rlhfsim.costs.moe.effects``);
 * decode steps (``_Decode.price``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
-  where the profile has the engine's host work per step), and on a CPU gemm_footprint (out of decode_kernels) and
+  where the profile has the engine's host work per step, + tp_inter_node where the engine's TP spans NVLink domains), and on a CPU gemm_footprint (out of decode_kernels) and
   cold_overheads (out of the fixed costs); a mixture-of-experts model's router and expert_imbalance out of
   decode_kernels (``rlhfsim.costs.moe.split_decode``);
+* a generation prefill whose TP spans NVLink domains: its forward's terms with tp_inter_node out of kernels;
 * a generation runtime's call (``rlhfsim.costs.price.generate_call``): gen_call_overhead or handoff,
   left_padding, its prefill's forward terms and its decode steps' terms;
 * a generation replica's time in a step (``rlhfsim.sim.engines.accounting``): its decode segments' steps

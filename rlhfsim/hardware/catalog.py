@@ -62,7 +62,7 @@ domain talks over ``intra_node_bw``, a group across domains over ``inter_node_bw
 
 Inter-node all-reduce latency (``INTER_NODE_ALLREDUCE_S``): what one small all-reduce costs when its group spans NVLink
 domains (a generation engine's tensor parallelism beyond a node: vLLM at TP 16 or 32 on 8-GPU nodes), the time of an
-all-reduce of a few bytes to 1 KiB over 16 Hopper GPUs in two nodes on NDR InfiniBand: 46-48 us (NCCL 2.21.5,
+all-reduce of 4 to 512 bytes over 16 Hopper GPUs in two nodes on NDR InfiniBand: 46.3-47.8 us (NCCL 2.21.5,
 NVLSTree, 16 ConnectX-7 NICs, 2 x 8 H20; nccl-tests all_reduce_perf in github.com/NVIDIA/nccl/issues/1244), against
 18-60 us for the same call inside a node (Vidur's NCCL all-reduces, REFERENCES.md section 6) and 19-20 us between two
 A100s, one per node, on HDR (github.com/NVIDIA/nccl-tests/issues/150). 47 us is taken for every GPU (no other
