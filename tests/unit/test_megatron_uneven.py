@@ -172,3 +172,14 @@ def test_verl_maps_the_stage_layers_and_expert_tensor_parallelism_and_round_trip
     back = import_verl(" ".join(overrides), ImportOptions(**{k: getattr(o2, k) for k in (
         "gpu", "mean_response_len", "mean_prompt_len", "steps")}), "launch")
     assert back.scenario == res.scenario
+
+
+def test_the_cli_refuses_a_split_that_does_not_add_up_in_one_line_and_exits_2():
+    from click.testing import CliRunner
+
+    from rlhfsim.cli import main
+    res = CliRunner().invoke(main, ["explain", str(MEGATRON), "--set", NO_VPP, "--set",
+                                    "execution.megatron.actor.first_stage_layers=10", "--set",
+                                    "execution.megatron.actor.last_stage_layers=11"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.count("\n") == 1 and "execution.megatron.actor.first_stage_layers: expected stage layers" in res.stderr
