@@ -49,10 +49,11 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, LEFT_PADDING, OPTIMIZER,
-                                 SAMPLING_TAIL, CostTerm, Price, with_effects)
+from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, KERNELS, LEFT_PADDING,
+                                 OPTIMIZER, SAMPLING_TAIL, TP_INTER_NODE, CostTerm, Price, moved, with_effects)
 from rlhfsim.errors import ProfileError
-from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
+from rlhfsim.hardware.catalog import (INTER_NODE_ALLREDUCE_S, GpuSpec, balance_ratio, carried_operations, stack_factor,
+                                      stated_gpu)
 from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
@@ -174,12 +175,14 @@ class _Forward:
     """``CostModel.forward`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
     device numbers, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor",
+                 "inter_node")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams,
                  tail: tuple[float, float] = (0.0, 0.0), scoring_runtime: str | None = None,
-                 by_shape: ShapeKernels | None = None):
+                 by_shape: ShapeKernels | None = None, inter_node: bool = False):
         self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
+        self.inter_node = inter_node   # a TP group spanning NVLink domains (CostModel._tp_comm_s)
         # the profile's kernel terms by shape where they price this operation (rlhfsim.costs.byshape), else None
         self.ks, self.shard = by_shape, m.layer_params / tp
         self.floor = by_shape.floor_s(m.layers) if by_shape is not None else 0.0
@@ -203,7 +206,7 @@ class _Forward:
             w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
             tokens, logits = n_tokens / sp, logits_tokens / sp
         total, active = self._roofline(w, tokens)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp, inter_node=self.inter_node)
         if sp > 1 and ulysses:
             comm = comm + self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
         if self.tail_row or self.tail0:   # a generation prefill's sampling of each row's first token
@@ -248,12 +251,13 @@ class _Decode:
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
-                 "cold", "hfloor", "cpu", "eh", "efloor")
+                 "cold", "hfloor", "cpu", "eh", "efloor", "inter_node")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
-                 logprobs: bool = False):
+                 logprobs: bool = False, inter_node: bool = False):
         p = cost.gen_params("decode", runtime)
         self.cost, self.m, self.dtype, self.tp = cost, m, dtype, tp
+        self.inter_node = inter_node   # a TP group spanning NVLink domains (CostModel._tp_comm_s)
         self.shape = fl.ShapeCoeffs.of(m, dtype, "lm")
         self.peak = tp * cost.gpu.peak(dtype) * p.compute_eff
         self.bw = tp * cost.gpu.mem_bw * p.memory_eff
@@ -353,13 +357,15 @@ class _Decode:
             return {}
         c0, cs, u0, us = self._lines(batch, kv0)
         kern = _sum_max_linear(c0, cs, u0, us, n)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp, inter_node=self.inter_node)
         over = self.over if overhead_s is None else overhead_s
         priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
-        out = {DECODE_KERNELS: kern + n * comm, ENGINE_STEP: n * over, SAMPLING_TAIL: n * (self.tail0 + self.tail_row * batch),
+        out = {DECODE_KERNELS: kern + (0.0 if self.inter_node else n * comm), ENGINE_STEP: n * over, SAMPLING_TAIL: n * (self.tail0 + self.tail_row * batch),
                HOST_LAUNCH_BOUND: priced - kern}
         if extra_s:
             out[extra_term] = n * extra_s
+        if self.inter_node:   # the all-reduces across nodes, a term of their own
+            out[TP_INTER_NODE] = n * comm
         lf = self.launch_floor(batch)
         if self.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
             serial, _ = self.host(batch)
@@ -390,7 +396,8 @@ class _Decode:
             step_over = step_over + serial
         elif self.hfloor:
             c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
-        return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp,
+                                                                 inter_node=self.inter_node)
 
 
 def with_stack_rate(doc: dict, gpu: GpuSpec) -> dict:
@@ -656,14 +663,20 @@ class CostModel:
     def transfer_s(self, n_bytes: float, inter_node: bool = False) -> float:
         return n_bytes / self.link_bw(inter_node) + LINK_LATENCY_S
 
-    def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1) -> float:
+    def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1,
+                   inter_node: bool = False) -> float:
         """Tensor-parallel all-reduces of ``n_tokens`` tokens: two per layer per pass, each the fitted latency plus its
         bytes over the bus bandwidth (the link constants without a fit), and never under the measured time of a
-        small message (``collectives.all_reduce.by_workers.N.small_message_s``, ``byshape.allreduce_floor``)."""
+        small message (``collectives.all_reduce.by_workers.N.small_message_s``, ``byshape.allreduce_floor``).
+        ``inter_node``: a TP group spanning NVLink domains (a generation engine beyond a node; cost term
+        tp_inter_node): each call an inter-node all-reduce's small-message time (``INTER_NODE_ALLREDUCE_S``) plus
+        its bytes over the inter-node link (the profile's fit is of calls within a node)."""
         if tp <= 1:
             return 0.0
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
         calls = 2 * m.layers * passes
+        if inter_node:
+            return nbytes / self.link_bw(True) + calls * INTER_NODE_ALLREDUCE_S
         fitted = allreduce_terms(self.collectives, tp)   # (latency_s, bus_bw) fitted per worker count, else None
         lat, bw = fitted if fitted is not None else (LINK_LATENCY_S, self.link_bw())
         floor = allreduce_floor(self.collectives, tp)
@@ -686,7 +699,8 @@ class CostModel:
     def forward(self, m: ModelShape, dtype: str, n_tokens, n_seqs: float, tp: int = 1, cached_tokens: float = 0.0,
                 op: str = "prefill", runtime: str | None = None, head: str = "value", all_logits: bool = False,
                 gen_runtime: str | None = None, attn_pairs: float | None = None, sp: int = 1,
-                gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True) -> Price:
+                gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True,
+                tp_inter_node: bool = False) -> Price:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
@@ -697,7 +711,8 @@ class CostModel:
         of a Ulysses sequence-parallel group of that size (``_Forward.parts``; no cached tokens);
         ``head_s_per_logit``: a log-prob pass's head priced after the roofline at this many seconds per logit
         instead of the profile's measured tail (``framework_call``); ``ulysses`` False: ``sp`` is Megatron's context
-        parallelism (no all-to-alls).
+        parallelism (no all-to-alls); ``tp_inter_node``: the TP group spans NVLink domains (a generation engine's prefill
+        beyond a node), its all-reduces the term tp_inter_node, out of kernels.
 
         The active share is the roofline's kernels (``roofline``); the terms are kernels and op_overhead
         and, on a CPU, the host effects priced inside them (``CpuHostEffects.forward_effects``). ``n_tokens`` may
@@ -708,7 +723,7 @@ class CostModel:
         if not isinstance(n_tokens, np.ndarray) and n_tokens <= 0:
             return Price(0.0, 0.0)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
+        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, tp_inter_node)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
         lp = 0.0   # a log-prob head priced after the roofline, seconds per logit: a GPU framework's, a CPU's measured tail
         if logprob and head_s_per_logit is not None:
@@ -717,12 +732,16 @@ class CostModel:
             lp = self.cpu.logprob_tail
         total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp, sp, ulysses)
         if self.cpu is None:
+            price = Price(total, active)
             if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
-                return Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
-                                                    n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
-                                                    gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
-                                                    ulysses))
-            return Price(total, active)
+                price = Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
+                                                     n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
+                                                     gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
+                                                     ulysses, tp_inter_node))
+            if tp_inter_node and tp > 1:   # the all-reduces across nodes out of kernels, a term of their own
+                comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, inter_node=True)
+                return Price(total, active, partial(moved, price, KERNELS, TP_INTER_NODE, comm))
+            return price
         if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
             total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward")
@@ -732,12 +751,12 @@ class CostModel:
 
     # -- an engine's prefill steps (the continuous engine's token budget; docs/cost-model.md "Generation runtimes") --
     def prefill_step(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                     runtime: str | None = None, logprobs: bool = False) -> Price:
+                     runtime: str | None = None, logprobs: bool = False, tp_inter_node: bool = False) -> Price:
         """One engine step that prefills ``n_tokens`` tokens of ``n_rows`` rows: the runtime's prefill forward
         (``forward``) and the engine's host work for the step's rows (``engine_host``: H(rows), its hidden share a
         floor under the forward's device time). Terms: the forward's and engine_host."""
         fwd = self.forward(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
-                           gen_logprobs=logprobs)
+                           gen_logprobs=logprobs, tp_inter_node=tp_inter_node)
         host = self._step_host(runtime, n_rows, fwd.active_s)
         return fwd.add(ENGINE_HOST, host) if host else Price(fwd.total_s + host, fwd.active_s, fwd.why)
 
@@ -751,7 +770,7 @@ class CostModel:
         return (1.0 - eh.overlap) * h + max(eh.overlap * h - device_s, 0.0)
 
     def chunk_in_step_s(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                        runtime: str | None = None, logprobs: bool = False) -> float:
+                        runtime: str | None = None, logprobs: bool = False, tp_inter_node: bool = False) -> float:
         """What a prefill chunk of ``n_tokens`` tokens of ``n_rows`` rows adds to a decode step that carries it (chunked
         prefill): its work beyond the step's weight reads (``_Forward.marginal_s``), its tensor-parallel all-reduces,
         and its rows' share of the engine's host work (the serial part of ``step_host_per_seq_s`` x rows)."""
@@ -759,11 +778,12 @@ class CostModel:
             return 0.0
         k = self._forward_kernel(m, dtype, tp, "prefill", None, "lm", runtime, logprobs)
         eh = self.engine_host(runtime)
-        return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp) + \
+        return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp, inter_node=tp_inter_node) + \
             (1.0 - eh.overlap) * eh.per_seq_s * n_rows
 
-    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False) -> _Forward:
-        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
+    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False,
+                        inter_node: bool = False) -> _Forward:
+        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, inter_node)
         k = self._forward.get(key)
         if k is None:
             if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
@@ -778,7 +798,7 @@ class CostModel:
             # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
             scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
             ks = self.by_shape if self.by_shape is not None and self.by_shape.applies(op) else None
-            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks)
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks, inter_node)
         return k
 
     def chunk_prefill(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float, prefix_tokens: float,
@@ -830,16 +850,16 @@ class CostModel:
         return self.decoder(m, dtype, tp, runtime, logprobs).price(batch, kv_tokens0, n_steps, overhead_s)
 
     def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None,
-                logprobs: bool = False) -> _Decode:
+                logprobs: bool = False, tp_inter_node: bool = False) -> _Decode:
         """The decode predictor of one (model, dtype, tp, runtime, logprobs), computed on first use (a replica's
         clock holds its own): ``coeffs(batch, kv_tokens0, overhead_s)``, the (c0, cs, u0, us, per-step overhead) of
         ``decode_steps``, evaluated once, then ``decode_sum`` for any number of steps (the simulator inverts the sum
         by bisection when a segment is cut); ``batch`` and ``kv_tokens0`` may be numpy arrays, the coefficients of
         many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms."""
-        key = (m, dtype, tp, runtime, logprobs)
+        key = (m, dtype, tp, runtime, logprobs, tp_inter_node)
         k = self._decode.get(key)
         if k is None:
-            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs)
+            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs, tp_inter_node)
         return k
 
     def train(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1, head: str = "lm",

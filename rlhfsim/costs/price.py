@@ -77,10 +77,11 @@ def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: in
 
 
 def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node: bool = False,
-                   fsdp_n: int = 0, pp: int = 1) -> Price:
+                   fsdp_n: int = 0, pp: int = 1, stage: int | None = None) -> Price:
     """One minibatch's optimizer step of ``role``: the gradient all-reduce over ``dp`` replicas (none under FSDP)
-    and AdamW on this GPU's shard (``pp`` > 1: one pipeline stage's, ``parallel.stage_shape``)."""
-    return cost.optimizer(stage_shape(setup.shapes[role], pp), setup.dtypes[role], tp, dp, setup.head(role),
+    and AdamW on this GPU's shard (``pp`` > 1: one pipeline stage's, ``parallel.stage_shape``; ``stage``: the
+    largest stage's decoder layers of an uneven pipeline, ``parallel.largest_stage``)."""
+    return cost.optimizer(stage_shape(setup.shapes[role], pp, stage), setup.dtypes[role], tp, dp, setup.head(role),
                           inter_node, grad_allreduce=fsdp_n == 0)
 
 

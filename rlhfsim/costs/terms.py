@@ -20,9 +20,10 @@ Every breakdown sums exactly (to float rounding) to the price it splits:
   of kernels (what the device computes) or op_overhead (page faults: host time); a mixture-of-experts model's
   router and expert_imbalance the same way, out of kernels (``rlhfsim.costs.moe.effects``);
 * decode steps (``_Decode.price``): decode_kernels + engine_step + sampling_tail + host_launch_bound (+ engine_host
-  where the profile has the engine's host work per step), and on a CPU gemm_footprint (out of decode_kernels) and
+  where the profile has the engine's host work per step, + tp_inter_node where the engine's TP spans NVLink domains), and on a CPU gemm_footprint (out of decode_kernels) and
   cold_overheads (out of the fixed costs); a mixture-of-experts model's router and expert_imbalance out of
   decode_kernels (``rlhfsim.costs.moe.split_decode``);
+* a generation prefill whose TP spans NVLink domains: its forward's terms with tp_inter_node out of kernels;
 * a generation runtime's call (``rlhfsim.costs.price.generate_call``): gen_call_overhead or handoff,
   left_padding, its prefill's forward terms and its decode steps' terms;
 * a generation replica's time in a step (``rlhfsim.sim.engines.accounting``): its decode segments' steps
@@ -157,6 +158,13 @@ DECODE_KERNELS = _row(
     "operations.decode:RT; kernels_by_shape; collectives.all_reduce.by_workers.N (latency_s, bus_bw, "
     "small_message_s)", "any", "rlhfsim calibrate; --from-ops; Vidur's NCCL all-reduce times (microsoft/vidur "
     "data/profiling/network, calibrate/public/vidur)", "rlhfsim.costs.model._Decode, rlhfsim.costs.model.CostModel._tp_comm_s")
+TP_INTER_NODE = _row(
+    "tp_inter_node", "a generation engine's tensor-parallel all-reduces when its TP group spans NVLink domains (vLLM at "
+    "TP 16 or 32 on 8-GPU nodes): two per layer per prefill and decode step, each an inter-node all-reduce's "
+    "small-message time plus its bytes over the inter-node link (out of decode_kernels and kernels, where the "
+    "all-reduces within a node are)", "placement.tp.rollout beyond the NVLink domain; hardware inter_node_bw, "
+    "INTER_NODE_ALLREDUCE_S", "any", "nccl-tests all_reduce_perf over 2 x 8 Hopper GPUs on NDR InfiniBand, 46-48 us "
+    "(NVIDIA/nccl#1244); hardware catalog link bandwidth", "rlhfsim.costs.model.CostModel._tp_comm_s")
 ENGINE_STEP = _row(
     "engine_step", "an engine's fixed host time per decode step (scheduling, input preparation, output "
     "processing), serial with the device", "operations.decode:RT.overhead_s (and per layer without "
@@ -376,6 +384,15 @@ def with_effects(total_s: float, active_s: float, effects, *args) -> dict[CostTe
     their share of the active seconds, ``CpuHostEffects.forward_effects`` / ``train_effects``): a ``Price``'s ``why``
     on a CPU, bound with ``functools.partial``."""
     return split(total_s, active_s, *effects(*args))
+
+
+def moved(price: Price, source: CostTerm, term: CostTerm, seconds: float) -> dict[CostTerm, float]:
+    """``price``'s terms with ``seconds`` of ``source`` given to ``term`` (a part priced inside ``source``, named: the
+    inter-node all-reduces of a prefill, out of kernels); bound with ``functools.partial`` as a ``Price``'s ``why``."""
+    out = price.terms()
+    out[source] = out.get(source, 0.0) - seconds
+    out[term] = out.get(term, 0.0) + seconds
+    return out
 
 
 def add_terms(acc: dict[str, float], parts: dict[str, float], scale: float = 1.0) -> float:

@@ -60,6 +60,14 @@ NVLink domain (``nvlink_domain``): how many consecutive GPUs one NVLink fabric j
 ``cluster.gpus_per_node``. ``GpuSpec.link_domain`` gives the size the cost model uses: a group of GPUs within one
 domain talks over ``intra_node_bw``, a group across domains over ``inter_node_bw``.
 
+Inter-node all-reduce latency (``INTER_NODE_ALLREDUCE_S``): what one small all-reduce costs when its group spans NVLink
+domains (a generation engine's tensor parallelism beyond a node: vLLM at TP 16 or 32 on 8-GPU nodes), the time of an
+all-reduce of 4 to 512 bytes over 16 Hopper GPUs in two nodes on NDR InfiniBand: 46.3-47.8 us (NCCL 2.21.5,
+NVLSTree, 16 ConnectX-7 NICs, 2 x 8 H20; nccl-tests all_reduce_perf in github.com/NVIDIA/nccl/issues/1244), against
+18-60 us for the same call inside a node (Vidur's NCCL all-reduces, REFERENCES.md section 6) and 19-20 us between two
+A100s, one per node, on HDR (github.com/NVIDIA/nccl-tests/issues/150). 47 us is taken for every GPU (no other
+generation's or network's figure was found); the bytes go at ``inter_node_bw``, the slowest link of the ring.
+
 Host link (``host_link_bw``, one direction, what an offloaded parameter or optimizer shard crosses
 between host memory and the device): the datasheets' PCIe figure, which they give for both directions
 together: A100 SXM "PCIe Gen4: 64 GB/s", H100 SXM and H200 SXM "PCIe Gen5: 128 GB/s", L40S "PCIe Gen4 x16:
@@ -90,6 +98,7 @@ from dataclasses import asdict, dataclass
 from rlhfsim.errors import ScenarioError
 
 GB = 1e9  # bandwidths (decimal, as datasheets give them)
+INTER_NODE_ALLREDUCE_S = 47e-6  # one small all-reduce across nodes (module docstring: NVIDIA/nccl#1244)
 GiB = 2**30  # memory sizes
 TFLOPS = 1e12
 

@@ -110,10 +110,15 @@ MAPPED: dict[str, str] = {
 # the actor's where the launch leaves its own out (verl's ppo_megatron_trainer.yaml interpolates them so).
 MEGATRON_DEGREES = {"pipeline_model_parallel_size": "pp", "virtual_pipeline_model_parallel_size": "vpp",
                     "context_parallel_size": "cp", "expert_model_parallel_size": "ep"}
+# Megatron's settings that are unset unless the launch sets them (Megatron-core's defaults: expert tensor parallelism
+# = tp, an even pipeline): verl's key under ROLE's megatron prefix -> execution.megatron.ROLE field.
+MEGATRON_OPTIONAL = {"expert_tensor_parallel_size": "etp",
+                     "override_transformer_config.num_layers_in_first_pipeline_stage": "first_stage_layers",
+                     "override_transformer_config.num_layers_in_last_pipeline_stage": "last_stage_layers"}
 MEGATRON_PREFIX = {"actor": f"{AR}.actor.megatron", "reference": f"{AR}.ref.megatron", "critic": "critic.megatron"}
 MAPPED.update({f"{MEGATRON_PREFIX[role]}.{k}": f"execution.megatron.{role}.{f}"
                + (" (and the reference's, unless set)" if role == "actor" else "")
-               for role in MEGATRON_PREFIX for k, f in MEGATRON_DEGREES.items()})
+               for role in MEGATRON_PREFIX for k, f in {**MEGATRON_DEGREES, **MEGATRON_OPTIONAL}.items()})
 
 # (pattern, reason): recognised, costs nothing in this model.
 NO_COST: list[tuple[str, str]] = [
@@ -598,6 +603,12 @@ def _megatron(cfg: dict, models: dict, a: list[str]) -> dict:
                 got[field] = actor.get(field, 1) if role == "reference" else 1
             else:
                 got[field] = _int(cfg, k)
+        for key, field in MEGATRON_OPTIONAL.items():   # only where set (the reference: the actor's unless its own)
+            v = cfg.get(f"{prefix}.{key}")
+            if v is not None and str(v).lower() not in ("null", "none", "~"):
+                got[field] = _int(cfg, f"{prefix}.{key}")
+            elif role == "reference" and field in actor:
+                got[field] = actor[field]
         if role == "actor":
             actor = got
         if any(v != 1 for v in got.values()):
@@ -680,7 +691,7 @@ SCENARIO_TO_VERL = {
     "placement.tp.critic": "critic.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
     "placement.reward_gpus": "reward_model.n_gpus_per_node",
     **{f"execution.megatron.{role}{sub}": f"{MEGATRON_PREFIX[role]}.*" for role in MEGATRON_PREFIX
-       for sub in ("", ".pp", ".vpp", ".ep")},
+       for sub in ("", ".pp", ".vpp", ".ep", ".etp", ".first_stage_layers", ".last_stage_layers")},
     "execution.micro_batch.ppo_max_token_len_per_gpu": f"{AR}.actor.ppo_max_token_len_per_gpu",
 }
 

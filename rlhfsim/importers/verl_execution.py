@@ -56,6 +56,11 @@ MAPPED: dict[str, str] = {
     f"{AR}.actor.megatron.param_offload": "execution.offload.actor.param",
     f"{AR}.actor.megatron.grad_offload": "execution.offload.actor.grad",
     f"{AR}.actor.megatron.optimizer_offload": "execution.offload.actor.optimizer",
+    f"{AR}.actor.optim.override_optimizer_config.optimizer_cpu_offload": (
+        "execution.offload.actor.optimizer (Megatron's CPU optimizer: the state lives in host memory; with "
+        "optimizer_offload_fraction 1, Megatron's default)"),
+    f"{AR}.actor.optim.override_optimizer_config.optimizer_offload_fraction": (
+        "execution.offload.actor.optimizer when 1 with optimizer_cpu_offload (a fraction below 1 keeps the state on the GPU)"),
     f"{AR}.ref.fsdp_config.param_offload": "execution.offload.reference.param",
     f"{AR}.ref.megatron.param_offload": "execution.offload.reference.param",
     "critic.model.fsdp_config.param_offload": "execution.offload.critic.param and .grad",
@@ -107,6 +112,25 @@ def _int(cfg: dict, key: str) -> int | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
         raise ImportError_(f"{key}: expected a whole number >= 1, got {v!r}")
     return int(v)
+
+
+def _cpu_optimizer(cfg: dict, a: list[str]) -> bool:
+    """Megatron's CPU optimizer (``optim.override_optimizer_config.optimizer_cpu_offload``): the whole optimizer state
+    in host memory at ``optimizer_offload_fraction`` 1 (Megatron's default); a smaller fraction keeps it on the GPU here
+    (said in the assumptions), since the scenario has no partial offload."""
+    key = f"{AR}.actor.optim.override_optimizer_config."
+    if not _flag(cfg, key + "optimizer_cpu_offload"):
+        return False
+    frac = cfg.get(key + "optimizer_offload_fraction", 1.0)
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
+        raise ImportError_(f"{key}optimizer_offload_fraction: expected a number from 0 to 1, got {frac!r}")
+    if frac < 1:
+        a.append(f"optim.override_optimizer_config.optimizer_offload_fraction={frac}: partial CPU offload taken as none "
+                 "(the optimizer state priced on the GPU)")
+        return False
+    a.append("Megatron's CPU optimizer (optimizer_cpu_offload): the optimizer state in host memory, priced as "
+             "execution.offload.actor.optimizer (moved to and from the GPU; the CPU's Adam step itself is not priced)")
+    return True
 
 
 def _flag(cfg: dict, key: str) -> bool:
@@ -185,7 +209,8 @@ def execution(cfg: dict, seen: dict, world: int, models: dict, assumptions: list
     offload: dict = {"actor": {
         "param": actor_param,
         "grad": actor_param or _flag(cfg, f"{AR}.actor.fsdp_config.grad_offload") or _flag(cfg, f"{AR}.actor.megatron.grad_offload"),
-        "optimizer": _flag(cfg, f"{AR}.actor.fsdp_config.optimizer_offload") or _flag(cfg, f"{AR}.actor.megatron.optimizer_offload"),
+        "optimizer": (_flag(cfg, f"{AR}.actor.fsdp_config.optimizer_offload") or _flag(cfg, f"{AR}.actor.megatron.optimizer_offload")
+                      or _cpu_optimizer(cfg, a)),
     }}
     ref_param = _flag(cfg, f"{AR}.ref.fsdp_config.param_offload") or _flag(cfg, f"{AR}.ref.megatron.param_offload")
     if "reference" in models:

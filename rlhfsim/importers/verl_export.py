@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from rlhfsim.importers.common import RESPONSE_LOG_SD, ImportError_, ImportOptions
-from rlhfsim.importers.verl import MEGATRON_DEGREES, MEGATRON_PREFIX
+from rlhfsim.importers.verl import MEGATRON_DEGREES, MEGATRON_OPTIONAL, MEGATRON_PREFIX
 
 AR = "actor_rollout_ref"
 RUNTIME_NAME = {"vllm": "vllm", "vllm_eager": "vllm", "sglang": "sglang", "hf_generate": "hf"}
@@ -79,6 +79,9 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
         for role, degrees in sc.get("execution", {}).get("megatron", {}).items():   # pp, vpp, cp, ep (verl.MEGATRON_DEGREES)
             o += [f"{MEGATRON_PREFIX[role]}.{key}={degrees[field]}" for key, field in MEGATRON_DEGREES.items()
                   if field in degrees]
+            # Hydra's + for the keys verl's config does not list (override_transformer_config's)
+            o += [f"{'+' if key.startswith('override_') else ''}{MEGATRON_PREFIX[role]}.{key}={degrees[field]}"
+                  for key, field in MEGATRON_OPTIONAL.items() if degrees.get(field) is not None]
     if "execution" in sc:
         o += _execution(sc["execution"])
     o.append(f"{AR}.rollout.gpu_memory_utilization={_utilization(sc)!r}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rlhfsim.contracts import DEFAULT_STREAMING, SEQUENCE_PARALLEL, STREAMING_ARCHS
+from rlhfsim.costs.parallel import stage_layers
 from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
 from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
@@ -91,7 +92,7 @@ def _check_megatron(sc: Scenario, role: str, shape: ModelShape, pool: "PoolSpec"
     """``execution.megatron.ROLE``'s degrees against the role's pool, the model and Ulysses (one-line errors)."""
     lay = getattr(sc.execution.megatron, role)
     where = f"execution.megatron.{role}"
-    if (lay.pp, lay.vpp, lay.cp, lay.ep) == (1, 1, 1, 1):
+    if (lay.pp, lay.vpp, lay.cp, lay.ep) == (1, 1, 1, 1) and lay.first_stage_layers is lay.last_stage_layers is None:
         return
     if sc.execution.ulysses_sequence_parallel_size > 1:
         raise ScenarioError("execution.ulysses_sequence_parallel_size", (
@@ -107,19 +108,47 @@ def _check_megatron(sc: Scenario, role: str, shape: ModelShape, pool: "PoolSpec"
                                     f"{count(pool.gpus, 'GPU')} of pool {pool.name!r}, got {g}"))
     if lay.vpp > 1 and lay.pp == 1:
         raise ScenarioError(f"{where}.vpp", f"expected pp > 1 with virtual stages (interleaved 1F1B), got vpp {lay.vpp} with pp 1")
-    if shape.layers % (lay.pp * lay.vpp):
+    first, last = lay.first_stage_layers, lay.last_stage_layers
+    if first is not None or last is not None:
+        _check_uneven(where, shape, lay.pp, lay.vpp, first, last)
+    elif shape.layers % (lay.pp * lay.vpp):
         raise ScenarioError(f"{where}.pp", (f"expected pp x vpp ({lay.pp} x {lay.vpp}) to divide {shape.name}'s "
-                                            f"{shape.layers} layers, got {lay.pp * lay.vpp}"))
+                                            f"{shape.layers} layers (or first_stage_layers / last_stage_layers set: "
+                                            f"Megatron's uneven pipeline), got {lay.pp * lay.vpp}"))
     if lay.ep > 1:
         if not shape.is_moe:
             raise ScenarioError(f"{where}.ep", f"expected 1 for the dense model {shape.name} (experts only), got {lay.ep}")
         dp_cp = pool.gpus // g * lay.cp
-        if dp_cp % lay.ep:
+        if lay.etp is None and dp_cp % lay.ep:
             raise ScenarioError(f"{where}.ep", (f"expected ep to divide dp x cp ({dp_cp}: {count(pool.gpus, 'GPU')} of "
-                                                f"pool {pool.name!r} over tp x pp {tp * lay.pp}), got {lay.ep}"))
+                                                f"pool {pool.name!r} over tp x pp {tp * lay.pp}; or etp set, Megatron's "
+                                                f"expert_tensor_parallel_size), got {lay.ep}"))
+        stage = pool.gpus // lay.pp
+        if lay.etp is not None and stage % (lay.ep * lay.etp):
+            raise ScenarioError(f"{where}.ep", (f"expected ep x etp ({lay.ep} x {lay.etp}) to divide a stage's tp x cp x dp "
+                                                f"({stage}: {count(pool.gpus, 'GPU')} of pool {pool.name!r} over pp "
+                                                f"{lay.pp}), got {lay.ep * lay.etp}"))
         if shape.num_experts % lay.ep:
             raise ScenarioError(f"{where}.ep", (f"expected ep to divide {shape.name}'s {shape.num_experts} routed "
                                                 f"experts, got {lay.ep}"))
+
+
+def _check_uneven(where: str, shape: ModelShape, pp: int, vpp: int, first: int | None, last: int | None) -> None:
+    """An uneven pipeline's first and last stages against the model's layers, as Megatron-core's TransformerConfig
+    checks them (one-line errors naming the field)."""
+    field = f"{where}.{'first_stage_layers' if first is not None else 'last_stage_layers'}"
+    if pp < 2:
+        raise ScenarioError(field, f"expected pp >= 2 with a first or last stage's layers set, got pp {pp}")
+    for name, n in (("first_stage_layers", first), ("last_stage_layers", last)):
+        if n is not None and n % vpp:
+            raise ScenarioError(f"{where}.{name}", f"expected a multiple of vpp ({vpp}: each virtual stage whole), got {n}")
+    rest = shape.layers - (first or 0) - (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    if rest < 0 or bool(rest) != bool(middle) or (middle and (rest % middle or rest // middle % vpp)):
+        given = " + ".join(f"{n} ({k})" for k, n in (("first", first), ("last", last)) if n is not None)
+        need = (f"the {max(rest, 0)} layers left to split evenly over the {middle} middle stages"
+                + (f" in multiples of vpp {vpp}" if vpp > 1 else "") if middle else f"all {shape.layers} layers")
+        raise ScenarioError(field, f"expected stage layers that add up to {shape.name}'s {shape.layers} ({need}), got {given} over pp {pp}")
 
 
 def _gb(x: float) -> str:
@@ -289,7 +318,13 @@ def build_setup(sc: Scenario) -> Setup:
         pool = pools[role_pool[r]]
         if t > pool.gpus or pool.gpus % t:
             raise ScenarioError(f"placement.tp.{r}", f"expected a TP degree dividing the {count(pool.gpus, 'GPU')} of pool {pool.name!r}, got {t}")
-        if t > domain:
+        if t > domain and r == "rollout":
+            # the generation engine's TP may span whole NVLink domains (vLLM across nodes; cost term tp_inter_node)
+            if t % domain or pool.first_gpu % domain:
+                raise ScenarioError(f"placement.tp.{r}", (
+                    f"expected TP within one NVLink domain (<= {domain}) or whole domains (a multiple of {domain}, on a "
+                    f"pool that starts at a domain's first GPU), got {t}"))
+        elif t > domain:
             raise ScenarioError(f"placement.tp.{r}", f"expected TP within one NVLink domain (the node, or an NVL72 rack; <= {domain}), got {t}")
     sp = sc.execution.ulysses_sequence_parallel_size
     for r in SEQUENCE_PARALLEL:
@@ -320,7 +355,12 @@ def build_setup(sc: Scenario) -> Setup:
                 if lay.ep > 1 and shape.is_moe:
                     routed = shape.moe_layers * shape.num_experts * shape.expert_params
                     b -= routed * DTYPE_BYTES[dtypes[r]] / tp[r] * (1 - 1 / lay.ep)
-                if lay.pp > 1:
+                    if lay.etp is not None:   # the routed experts split over etp GPUs, not tp
+                        b += routed * DTYPE_BYTES[dtypes[r]] / lay.ep * (1 / lay.etp - 1 / tp[r])
+                if lay.pp > 1 and (lay.first_stage_layers is not None or lay.last_stage_layers is not None):
+                    # an uneven pipeline: the largest stage's share (parallel.stage_layers)
+                    b *= max(stage_layers(shape.layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers)) / shape.layers
+                elif lay.pp > 1:
                     b /= lay.pp
             if r in TRAINED:
                 off = getattr(sc.execution.offload, r)  # offloaded state lives in host memory

@@ -197,3 +197,25 @@ def test_every_megatron_degree_maps_and_round_trips():
     overrides, opts = export_verl(res.scenario)
     assert _import_verl(" ".join(overrides), **{k: getattr(opts, k) for k in ("gpu", "mean_response_len",
                                                                            "mean_prompt_len", "steps")}).scenario == res.scenario
+
+
+def test_megatrons_cpu_optimizer_maps_to_optimizer_offload_and_a_partial_fraction_does_not():
+    base = ("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer algorithm.adv_estimator=grpo "
+            "actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B actor_rollout_ref.rollout.n=8 data.train_batch_size=64 "
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64 trainer.nnodes=2 trainer.n_gpus_per_node=8 "
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=4 "
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 "
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4 "
+            "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True ")
+    kw = dict(gpu="h100-sxm", mean_response_len=400, mean_prompt_len=200)
+    whole = _import_verl(base + "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=1.", **kw)
+    assert whole.scenario["execution"]["offload"]["actor"]["optimizer"] is True
+    status = {s.key: s.status for s in whole.settings}
+    assert status["actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload"] == "mapped"
+    default = _import_verl(base, **kw)   # Megatron's default fraction is 1
+    assert default.scenario["execution"]["offload"]["actor"]["optimizer"] is True
+    part = _import_verl(base + "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=0.5", **kw)
+    assert part.scenario["execution"]["offload"]["actor"]["optimizer"] is False
+    with pytest.raises(Exception) as e:
+        _import_verl(base + "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=2", **kw)
+    assert "optimizer_offload_fraction" in str(e.value) and "\n" not in str(e.value)

@@ -49,6 +49,10 @@ def scenario(row: dict, prompt_mean: int) -> dict:
         placement = {"kind": "colocated", "tp": {"actor": tp, "reference": tp, "rollout": row["gen_tp"]}}
         schedule = {"kind": "sync"}
     lay = {"pp": pp, "cp": cp, "ep": ep}
+    if ep > 1:   # A7: expert_tensor_parallel_size 1, grpo_math_1B.yaml's megatron_cfg (no recipe changes it)
+        lay["etp"] = 1
+    if row.get("stages"):   # A7: the recipe's uneven pipeline (Megatron's num_layers_in_first/last_pipeline_stage)
+        lay["first_stage_layers"], lay["last_stage_layers"] = row["stages"]
     if row.get("packing", True):
         micro = {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": row["tmax"] * row["mbs"],
                  "log_prob_max_token_len_per_gpu": row["tmax"] * row["logprob_mbs"], "use_remove_padding": True}
@@ -92,7 +96,8 @@ def relax_scenario(row: dict) -> dict:
     tp, cp, ep, pp = row["train"]
     cap = row["max_response"]
     median = median_for(row["mean_response_len"], cap)
-    lay = {"pp": pp, "cp": cp, "ep": ep}
+    # ETP 1 as published (the header's quoted layout): the experts' own mesh, Megatron's MoE parallel folding.
+    lay = {"pp": pp, "cp": cp, "ep": ep, "etp": 1}
     sc = {
         "name": f"megatron_field_{row['id'].lower().replace('-', '_')}",
         "description": f"{row['id']}: Relax (source {row['source']}), {row['model']} on {row['gpus']} x {row['gpu']}, "
