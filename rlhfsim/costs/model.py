@@ -42,15 +42,15 @@ import numpy as np
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
-from rlhfsim.costs import driver, moe, parallel
+from rlhfsim.costs import driver, genparallel, moe, parallel
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs import eager
 from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profile
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, LEFT_PADDING, OPTIMIZER,
-                                 SAMPLING_TAIL, CostTerm, Price, with_effects)
+from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, GEN_EP_ALLTOALL, HOST_LAUNCH_BOUND,
+                                 LEFT_PADDING, OPTIMIZER, SAMPLING_TAIL, CostTerm, Price, with_effects)
 from rlhfsim.errors import ProfileError
 from rlhfsim.hardware.catalog import GpuSpec, balance_ratio, carried_operations, stack_factor, stated_gpu
 from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
@@ -248,13 +248,13 @@ class _Decode:
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
-                 "cold", "hfloor", "cpu", "eh", "efloor")
+                 "cold", "hfloor", "cpu", "eh", "efloor", "par")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
-                 logprobs: bool = False):
+                 logprobs: bool = False, par: genparallel.GenLayout | None = None):
         p = cost.gen_params("decode", runtime)
-        self.cost, self.m, self.dtype, self.tp = cost, m, dtype, tp
-        self.shape = fl.ShapeCoeffs.of(m, dtype, "lm")
+        self.cost, self.m, self.dtype, self.tp, self.par = cost, m, dtype, tp, par
+        self.shape = self._shape_of(m)
         self.peak = tp * cost.gpu.peak(dtype) * p.compute_eff
         self.bw = tp * cost.gpu.mem_bw * p.memory_eff
         # kernel terms by shape (rlhfsim.costs.byshape): the compute efficiency at each step's rows (in ``coeffs``), every
@@ -266,6 +266,8 @@ class _Decode:
         # bytes per cached token per step: K and V read by attention, times the runtime's passes over
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
+        if par is not None and tp > 1:   # each GPU of a rank reads its share of the rank's cache (MLA's whole)
+            self.kv_b = self.kv_b * tp / genparallel.kv_shards(m, tp)
         # a CPU's host effects (rlhfsim.costs.cpuhost; a GPU: none): the step's fixed work runs after the model's own
         # weights have swept the caches (the overheads and the sampling tail cost ``cold`` times their hot values at
         # its footprint), a step of >= 2 rows passes over the weights ``wp`` times at their footprint, and the weights
@@ -295,6 +297,26 @@ class _Decode:
         self.eh, self.efloor = (eh if eh.any else None), self.hfloor
         if eh.graph_max_batch is not None and eh.eager_runtime is not None:
             self.efloor = max(self.hfloor, self.cold * cost.gen_params("decode", eh.eager_runtime).overhead_per_layer_s * m.layers)
+
+    def _shape_of(self, m: ModelShape) -> fl.ShapeCoeffs:
+        """``m``'s decode constants, as one GPU of an expert-parallel engine reads them where ``par`` is set."""
+        k = fl.ShapeCoeffs.of(m, self.dtype, "lm")
+        return k if self.par is None else genparallel.decode_shape(k, m, self.par)
+
+    def comm(self, batch):
+        """A step's communication beside its kernels: the tensor-parallel all-reduces and, under expert parallelism
+        without two-batch overlap, the expert all-to-alls (``genparallel``)."""
+        par = self.par
+        if par is None:
+            return self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        ar = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp, calls=genparallel.allreduces(self.m, par))
+        return ar if par.overlap else ar + self.alltoall(batch)
+
+    def alltoall(self, batch):
+        """The step's expert all-to-alls (gen_ep_alltoall before any overlap; 0 without expert parallelism)."""
+        if self.par is None:
+            return 0.0
+        return genparallel.alltoall_s(self.cost, self.m, self.dtype, batch, self.par)
 
     def launch_floor(self, batch):
         """The launch floor under a step of ``batch`` rows (an array: elementwise): the runtime's own (an eager engine's
@@ -353,18 +375,32 @@ class _Decode:
             return {}
         c0, cs, u0, us = self._lines(batch, kv0)
         kern = _sum_max_linear(c0, cs, u0, us, n)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        comm = self.comm(batch)
         over = self.over if overhead_s is None else overhead_s
         priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
+        # the floors below are counted from the kernels, or, under two-batch overlap, from the kernels with the expert
+        # all-to-alls as a floor under them (the all-to-alls' exposed part, term gen_ep_alltoall)
+        base0, base = c0, kern
+        a2a = 0.0
+        if self.par is not None:
+            if self.par.overlap:
+                base0 = max(c0, self.alltoall(batch))
+                base = _sum_max_linear(base0, cs, u0, us, n)
+                a2a = base - kern
+            else:   # out of the step's communication
+                a2a = n * self.alltoall(batch)
+                comm = comm - self.alltoall(batch)
         out = {DECODE_KERNELS: kern + n * comm, ENGINE_STEP: n * over, SAMPLING_TAIL: n * (self.tail0 + self.tail_row * batch),
-               HOST_LAUNCH_BOUND: priced - kern}
+               HOST_LAUNCH_BOUND: priced - base}
         if extra_s:
             out[extra_term] = n * extra_s
+        if self.par is not None:
+            out[GEN_EP_ALLTOALL] = a2a
         lf = self.launch_floor(batch)
         if self.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
             serial, _ = self.host(batch)
-            launched = _sum_max_linear(max(c0, lf), cs, u0, us, n)
-            out[HOST_LAUNCH_BOUND] = launched - kern
+            launched = _sum_max_linear(max(base0, lf), cs, u0, us, n)
+            out[HOST_LAUNCH_BOUND] = launched - base
             out[ENGINE_HOST] = n * serial + (priced - launched)
         if self.cpu is not None:   # the launch floor's hot value: the floor less its cold factor, beyond the kernels
             p0, _, pu0, pus = self._lines(batch, kv0, plain=True)
@@ -373,7 +409,7 @@ class _Decode:
                                   engine_cold=overhead_s is None)
         if moe.priced(self.m):   # a mixture-of-experts model's router and expert imbalance, out of decode_kernels
             moe.split_decode(out, kern, lambda s: _sum_max_linear(
-                *self._lines(batch, kv0, shape=fl.ShapeCoeffs.of(s, self.dtype, "lm")), n), self.m)
+                *self._lines(batch, kv0, shape=self._shape_of(s)), n), self.m)
         out[DECODE_KERNELS] += total - sum(out.values())   # rounding: the terms sum to the price
         return out
 
@@ -390,7 +426,10 @@ class _Decode:
             step_over = step_over + serial
         elif self.hfloor:
             c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
-        return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp)
+        if self.par is not None and self.par.overlap:   # two-batch overlap: the all-to-alls a floor under the device
+            a2a = self.alltoall(batch)
+            c0 = np.maximum(c0, a2a) if isinstance(c0, np.ndarray) else max(c0, a2a)
+        return c0, cs, u0, us, step_over + self.comm(batch)
 
 
 def with_stack_rate(doc: dict, gpu: GpuSpec) -> dict:
@@ -656,14 +695,18 @@ class CostModel:
     def transfer_s(self, n_bytes: float, inter_node: bool = False) -> float:
         return n_bytes / self.link_bw(inter_node) + LINK_LATENCY_S
 
-    def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1) -> float:
+    def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1,
+                   calls: int | None = None) -> float:
         """Tensor-parallel all-reduces of ``n_tokens`` tokens: two per layer per pass, each the fitted latency plus its
         bytes over the bus bandwidth (the link constants without a fit), and never under the measured time of a
         small message (``collectives.all_reduce.by_workers.N.small_message_s``, ``byshape.allreduce_floor``)."""
         if tp <= 1:
             return 0.0
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
-        calls = 2 * m.layers * passes
+        if calls is not None:   # fewer all-reduces per pass than Megatron's two per layer (genparallel.allreduces)
+            nbytes, calls = nbytes * calls / (2 * m.layers), calls * passes
+        else:
+            calls = 2 * m.layers * passes
         fitted = allreduce_terms(self.collectives, tp)   # (latency_s, bus_bw) fitted per worker count, else None
         lat, bw = fitted if fitted is not None else (LINK_LATENCY_S, self.link_bw())
         floor = allreduce_floor(self.collectives, tp)
@@ -815,7 +858,8 @@ class CostModel:
         return self.step["retokenize_s"] * n_calls + self.step["retokenize_per_token_s"] * n_tokens
 
     def decode_steps(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int, tp: int = 1,
-                     overhead_s: float | None = None, runtime: str | None = None, logprobs: bool = False) -> Price:
+                     overhead_s: float | None = None, runtime: str | None = None, logprobs: bool = False,
+                     par: genparallel.GenLayout | None = None) -> Price:
         """``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total cached tokens over
         the batch at the first step; each step adds ``batch`` tokens. ``runtime``: a generation runtime's decode
         parameters (``decode:RUNTIME``) when the profile has them; ``logprobs``: each step also records the sampled
@@ -827,19 +871,19 @@ class CostModel:
         active share excludes the per-step overhead; the terms are the steps' (``_Decode.price``)."""
         if n_steps <= 0 or batch <= 0:
             return Price(0.0, 0.0, {})
-        return self.decoder(m, dtype, tp, runtime, logprobs).price(batch, kv_tokens0, n_steps, overhead_s)
+        return self.decoder(m, dtype, tp, runtime, logprobs, par).price(batch, kv_tokens0, n_steps, overhead_s)
 
     def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None,
-                logprobs: bool = False) -> _Decode:
+                logprobs: bool = False, par: genparallel.GenLayout | None = None) -> _Decode:
         """The decode predictor of one (model, dtype, tp, runtime, logprobs), computed on first use (a replica's
         clock holds its own): ``coeffs(batch, kv_tokens0, overhead_s)``, the (c0, cs, u0, us, per-step overhead) of
         ``decode_steps``, evaluated once, then ``decode_sum`` for any number of steps (the simulator inverts the sum
         by bisection when a segment is cut); ``batch`` and ``kv_tokens0`` may be numpy arrays, the coefficients of
         many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms."""
-        key = (m, dtype, tp, runtime, logprobs)
+        key = (m, dtype, tp, runtime, logprobs, par)
         k = self._decode.get(key)
         if k is None:
-            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs)
+            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs, par)
         return k
 
     def train(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1, head: str = "lm",

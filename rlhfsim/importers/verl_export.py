@@ -79,6 +79,16 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
         for role, degrees in sc.get("execution", {}).get("megatron", {}).items():   # pp, vpp, cp, ep (verl.MEGATRON_DEGREES)
             o += [f"{MEGATRON_PREFIX[role]}.{key}={degrees[field]}" for key, field in MEGATRON_DEGREES.items()
                   if field in degrees]
+    par = gen.get("parallel") or {}
+    if par.get("ep", 1) > 1:   # verl's rollout degrees (verl._rollout_parallel reads them back)
+        sg = gen["runtime"] == "sglang"
+        o += [f"{AR}.rollout.expert_parallel_size={par['ep']}",
+              f"{AR}.rollout.data_parallel_size={par['ep'] // pl['tp']['rollout'] if par.get('dp_attention') else 1}"]
+        if par.get("redundant_experts"):
+            o.append(f"+{AR}.rollout.engine_kwargs.{'sglang.ep_' if sg else 'vllm.'}num_redundant_experts="
+                     f"{par['redundant_experts']}")
+        if par.get("two_batch_overlap"):
+            o.append(f"+{AR}.rollout.engine_kwargs.{'sglang.enable_two_batch_overlap' if sg else 'vllm.enable_dbo'}=True")
     if "execution" in sc:
         o += _execution(sc["execution"])
     o.append(f"{AR}.rollout.gpu_memory_utilization={_utilization(sc)!r}")

@@ -123,6 +123,7 @@ def representative_decode_step(result) -> dict:
     kv = batch * (prompt + response / 2)
     cost = result.cost
     runtime = sc.generation.resolved_runtime
-    d = cost.decoder(setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"], runtime)
+    d = cost.decoder(setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"], runtime,
+                     par=setup.gen_parallel)
     terms = d.price(batch, kv, 1).terms()
     return {"runtime": runtime, "batch": batch, "cached_tokens": kv, "step_s": sum(terms.values()), "terms_s": terms}

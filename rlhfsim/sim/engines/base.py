@@ -45,6 +45,7 @@ class Engine:
         self.max_batch = g.max_batch
         self.n_rep = s.replicas
         self.tp = s.tp["rollout"]
+        self.par = s.gen_parallel   # expert parallelism and data-parallel attention (genparallel; None: none)
         self.model = s.shapes["actor"]
         self.dtype = s.dtypes["actor"]
         self.kv_cap = max(s.kv_capacity_tokens, 1)

@@ -171,7 +171,7 @@ class Clock:
         self.active_s = 0.0
         self.gpu0 = idx * eng.tp
         self.gpus = range(self.gpu0, self.gpu0 + eng.tp)
-        self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt, eng.logprobs)  # the decode predictor's constants
+        self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt, eng.logprobs, eng.par)  # the decode predictor's constants
         self.step_extra_s = 0.0   # added to every decode step of the current batch (a padded static batch)
 
     # -- rows ----------------------------------------------------------------------------------------
