@@ -118,15 +118,21 @@ def alltoall_s(cost, m: ModelShape, dtype: str, batch, lay: GenLayout):
     if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0:
         return 0.0 * batch
     a = ACTIVATION_BYTES[dtype]
-    per_dir = batch / lay.tp * m.experts_per_token * m.hidden
-    nv_frac = (lay.nv_group - 1) / lay.ep
-    ib_frac = (lay.ep - lay.nv_group) / lay.ep
-    out = 0.0
-    for elem in (FP8_DISPATCH_BYTES if lay.fp8_dispatch else a, a):   # dispatch, combine
-        nv = per_dir * elem * nv_frac / cost.link_bw(False)
-        ib = per_dir * elem * ib_frac / cost.link_bw(True) if ib_frac > 0 else 0.0 * nv
-        out = out + (nv if ib_frac == 0 else np.maximum(nv, ib) if isinstance(nv, np.ndarray) else max(nv, ib)) + LATENCY_S
-    return m.moe_layers * out
+    tokens = batch / lay.tp
+    dispatch = call_s(cost, tokens, m.experts_per_token, m.hidden, FP8_DISPATCH_BYTES if lay.fp8_dispatch else a, lay)
+    return m.moe_layers * (dispatch + call_s(cost, tokens, m.experts_per_token, m.hidden, a, lay))
+
+
+def call_s(cost, tokens, top_k: int, hidden: int, elem_bytes: float, lay: GenLayout):
+    """One dispatch (or combine) of ``tokens`` tokens from one GPU, each to ``top_k`` experts spread evenly over the
+    engine's ep GPUs, ``hidden`` elements of ``elem_bytes`` bytes each: the share for other GPUs of its NVLink domain
+    over NVLink and the share beyond it over the inter-node link, at once, plus the call's latency."""
+    per_call = tokens * top_k * hidden * elem_bytes
+    nv = per_call * (lay.nv_group - 1) / lay.ep / cost.link_bw(False)
+    if lay.ep <= lay.nv_group:
+        return nv + LATENCY_S
+    ib = per_call * (lay.ep - lay.nv_group) / lay.ep / cost.link_bw(True)
+    return (np.maximum(nv, ib) if isinstance(ib, np.ndarray) else max(nv, ib)) + LATENCY_S
 
 
 def engine_weight_bytes(m: ModelShape, bytes_per_weight: int, lay: GenLayout) -> float:

@@ -879,7 +879,8 @@ class CostModel:
         clock holds its own): ``coeffs(batch, kv_tokens0, overhead_s)``, the (c0, cs, u0, us, per-step overhead) of
         ``decode_steps``, evaluated once, then ``decode_sum`` for any number of steps (the simulator inverts the sum
         by bisection when a segment is cut); ``batch`` and ``kv_tokens0`` may be numpy arrays, the coefficients of
-        many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms."""
+        many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms. ``par``: one GPU of an
+        expert-parallel engine (``genparallel.GenLayout``: its experts' bytes, all-reduces, KV split and all-to-alls)."""
         key = (m, dtype, tp, runtime, logprobs, par)
         k = self._decode.get(key)
         if k is None:
