@@ -28,6 +28,8 @@ each rank alone with the engine's batch taken as d B (the ranks evenly loaded).
                     split over min(t, kv heads)
     two-batch overlap  a step costs max(device time, all-to-alls) instead of their sum (folded into the compute
                     line as the launch floor is, ``model._Decode.coeffs``)
+    prefill         every one of the GPU's own experts read (``forward_shape``), the same all-reduces, and the
+                    prefill's tokens through the same all-to-all (serial; a chunk inside a decode step: in prefill_chunk)
 
 Latency per all-to-all call: ``parallel.LATENCY_S`` (10 us, the model's other collectives); link bandwidths from the
 hardware catalog at ``model.LINK_EFF``. DeepEP's published low-latency kernel times (docs/legacy.md of
@@ -96,6 +98,15 @@ def decode_shape(k, m: ModelShape, lay: GenLayout):
     routed = k.routed_bytes * routed_share(m, lay)
     return replace(k, decode_weight_bytes=k.decode_weight_bytes - k.routed_bytes + routed, routed_bytes=routed,
                    touch_rows=float(lay.dp))
+
+
+def forward_shape(k, m: ModelShape, lay: GenLayout):
+    """``flops.ShapeCoeffs`` ``k`` of ``m`` for a prefill on one GPU of the engine: every one of its own experts read
+    (a prefill's rows touch them all), at ``routed_share`` of TP's slices."""
+    if not k.n_experts:
+        return k
+    routed = k.routed_bytes * routed_share(m, lay)
+    return replace(k, weight_bytes=k.weight_bytes - k.routed_bytes + routed)
 
 
 def kv_shards(m: ModelShape, tp: int) -> int:

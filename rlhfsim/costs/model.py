@@ -174,16 +174,22 @@ class _Forward:
     """``CostModel.forward`` of one (model, dtype, head, tp, operation parameters): the shape constants and the
     device numbers, looked up once."""
 
-    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor")
+    __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor",
+                 "allreduces")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams,
                  tail: tuple[float, float] = (0.0, 0.0), scoring_runtime: str | None = None,
-                 by_shape: ShapeKernels | None = None):
+                 by_shape: ShapeKernels | None = None, par: genparallel.GenLayout | None = None):
         self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
         # the profile's kernel terms by shape where they price this operation (rlhfsim.costs.byshape), else None
         self.ks, self.shard = by_shape, m.layer_params / tp
         self.floor = by_shape.floor_s(m.layers) if by_shape is not None else 0.0
         self.shape = fl.ShapeCoeffs.of(m, dtype, head, scoring_runtime)
+        # one GPU of an expert-parallel engine (genparallel): its own experts' weights, fewer all-reduces
+        self.allreduces = None
+        if par is not None:
+            self.shape = genparallel.forward_shape(self.shape, m, par)
+            self.allreduces = genparallel.allreduces(m, par)
         self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
         # a generation prefill samples each row's first token: the runtime's measured sampling tail
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
@@ -203,7 +209,7 @@ class _Forward:
             w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
             tokens, logits = n_tokens / sp, logits_tokens / sp
         total, active = self._roofline(w, tokens)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp, calls=self.allreduces)
         if sp > 1 and ulysses:
             comm = comm + self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
         if self.tail_row or self.tail0:   # a generation prefill's sampling of each row's first token
@@ -729,7 +735,8 @@ class CostModel:
     def forward(self, m: ModelShape, dtype: str, n_tokens, n_seqs: float, tp: int = 1, cached_tokens: float = 0.0,
                 op: str = "prefill", runtime: str | None = None, head: str = "value", all_logits: bool = False,
                 gen_runtime: str | None = None, attn_pairs: float | None = None, sp: int = 1,
-                gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True) -> Price:
+                gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True,
+                par: genparallel.GenLayout | None = None) -> Price:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
@@ -751,7 +758,7 @@ class CostModel:
         if not isinstance(n_tokens, np.ndarray) and n_tokens <= 0:
             return Price(0.0, 0.0)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
+        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, par)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
         lp = 0.0   # a log-prob head priced after the roofline, seconds per logit: a GPU framework's, a CPU's measured tail
         if logprob and head_s_per_logit is not None:
@@ -761,11 +768,16 @@ class CostModel:
         total, active = k.parts(n_tokens, n_seqs, cached_tokens, logits, attn_pairs, lp, sp, ulysses)
         if self.cpu is None:
             if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
-                return Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
-                                                    n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
-                                                    gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
-                                                    ulysses))
-            return Price(total, active)
+                price = Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
+                                                     n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
+                                                     gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
+                                                     ulysses, par))
+            else:
+                price = Price(total, active)
+            if par is not None:   # an expert-parallel engine's prefill: its tokens' all-to-alls (genparallel)
+                a2a = genparallel.alltoall_s(self, m, dtype, n_tokens, par)
+                return price.add(GEN_EP_ALLTOALL, a2a, a2a)
+            return price
         if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
             total = total + self.cpu.fault_s(n_tokens / sp, m.vocab / tp, "logprob_forward")
@@ -775,12 +787,13 @@ class CostModel:
 
     # -- an engine's prefill steps (the continuous engine's token budget; docs/cost-model.md "Generation runtimes") --
     def prefill_step(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                     runtime: str | None = None, logprobs: bool = False) -> Price:
+                     runtime: str | None = None, logprobs: bool = False,
+                     par: genparallel.GenLayout | None = None) -> Price:
         """One engine step that prefills ``n_tokens`` tokens of ``n_rows`` rows: the runtime's prefill forward
         (``forward``) and the engine's host work for the step's rows (``engine_host``: H(rows), its hidden share a
         floor under the forward's device time). Terms: the forward's and engine_host."""
         fwd = self.forward(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
-                           gen_logprobs=logprobs)
+                           gen_logprobs=logprobs, par=par)
         host = self._step_host(runtime, n_rows, fwd.active_s)
         return fwd.add(ENGINE_HOST, host) if host else Price(fwd.total_s + host, fwd.active_s, fwd.why)
 
@@ -794,19 +807,24 @@ class CostModel:
         return (1.0 - eh.overlap) * h + max(eh.overlap * h - device_s, 0.0)
 
     def chunk_in_step_s(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                        runtime: str | None = None, logprobs: bool = False) -> float:
+                        runtime: str | None = None, logprobs: bool = False,
+                        par: genparallel.GenLayout | None = None) -> float:
         """What a prefill chunk of ``n_tokens`` tokens of ``n_rows`` rows adds to a decode step that carries it (chunked
         prefill): its work beyond the step's weight reads (``_Forward.marginal_s``), its tensor-parallel all-reduces,
         and its rows' share of the engine's host work (the serial part of ``step_host_per_seq_s`` x rows)."""
         if n_tokens <= 0:
             return 0.0
-        k = self._forward_kernel(m, dtype, tp, "prefill", None, "lm", runtime, logprobs)
+        k = self._forward_kernel(m, dtype, tp, "prefill", None, "lm", runtime, logprobs, par)
         eh = self.engine_host(runtime)
+        if par is not None:   # an expert-parallel engine: its all-reduces and the chunk's all-to-alls (genparallel)
+            return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp, calls=k.allreduces) + \
+                genparallel.alltoall_s(self, m, dtype, n_tokens, par) + (1.0 - eh.overlap) * eh.per_seq_s * n_rows
         return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp) + \
             (1.0 - eh.overlap) * eh.per_seq_s * n_rows
 
-    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False) -> _Forward:
-        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs)
+    def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False,
+                        par: genparallel.GenLayout | None = None) -> _Forward:
+        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, par)
         k = self._forward.get(key)
         if k is None:
             if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
@@ -821,7 +839,7 @@ class CostModel:
             # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
             scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
             ks = self.by_shape if self.by_shape is not None and self.by_shape.applies(op) else None
-            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks)
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks, par)
         return k
 
     def chunk_prefill(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float, prefix_tokens: float,

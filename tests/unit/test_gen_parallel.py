@@ -115,6 +115,28 @@ def test_a_decode_step_carries_the_all_to_all_and_fewer_all_reduces():
     assert sum(terms.values()) == pytest.approx(price.total_s, rel=1e-12)
 
 
+def test_a_prefill_reads_its_own_experts_and_sends_its_tokens_through_the_all_to_all():
+    cost = CostModel.load(H100, "default")
+    lay = _lay(tp=1, ep=8)
+    plain = cost.forward(QWEN, "bfloat16", 512, 2, 1, op="prefill", head="lm", gen_runtime="vllm")
+    ep = cost.prefill_step(QWEN, "bfloat16", 512, 2, 1, "vllm", par=lay)
+    a2a = G.alltoall_s(cost, QWEN, "bfloat16", 512, lay)
+    terms = ep.terms()
+    assert terms[T.GEN_EP_ALLTOALL] == pytest.approx(a2a, rel=1e-12)
+    assert sum(terms.values()) == pytest.approx(ep.total_s, rel=1e-12)
+    # its own 16 experts of 128 instead of all of them: fewer bytes, the same FLOPs, so no slower beside the all-to-all
+    assert ep.total_s - a2a <= plain.total_s
+    k = cost._forward_kernel(QWEN, "bfloat16", 1, "prefill", None, "lm", "vllm", False, lay).shape
+    full = cost._forward_kernel(QWEN, "bfloat16", 1, "prefill", None, "lm", "vllm").shape
+    assert k.weight_bytes == pytest.approx(full.weight_bytes - full.routed_bytes * (1 - 1 / 8), rel=1e-12)
+    # a chunk inside a decode step carries its tokens' all-to-alls too
+    with_chunk = cost.chunk_in_step_s(QWEN, "bfloat16", 256, 2, 1, "vllm", par=lay)
+    assert with_chunk - cost.chunk_in_step_s(QWEN, "bfloat16", 256, 2, 1, "vllm") == pytest.approx(
+        G.alltoall_s(cost, QWEN, "bfloat16", 256, lay) + (
+            cost._forward_kernel(QWEN, "bfloat16", 1, "prefill", None, "lm", "vllm", False, lay).marginal_s(256, 2)
+            - cost._forward_kernel(QWEN, "bfloat16", 1, "prefill", None, "lm", "vllm").marginal_s(256, 2)), rel=1e-9)
+
+
 def test_two_batch_overlap_prices_the_larger_of_device_and_all_to_all():
     cost = CostModel.load(H100, "default")
     m = load_model("deepseek-v3")

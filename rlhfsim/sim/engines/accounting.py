@@ -52,7 +52,7 @@ class EngineTerms:
         if t is None:
             e = self.eng
             t = self._prefill[key] = e.cost.forward(e.model, e.dtype, n_tokens, n_seqs, e.tp, op="prefill", head="lm",
-                                                    gen_runtime=e.rt, gen_logprobs=e.logprobs).terms()
+                                                    gen_runtime=e.rt, gen_logprobs=e.logprobs, par=e.par).terms()
         return t
 
     def prefills(self, tokens) -> dict[str, float]:
@@ -71,7 +71,8 @@ class EngineTerms:
             key = ("step", tok, rows)
             t = self._prefill.get(key)
             if t is None:
-                t = self._prefill[key] = e.cost.prefill_step(e.model, e.dtype, tok, rows, e.tp, e.rt, e.logprobs).terms()
+                t = self._prefill[key] = e.cost.prefill_step(e.model, e.dtype, tok, rows, e.tp, e.rt, e.logprobs,
+                                                                    e.par).terms()
             add_terms(out, t)
         return out
 

@@ -187,7 +187,7 @@ class Engine:
         if parts is None:
             parts = self._prefill_memo[key] = tuple(self.cost.forward(
                 self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm", gen_runtime=self.rt,
-                gen_logprobs=self.logprobs))
+                gen_logprobs=self.logprobs, par=self.par))
         return parts
 
     def row_prefills(self, rows) -> dict[int, tuple[float, float]]:
@@ -197,7 +197,8 @@ class Engine:
         if not tokens:
             return {}
         total, active = self.cost.forward(self.model, self.dtype, np.array(tokens, dtype=np.float64), 1, self.tp,
-                                          op="prefill", head="lm", gen_runtime=self.rt, gen_logprobs=self.logprobs)
+                                          op="prefill", head="lm", gen_runtime=self.rt, gen_logprobs=self.logprobs,
+                                          par=self.par)
         return dict(zip(tokens, zip(total.tolist(), active.tolist())))
 
     def record(self, clock: Clock, start: float) -> None:

@@ -112,7 +112,7 @@ class ContinuousEngine(Engine):
             p = self._step_memo.get(key)
             if p is None:
                 p = self._step_memo[key] = tuple(self.cost.prefill_step(self.model, self.dtype, key[0], key[1], self.tp,
-                                                                        self.rt, self.logprobs))
+                                                                        self.rt, self.logprobs, self.par))
             total += p[0]
             active += p[1]
         return total, active
@@ -274,7 +274,8 @@ class ContinuousEngine(Engine):
                 n = min(n, -(-left // per))
                 chunk = min(left, n * per)
                 clock.step_extra_s = self.cost.chunk_in_step_s(
-                    self.model, self.dtype, chunk, _touched(pending, chunk), self.tp, self.rt, self.logprobs) / n
+                    self.model, self.dtype, chunk, _touched(pending, chunk), self.tp, self.rt, self.logprobs,
+                    self.par) / n
             n = yield from clock.decode(n_live, kv_live, n)
             clock.step_extra_s = 0.0
             if not n and self.stopped:
