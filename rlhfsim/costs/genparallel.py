@@ -23,6 +23,8 @@ each rank alone with the engine's batch taken as d B (the ranks evenly loaded).
                     B / t x k x h x a bytes of one direction, (D - 1) / ep go to other GPUs of its NVLink domain of D
                     (n_nv) and (ep - D) / ep beyond it over the inter-node link (n_ib), the two at once; D = min(ep,
                     the domain). FP8 dispatch: 1 byte per element and a 4-byte scale per 128 (a_dispatch = 1 + 4/128)
+                    The busiest GPU receives u times the mean (u the model's expert_imbalance, as its FLOPs) and
+                    sends as many back; every GPU waits for it: the bytes count u times
     KV cache        each rank keeps its own rows' cache; under attention TP a multi-head latent attention cache (one
                     latent per token, no heads to split) is whole on every one of the t GPUs, a grouped-query cache
                     split over min(t, kv heads)
@@ -129,7 +131,9 @@ def alltoall_s(cost, m: ModelShape, dtype: str, batch, lay: GenLayout):
     if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0:
         return 0.0 * batch
     a = ACTIVATION_BYTES[dtype]
-    tokens = batch / lay.tp
+    # the busiest GPU receives the expert imbalance u times the mean of the tokens and sends as many back, and every
+    # GPU waits for it (moe: u is the busiest expert's, or under expert parallelism the busiest rank's, over the mean)
+    tokens = batch / lay.tp * m.expert_imbalance
     dispatch = call_s(cost, tokens, m.experts_per_token, m.hidden, FP8_DISPATCH_BYTES if lay.fp8_dispatch else a, lay)
     return m.moe_layers * (dispatch + call_s(cost, tokens, m.experts_per_token, m.hidden, a, lay))
 

@@ -85,8 +85,9 @@ def test_a_gpu_reads_its_share_of_the_experts_touched_by_the_engines_rows():
 
 def test_the_all_to_all_by_hand_over_nvlink_and_the_inter_node_link():
     cost = CostModel.load(H100, "default")
-    a, h, k, m_layers = ACTIVATION_BYTES["bfloat16"], QWEN.hidden, 8, QWEN.moe_layers
-    per_dir = 64 * k * h * a
+    a, h, k, m_layers, u = ACTIVATION_BYTES["bfloat16"], QWEN.hidden, 8, QWEN.moe_layers, QWEN.expert_imbalance
+    assert u > 1   # the catalog's assumption: the busiest GPU receives u times the mean, and everyone waits for it
+    per_dir = 64 * k * h * a * u
     nv, ib = H100.intra_node_bw * LINK_EFF, H100.inter_node_bw * LINK_EFF
     one_node = G.alltoall_s(cost, QWEN, "bfloat16", 64, _lay(ep=8))
     assert one_node == pytest.approx(m_layers * 2 * (per_dir * 7 / 8 / nv + G.LATENCY_S), rel=1e-12)
@@ -95,6 +96,8 @@ def test_the_all_to_all_by_hand_over_nvlink_and_the_inter_node_link():
     assert two_nodes == pytest.approx(m_layers * 2 * (per_call + G.LATENCY_S), rel=1e-12)
     fp8 = G.alltoall_s(cost, QWEN, "bfloat16", 64, _lay(ep=16, spans=True, fp8=True))
     assert fp8 == pytest.approx(m_layers * (per_dir * 8 / 16 / ib * (1 + G.FP8_DISPATCH_BYTES / a) + 2 * G.LATENCY_S))
+    balanced = G.alltoall_s(cost, replace(QWEN, expert_imbalance=1.0), "bfloat16", 64, _lay(ep=8))
+    assert balanced - m_layers * 2 * G.LATENCY_S == pytest.approx((one_node - m_layers * 2 * G.LATENCY_S) / u, rel=1e-12)
     # attention TP splits the tokens a GPU dispatches; none without experts to spread
     assert G.alltoall_s(cost, QWEN, "bfloat16", 64, _lay(tp=2, ep=8)) < one_node
     assert G.alltoall_s(cost, load_model("qwen2.5-7b"), "bfloat16", 64, _lay(ep=8)) == 0.0
