@@ -625,6 +625,9 @@ def _rollout_parallel(cfg: dict, tp: int, name: str, a: list[str]) -> dict:
                                f"data_parallel_size {dp} and expert parallelism (attention over ep GPUs without it is "
                                "not modelled), got False")
         out["dp_attention"] = True
+        if name.startswith("sglang") and sglang_dp is None:
+            a.append("rollout.engine_kwargs.sglang.enable_dp_attention not set with expert parallelism over DP ranks: "
+                     "taken as on (the experts span the DP ranks only with it)")
         a.append(f"rollout EP {ep} = TP {tp} x DP {dp}: {dp} data-parallel attention ranks per engine, each a replica "
                  "with its own batch and KV cache, stepping together through the expert all-to-alls")
     redundant = opt("rollout.engine_kwargs.sglang.ep_num_redundant_experts") if name.startswith("sglang") else \

@@ -171,6 +171,19 @@ def test_the_kv_cache_is_split_as_the_engine_splits_it():
     assert base == build_setup(_load(MOE)).kv_capacity_tokens
 
 
+def test_an_engine_on_its_own_pool_holds_its_share_of_the_experts_and_more_cache():
+    pools = ("placement={kind: pools, pools: [{name: train, gpus: 4, roles: [actor]}, {name: gen, gpus: 4, roles: "
+             "[rollout]}], tp: {actor: 4, rollout: 1}}", "execution.weight_sync={kind: nccl}")
+    tp = build_setup(_load(MOE, *pools))
+    ep = build_setup(_load(MOE, *pools, "generation.parallel.ep=4", "generation.parallel.dp_attention=true"))
+    routed = QWEN.moe_layers * QWEN.num_experts * QWEN.expert_params
+    assert tp.resident_bytes[1] == pytest.approx(QWEN.params("lm") * 2, rel=1e-12)
+    assert ep.resident_bytes[1] == pytest.approx((QWEN.params("lm") - routed) * 2 + routed * 2 / 4, rel=1e-12)
+    per_token = QWEN.kv_bytes_per_token("bfloat16")
+    assert ep.kv_capacity_tokens == int((H100.mem_bytes - ep.resident_bytes[1]) * 0.9 // per_token)
+    assert ep.kv_capacity_tokens > 2 * tp.kv_capacity_tokens
+
+
 # --- the simulator, explain and verl -------------------------------------------------------------------
 def test_explain_shows_the_all_to_all_and_dp_attention_halves_the_generate_span():
     tp = explain(_load(MOE, *SMALL, "placement.tp.rollout=1"), steps=2)
