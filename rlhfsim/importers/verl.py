@@ -753,6 +753,18 @@ SCENARIO_TO_VERL = {
 PROFILE_LOGIT_BYTES = 10
 
 
+def engine_weights(setup) -> float:
+    """The generation engine's weights per GPU: W / tp, or under expert parallelism 1/tp of the dense weights and its
+    (E + R) / ep whole experts (``genparallel.engine_weight_bytes``)."""
+    from rlhfsim.costs.genparallel import engine_weight_bytes
+    from rlhfsim.models.catalog import DTYPE_BYTES
+
+    shape, b, tp = setup.shapes["rollout"], DTYPE_BYTES[setup.dtypes["rollout"]], setup.tp["rollout"]
+    if setup.gen_parallel is not None:
+        return engine_weight_bytes(shape, b, setup.gen_parallel)
+    return shape.params("lm") * b / tp
+
+
 def profile_peak_bytes(gen: dict, shape, dtype: str, tp: int, runtime: str) -> float:
     """The peak of vLLM's profile run per GPU (``PROFILE_LOGIT_BYTES``): max_num_seqs rows' logits and the MLP of
     max_num_batched_tokens tokens; 0 for another engine."""
@@ -777,7 +789,6 @@ def kv_fraction(scenario: dict, util: float, assumptions: list[str], runtime: st
         SGLang:                     KV = u M - W / tp           mem_fraction_static: weights and the KV pool
 
     clipped to [0.01, 1] of M - resident."""
-    from rlhfsim.models.catalog import DTYPE_BYTES
     from rlhfsim.scenario.checks import build_setup
     from rlhfsim.scenario.loader import load_scenario
 
@@ -786,7 +797,7 @@ def kv_fraction(scenario: dict, util: float, assumptions: list[str], runtime: st
     mem = setup.gpu.mem_bytes
     resident = setup.resident_bytes[setup.role_pool["rollout"]]
     shape, dtype, tp = setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"]
-    weights = shape.params("lm") * DTYPE_BYTES[dtype] / tp
+    weights = engine_weights(setup)
     peak = profile_peak_bytes(scenario["generation"], shape, dtype, tp, runtime)
     old = version is not None and parse_version(version) < V1_FROM and runtime.startswith("vllm")
     if old:

@@ -131,17 +131,16 @@ def _execution(ex: dict) -> list[str]:
 
 def _utilization(sc: dict) -> float:
     """The gpu_memory_utilization that ``kv_fraction`` turns into the scenario's kv_cache_fraction (its inverse)."""
-    from rlhfsim.models.catalog import DTYPE_BYTES
     from rlhfsim.scenario.checks import build_setup
     from rlhfsim.scenario.loader import load_scenario
 
-    from rlhfsim.importers.verl import profile_peak_bytes
+    from rlhfsim.importers.verl import engine_weights, profile_peak_bytes
 
     setup = build_setup(load_scenario(sc, check=False))
     mem = setup.gpu.mem_bytes
     resident = setup.resident_bytes[setup.role_pool["rollout"]]
     shape, dtype, tp = setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"]
-    weights = shape.params("lm") * DTYPE_BYTES[dtype] / tp
+    weights = engine_weights(setup)
     peak = profile_peak_bytes(sc["generation"], shape, dtype, tp, sc["generation"]["runtime"])
     frac = sc["generation"]["kv_cache_fraction"]
     return round((frac * max(mem - resident, 1.0) + weights + peak) / mem, 6)

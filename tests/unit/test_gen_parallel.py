@@ -220,7 +220,11 @@ def test_verls_rollout_degrees_map_and_round_trip():
     again = _import_verl(" ".join(overrides), **{k: getattr(opts, k) for k in ("gpu", "mean_response_len",
                                                                                "mean_prompt_len", "steps")})
     assert again.scenario["generation"]["parallel"] == res.scenario["generation"]["parallel"]
-    assert "parallel" not in _import_verl(LAUNCH).scenario["generation"]
+    assert again.scenario["generation"]["kv_cache_fraction"] == res.scenario["generation"]["kv_cache_fraction"]
+    tp_only = _import_verl(LAUNCH).scenario["generation"]
+    assert "parallel" not in tp_only
+    # gpu_memory_utilization less the engine's weights per GPU: 1/8 of the experts leave more for the cache
+    assert res.scenario["generation"]["kv_cache_fraction"] > tp_only["kv_cache_fraction"]
 
 
 def test_verls_ep_must_equal_tp_times_dp():
