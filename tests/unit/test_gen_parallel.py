@@ -221,10 +221,13 @@ def test_verls_rollout_degrees_map_and_round_trip():
                                                                                "mean_prompt_len", "steps")})
     assert again.scenario["generation"]["parallel"] == res.scenario["generation"]["parallel"]
     assert again.scenario["generation"]["kv_cache_fraction"] == res.scenario["generation"]["kv_cache_fraction"]
-    tp_only = _import_verl(LAUNCH).scenario["generation"]
-    assert "parallel" not in tp_only
+    assert "parallel" not in _import_verl(LAUNCH).scenario["generation"]
     # gpu_memory_utilization less the engine's weights per GPU: 1/8 of the experts leave more for the cache
-    assert res.scenario["generation"]["kv_cache_fraction"] > tp_only["kv_cache_fraction"]
+    low = "actor_rollout_ref.rollout.gpu_memory_utilization=0.4 "
+    tp_only = _import_verl(LAUNCH + low).scenario["generation"]["kv_cache_fraction"]
+    ep = _import_verl(LAUNCH + low + "actor_rollout_ref.rollout.data_parallel_size=4 "
+                      "actor_rollout_ref.rollout.expert_parallel_size=8").scenario["generation"]["kv_cache_fraction"]
+    assert 0.01 < tp_only < ep
 
 
 def test_verls_ep_must_equal_tp_times_dp():
