@@ -15,9 +15,12 @@ each rank alone with the engine's batch taken as d B (the ranks evenly loaded).
                     W_dense / t + (E + R) / ep x P_e b x M x (1 - (1 - k/E)^(d B))      (``moe.touched_fraction``)
     FLOPs           unchanged per GPU: each of the engine's ep GPUs computes its experts for every rank's tokens,
                     d B k / ep expert rows of the engine's d B k, as many as B k / t (the expert imbalance as before)
-    all-reduces     attention's per layer and the dense MLPs' (L - M layers) at TP t; a MoE layer's output is
-                    combined by the all-to-all instead: L + (L - M) all-reduces per step instead of 2 L
-    gen_ep_alltoall = 2 M x (max(n_nv / nvlink_bw, n_ib / ib_bw) + latency)                    per step
+    all-reduces     with d > 1, attention's per layer and the dense MLPs' (L - M layers) at TP t; a MoE layer's output
+                    is combined by the all-to-all instead: L + (L - M) all-reduces per step instead of 2 L. With
+                    d = 1 (ep = t) TP's 2 L and no all-to-all: every GPU of the group holds the step's tokens, runs
+                    its own experts on them, and the MoE output is all-reduced (vLLM: all-to-all kernels only with
+                    dp_size > 1, ``FusedMoEParallelConfig.use_all2all_kernels``)
+    gen_ep_alltoall = 2 M x (max(n_nv / nvlink_bw, n_ib / ib_bw) + latency)          per step, d > 1
                     each GPU dispatches its B / t tokens to their k experts (uniform over the ep GPUs, no two copies
                     merged: DeepEP's low-latency kernels send one per expert) and combines them back; of the
                     B / t x k x h x a bytes of one direction, (D - 1) / ep go to other GPUs of its NVLink domain of D
@@ -119,16 +122,26 @@ def kv_shards(m: ModelShape, tp: int) -> int:
     return max(min(tp, m.kv_heads), 1)
 
 
+def dispatches(lay: GenLayout) -> bool:
+    """Whether the engine's MoE layers run the all-to-all: only across data-parallel attention ranks (vLLM's
+    ``use_all2all_kernels``: dp_size > 1 with expert parallelism). With one rank (ep = t) every GPU of the
+    tensor-parallel group holds all the step's tokens already; each runs its own experts on them and the MoE output
+    is all-reduced as under TP."""
+    return lay.dp > 1
+
+
 def allreduces(m: ModelShape, lay: GenLayout) -> int:
-    """Tensor-parallel all-reduces per decode step: attention's in every layer and the dense MLPs' (L - M); a MoE
-    layer's output is combined by the all-to-all."""
+    """Tensor-parallel all-reduces per decode step: TP's two per layer with one attention rank; across ranks
+    attention's in every layer and the dense MLPs' (L - M), a MoE layer's output combined by the all-to-all."""
+    if not dispatches(lay):
+        return 2 * m.layers
     return m.layers + (m.layers - m.moe_layers)
 
 
 def alltoall_s(cost, m: ModelShape, dtype: str, batch, lay: GenLayout):
     """gen_ep_alltoall of one decode step of ``batch`` rows on one rank (module docstring); 0 for ep 1 or a dense
     model. ``batch`` may be a numpy array (elementwise)."""
-    if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0:
+    if lay.ep <= 1 or not m.is_moe or m.moe_layers <= 0 or not dispatches(lay):
         return 0.0 * batch
     a = ACTIVATION_BYTES[dtype]
     # the busiest GPU receives the expert imbalance u times the mean of the tokens and sends as many back, and every

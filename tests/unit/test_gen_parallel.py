@@ -105,17 +105,28 @@ def test_the_all_to_all_by_hand_over_nvlink_and_the_inter_node_link():
 
 def test_a_decode_step_carries_the_all_to_all_and_fewer_all_reduces():
     cost = CostModel.load(H100, "default")
-    tp = cost.decoder(QWEN, "bfloat16", 4, "vllm")
-    ep = cost.decoder(QWEN, "bfloat16", 4, "vllm", par=_lay(tp=4, ep=4, dp=False))
-    ar_all = cost._tp_comm_s(QWEN, "bfloat16", 64, 4)
-    ar_attn = cost._tp_comm_s(QWEN, "bfloat16", 64, 4, calls=G.allreduces(QWEN, ep.par))
+    tp = cost.decoder(QWEN, "bfloat16", 2, "vllm")
+    ep = cost.decoder(QWEN, "bfloat16", 2, "vllm", par=_lay(tp=2, ep=8))   # 4 attention ranks of TP 2
+    ar_all = cost._tp_comm_s(QWEN, "bfloat16", 64, 2)
+    ar_attn = cost._tp_comm_s(QWEN, "bfloat16", 64, 2, calls=G.allreduces(QWEN, ep.par))
     assert G.allreduces(QWEN, ep.par) == 48 and ar_attn < ar_all     # every layer is MoE: attention's alone
-    assert ep.comm(64) == pytest.approx(ar_attn + ep.alltoall(64), rel=1e-12)
-    assert ep._lines(64, 6400)[2] == pytest.approx(tp._lines(64, 6400)[2], rel=1e-12)   # the same bytes read
+    assert ep.comm(64) == pytest.approx(ar_attn + ep.alltoall(64), rel=1e-12) and ep.alltoall(64) > 0
+    assert ep._lines(64, 6400)[2] < tp._lines(64, 6400)[2]   # a quarter of the experts, touched by 4 x 64 rows
     price = ep.price(64, 6400, 10)
     terms = price.terms()
     assert terms[T.GEN_EP_ALLTOALL] == pytest.approx(10 * ep.alltoall(64), rel=1e-12)
     assert sum(terms.values()) == pytest.approx(price.total_s, rel=1e-12)
+
+
+def test_experts_over_the_tp_group_alone_price_as_tp():
+    # vLLM runs its all-to-all kernels only across data-parallel ranks (dp_size > 1): with ep = tp every GPU holds the
+    # step's tokens, runs its own experts on them and all-reduces the output, the bytes of TP's slices
+    cost = CostModel.load(H100, "default")
+    tp = cost.decoder(QWEN, "bfloat16", 4, "vllm")
+    ep = cost.decoder(QWEN, "bfloat16", 4, "vllm", par=_lay(tp=4, ep=4, dp=False))
+    assert G.allreduces(QWEN, ep.par) == 2 * QWEN.layers and ep.alltoall(64) == 0.0
+    for a, b in zip(ep.coeffs(64, 6400), tp.coeffs(64, 6400)):
+        assert a == pytest.approx(b, rel=1e-12)
 
 
 def test_a_prefill_reads_its_own_experts_and_sends_its_tokens_through_the_all_to_all():
