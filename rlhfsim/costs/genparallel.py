@@ -25,7 +25,7 @@ each rank alone with the engine's batch taken as d B (the ranks evenly loaded).
                     merged: DeepEP's low-latency kernels send one per expert) and combines them back; of the
                     B / t x k x h x a bytes of one direction, (D - 1) / ep go to other GPUs of its NVLink domain of D
                     (n_nv) and (ep - D) / ep beyond it over the inter-node link (n_ib), the two at once; D = min(ep,
-                    the domain). FP8 dispatch: 1 byte per element and a 4-byte scale per 128 (a_dispatch = 1 + 4/128)
+                    the domain). FP8 dispatch: 1 byte per element and a 4-byte scale per 128 (a_dispatch = 1 + 4/128).
                     The busiest GPU receives u times the mean (u the model's expert_imbalance, as its FLOPs) and
                     sends as many back; every GPU waits for it: the bytes count u times
     KV cache        each rank keeps its own rows' cache; under attention TP a multi-head latent attention cache (one
@@ -39,7 +39,7 @@ each rank alone with the engine's batch taken as d B (the ranks evenly loaded).
 Latency per all-to-all call: ``parallel.LATENCY_S`` (10 us, the model's other collectives); link bandwidths from the
 hardware catalog at ``model.LINK_EFF``. DeepEP's published low-latency kernel times (docs/legacy.md of
 deepseek-ai/DeepEP: 128 tokens per GPU, h 7168, top-8, FP8 dispatch, BF16 combine on H800 with 400 Gb/s CX7) are a
-check of this term, not a constant of it (docs/notebook.md, 2026-12-07).
+check of this term, not a constant of it (``scenarios/examples/moe-ep/check_ep_decode.py``).
 """
 
 from __future__ import annotations
