@@ -124,6 +124,9 @@ class ShapeCoeffs:
     routed_bytes: int = 0
     f_router: float = 0.0
     f_imbalance: float = 0.0
+    # the rows whose expert choices a decode step's weight reads follow, per row of the step: an expert-parallel
+    # engine's d data-parallel attention ranks step together (rlhfsim.costs.genparallel); 1 otherwise
+    touch_rows: float = 1.0
 
     @classmethod
     def of(cls, m: ModelShape, dtype: str, head: str = "value", scoring_runtime: str | None = None) -> "ShapeCoeffs":
@@ -201,6 +204,8 @@ class ShapeCoeffs:
         mixture-of-experts model, the routed experts its rows do not touch (``moe.step_weight_bytes``)."""
         if not self.n_experts:
             return self.decode_weight_bytes
+        if self.touch_rows != 1.0:
+            batch = batch * self.touch_rows
         return moe.step_weight_bytes(self.decode_weight_bytes, self.routed_bytes, self.n_experts, self.top_k, batch)
 
 

@@ -42,15 +42,15 @@ import numpy as np
 from rlhfsim.costs import flops as fl
 from rlhfsim.costs.byshape import ShapeKernels, allreduce_floor, allreduce_terms
 from rlhfsim.costs.cpuhost import CpuHostEffects
-from rlhfsim.costs import driver, moe, parallel
+from rlhfsim.costs import driver, genparallel, moe, parallel
 from rlhfsim.costs import framework as fw
 from rlhfsim.costs import eager
 from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profile
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, KERNELS, LEFT_PADDING,
-                                 OPTIMIZER, SAMPLING_TAIL, TP_INTER_NODE, CostTerm, Price, moved, with_effects)
+from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, GEN_EP_ALLTOALL, HOST_LAUNCH_BOUND, KERNELS,
+                                 LEFT_PADDING, OPTIMIZER, SAMPLING_TAIL, TP_INTER_NODE, CostTerm, Price, moved, with_effects)
 from rlhfsim.errors import ProfileError
 from rlhfsim.hardware.catalog import (INTER_NODE_ALLREDUCE_S, GpuSpec, balance_ratio, carried_operations, stack_factor,
                                       stated_gpu)
@@ -176,17 +176,23 @@ class _Forward:
     device numbers, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "p", "peak", "bw", "tail0", "tail_row", "ks", "shard", "floor",
-                 "inter_node")
+                 "inter_node", "allreduces")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, head: str, tp: int, p: OpParams,
                  tail: tuple[float, float] = (0.0, 0.0), scoring_runtime: str | None = None,
-                 by_shape: ShapeKernels | None = None, inter_node: bool = False):
+                 by_shape: ShapeKernels | None = None, inter_node: bool = False,
+                 par: genparallel.GenLayout | None = None):
         self.cost, self.m, self.dtype, self.tp, self.p = cost, m, dtype, tp, p
         self.inter_node = inter_node   # a TP group spanning NVLink domains (CostModel._tp_comm_s)
         # the profile's kernel terms by shape where they price this operation (rlhfsim.costs.byshape), else None
         self.ks, self.shard = by_shape, m.layer_params / tp
         self.floor = by_shape.floor_s(m.layers) if by_shape is not None else 0.0
         self.shape = fl.ShapeCoeffs.of(m, dtype, head, scoring_runtime)
+        # one GPU of an expert-parallel engine (genparallel): its own experts' weights, fewer all-reduces
+        self.allreduces = None
+        if par is not None:
+            self.shape = genparallel.forward_shape(self.shape, m, par)
+            self.allreduces = genparallel.allreduces(m, par)
         self.peak, self.bw = cost.gpu.peak(dtype), cost.gpu.mem_bw
         # a generation prefill samples each row's first token: the runtime's measured sampling tail
         self.tail0, self.tail_row = tail[0], tail[1] * m.vocab
@@ -206,7 +212,7 @@ class _Forward:
             w = fl.sequence_parallel(w, self.shape.weight_bytes, sp)
             tokens, logits = n_tokens / sp, logits_tokens / sp
         total, active = self._roofline(w, tokens)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp, inter_node=self.inter_node)
+        comm = self.cost._tp_comm_s(self.m, self.dtype, tokens, self.tp, inter_node=self.inter_node, calls=self.allreduces)
         if sp > 1 and ulysses:
             comm = comm + self.cost._ulysses_comm_s(self.m, self.dtype, n_tokens, sp)
         if self.tail_row or self.tail0:   # a generation prefill's sampling of each row's first token
@@ -251,14 +257,14 @@ class _Decode:
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
-                 "cold", "hfloor", "cpu", "eh", "efloor", "inter_node")
+                 "cold", "hfloor", "cpu", "eh", "efloor", "inter_node", "par")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
-                 logprobs: bool = False, inter_node: bool = False):
+                 logprobs: bool = False, inter_node: bool = False, par: genparallel.GenLayout | None = None):
         p = cost.gen_params("decode", runtime)
-        self.cost, self.m, self.dtype, self.tp = cost, m, dtype, tp
+        self.cost, self.m, self.dtype, self.tp, self.par = cost, m, dtype, tp, par
         self.inter_node = inter_node   # a TP group spanning NVLink domains (CostModel._tp_comm_s)
-        self.shape = fl.ShapeCoeffs.of(m, dtype, "lm")
+        self.shape = self._shape_of(m)
         self.peak = tp * cost.gpu.peak(dtype) * p.compute_eff
         self.bw = tp * cost.gpu.mem_bw * p.memory_eff
         # kernel terms by shape (rlhfsim.costs.byshape): the compute efficiency at each step's rows (in ``coeffs``), every
@@ -270,6 +276,8 @@ class _Decode:
         # bytes per cached token per step: K and V read by attention, times the runtime's passes over
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
+        if par is not None and tp > 1:   # each GPU of a rank reads its share of the rank's cache (MLA's whole)
+            self.kv_b = self.kv_b * tp / genparallel.kv_shards(m, tp)
         # a CPU's host effects (rlhfsim.costs.cpuhost; a GPU: none): the step's fixed work runs after the model's own
         # weights have swept the caches (the overheads and the sampling tail cost ``cold`` times their hot values at
         # its footprint), a step of >= 2 rows passes over the weights ``wp`` times at their footprint, and the weights
@@ -299,6 +307,27 @@ class _Decode:
         self.eh, self.efloor = (eh if eh.any else None), self.hfloor
         if eh.graph_max_batch is not None and eh.eager_runtime is not None:
             self.efloor = max(self.hfloor, self.cold * cost.gen_params("decode", eh.eager_runtime).overhead_per_layer_s * m.layers)
+
+    def _shape_of(self, m: ModelShape) -> fl.ShapeCoeffs:
+        """``m``'s decode constants, as one GPU of an expert-parallel engine reads them where ``par`` is set."""
+        k = fl.ShapeCoeffs.of(m, self.dtype, "lm")
+        return k if self.par is None else genparallel.decode_shape(k, m, self.par)
+
+    def comm(self, batch):
+        """A step's communication beside its kernels: the tensor-parallel all-reduces and, under expert parallelism
+        without two-batch overlap, the expert all-to-alls (``genparallel``)."""
+        par = self.par
+        if par is None:
+            return self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp, inter_node=self.inter_node)
+        ar = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp, inter_node=self.inter_node,
+                                  calls=genparallel.allreduces(self.m, par))
+        return ar if par.overlap else ar + self.alltoall(batch)
+
+    def alltoall(self, batch):
+        """The step's expert all-to-alls (gen_ep_alltoall before any overlap; 0 without expert parallelism)."""
+        if self.par is None:
+            return 0.0
+        return genparallel.alltoall_s(self.cost, self.m, self.dtype, batch, self.par)
 
     def launch_floor(self, batch):
         """The launch floor under a step of ``batch`` rows (an array: elementwise): the runtime's own (an eager engine's
@@ -357,20 +386,34 @@ class _Decode:
             return {}
         c0, cs, u0, us = self._lines(batch, kv0)
         kern = _sum_max_linear(c0, cs, u0, us, n)
-        comm = self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp, inter_node=self.inter_node)
+        comm = self.comm(batch)
         over = self.over if overhead_s is None else overhead_s
         priced = _sum_max_linear(c[0], c[1], c[2], c[3], n)   # the steps' device time under the floors folded into c0
-        out = {DECODE_KERNELS: kern + (0.0 if self.inter_node else n * comm), ENGINE_STEP: n * over, SAMPLING_TAIL: n * (self.tail0 + self.tail_row * batch),
-               HOST_LAUNCH_BOUND: priced - kern}
+        # the floors below are counted from the kernels, or, under two-batch overlap, from the kernels with the expert
+        # all-to-alls as a floor under them (the all-to-alls' exposed part, term gen_ep_alltoall)
+        base0, base = c0, kern
+        a2a = 0.0
+        if self.par is not None:
+            if self.par.overlap:
+                base0 = max(c0, self.alltoall(batch))
+                base = _sum_max_linear(base0, cs, u0, us, n)
+                a2a = base - kern
+            else:   # out of the step's communication
+                a2a = n * self.alltoall(batch)
+                comm = comm - self.alltoall(batch)
+        out = {DECODE_KERNELS: kern + (0.0 if self.inter_node else n * comm), ENGINE_STEP: n * over,
+               SAMPLING_TAIL: n * (self.tail0 + self.tail_row * batch), HOST_LAUNCH_BOUND: priced - base}
         if extra_s:
             out[extra_term] = n * extra_s
         if self.inter_node:   # the all-reduces across nodes, a term of their own
             out[TP_INTER_NODE] = n * comm
+        if self.par is not None:
+            out[GEN_EP_ALLTOALL] = a2a
         lf = self.launch_floor(batch)
         if self.eh is not None:   # the engine's host work: its serial part, and its hidden part beyond device and launches
             serial, _ = self.host(batch)
-            launched = _sum_max_linear(max(c0, lf), cs, u0, us, n)
-            out[HOST_LAUNCH_BOUND] = launched - kern
+            launched = _sum_max_linear(max(base0, lf), cs, u0, us, n)
+            out[HOST_LAUNCH_BOUND] = launched - base
             out[ENGINE_HOST] = n * serial + (priced - launched)
         if self.cpu is not None:   # the launch floor's hot value: the floor less its cold factor, beyond the kernels
             p0, _, pu0, pus = self._lines(batch, kv0, plain=True)
@@ -379,7 +422,7 @@ class _Decode:
                                   engine_cold=overhead_s is None)
         if moe.priced(self.m):   # a mixture-of-experts model's router and expert imbalance, out of decode_kernels
             moe.split_decode(out, kern, lambda s: _sum_max_linear(
-                *self._lines(batch, kv0, shape=fl.ShapeCoeffs.of(s, self.dtype, "lm")), n), self.m)
+                *self._lines(batch, kv0, shape=self._shape_of(s)), n), self.m)
         out[DECODE_KERNELS] += total - sum(out.values())   # rounding: the terms sum to the price
         return out
 
@@ -396,8 +439,13 @@ class _Decode:
             step_over = step_over + serial
         elif self.hfloor:
             c0 = np.maximum(c0, self.hfloor) if isinstance(c0, np.ndarray) else max(c0, self.hfloor)
-        return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp,
-                                                                 inter_node=self.inter_node)
+        if self.par is not None and self.par.overlap:   # two-batch overlap: the all-to-alls a floor under the device
+            a2a = self.alltoall(batch)
+            c0 = np.maximum(c0, a2a) if isinstance(c0, np.ndarray) else max(c0, a2a)
+        if self.par is None:   # (the simulator's innermost path: the all-reduces without a call more)
+            return c0, cs, u0, us, step_over + self.cost._tp_comm_s(self.m, self.dtype, batch, self.tp,
+                                                                     inter_node=self.inter_node)
+        return c0, cs, u0, us, step_over + self.comm(batch)
 
 
 def with_stack_rate(doc: dict, gpu: GpuSpec) -> dict:
@@ -664,7 +712,7 @@ class CostModel:
         return n_bytes / self.link_bw(inter_node) + LINK_LATENCY_S
 
     def _tp_comm_s(self, m: ModelShape, dtype: str, n_tokens: float, tp: int, passes: int = 1,
-                   inter_node: bool = False) -> float:
+                   inter_node: bool = False, calls: int | None = None) -> float:
         """Tensor-parallel all-reduces of ``n_tokens`` tokens: two per layer per pass, each the fitted latency plus its
         bytes over the bus bandwidth (the link constants without a fit), and never under the measured time of a
         small message (``collectives.all_reduce.by_workers.N.small_message_s``, ``byshape.allreduce_floor``).
@@ -674,7 +722,10 @@ class CostModel:
         if tp <= 1:
             return 0.0
         nbytes = fl.tp_allreduce_bytes(m, dtype, n_tokens, tp, passes)
-        calls = 2 * m.layers * passes
+        if calls is not None:   # fewer all-reduces per pass than Megatron's two per layer (genparallel.allreduces)
+            nbytes, calls = nbytes * calls / (2 * m.layers), calls * passes
+        else:
+            calls = 2 * m.layers * passes
         if inter_node:
             return nbytes / self.link_bw(True) + calls * INTER_NODE_ALLREDUCE_S
         fitted = allreduce_terms(self.collectives, tp)   # (latency_s, bus_bw) fitted per worker count, else None
@@ -700,7 +751,7 @@ class CostModel:
                 op: str = "prefill", runtime: str | None = None, head: str = "value", all_logits: bool = False,
                 gen_runtime: str | None = None, attn_pairs: float | None = None, sp: int = 1,
                 gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True,
-                tp_inter_node: bool = False) -> Price:
+                tp_inter_node: bool = False, par: genparallel.GenLayout | None = None) -> Price:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
@@ -723,7 +774,7 @@ class CostModel:
         if not isinstance(n_tokens, np.ndarray) and n_tokens <= 0:
             return Price(0.0, 0.0)
         logits = (n_tokens if all_logits else n_seqs) if head == "lm" else 0.0
-        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, tp_inter_node)
+        k = self._forward_kernel(m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, tp_inter_node, par)
         logprob = all_logits and head == "lm"   # a log-prob pass: every position's logits
         lp = 0.0   # a log-prob head priced after the roofline, seconds per logit: a GPU framework's, a CPU's measured tail
         if logprob and head_s_per_logit is not None:
@@ -737,10 +788,13 @@ class CostModel:
                 price = Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
                                                      n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
                                                      gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
-                                                     ulysses, tp_inter_node))
+                                                     ulysses, tp_inter_node, par))
             if tp_inter_node and tp > 1:   # the all-reduces across nodes out of kernels, a term of their own
-                comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, inter_node=True)
-                return Price(total, active, partial(moved, price, KERNELS, TP_INTER_NODE, comm))
+                comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, inter_node=True, calls=k.allreduces)
+                price = Price(total, active, partial(moved, price, KERNELS, TP_INTER_NODE, comm))
+            if par is not None:   # an expert-parallel engine's prefill: its tokens' all-to-alls (genparallel)
+                a2a = genparallel.alltoall_s(self, m, dtype, n_tokens, par)
+                return price.add(GEN_EP_ALLTOALL, a2a, a2a)
             return price
         if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold
@@ -751,12 +805,13 @@ class CostModel:
 
     # -- an engine's prefill steps (the continuous engine's token budget; docs/cost-model.md "Generation runtimes") --
     def prefill_step(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                     runtime: str | None = None, logprobs: bool = False, tp_inter_node: bool = False) -> Price:
+                     runtime: str | None = None, logprobs: bool = False, tp_inter_node: bool = False,
+                     par: genparallel.GenLayout | None = None) -> Price:
         """One engine step that prefills ``n_tokens`` tokens of ``n_rows`` rows: the runtime's prefill forward
         (``forward``) and the engine's host work for the step's rows (``engine_host``: H(rows), its hidden share a
         floor under the forward's device time). Terms: the forward's and engine_host."""
         fwd = self.forward(m, dtype, n_tokens, n_rows, tp, op="prefill", head="lm", gen_runtime=runtime,
-                           gen_logprobs=logprobs, tp_inter_node=tp_inter_node)
+                           gen_logprobs=logprobs, tp_inter_node=tp_inter_node, par=par)
         host = self._step_host(runtime, n_rows, fwd.active_s)
         return fwd.add(ENGINE_HOST, host) if host else Price(fwd.total_s + host, fwd.active_s, fwd.why)
 
@@ -770,20 +825,24 @@ class CostModel:
         return (1.0 - eh.overlap) * h + max(eh.overlap * h - device_s, 0.0)
 
     def chunk_in_step_s(self, m: ModelShape, dtype: str, n_tokens: float, n_rows: int, tp: int = 1,
-                        runtime: str | None = None, logprobs: bool = False, tp_inter_node: bool = False) -> float:
+                        runtime: str | None = None, logprobs: bool = False, tp_inter_node: bool = False,
+                        par: genparallel.GenLayout | None = None) -> float:
         """What a prefill chunk of ``n_tokens`` tokens of ``n_rows`` rows adds to a decode step that carries it (chunked
         prefill): its work beyond the step's weight reads (``_Forward.marginal_s``), its tensor-parallel all-reduces,
         and its rows' share of the engine's host work (the serial part of ``step_host_per_seq_s`` x rows)."""
         if n_tokens <= 0:
             return 0.0
-        k = self._forward_kernel(m, dtype, tp, "prefill", None, "lm", runtime, logprobs)
+        k = self._forward_kernel(m, dtype, tp, "prefill", None, "lm", runtime, logprobs, par=par)
         eh = self.engine_host(runtime)
-        return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp, inter_node=tp_inter_node) + \
-            (1.0 - eh.overlap) * eh.per_seq_s * n_rows
+        a2a = genparallel.alltoall_s(self, m, dtype, n_tokens, par) if par is not None else 0.0
+        # an expert-parallel engine: its all-reduces (k.allreduces) and the chunk's all-to-alls (genparallel)
+        return k.marginal_s(n_tokens, n_rows) + self._tp_comm_s(m, dtype, n_tokens, tp, inter_node=tp_inter_node,
+                                                                 calls=k.allreduces) + \
+            a2a + (1.0 - eh.overlap) * eh.per_seq_s * n_rows
 
     def _forward_kernel(self, m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs: bool = False,
-                        inter_node: bool = False) -> _Forward:
-        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, inter_node)
+                        inter_node: bool = False, par: genparallel.GenLayout | None = None) -> _Forward:
+        key = (m, dtype, tp, op, runtime, head, gen_runtime, gen_logprobs, inter_node, par)
         k = self._forward.get(key)
         if k is None:
             if runtime is not None and m.arch == "encoder" and op_key("encode", runtime) in self.ops:
@@ -798,7 +857,7 @@ class CostModel:
             # the runtime a scoring pass runs under (a DeBERTa-v2 pass's score-matrix traffic depends on it)
             scoring = runtime if runtime is not None else (op.split(":", 1)[1] if op.startswith("reencode:") else None)
             ks = self.by_shape if self.by_shape is not None and self.by_shape.applies(op) else None
-            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks, inter_node)
+            k = self._forward[key] = _Forward(self, m, dtype, head, tp, p, tail, scoring, ks, inter_node, par)
         return k
 
     def chunk_prefill(self, m: ModelShape, dtype: str, chunk_tokens: float, n_seqs: float, prefix_tokens: float,
@@ -835,7 +894,8 @@ class CostModel:
         return self.step["retokenize_s"] * n_calls + self.step["retokenize_per_token_s"] * n_tokens
 
     def decode_steps(self, m: ModelShape, dtype: str, batch: int, kv_tokens0: float, n_steps: int, tp: int = 1,
-                     overhead_s: float | None = None, runtime: str | None = None, logprobs: bool = False) -> Price:
+                     overhead_s: float | None = None, runtime: str | None = None, logprobs: bool = False,
+                     par: genparallel.GenLayout | None = None) -> Price:
         """``n_steps`` decode steps of a fixed batch, in closed form. ``kv_tokens0`` is the total cached tokens over
         the batch at the first step; each step adds ``batch`` tokens. ``runtime``: a generation runtime's decode
         parameters (``decode:RUNTIME``) when the profile has them; ``logprobs``: each step also records the sampled
@@ -847,19 +907,20 @@ class CostModel:
         active share excludes the per-step overhead; the terms are the steps' (``_Decode.price``)."""
         if n_steps <= 0 or batch <= 0:
             return Price(0.0, 0.0, {})
-        return self.decoder(m, dtype, tp, runtime, logprobs).price(batch, kv_tokens0, n_steps, overhead_s)
+        return self.decoder(m, dtype, tp, runtime, logprobs, par=par).price(batch, kv_tokens0, n_steps, overhead_s)
 
     def decoder(self, m: ModelShape, dtype: str, tp: int = 1, runtime: str | None = None,
-                logprobs: bool = False, tp_inter_node: bool = False) -> _Decode:
+                logprobs: bool = False, tp_inter_node: bool = False, par: genparallel.GenLayout | None = None) -> _Decode:
         """The decode predictor of one (model, dtype, tp, runtime, logprobs), computed on first use (a replica's
         clock holds its own): ``coeffs(batch, kv_tokens0, overhead_s)``, the (c0, cs, u0, us, per-step overhead) of
         ``decode_steps``, evaluated once, then ``decode_sum`` for any number of steps (the simulator inverts the sum
         by bisection when a segment is cut); ``batch`` and ``kv_tokens0`` may be numpy arrays, the coefficients of
-        many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms."""
-        key = (m, dtype, tp, runtime, logprobs, tp_inter_node)
+        many segments at once; ``price(batch, kv0, n)``, ``n`` steps' ``Price`` with their terms. ``par``: one GPU of an
+        expert-parallel engine (``genparallel.GenLayout``: its experts' bytes, all-reduces, KV split and all-to-alls)."""
+        key = (m, dtype, tp, runtime, logprobs, tp_inter_node, par)
         k = self._decode.get(key)
         if k is None:
-            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs, tp_inter_node)
+            k = self._decode[key] = _Decode(self, m, dtype, tp, runtime, logprobs, tp_inter_node, par)
         return k
 
     def train(self, m: ModelShape, dtype: str, n_tokens: float, n_seqs: float, tp: int = 1, head: str = "lm",

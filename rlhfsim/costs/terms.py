@@ -281,6 +281,14 @@ EP_ALLTOALL = _row(
     "NVLink within a node and the inter-node link otherwise", "execution.megatron.ROLE.ep; the GPU's link bandwidths",
     "any", "bytes counted from Megatron's all-to-all token dispatcher; hardware catalog link bandwidth",
     "rlhfsim.costs.parallel.ep_alltoall_s")
+GEN_EP_ALLTOALL = _row(
+    "gen_ep_alltoall", "a generation engine's expert all-to-alls under expert parallelism (vLLM's "
+    "enable_expert_parallel, SGLang's --ep-size): every decode step dispatches each of a GPU's tokens to its top-k "
+    "experts' GPUs and combines them back, per MoE layer, the share within the NVLink domain over NVLink and the rest "
+    "over the inter-node link at once, plus a latency per call; with two-batch overlap only what the step's device "
+    "time does not hide", "generation.parallel.ep, fp8_dispatch, two_batch_overlap; the GPU's link bandwidths", "any",
+    "bytes counted from the routing (k copies per token, DeepEP's low-latency kernels); hardware catalog link "
+    "bandwidth; checked against DeepEP's published low-latency times", "rlhfsim.costs.genparallel.alltoall_s")
 REENCODE_PREFIX = _row(
     "reencode_prefix", "a streamed scorer call's re-encoding of the prefix earlier calls already scored "
     "(streaming reencode: the call's price less the price of its new tokens alone), what re-scoring costs "

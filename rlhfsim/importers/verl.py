@@ -89,6 +89,15 @@ MAPPED: dict[str, str] = {
     "trainer.nnodes": "cluster.nodes",
     f"{AR}.hybrid_engine": "placement: colocated",
     f"{AR}.rollout.tensor_model_parallel_size": "placement.tp.rollout",
+    f"{AR}.rollout.expert_parallel_size": "generation.parallel.ep (verl requires tensor_model_parallel_size x "
+                                          "data_parallel_size)",
+    f"{AR}.rollout.data_parallel_size": "generation.parallel.dp_attention (data-parallel attention ranks of an "
+                                        "expert-parallel engine; without EP the replicas are pool GPUs / TP already)",
+    f"{AR}.rollout.engine_kwargs.sglang.enable_dp_attention": "generation.parallel.dp_attention (SGLang)",
+    f"{AR}.rollout.engine_kwargs.sglang.ep_num_redundant_experts": "generation.parallel.redundant_experts (SGLang)",
+    f"{AR}.rollout.engine_kwargs.sglang.enable_two_batch_overlap": "generation.parallel.two_batch_overlap (SGLang)",
+    f"{AR}.rollout.engine_kwargs.vllm.num_redundant_experts": "generation.parallel.redundant_experts (vLLM EPLB)",
+    f"{AR}.rollout.engine_kwargs.vllm.enable_dbo": "generation.parallel.two_batch_overlap (vLLM dual-batch overlap)",
     f"{AR}.actor.megatron.tensor_model_parallel_size": "placement.tp.actor and placement.tp.reference",
     f"{AR}.ref.megatron.tensor_model_parallel_size": "placement.tp.reference",
     "critic.megatron.tensor_model_parallel_size": "placement.tp.critic",
@@ -169,7 +178,10 @@ UNMAPPED: list[tuple[str, str]] = [
      "Megatron parallelism of a model the scenario does not set separately"),
     (r"megatron\.sequence_parallel", "Megatron's sequence parallelism (taken as on: the expert all-to-all splits tokens "
      "over TP)"),
-    (r"rollout\.(data_parallel_size|expert_parallel_size|pipeline_model_parallel_size)", "engine parallelism other than TP"),
+    (r"rollout\.pipeline_model_parallel_size", "engine pipeline parallelism (not modelled)"),
+    (r"rollout\.(engine_kwargs\.\w+\.|)(enable_expert_parallel|all2all_backend|moe_a2a_backend|deepep_mode|enable_eplb)$",
+     "expert-parallel backend choice (generation.parallel.ep sets EP; the all-to-all is priced as DeepEP's "
+     "low-latency kernels send it)"),
     (r"multi_turn|agent\.|tool_config", "multi-turn / agent rollouts (not modelled)"),
     (r"^algorithm\.use_pf_ppo|^algorithm\.pf_ppo", "prioritized replay (not modelled)"),
     (r"critic\.ppo_epochs|critic\.ppo_mini_batch_size", "critic epochs/minibatch differing from the actor's (one value in the scenario)"),
@@ -578,6 +590,9 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
                      "and back: execution.weight_sync.engine_sleep)")
     if megatron:
         scenario.setdefault("execution", {})["megatron"] = megatron
+    gen_par = _rollout_parallel(cfg, tp["rollout"], name, a)
+    if gen_par:
+        scenario["generation"]["parallel"] = gen_par
     try:
         scenario["generation"]["kv_cache_fraction"] = kv_fraction(scenario, float(util), a, runtime, opts.verl_version)
         if runtime == "sglang" and _sglang_own_limits(opts):
@@ -585,6 +600,50 @@ def _build(cfg: dict, seen: dict, opts: ImportOptions, res: ImportResult, env: d
     except ScenarioError as e:
         raise ImportError_(f"{SCENARIO_TO_VERL.get(e.path, 'the imported scenario')} (scenario {e.path}): {e.message}") from None
     return scenario
+
+
+def _rollout_parallel(cfg: dict, tp: int, name: str, a: list[str]) -> dict:
+    """``generation.parallel`` from verl's rollout degrees: {} without expert parallelism (the engine as before).
+    verl builds an engine of tensor_model_parallel_size x data_parallel_size GPUs and requires expert_parallel_size to
+    equal it; vLLM then runs attention data-parallel over the DP ranks (its DP with enable_expert_parallel), SGLang
+    where engine_kwargs.sglang.enable_dp_attention says so."""
+    def opt(key, default=None):
+        v = cfg.get(f"{AR}.{key}", default)
+        return None if v is None or str(v).lower() in ("null", "none", "~") else v
+
+    ep, dp = int(opt("rollout.expert_parallel_size", 1)), int(opt("rollout.data_parallel_size", 1))
+    if ep < 1 or dp < 1:
+        raise ImportError_(f"{AR}.rollout.expert_parallel_size: expected EP and DP >= 1, got ep {ep}, dp {dp}")
+    if ep <= 1:
+        if dp > 1:
+            a.append(f"rollout.data_parallel_size={dp} without expert parallelism: each DP rank a replica of its own "
+                     "(generation replicas = pool GPUs / TP, as without it)")
+        return {}
+    if ep != tp * dp:
+        raise ImportError_(f"{AR}.rollout.expert_parallel_size: expected tensor_model_parallel_size x "
+                           f"data_parallel_size ({tp} x {dp} = {tp * dp}; verl's rollout config asserts it), got {ep}")
+    out: dict = {"ep": ep}
+    if dp > 1:
+        sglang_dp = opt("rollout.engine_kwargs.sglang.enable_dp_attention")
+        if name.startswith("sglang") and sglang_dp is not None and str(sglang_dp).lower() == "false":
+            raise ImportError_(f"{AR}.rollout.engine_kwargs.sglang.enable_dp_attention: expected True with "
+                               f"data_parallel_size {dp} and expert parallelism (attention over ep GPUs without it is "
+                               "not modelled), got False")
+        out["dp_attention"] = True
+        if name.startswith("sglang") and sglang_dp is None:
+            a.append("rollout.engine_kwargs.sglang.enable_dp_attention not set with expert parallelism over DP ranks: "
+                     "taken as on (the experts span the DP ranks only with it)")
+        a.append(f"rollout EP {ep} = TP {tp} x DP {dp}: {dp} data-parallel attention ranks per engine, each a replica "
+                 "with its own batch and KV cache, stepping together through the expert all-to-alls")
+    redundant = opt("rollout.engine_kwargs.sglang.ep_num_redundant_experts") if name.startswith("sglang") else \
+        opt("rollout.engine_kwargs.vllm.num_redundant_experts")
+    if redundant is not None and int(redundant) > 0:
+        out["redundant_experts"] = int(redundant)
+    tbo = opt("rollout.engine_kwargs.sglang.enable_two_batch_overlap") if name.startswith("sglang") else \
+        opt("rollout.engine_kwargs.vllm.enable_dbo")
+    if tbo is not None and str(tbo).lower() == "true":
+        out["two_batch_overlap"] = True
+    return out
 
 
 def _megatron(cfg: dict, models: dict, a: list[str]) -> dict:
@@ -686,6 +745,7 @@ def sglang_max_running(scenario: dict, assumptions: list[str]) -> int:
 # The launch setting behind a scenario path that the scenario checks reject (tensor-parallel degrees, memory).
 SCENARIO_TO_VERL = {
     "placement.tp.rollout": f"{AR}.rollout.tensor_model_parallel_size",
+    "generation.parallel.ep": f"{AR}.rollout.expert_parallel_size",
     "placement.tp.actor": f"{AR}.actor.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
     "placement.tp.reference": f"{AR}.ref.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
     "placement.tp.critic": "critic.megatron.tensor_model_parallel_size / trainer.n_gpus_per_node",
@@ -702,6 +762,18 @@ SCENARIO_TO_VERL = {
 # the MLP's gate and up projections of every token (2 x intermediate / TP values in the model's dtype). CUDA graphs are
 # captured after the KV cache is allocated (out of the 1 - gpu_memory_utilization left), so they take none of it.
 PROFILE_LOGIT_BYTES = 10
+
+
+def engine_weights(setup) -> float:
+    """The generation engine's weights per GPU: W / tp, or under expert parallelism 1/tp of the dense weights and its
+    (E + R) / ep whole experts (``genparallel.engine_weight_bytes``)."""
+    from rlhfsim.costs.genparallel import engine_weight_bytes
+    from rlhfsim.models.catalog import DTYPE_BYTES
+
+    shape, b, tp = setup.shapes["rollout"], DTYPE_BYTES[setup.dtypes["rollout"]], setup.tp["rollout"]
+    if setup.gen_parallel is not None:
+        return engine_weight_bytes(shape, b, setup.gen_parallel)
+    return shape.params("lm") * b / tp
 
 
 def profile_peak_bytes(gen: dict, shape, dtype: str, tp: int, runtime: str) -> float:
@@ -728,7 +800,6 @@ def kv_fraction(scenario: dict, util: float, assumptions: list[str], runtime: st
         SGLang:                     KV = u M - W / tp           mem_fraction_static: weights and the KV pool
 
     clipped to [0.01, 1] of M - resident."""
-    from rlhfsim.models.catalog import DTYPE_BYTES
     from rlhfsim.scenario.checks import build_setup
     from rlhfsim.scenario.loader import load_scenario
 
@@ -737,7 +808,7 @@ def kv_fraction(scenario: dict, util: float, assumptions: list[str], runtime: st
     mem = setup.gpu.mem_bytes
     resident = setup.resident_bytes[setup.role_pool["rollout"]]
     shape, dtype, tp = setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"]
-    weights = shape.params("lm") * DTYPE_BYTES[dtype] / tp
+    weights = engine_weights(setup)
     peak = profile_peak_bytes(scenario["generation"], shape, dtype, tp, runtime)
     old = version is not None and parse_version(version) < V1_FROM and runtime.startswith("vllm")
     if old:

@@ -82,6 +82,16 @@ def export_verl(sc: dict) -> tuple[list[str], ImportOptions]:
             # Hydra's + for the keys verl's config does not list (override_transformer_config's)
             o += [f"{'+' if key.startswith('override_') else ''}{MEGATRON_PREFIX[role]}.{key}={degrees[field]}"
                   for key, field in MEGATRON_OPTIONAL.items() if degrees.get(field) is not None]
+    par = gen.get("parallel") or {}
+    if par.get("ep", 1) > 1:   # verl's rollout degrees (verl._rollout_parallel reads them back)
+        sg = gen["runtime"] == "sglang"
+        o += [f"{AR}.rollout.expert_parallel_size={par['ep']}",
+              f"{AR}.rollout.data_parallel_size={par['ep'] // pl['tp']['rollout'] if par.get('dp_attention') else 1}"]
+        if par.get("redundant_experts"):
+            o.append(f"+{AR}.rollout.engine_kwargs.{'sglang.ep_' if sg else 'vllm.'}num_redundant_experts="
+                     f"{par['redundant_experts']}")
+        if par.get("two_batch_overlap"):
+            o.append(f"+{AR}.rollout.engine_kwargs.{'sglang.enable_two_batch_overlap' if sg else 'vllm.enable_dbo'}=True")
     if "execution" in sc:
         o += _execution(sc["execution"])
     o.append(f"{AR}.rollout.gpu_memory_utilization={_utilization(sc)!r}")
@@ -124,17 +134,16 @@ def _execution(ex: dict) -> list[str]:
 
 def _utilization(sc: dict) -> float:
     """The gpu_memory_utilization that ``kv_fraction`` turns into the scenario's kv_cache_fraction (its inverse)."""
-    from rlhfsim.models.catalog import DTYPE_BYTES
     from rlhfsim.scenario.checks import build_setup
     from rlhfsim.scenario.loader import load_scenario
 
-    from rlhfsim.importers.verl import profile_peak_bytes
+    from rlhfsim.importers.verl import engine_weights, profile_peak_bytes
 
     setup = build_setup(load_scenario(sc, check=False))
     mem = setup.gpu.mem_bytes
     resident = setup.resident_bytes[setup.role_pool["rollout"]]
     shape, dtype, tp = setup.shapes["rollout"], setup.dtypes["rollout"], setup.tp["rollout"]
-    weights = shape.params("lm") * DTYPE_BYTES[dtype] / tp
+    weights = engine_weights(setup)
     peak = profile_peak_bytes(sc["generation"], shape, dtype, tp, sc["generation"]["runtime"])
     frac = sc["generation"]["kv_cache_fraction"]
     return round((frac * max(mem - resident, 1.0) + weights + peak) / mem, 6)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from rlhfsim.contracts import DEFAULT_STREAMING, SEQUENCE_PARALLEL, STREAMING_ARCHS
 from rlhfsim.costs.parallel import stage_layers
+from rlhfsim.costs.genparallel import GenLayout, engine_weight_bytes, kv_shards, layout_of
 from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
 from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import GpuSpec, get_gpu
@@ -67,6 +68,7 @@ class Setup:
     reward_streaming: str = "incremental"  # how chunks reach the reward model (rlhfsim.sim.streaming)
     retokenize: bool = False  # the reward model reads another tokenizer: responses are decoded and re-tokenized
     reward_max_tokens: int | None = None  # a reward call's rows are truncated to this many tokens (None: whole)
+    gen_parallel: GenLayout | None = None  # the engine's expert parallelism, data-parallel attention (None: neither)
 
     def pool_of(self, role: str) -> PoolSpec:
         return self.pools[self.role_pool[role]]
@@ -86,6 +88,51 @@ def pools_span_nodes(a: PoolSpec, b: PoolSpec, domain: int) -> bool:
 def role_head(role: str) -> str:
     """Actor, reference and the generation engine carry an LM head; critic and reward a scalar head."""
     return "lm" if role in ("actor", "reference", "rollout") else "value"
+
+
+def _probe_layout(sc: Scenario, tp: int) -> GenLayout:
+    """``generation.parallel``'s layout for the memory check (its links are not read there)."""
+    par = sc.generation.parallel
+    return GenLayout(tp, par.ep, par.dp_attention, par.redundant_experts, par.fp8_dispatch, par.two_batch_overlap, 1,
+                     False)
+
+
+def _check_gen_parallel(sc: Scenario, shape: ModelShape, pool: "PoolSpec", tp: int, gpu: GpuSpec) -> None:
+    """``generation.parallel`` against the rollout pool, ``placement.tp.rollout`` and the model (one-line errors)."""
+    par, where = sc.generation.parallel, "generation.parallel"
+    if par.ep == 1 and not par.dp_attention and par.redundant_experts == 0 and not par.fp8_dispatch \
+            and not par.two_batch_overlap:
+        return
+    if par.ep == 1:
+        raise ScenarioError(f"{where}.ep", (f"expected ep > 1 with {where}'s other fields (dp_attention, "
+                                            f"redundant_experts, fp8_dispatch, two_batch_overlap act on an "
+                                            f"expert-parallel engine), got 1"))
+    if not shape.is_moe:
+        raise ScenarioError(f"{where}.ep", f"expected 1 for the dense model {shape.name} (experts only), got {par.ep}")
+    if gpu.kind == "cpu":
+        raise ScenarioError(f"{where}.ep", f"expected 1 on a CPU device (an engine over GPUs), got {par.ep}")
+    if sc.generation.engine != "continuous":
+        raise ScenarioError(f"{where}.ep", (f"expected 1 with engine {sc.generation.engine!r} (expert parallelism is "
+                                            f"vLLM's and SGLang's, engine 'continuous'), got {par.ep}"))
+    if par.dp_attention:
+        if par.ep % tp:
+            raise ScenarioError(f"{where}.ep", (f"expected a multiple of placement.tp.rollout ({tp}) with dp_attention "
+                                                f"(ep / tp attention ranks), got {par.ep}"))
+    elif par.ep != tp:
+        raise ScenarioError(f"{where}.ep", (f"expected placement.tp.rollout ({tp}) without dp_attention (the experts "
+                                            f"spread over the tensor-parallel group; set dp_attention for ep / tp "
+                                            f"attention ranks), got {par.ep}"))
+    if pool.gpus % par.ep:
+        raise ScenarioError(f"{where}.ep", (f"expected ep to divide the {count(pool.gpus, 'GPU')} of pool "
+                                            f"{pool.name!r} (rollout), got {par.ep}"))
+    slots = shape.num_experts + par.redundant_experts
+    if slots % par.ep:
+        raise ScenarioError(f"{where}.ep", (f"expected ep to divide {shape.name}'s {shape.num_experts} experts"
+                                            f"{f' + {par.redundant_experts} redundant' if par.redundant_experts else ''}"
+                                            f" ({slots}), got {par.ep}"))
+    if sc.generation.replicas is not None and sc.generation.replicas * tp != pool.gpus:
+        raise ScenarioError("generation.replicas", (f"expected {pool.gpus // tp} (every GPU of the rollout pool in an "
+                                                    f"engine of ep {par.ep}) or unset, got {sc.generation.replicas}"))
 
 
 def _check_megatron(sc: Scenario, role: str, shape: ModelShape, pool: "PoolSpec", tp: int) -> None:
@@ -338,6 +385,9 @@ def build_setup(sc: Scenario) -> Setup:
     for r in SEQUENCE_PARALLEL:
         if r in role_pool:
             _check_megatron(sc, r, shapes[r], pools[role_pool[r]], tp[r])
+    _check_gen_parallel(sc, shapes["actor"], pools[role_pool["rollout"]], tp["rollout"], gpu)
+    gen_par = sc.generation.parallel
+    gen_ep = gen_par.ep > 1 or gen_par.dp_attention
 
     # Memory: weights of every model on the pool, optimizer state of trained ones, one sequence of KV.
     w = sc.workload
@@ -350,6 +400,8 @@ def build_setup(sc: Scenario) -> Setup:
                 continue  # generation uses the actor's weights in place (TRL / hybrid engine)
             shape = shapes[r]
             b = shape.params(role_head(r)) * DTYPE_BYTES[dtypes[r]] / tp[r]
+            if r == "rollout" and gen_ep:   # an expert-parallel engine: 1/t of the dense weights, (E + R) / ep experts
+                b = engine_weight_bytes(shape, DTYPE_BYTES[dtypes[r]], _probe_layout(sc, tp[r]))
             if r in SEQUENCE_PARALLEL:   # Megatron: a GPU holds 1/ep of the routed experts, a stage 1/pp of the layers
                 lay = getattr(sc.execution.megatron, r)
                 if lay.ep > 1 and shape.is_moe:
@@ -371,7 +423,8 @@ def build_setup(sc: Scenario) -> Setup:
         resident.append(total_b)
         kv_min = 0.0
         if role_pool["rollout"] == i:
-            kv_min = shapes["actor"].kv_bytes_per_token(dtypes["actor"]) * (w.max_prompt_tokens + w.max_response_tokens) / tp["rollout"]
+            kv_min = shapes["actor"].kv_bytes_per_token(dtypes["actor"]) * (w.max_prompt_tokens + w.max_response_tokens) / (
+                kv_shards(shapes["actor"], tp["rollout"]) if gen_ep else tp["rollout"])
         if total_b + kv_min > gpu.mem_bytes:
             role = max((r for r in pool.roles if r in shapes), key=lambda r: shapes[r].params() / tp[r])
             raise ScenarioError(f"placement.tp.{role}", (
@@ -384,7 +437,9 @@ def build_setup(sc: Scenario) -> Setup:
     replicas = sc.generation.replicas or max(rp.gpus // tp["rollout"], 1)
     if replicas * tp["rollout"] > rp.gpus:
         raise ScenarioError("generation.replicas", f"expected at most {rp.gpus // tp['rollout']} replicas on {count(rp.gpus, 'GPU')} at TP {tp['rollout']}, got {replicas}")
-    free = (gpu.mem_bytes - resident[role_pool["rollout"]]) * tp["rollout"] * sc.generation.kv_cache_fraction
+    # a replica's cache over its tp GPUs; under expert parallelism split as the engine splits it (MLA's whole on each)
+    shards = kv_shards(shapes["actor"], tp["rollout"]) if gen_ep else tp["rollout"]
+    free = (gpu.mem_bytes - resident[role_pool["rollout"]]) * shards * sc.generation.kv_cache_fraction
     kv_cap = int(free // shapes["actor"].kv_bytes_per_token(dtypes["actor"]))
 
     rollouts = sc.workload.prompts_per_step * sc.algorithm.group_size
@@ -395,7 +450,7 @@ def build_setup(sc: Scenario) -> Setup:
     if sc.warmup_steps >= sc.steps:
         raise ScenarioError("warmup_steps", f"expected fewer warm-up steps than steps ({sc.steps}), got {sc.warmup_steps}")
 
-    return Setup(
+    setup = Setup(
         scenario=sc, gpu=gpu, shapes=shapes, dtypes=dtypes, pools=pools, role_pool=role_pool, tp=tp,
         replicas=replicas, kv_capacity_tokens=kv_cap,
         prompt_sampler=sampler_for(w.prompt_length, w.max_prompt_tokens, base, "workload.prompt_length"),
@@ -404,3 +459,5 @@ def build_setup(sc: Scenario) -> Setup:
         trace=trace_for(w, sc.algorithm.group_size, base), reward_streaming=streaming, retokenize=retokenize,
         reward_max_tokens=reward_max_tokens,
     )
+    setup.gen_parallel = layout_of(setup)
+    return setup

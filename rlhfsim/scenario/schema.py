@@ -180,6 +180,19 @@ class Workload(Frozen):
     max_response_tokens: int = Field(ge=1, le=4_194_304, description="Responses are cut at this many tokens.")
 
 
+class GenerationParallel(Frozen):
+    """How a mixture-of-experts model's generation engine spreads over its GPUs beside ``placement.tp.rollout``
+    (vLLM's ``--enable-expert-parallel`` with ``--data-parallel-size``; SGLang's ``--ep-size``,
+    ``--enable-dp-attention`` and ``--dp-size``). All defaults: the experts sliced by tensor parallelism as every other
+    weight (the simulator's older engine)."""
+
+    ep: PositiveInt = Field(1, le=4096, description="Expert parallelism of the generation engine: each MoE layer's routed experts spread whole over this many GPUs, every decode step dispatching each token's hidden state to its top-k experts' GPUs and combining the results back (cost term gen_ep_alltoall). vLLM: tensor_parallel_size x data_parallel_size with enable_expert_parallel; SGLang: --ep-size (= --tp-size); verl: actor_rollout_ref.rollout.expert_parallel_size. Without dp_attention it must equal placement.tp.rollout (priced as TP then: vLLM runs no all-to-all without data-parallel ranks); with it, a multiple of it. Must divide the rollout pool's GPUs and the model's experts (with redundant_experts).")
+    dp_attention: bool = Field(False, description="Data-parallel attention inside an expert-parallel engine: its ep GPUs run ep / placement.tp.rollout attention ranks, each with its own batch (generation.max_batch), its own KV cache and attention at TP placement.tp.rollout (no tensor-parallel all-reduce when that is 1), all ranks stepping together through the shared MoE layers. Each rank is one generation replica. vLLM: data_parallel_size > 1 with enable_expert_parallel; SGLang: --enable-dp-attention --dp-size ep / tp.")
+    redundant_experts: int = Field(0, ge=0, le=4096, description="Extra expert replicas an expert-parallel engine holds to balance load (SGLang --ep-num-redundant-experts, vLLM --num-redundant-experts with EPLB): each GPU holds (experts + redundant_experts) / ep experts.")
+    fp8_dispatch: bool = Field(False, description="The dispatch all-to-all sends each token's hidden state in FP8 with one fp32 scale per 128 values (DeepEP's low-latency dispatch as SGLang and vLLM's deepep_low_latency backend call it); the combine stays in the activation dtype. Off: both directions in the activation dtype.")
+    two_batch_overlap: bool = Field(False, description="Two micro-batches per decode step, one's all-to-alls running while the other computes (SGLang --enable-two-batch-overlap, vLLM --enable-dbo): a step costs the larger of its device time and its all-to-alls instead of their sum.")
+
+
 class Generation(Frozen):
     engine: Literal["static", "continuous"] = Field(
         "continuous", description="`static`: Hugging Face generate / TRL, a batch ends when its longest sequence ends; `continuous`: vLLM/SGLang-like, finished slots are refilled.")
@@ -197,6 +210,8 @@ class Generation(Frozen):
         False, description="A prompt's samples share its prefill on a replica (continuous engine): a row whose prompt a sample of the same prompt prefilled there before in the step prefills only the prompt's last partial block of 16 tokens (vLLM's prefix caching, on by default in V1 and in verl's rollouts; V0's n samples forked from one prefill; SGLang's radix cache). The KV cache still counts each row's whole prompt.")
     dispatch: Literal["rows", "prompts"] = Field(
         "rows", description="How a step's rollouts are dealt to the generation replicas (continuous engine): `rows`, row i to replica i mod replicas, a prompt's samples spread over replicas (verl's async agent loop sends each sample to the least-loaded server); `prompts`, every sample of a prompt to the same replica (verl's synchronous rollout hands each engine whole prompts with SamplingParams(n)).")
+    parallel: GenerationParallel = Field(
+        GenerationParallel(), description="Expert parallelism and data-parallel attention of a mixture-of-experts model's engine (vLLM, SGLang), beside placement.tp.rollout. Default: none (experts sliced by tensor parallelism).")
     runtime: Optional[Literal[tuple(GEN_RUNTIMES)]] = Field(
         None, description="Generation runtime whose measured costs price prefill, decode, the per-call overhead and the chunk handoff (`prefill:RUNTIME`/`decode:RUNTIME` and `generation.RUNTIME` of the profile): hf_generate (TRL), hf_static (generate with a static cache and torch.compile), kv_decoder (rlhfsim's own decoder), vllm, vllm_eager (vLLM without CUDA graphs, enforce_eager=True), sglang. Default: hf_generate for the static engine, vllm for the continuous one; a profile without the runtime's costs falls back to its plain prefill/decode (the summary says so).")
 

@@ -125,6 +125,6 @@ def representative_decode_step(result) -> dict:
     runtime = sc.generation.resolved_runtime
     tp = setup.tp["rollout"]
     d = cost.decoder(setup.shapes["rollout"], setup.dtypes["rollout"], tp, runtime,
-                     tp_inter_node=tp > setup.gpu.link_domain(sc.cluster.gpus_per_node))
+                     tp_inter_node=tp > setup.gpu.link_domain(sc.cluster.gpus_per_node), par=setup.gen_parallel)
     terms = d.price(batch, kv, 1).terms()
     return {"runtime": runtime, "batch": batch, "cached_tokens": kv, "step_s": sum(terms.values()), "terms_s": terms}

@@ -65,6 +65,8 @@ CASES = {
                             "models.reward.streaming", "expected reencode or final_only"),
     # (an encoder's positions are not refused: relative ones run any length, absolute ones truncate)
     "decoder-positions": ({"workload": {"max_response_tokens": 5000}}, "models.reward.model", "4096 positions"),
+    # issue 55: expert parallelism in generation needs experts to spread
+    "gen-ep-dense": ({"generation": {"parallel": {"ep": 2}}}, "generation.parallel.ep", "dense model"),
 }
 
 

@@ -53,7 +53,7 @@ class EngineTerms:
             e = self.eng
             t = self._prefill[key] = e.cost.forward(e.model, e.dtype, n_tokens, n_seqs, e.tp, op="prefill", head="lm",
                                                     gen_runtime=e.rt, gen_logprobs=e.logprobs,
-                                                    tp_inter_node=e.tp_inter_node).terms()
+                                                    tp_inter_node=e.tp_inter_node, par=e.par).terms()
         return t
 
     def prefills(self, tokens) -> dict[str, float]:
@@ -73,7 +73,7 @@ class EngineTerms:
             t = self._prefill.get(key)
             if t is None:
                 t = self._prefill[key] = e.cost.prefill_step(e.model, e.dtype, tok, rows, e.tp, e.rt, e.logprobs,
-                                                             e.tp_inter_node).terms()
+                                                             e.tp_inter_node, e.par).terms()
             add_terms(out, t)
         return out
 

@@ -47,6 +47,7 @@ class Engine:
         self.tp = s.tp["rollout"]
         # a TP group beyond the NVLink domain: its all-reduces cross the inter-node link (cost term tp_inter_node)
         self.tp_inter_node = self.tp > s.gpu.link_domain(s.scenario.cluster.gpus_per_node)
+        self.par = s.gen_parallel   # expert parallelism and data-parallel attention (genparallel; None: none)
         self.model = s.shapes["actor"]
         self.dtype = s.dtypes["actor"]
         self.kv_cap = max(s.kv_capacity_tokens, 1)
@@ -188,7 +189,7 @@ class Engine:
         if parts is None:
             parts = self._prefill_memo[key] = tuple(self.cost.forward(
                 self.model, self.dtype, n_tokens, n_seqs, self.tp, op="prefill", head="lm", gen_runtime=self.rt,
-                gen_logprobs=self.logprobs, tp_inter_node=self.tp_inter_node))
+                gen_logprobs=self.logprobs, tp_inter_node=self.tp_inter_node, par=self.par))
         return parts
 
     def row_prefills(self, rows) -> dict[int, tuple[float, float]]:
@@ -199,7 +200,7 @@ class Engine:
             return {}
         total, active = self.cost.forward(self.model, self.dtype, np.array(tokens, dtype=np.float64), 1, self.tp,
                                           op="prefill", head="lm", gen_runtime=self.rt, gen_logprobs=self.logprobs,
-                                          tp_inter_node=self.tp_inter_node)
+                                          tp_inter_node=self.tp_inter_node, par=self.par)
         return dict(zip(tokens, zip(total.tolist(), active.tolist())))
 
     def record(self, clock: Clock, start: float) -> None:

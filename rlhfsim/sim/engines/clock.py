@@ -172,7 +172,7 @@ class Clock:
         self.gpu0 = idx * eng.tp
         self.gpus = range(self.gpu0, self.gpu0 + eng.tp)
         self._decoder = eng.cost.decoder(eng.model, eng.dtype, eng.tp, eng.rt, eng.logprobs,
-                                         eng.tp_inter_node)  # the decode predictor's constants
+                                         eng.tp_inter_node, eng.par)  # the decode predictor's constants
         self.step_extra_s = 0.0   # added to every decode step of the current batch (a padded static batch)
 
     # -- rows ----------------------------------------------------------------------------------------

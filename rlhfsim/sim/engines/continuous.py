@@ -112,7 +112,8 @@ class ContinuousEngine(Engine):
             p = self._step_memo.get(key)
             if p is None:
                 p = self._step_memo[key] = tuple(self.cost.prefill_step(self.model, self.dtype, key[0], key[1], self.tp,
-                                                                        self.rt, self.logprobs, self.tp_inter_node))
+                                                                        self.rt, self.logprobs, self.tp_inter_node,
+                                                                        self.par))
             total += p[0]
             active += p[1]
         return total, active
@@ -275,7 +276,7 @@ class ContinuousEngine(Engine):
                 chunk = min(left, n * per)
                 clock.step_extra_s = self.cost.chunk_in_step_s(
                     self.model, self.dtype, chunk, _touched(pending, chunk), self.tp, self.rt, self.logprobs,
-                    self.tp_inter_node) / n
+                    self.tp_inter_node, self.par) / n
             n = yield from clock.decode(n_live, kv_live, n)
             clock.step_extra_s = 0.0
             if not n and self.stopped:

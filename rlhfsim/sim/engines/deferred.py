@@ -88,7 +88,7 @@ class DeferredClock(Clock):
             kv0 = np.concatenate([np.array(c.book_kv0) for c in booked])
             steps = np.concatenate([np.array(c.book_n) for c in booked])
             coeffs = _with_extra(e.cost.decoder(e.model, e.dtype, e.tp, runtime=e.rt, logprobs=e.logprobs,
-                                                tp_inter_node=e.tp_inter_node).coeffs(batch, kv0, e.overhead),
+                                                tp_inter_node=e.tp_inter_node, par=e.par).coeffs(batch, kv0, e.overhead),
                                  np.concatenate([np.array(c.book_extra) for c in booked]))
             total, kernel = decode_sum(coeffs, steps)
             o = 0
@@ -110,7 +110,7 @@ class DeferredClock(Clock):
             if parts is None:
                 e = self.eng
                 coeffs = _with_extra(e.cost.decoder(e.model, e.dtype, e.tp, runtime=e.rt, logprobs=e.logprobs,
-                                                    tp_inter_node=e.tp_inter_node).coeffs(
+                                                    tp_inter_node=e.tp_inter_node, par=e.par).coeffs(
                     np.array(self.book_batch), np.array(self.book_kv0), e.overhead),
                                      np.array(self.book_extra))
                 parts = decode_sum(coeffs, np.array(self.book_n))
