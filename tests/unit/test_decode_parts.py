@@ -52,4 +52,6 @@ def test_part_clocks_time_each_step_once_and_restore_the_names():
     # time_calls' first call, 10 untimed calls and 4 timed ones; the prefill of the context is one more head product
     assert len(acc["sample"]) == 15 and len(acc["head"]) == 16
     assert all(t > 0 for t in acc["head"] + acc["sample"])
-    assert max(acc["head"][-4:]) + max(acc["sample"][-4:]) < 10 * ms * 1e-3
+    # the parts are within a step: the fastest timed call of each (a preempted call on a shared CPU only runs long, so
+    # the minimum is the call's own time; the maximum flaked under load) against the step's time, with 10x slack
+    assert min(acc["head"][-4:]) + min(acc["sample"][-4:]) < 10 * ms * 1e-3
