@@ -41,10 +41,13 @@ def test_runs_yaml_rows_and_pairs():
         assert row[on]["policy"] == "on-policy" and row[off]["policy"].endswith(("-off", "async 0.5"))
     for r in ROWS:
         assert r["measured_step_s"] > 0
-        assert (r["gen_gpus"] is None) == (r["policy"] == "on-policy")
+        if r.get("framework") == "areal":  # E4: synchronous AReaL runs on the same two pools as its async twin
+            assert 0 < r["gen_gpus"] < r["gpus"]
+        else:
+            assert (r["gen_gpus"] is None) == (r["policy"] == "on-policy")
         if "launch" in r:  # verl rows: the published launch beside runs.yaml
             assert (HERE / r["launch"]).is_file() and r["mean_response_len"] > 0
-        elif r.get("framework") == "relax":
+        elif r.get("framework") in ("relax", "rlinf", "areal"):
             assert r["mean_response_len"] < r["max_response"]
         else:
             assert r["avg_seq"] < r["tmax"]
@@ -61,8 +64,9 @@ def test_clipped_lognormal_hits_the_published_mean():
 def test_scenario_is_written_from_its_row_and_validates(row):
     mk = _make()
     path = HERE / f"{row['id']}.yaml"
-    if "launch" in row or row.get("framework") == "relax":
-        build = (lambda: mk.import_row(row).scenario) if "launch" in row else (lambda: mk.relax_scenario(row))
+    if "launch" in row or row.get("framework") in ("relax", "rlinf", "areal"):
+        build = ((lambda: mk.import_row(row).scenario) if "launch" in row
+                 else (lambda: mk.relax_scenario(row)) if row["framework"] == "relax" else (lambda: mk.sglang_scenario(row)))
         if row["id"] in REFUSED:
             assert not path.exists()
             with pytest.raises(RlhfsimError, match=REFUSED[row["id"]].replace(".", r"\.")):
@@ -79,3 +83,35 @@ def test_scenario_is_written_from_its_row_and_validates(row):
     else:
         sc = load_scenario(path)
         assert sc.cluster.gpu == row["gpu"]
+
+
+def test_areal_rows_follow_e1_e2():
+    """A1's steps are the published hours over 250 steps of 512 x 16 samples (E1), and the mean response comes back
+    from the paper's Figure 5c throughputs (E2: 128.7k tokens/s at eta 0 with the sync step, 356.6k at eta 4 with the
+    async step) within 0.1%."""
+    hours = {"A1-1": 41.0, "A1-2": 14.8, "A1-3": 57.7, "A1-4": 25.4}
+    row = {r["id"]: r for r in ROWS}
+    for i, h in hours.items():
+        r = row[i]
+        assert r["measured_step_s"] == pytest.approx(h * 3600 / 250, abs=0.01)
+        assert r["prompts"] * r["generations"] == 8192 and r["max_prompt"] + r["max_response"] == 28672
+        assert r["policy"] == ("on-policy" if i in ("A1-1", "A1-3") else "4-off")
+    for i, tput in (("A1-1", 128.7e3), ("A1-2", 356.6e3)):
+        per_sample = tput * row[i]["measured_step_s"] / 8192
+        assert per_sample == pytest.approx(row[i]["mean_prompt_len"] + row[i]["mean_response_len"], rel=1e-3)
+
+
+def test_areal_and_rlinf_scenarios_place_roles_as_stated():
+    """E4/E5: AReaL's rows put the actor and SGLang on two pools (75:25), sync at eta 0, async at max_staleness 4, weights
+    over NCCL; D1/D3: RLinf's row is colocated with TP 2 engines, offload on, one sequence a micro-batch."""
+    mk = _make()
+    row = {r["id"]: r for r in ROWS}
+    a_sync, a_async, rl = (mk.sglang_scenario(row[i]) for i in ("A1-1", "A1-2", "I1-1"))
+    assert [p["gpus"] for p in a_sync["placement"]["pools"]] == [32, 96]
+    assert a_sync["schedule"] == {"kind": "sync"} and a_async["schedule"] == {"kind": "async", "max_staleness": 4}
+    assert a_sync["execution"]["weight_sync"]["kind"] == "nccl" and "reference" not in a_sync["models"]
+    assert a_sync["algorithm"]["minibatch_size"] == 2048 and a_sync["generation"]["runtime"] == "sglang"
+    assert rl["placement"] == {"kind": "colocated", "tp": {"actor": 2, "rollout": 2}}
+    assert rl["execution"]["offload"]["actor"] == {"param": True, "grad": True, "optimizer": True}
+    assert rl["execution"]["micro_batch"]["ppo_micro_batch_size_per_gpu"] == 1
+    assert 0 < rl["generation"]["kv_cache_fraction"] < 0.55 + 1e-9

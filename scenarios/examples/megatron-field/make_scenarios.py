@@ -1,6 +1,7 @@
 """Write one scenario per row of runs.yaml (<id>.yaml beside it), from the row's published fields and the assumptions
 stated in runs.yaml's header (A1-A8); a row with a ``launch`` (sources V1-V3) is the published launch beside it,
-imported with ``rlhfsim import verl`` (assumptions B1-B7). Rerun after editing a row:
+imported with ``rlhfsim import verl`` (assumptions B1-B7); Relax rows (R1) follow C1-C8, RLinf rows (I1) D1-D6 and AReaL
+rows (A1) E1-E9. Rerun after editing a row:
 
     PYTHONPATH=$PWD python scenarios/examples/megatron-field/make_scenarios.py
 """
@@ -136,6 +137,68 @@ def relax_scenario(row: dict) -> dict:
     return sc
 
 
+def sglang_scenario(row: dict) -> dict:
+    """An RLinf row (source I1; assumptions D1-D6) or an AReaL row (source A1; E1-E9): Megatron training and SGLang
+    generation. RLinf's is colocated and on-policy, the training state offloaded while SGLang generates; AReaL's runs
+    generation and training on two pools (``gen_gpus`` of them generate), at eta 0 (``on-policy``: one after the other) or
+    k steps off-policy. SGLang's KV pool and running limit are read from ``mem_fraction`` as the verl importer reads an
+    SGLang engine (C4)."""
+    from rlhfsim.importers.verl import kv_fraction, sglang_max_running
+
+    tp, cp, ep, pp = row["train"]
+    cap = row["max_response"]
+    median = median_for(row["mean_response_len"], cap)
+    lay = {"pp": pp, "cp": cp, "ep": ep}
+    samples = row["prompts"] * row["generations"]
+    on = row["policy"] == "on-policy"
+    rlinf = row["framework"] == "rlinf"
+    if rlinf:  # D1, D3: colocated; one sequence a micro-batch
+        placement = {"kind": "colocated", "tp": {"actor": tp, "rollout": row["gen_tp"]}}
+        micro = {"ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1, "use_remove_padding": True}
+        offload = {"actor": {"param": True, "grad": True, "optimizer": True}}
+        sync = "reshard"
+    else:  # E4-E6: two pools; token-budget micro-batches
+        placement = {"kind": "pools", "tp": {"actor": tp, "rollout": row["gen_tp"]}, "pools": [
+            {"name": "train", "gpus": row["gpus"] - row["gen_gpus"], "roles": ["actor"]},
+            {"name": "rollout", "gpus": row["gen_gpus"], "roles": ["rollout"]}]}
+        micro = {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": row["max_tokens_per_mb"],
+                 "log_prob_max_token_len_per_gpu": row["max_tokens_per_mb"], "use_remove_padding": True}
+        offload = {}
+        sync = "nccl"
+    schedule = {"kind": "sync"} if on else {"kind": "async", "max_staleness": int(row["policy"].split("-")[0])}
+    sc = {
+        "name": f"megatron_field_{row['id'].lower().replace('-', '_')}",
+        "description": f"{row['id']}: {'RLinf' if rlinf else 'AReaL'} (source {row['source']}), {row['model']} on "
+                       f"{row['gpus']} x {row.get('card', row['gpu'])}, {row['policy']} GRPO; published mean step "
+                       f"{row['measured_step_s']} s.",
+        "models": {"actor": {"model": row["model"], "dtype": "bfloat16"}, "reward": {"kind": "rule"}},
+        "cluster": {"gpu": row["gpu"], "nodes": row["gpus"] // row["gpus_per_node"],
+                    "gpus_per_node": row["gpus_per_node"]},
+        "placement": placement,
+        "algorithm": {"kind": "grpo", "group_size": row["generations"], "ppo_epochs": 1,
+                      "minibatch_size": samples // row["minibatches"]},
+        "workload": {"prompts_per_step": row["prompts"],
+                     "prompt_length": {"kind": "normal", "mean": float(row["mean_prompt_len"]),
+                                       "std": row["mean_prompt_len"] / 4},
+                     "response_length": {"kind": "lognormal", "median": round(median, 1),
+                                         "p99": round(median * math.exp(Z99 * LOG_SD), 1)},
+                     "max_prompt_tokens": row["max_prompt"], "max_response_tokens": cap},
+        "generation": {"engine": "continuous", "runtime": "sglang", "max_batch": 1, "max_num_batched_tokens": 8192,
+                       "chunked_prefill": True, "prefix_caching": True, "dispatch": "rows", "kv_cache_fraction": 1.0},
+        "schedule": schedule,
+        "steps": 4 if on else 10,
+        "warmup_steps": 1 if on else 5,
+        "seed": 0,
+        "execution": {"sharding": "none", "old_log_prob": True, "micro_batch": micro,
+                      "gradient_checkpointing": True, "offload": offload,
+                      "megatron": {"actor": lay}, "weight_sync": {"kind": sync}},
+    }
+    notes: list[str] = []
+    sc["generation"]["kv_cache_fraction"] = kv_fraction(sc, row["mem_fraction"], notes, runtime="sglang")
+    sc["generation"]["max_batch"] = sglang_max_running(sc, notes)
+    return sc
+
+
 def import_row(row: dict, steps: int = 4):
     """A launch row (B1): the published launch beside runs.yaml imported as the field table imports one, at the row's
     GPU, verl release and assumed mean lengths (B2, B3). Raises the importer's error where the launch cannot be
@@ -161,6 +224,18 @@ def main() -> None:
                     f"(mean of 200); mean response {row['mean_response_len']} tokens (C2).\n")
             try:
                 sc = relax_scenario(row)
+            except RlhfsimError as err:
+                print(f"{row['id']}: not written, the scenario checks refuse it: {err}")
+                continue
+            (HERE / f"{row['id']}.yaml").write_text(head + yaml.safe_dump(sc, sort_keys=False, width=120))
+            continue
+        if row.get("framework") in ("rlinf", "areal"):
+            head = (f"# {row['id']}: written by make_scenarios.py from runs.yaml (source {row['source']}, the published "
+                    f"fields and the assumptions {'D1-D6' if row['framework'] == 'rlinf' else 'E1-E9'} in its header).\n"
+                    f"# Published: {row['measured_step_s']} s a step (mean); mean response {row['mean_response_len']} "
+                    f"tokens.\n")
+            try:
+                sc = sglang_scenario(row)
             except RlhfsimError as err:
                 print(f"{row['id']}: not written, the scenario checks refuse it: {err}")
                 continue

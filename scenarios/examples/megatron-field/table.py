@@ -1,4 +1,4 @@
-"""Published Megatron step times (runs.yaml: NeMo RL's and verl's) beside the simulator's prediction: the check of issue 55.
+"""Published Megatron step times (runs.yaml: NeMo RL's, verl's, Relax's, RLinf's and AReaL's) beside the simulator's prediction: the check of issue 55.
 
 Each row of runs.yaml has a scenario <id>.yaml beside it (written by make_scenarios.py from the row and the
 assumptions A1-A8 stated in runs.yaml's header; a row with a ``launch`` is imported from that launch here, as
@@ -24,7 +24,7 @@ from rlhfsim.errors import RlhfsimError
 from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.run import simulate
 
-from make_scenarios import import_row, relax_scenario  # this folder's (run as a script, the folder is on the path)
+from make_scenarios import import_row, relax_scenario, sglang_scenario  # this folder's (run as a script, the folder is on the path)
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,6 +39,8 @@ def predict(row: dict) -> tuple[float | None, str]:
     try:
         if row.get("framework") == "relax":
             scenario = relax_scenario(row)
+        elif row.get("framework") in ("rlinf", "areal"):
+            scenario = sglang_scenario(row)
         else:
             scenario = import_row(row).scenario if "launch" in row else HERE / f"{row['id']}.yaml"
         summary = simulate(load_scenario(scenario), max_work=0).summary
