@@ -50,6 +50,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LAYER_ELEMENTWISE, LOGPROB_HEAD, Price, split
 from rlhfsim.models.catalog import ModelShape
 
@@ -151,7 +153,10 @@ class CallParts:
 
     @property
     def total_s(self) -> float:
-        return max(self.device_s, self.host_s)
+        device = self.device_s
+        if isinstance(device, np.ndarray):   # a call priced for many pieces at once (token counts as an array)
+            return np.maximum(device, self.host_s)
+        return max(device, self.host_s)
 
     @property
     def active_s(self) -> float:

@@ -32,6 +32,8 @@ class Outcome:
     wall_s: float
     simulated: int      # distinct scenarios simulated by this run
     resumed: int        # configurations skipped because results.csv had them
+    shared: int = 0     # a parallelism search's configurations priced on a shared generation (rlhfsim.plan.fastpath)
+    compare: Optional[dict] = None   # a parallelism search: the base scenario's parallelism against the best, by term
 
     @property
     def feasible(self) -> int:
@@ -41,7 +43,8 @@ class Outcome:
         """What ``rlhfsim plan --format json`` prints."""
         return {"configs": len(self.rows), "feasible": self.feasible, "best": self.best, "pareto": self.pareto,
                 "objective": self.plan.objective, "max_step_time_s": self.plan.max_step_time_s,
-                "out": str(self.out), "wall_s": self.wall_s, "simulated": self.simulated, "resumed": self.resumed}
+                "out": str(self.out), "wall_s": self.wall_s, "simulated": self.simulated, "resumed": self.resumed,
+                **({"shared_generation": self.shared, "compare": self.compare} if self.plan.search is not None else {})}
 
 
 def default_out(plan: Plan) -> Path:
@@ -73,6 +76,10 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
                 todo.append(cfg)
         resumed = len(rows)
         total, finished = len(todo), 0
+        shared = 0
+        if plan.search is not None:   # the fast path first; what it cannot take is simulated below
+            todo, shared = run_shared(plan, todo, rows, results, uncertainty)
+            finished = shared
         groups: dict[str, list] = {}
         for cfg in todo:
             if cfg.doc is None:
@@ -96,7 +103,7 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
                 for chunk in be.run(chunks, profiles, errors):
                     for key, metrics, reason in chunk:
                         for cfg in members[key]:
-                            rows[cfg.index] = make_row(plan, cfg, metrics, reason)
+                            rows[cfg.index] = make_row(plan, cfg, metrics, reason, method="simulated")
                             results.append(rows[cfg.index])
                             finished += 1
                     if progress:
@@ -110,9 +117,63 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
     if best is not None:
         best = {**best, "why": explain(best)}
     outcome = Outcome(plan=plan, out=out, rows=ordered, pareto=front, best=best,
-                      wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed)
+                      wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed, shared=shared)
+    if plan.search is not None:   # timed apart from the sweep: two more simulations, with their cost terms
+        from rlhfsim.plan.compare import compare_with_base
+
+        outcome.compare = compare_with_base(plan, ordered, best)
     write_plan_json(outcome, backend, workers)
     return outcome
+
+
+def run_shared(plan: Plan, todo: list, rows: dict, results, uncertainty: bool) -> tuple[list, int]:
+    """A parallelism search's configurations on the fast path (``rlhfsim.plan.fastpath``): grouped by generation, each
+    group's generation simulated once, each configuration's steps rebuilt; their rows written here. Returns the
+    configurations left to simulate in full (with their scenario mappings) and how many rows were written."""
+    import dataclasses
+
+    from rlhfsim.costs.model import CostModel
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.plan import fastpath as fp
+    from rlhfsim.scenario.checks import build_setup
+    from rlhfsim.sim.simulation import collector_paused
+
+    costs = {g: CostModel(get_gpu(g), p) for g, p in plan.profiles.items()}
+    errors = model_errors(plan.profiles) if uncertainty else {}
+    rest, groups = [], {}
+    done = 0
+    for cfg in todo:
+        if cfg.scenario is None:
+            rest.append(cfg)
+            continue
+        setup, cost = build_setup(cfg.scenario), costs[cfg.gpu_type]
+        if fp.eligible(setup, cost) is not None:
+            rest.append(dataclasses.replace(cfg, doc=cfg.scenario.model_dump(mode="json")))
+            continue
+        groups.setdefault(fp.generation_key(setup), []).append((cfg, setup))
+    memos: dict = {}   # phase prices by the rows trained, across generations
+    for members in groups.values():
+        cost = costs[members[0][0].gpu_type]
+        try:
+            with collector_paused():
+                gen = fp.simulate_generation(members[0][1], cost, memos)
+        except RlhfsimError as e:
+            for cfg, _ in members:
+                rows[cfg.index] = make_row(plan, cfg, None, str(e))
+                results.append(rows[cfg.index])
+            done += len(members)
+            continue
+        err = errors.get(members[0][0].gpu_type)
+        for cfg, setup in members:
+            m = fp.metrics(gen, setup, cost)
+            if err is not None:
+                from rlhfsim.sim.uncertainty import point_interval
+
+                m["step_time_interval_s"] = point_interval(m, err)["step_time_s_interval"]
+            rows[cfg.index] = make_row(plan, cfg, m, method=fp.FAST)
+            results.append(rows[cfg.index])
+            done += 1
+    return rest, done
 
 
 def model_errors(profiles: dict[str, dict]) -> dict:
@@ -147,4 +208,7 @@ def write_plan_json(o: Outcome, backend: str, workers: int) -> None:
     }
     if doc["heatmap"] is None:
         del doc["heatmap"]
+    if p.search is not None:
+        doc["search"] = {"excluded": dict(p.search.excluded), "shared_generation": o.shared, "simulated": o.simulated,
+                         "compare": o.compare}
     write_json_atomic(o.out / PLAN_FILE, doc, fsync=False)
