@@ -149,8 +149,11 @@ def _sum_train(prices: list[float], per_call_s: float) -> float:
     return t
 
 
-def forward_s(cost, s: Setup, role: str, rows: list) -> float:
-    """``stages.forward_pass``'s span of ``role`` over ``rows`` (module docstring; no offload, no balancing)."""
+def forward_s(cost, s: Setup, role: str, rows: list, cache: dict | None = None, step: int = -1) -> float:
+    """``stages.forward_pass``'s span of ``role`` over ``rows`` (module docstring; no offload, no balancing).
+    ``cache``: the step's pieces by how its rows are cut (the same for every layout with as many data-parallel ranks),
+    with ``step`` the rows' step (a ``Generation.memo``: its rows are the same)."""
+    cache = {} if cache is None else cache
     if not rows:
         return 0.0
     pool = s.pool_of(role)
@@ -165,29 +168,36 @@ def forward_s(cost, s: Setup, role: str, rows: list) -> float:
     pad_len = None if packed else ex.pad_length(s)
     per_call_s = price.piece_s(cost, False)
     encoder = s.shapes[role].arch == "encoder"
-    cuts = [mb.pieces(rows[k::n_rep], size, budget, packed, encoder, pad_len) for k in range(n_rep)]
-    flat = [p for c in cuts for p in c]
-    if not flat:
-        return 0.0
-    tokens = np.array([p.tokens for p in flat], dtype=np.float64)
-    n_rows = np.array([p.rows for p in flat], dtype=np.float64)
-    pairs = np.array([p.attn_pairs for p in flat], dtype=np.float64) if flat[0].attn_pairs is not None else None
+    key = ("fwd-pieces", step, n_rep, size, budget, packed, pad_len, encoder)
+    got = cache.get(key)
+    if got is None:
+        cuts = [mb.pieces(rows[k::n_rep], size, budget, packed, encoder, pad_len) for k in range(n_rep)]
+        flat = [p for c in cuts for p in c]
+        if not flat:
+            return 0.0
+        arrays = (np.array([p.tokens for p in flat], dtype=np.float64), np.array([p.rows for p in flat], dtype=np.float64),
+                  np.array([p.attn_pairs for p in flat], dtype=np.float64) if flat[0].attn_pairs is not None else None)
+        got = cache[key] = ([len(c) for c in cuts], arrays)
+    lens, (tokens, n_rows, pairs) = got
     call = price.forward_call(cost, s, role, tokens, n_rows, runtime=forward_runtime(cost, role, s.scenario), tp=tp,
                               attn_pairs=pairs, sp=sp, fsdp_n=ex.fsdp_shards(s, role), inter_node=pool.spans_nodes,
                               layout=lay)
     totals = np.broadcast_to(call.total_s, tokens.shape).tolist()
     worst, i = 0.0, 0
-    for c in cuts:
-        t = _sum_forward(totals[i:i + len(c)], per_call_s)
-        i += len(c)
-        if lay is not None and lay.pp > 1 and c:
-            t += parallel.bubble_s(t, len(c), lay.pp, lay.vpp)
+    for n in lens:
+        t = _sum_forward(totals[i:i + n], per_call_s)
+        i += n
+        if lay is not None and lay.pp > 1 and n:
+            t += parallel.bubble_s(t, n, lay.pp, lay.vpp)
         worst = max(worst, t)
     return worst
 
 
-def train_s(cost, s: Setup, role: str, rows: list, perms: list[np.ndarray]) -> float:
-    """``stages.train``'s span of ``role`` (module docstring; no offload, no balancing)."""
+def train_s(cost, s: Setup, role: str, rows: list, perms: list[np.ndarray], cache: dict | None = None,
+            step: int = -1) -> float:
+    """``stages.train``'s span of ``role`` (module docstring; no offload, no balancing); ``cache``, ``step``: as
+    ``forward_s``'s (``perms`` the step's own)."""
+    cache = {} if cache is None else cache
     alg = s.scenario.algorithm
     pool = s.pool_of(role)
     tp = s.tp[role]
@@ -205,34 +215,38 @@ def train_s(cost, s: Setup, role: str, rows: list, perms: list[np.ndarray]) -> f
     tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
     if tokens is not None and pad_len is not None:
         tokens = np.full(len(rows), pad_len, dtype=np.int64)
-    minibatches = []   # each: per rank, its pieces as (tokens, rows, attention pairs)
-    for perm in perms:
-        if tokens is not None:
-            for counts, lengths in zip(*_rank_longest(tokens[perm], alg.minibatch_size, ranks)):
-                minibatches.append([[(n * length, n, None)] for n, length in zip(counts, lengths)])
-            continue
-        for i in range(0, len(rows), alg.minibatch_size):
-            part = [rows[j] for j in perm[i:i + alg.minibatch_size]]
-            minibatches.append([[(p.tokens, p.rows, p.attn_pairs) for p in mb.pieces(part[k::ranks], size, budget, packed,
-                                                                                       pad_len=pad_len)]
-                                for k in range(min(ranks, len(part)))])
-    flat = [p for m in minibatches for rank in m for p in rank]
-    if not flat:
-        return 0.0
-    n_tok = np.array([p[0] for p in flat], dtype=np.float64)
-    n_rows = np.array([p[1] for p in flat], dtype=np.float64)
-    pairs = np.array([p[2] for p in flat], dtype=np.float64) if flat[0][2] is not None else None
+    key = ("train-pieces", step, role, ranks, size, budget, packed, pad_len)
+    got = cache.get(key)
+    if got is None:
+        minibatches = []   # each: per rank, its pieces as (tokens, rows, attention pairs)
+        for perm in perms:
+            if tokens is not None:
+                for counts, lengths in zip(*_rank_longest(tokens[perm], alg.minibatch_size, ranks)):
+                    minibatches.append([[(n * length, n, None)] for n, length in zip(counts, lengths)])
+                continue
+            for i in range(0, len(rows), alg.minibatch_size):
+                part = [rows[j] for j in perm[i:i + alg.minibatch_size]]
+                minibatches.append([[(p.tokens, p.rows, p.attn_pairs) for p in mb.pieces(part[k::ranks], size, budget,
+                                                                                           packed, pad_len=pad_len)]
+                                    for k in range(min(ranks, len(part)))])
+        flat = [p for m in minibatches for rank in m for p in rank]
+        if not flat:
+            return 0.0
+        arrays = (np.array([p[0] for p in flat], dtype=np.float64), np.array([p[1] for p in flat], dtype=np.float64),
+                  np.array([p[2] for p in flat], dtype=np.float64) if flat[0][2] is not None else None)
+        got = cache[key] = ([[len(r) for r in m] for m in minibatches], arrays)
+    shape, (n_tok, n_rows, pairs) = got
     call = price.train_call(cost, s, role, n_tok, n_rows, tp=tp, attn_pairs=pairs, sp=sp, fsdp_n=fsdp_n,
                             inter_node=pool.spans_nodes, ckpt_frac=cost.step_scalar("checkpoint_extra_frac"), layout=lay)
     totals = np.broadcast_to(call.total_s, n_tok.shape).tolist()
     t, i = 0.0, 0
-    for m in minibatches:
+    for m in shape:
         slowest = 0.0
-        for pieces in m:
-            r = _sum_train(totals[i:i + len(pieces)], per_call_s)
-            i += len(pieces)
+        for n in m:
+            r = _sum_train(totals[i:i + n], per_call_s)
+            i += n
             if lay is not None and lay.pp > 1:
-                r = r + parallel.bubble_s(r, len(pieces), lay.pp, lay.vpp)
+                r = r + parallel.bubble_s(r, n, lay.pp, lay.vpp)
             slowest = max(slowest, r)
         t += slowest + opt
     return t
@@ -279,13 +293,14 @@ def steps(gen: Generation, s: Setup, cost) -> tuple[list[float], dict[str, list[
         parts.append(per_step("reward", ("rule",), lambda k, rows: cost.rule_reward_s(len(rows), rule.cpu_s_per_sample,
                                                                                        rule.workers)))
     else:
-        parts.append(per_step("reward", ("fwd",) + _layout_key(s, "reward"), lambda k, rows: forward_s(cost, s, "reward", rows)))
+        parts.append(per_step("reward", ("fwd",) + _layout_key(s, "reward"),
+                              lambda k, rows: forward_s(cost, s, "reward", rows, gen.memo, k)))
     if e.old_log_prob:
         parts.append(per_step("old_log_prob", ("fwd",) + _layout_key(s, "actor"),
-                              lambda k, rows: forward_s(cost, s, "actor", rows)))
+                              lambda k, rows: forward_s(cost, s, "actor", rows, gen.memo, k)))
     for role, ph in (("reference", "reference"), ("critic", "critic_fwd")):
         if role in s.shapes:
-            parts.append(per_step(ph, ("fwd",) + _layout_key(s, role), lambda k, rows, r=role: forward_s(cost, s, r, rows)))
+            parts.append(per_step(ph, ("fwd",) + _layout_key(s, role), lambda k, rows, r=role: forward_s(cost, s, r, rows, gen.memo, k)))
     if e.advantage.enabled:
         from rlhfsim.costs.driver import AdvantageCode
 
@@ -297,7 +312,8 @@ def steps(gen: Generation, s: Setup, cost) -> tuple[list[float], dict[str, list[
     by_pool: dict[str, list[list[float]]] = {}
     for j, role in enumerate(trained):
         got = per_step(f"{role}_train", ("train",) + _layout_key(s, role),
-                       lambda k, rows, r=role, j=j: train_s(cost, s, r, rows, gen.perms[k][j * epochs:(j + 1) * epochs]))
+                       lambda k, rows, r=role, j=j: train_s(cost, s, r, rows, gen.perms[k][j * epochs:(j + 1) * epochs],
+                                                            gen.memo, k))
         by_pool.setdefault(s.pool_of(role).name, []).append(got)
     ws = weight_sync_s(cost, s)
     n = len(gen.rows)
