@@ -61,7 +61,9 @@ def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "",
     row["feasible"] = ok
     row["reason"] = "" if ok else (cfg.reason or reason)
     if plan.search is not None:
-        row["method"], row["base"] = (method if ok else "pruned" if cfg.reason else "refused"), cfg.base
+        # pruned: by the search's memory estimate; refused: by the scenario checks or the simulator
+        row["method"] = method if ok else "pruned" if cfg.reason.startswith("memory:") else "refused"
+        row["base"] = cfg.base
     row["gpus"], row["gpu_type"] = cfg.gpus, cfg.gpu_type
     for c in (*NUMERIC, *PHASE_COLUMNS, *util_columns(plan)):
         row[c] = None
