@@ -18,8 +18,11 @@ def _explained(plan: Plan, index: int) -> dict:
     from rlhfsim.sim.run import simulate
 
     cfg = plan.configs[index]
-    s = simulate(cfg.scenario, cost=CostModel(get_gpu(cfg.gpu_type), plan.profiles[cfg.gpu_type]), terms=True).summary
-    return {"step_time_s": s["step_time_s"], "phases_s": s["phases_s"], "terms_s": s["phase_terms_s"]}
+    r = simulate(cfg.scenario, cost=CostModel(get_gpu(cfg.gpu_type), plan.profiles[cfg.gpu_type]), terms=True)
+    s = r.summary
+    # what the generation engine gets: a training layout on a shared pool moves its KV cache
+    gen = {"replicas": r.setup.replicas, "kv_capacity_tokens": r.setup.kv_capacity_tokens}
+    return {"step_time_s": s["step_time_s"], "phases_s": s["phases_s"], "terms_s": s["phase_terms_s"], "generation": gen}
 
 
 def _layout(plan: Plan, row: dict) -> dict:
@@ -48,6 +51,7 @@ def compare_with_base(plan: Plan, rows: list[dict], best: Optional[dict]) -> Opt
     same = best["config"] == base_row["config"]
     return {"base": _layout(plan, base_row), "best": _layout(plan, best),
             "base_step_s": a["step_time_s"], "best_step_s": b["step_time_s"],
+            "base_generation": a["generation"], "best_generation": b["generation"],
             "delta_s": b["step_time_s"] - a["step_time_s"], "same": same, "phases": phases, "why": why(a, b, phases, same),
             "note": NOTE}
 
@@ -64,4 +68,8 @@ def why(a: dict, b: dict, phases: list[dict], same: bool) -> str:
             continue
         terms = ", ".join(f"{t['term']} {t['delta_s']:+.1f}" for t in p["terms"] if abs(t["delta_s"]) >= 0.005 * step)
         out.append(f"{p['phase']} {p['delta_s']:+.1f} s ({p['base_s']:.1f} -> {p['best_s']:.1f}" + (f"; {terms})" if terms else ")"))
+    ga, gb = a["generation"], b["generation"]
+    if ga != gb:
+        out.append(f"the engine: {ga['replicas']} -> {gb['replicas']} replicas, KV cache {ga['kv_capacity_tokens']:,} -> "
+                   f"{gb['kv_capacity_tokens']:,} tokens per replica")
     return "; ".join(out)

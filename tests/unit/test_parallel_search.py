@@ -157,3 +157,18 @@ def test_padded_training_and_async_fall_back(tmp_path):
     assert fp.eligible(setup, cost) is None
     text = (tmp_path / "out" / "results.csv").read_text().splitlines()[0]
     assert "method" in text and "base" in text
+
+
+@pytest.mark.parametrize("plan_id, published", [("N6-H7", (1, 1, 1, 1, 8, 2)), ("N5-H3", (4, 4, 1, 1, 1, 4))])
+def test_bundled_plans_search_around_the_published_layout(plan_id, published):
+    """The bundled plans load; their first configuration is the published layout (runs.yaml's [TP, CP, EP, PP] and
+    the generation TP), feasible, and the search holds other candidates."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scenarios/examples/megatron-field" / f"plan-{plan_id}.yaml"
+    plan = load_plan(path)
+    first = plan.configs[0]
+    v = first.values
+    assert first.base and first.scenario is not None and not first.reason
+    assert (v["actor.tp"], v["actor.pp"], v["actor.vpp"], v["actor.cp"], v["actor.ep"], v["rollout.tp"]) == published
+    assert sum(c.scenario is not None for c in plan.configs) > 50
