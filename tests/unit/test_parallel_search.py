@@ -126,13 +126,16 @@ def test_memory_estimate_by_hand_and_pruning(tmp_path):
 
 
 def test_fast_path_equals_the_full_simulation(tmp_path):
-    """Every priced row's step and phases against simulate() of the same scenario, to 1e-9 relative."""
-    plan = load_plan(write(tmp_path, SEARCH))
+    """Sampled priced rows' step and phases against simulate() of the same scenario, to 1e-9 relative: colocated and
+    on a split pool (synchronous)."""
+    plan = load_plan(write(tmp_path, {**SEARCH, "pools": ["colocated", {"generation_gpus": 8, "schedule": {"kind": "sync"}}]}))
     o = run_plan(plan, out=tmp_path / "out", workers=1, uncertainty=False)
     priced = [(c, r) for c, r in zip(plan.configs, o.rows) if r["method"] == fp.FAST]
     assert len(priced) >= 8
     cost = CostModel(get_gpu("h100-sxm"), plan.profiles["h100-sxm"])
-    for c, r in random.Random(1).sample(priced, 6) + [priced[0]]:
+    split = [cr for cr in priced if cr[1]["pools"] == "split 8 gen"]
+    assert split
+    for c, r in random.Random(1).sample(priced, 6) + [priced[0], split[0]]:
         full = simulate(c.scenario, cost=cost).summary
         assert r["step_time_s"] == pytest.approx(full["step_time_s"], rel=1e-9)
         for ph, v in full["phases_s"].items():
@@ -172,3 +175,26 @@ def test_bundled_plans_search_around_the_published_layout(plan_id, published):
     assert first.base and first.scenario is not None and not first.reason
     assert (v["actor.tp"], v["actor.pp"], v["actor.vpp"], v["actor.cp"], v["actor.ep"], v["rollout.tp"]) == published
     assert sum(c.scenario is not None for c in plan.configs) > 50
+
+
+def test_fast_path_with_a_critic_equals_the_full_simulation(tmp_path):
+    """PPO: the critic's forward pass and its training after the actor's on the same pool, padded micro-batches."""
+    base = copy.deepcopy(BASE)
+    base["models"] = {"actor": {"model": "qwen2.5-0.5b"}, "critic": {"model": "qwen2.5-0.5b"},
+                      "reference": {"model": "qwen2.5-0.5b"}, "reward": {"kind": "rule"}}
+    base["algorithm"] = {"kind": "ppo", "minibatch_size": 8, "ppo_epochs": 2}
+    base["cluster"] = {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}
+    base["placement"] = {"kind": "colocated", "tp": {"actor": 1, "critic": 1, "reference": 1, "rollout": 1}}
+    base["execution"] = {"old_log_prob": True, "micro_batch": {"ppo_micro_batch_size_per_gpu": 2},
+                         "advantage": {"enabled": True}}
+    search = {"actor": {"tp": [1, 2], "pp": [1, 2]}, "critic": {"tp": [1, 2]}, "rollout": {"tp": [1, 2]}}
+    plan = load_plan(write(tmp_path, search, base=base))
+    assert "critic.tp" in plan.axes
+    o = run_plan(plan, out=tmp_path / "out", workers=1, uncertainty=False)
+    cost = CostModel(get_gpu("h100-sxm"), plan.profiles["h100-sxm"])
+    priced = [(c, r) for c, r in zip(plan.configs, o.rows) if r["method"] == fp.FAST]
+    assert len(priced) >= 8
+    for c, r in random.Random(2).sample(priced, 5):
+        full = simulate(c.scenario, cost=cost).summary
+        assert r["step_time_s"] == pytest.approx(full["step_time_s"], rel=1e-9)
+        assert r["critic_train_s"] == pytest.approx(full["phases_s"]["critic_train"], rel=1e-9)
