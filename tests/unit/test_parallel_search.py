@@ -66,6 +66,12 @@ def test_search_expands_buildable_layouts_with_the_base_first(tmp_path):
             assert c.scenario.execution.megatron.reference == c.scenario.execution.megatron.actor
     # vpp 2 without pp is not a configuration, counted by reason
     assert any("vpp > 1 without pipeline stages" in k for k in plan.search.excluded)
+    # a candidate's scenario (copied from the base with updates) is what validating its mapping gives
+    from rlhfsim.scenario.loader import load_scenario
+
+    for c in [c for c in plan.configs if c.scenario is not None][::7]:
+        doc = c.scenario.model_dump(mode="json")
+        assert load_scenario(doc, check=False).model_dump(mode="json") == doc
     assert len(plan.configs) == 1 + sum(1 for _ in plan.configs[1:])
 
 
