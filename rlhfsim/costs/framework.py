@@ -149,6 +149,8 @@ class CallParts:
             serial += sum(s for _, s in self.parallel)
         if self.comm_s <= 0:
             return serial
+        if isinstance(serial, np.ndarray):   # many pieces priced at once
+            return np.maximum(serial, self.comm_s) + self.comm_exposed_s
         return max(serial, self.comm_s) + self.comm_exposed_s
 
     @property

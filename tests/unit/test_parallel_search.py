@@ -204,3 +204,21 @@ def test_fast_path_with_a_critic_equals_the_full_simulation(tmp_path):
         full = simulate(c.scenario, cost=cost).summary
         assert r["step_time_s"] == pytest.approx(full["step_time_s"], rel=1e-9)
         assert r["critic_train_s"] == pytest.approx(full["phases_s"]["critic_train"], rel=1e-9)
+
+
+@pytest.mark.parametrize("variant", ["reward_model", "fsdp_entropy"])
+def test_fast_path_with_a_reward_model_or_fsdp_equals_the_full_simulation(tmp_path, variant):
+    """A reward model's scoring pass, FSDP's per-call collectives and the entropy head, priced over arrays."""
+    base = copy.deepcopy(BASE)
+    base["models"] = {"actor": {"model": "qwen2.5-0.5b"}, "reference": {"model": "qwen2.5-0.5b"},
+                      "reward": {"model": "qwen2.5-0.5b"} if variant == "reward_model" else {"kind": "rule"}}
+    base["execution"]["megatron"] = {}
+    if variant == "fsdp_entropy":
+        base["execution"].update(sharding="fsdp", entropy=True)
+    plan = load_plan(write(tmp_path, {"actor": {"tp": [1, 2]}, "rollout": {"tp": [1, 2]}}, base=base))
+    o = run_plan(plan, out=tmp_path / "out", workers=1, uncertainty=False)
+    cost = CostModel(get_gpu("h100-sxm"), plan.profiles["h100-sxm"])
+    priced = [(c, r) for c, r in zip(plan.configs, o.rows) if r["method"] == fp.FAST]
+    assert len(priced) >= 4
+    for c, r in priced[:3]:
+        assert r["step_time_s"] == pytest.approx(simulate(c.scenario, cost=cost).summary["step_time_s"], rel=1e-9)
