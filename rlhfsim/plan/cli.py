@@ -111,10 +111,12 @@ def print_outcome(o, console) -> None:
     from rich.table import Table
 
     p = o.plan
-    infeasible = [r for r in o.rows if not r["feasible"]]
+    screened = [r for r in o.rows if r.get("method") == "screened"]   # a search's refine: not simulated
+    infeasible = [r for r in o.rows if not r["feasible"] and r.get("method") != "screened"]
     shared = f", {o.shared} priced on a shared generation" if p.search is not None else ""
     console.print(f"[bold]plan {p.name}[/bold]: {len(o.rows)} configurations, {o.feasible} feasible, "
-                  f"{len(infeasible)} infeasible; {o.simulated} simulated{shared} in {o.wall_s:.1f} s"
+                  f"{len(infeasible)} infeasible" + (f", {len(screened)} screened out (not simulated)" if screened else "")
+                  + f"; {o.simulated} simulated{shared} in {o.wall_s:.1f} s"
                   + (f" ({o.resumed} resumed from results.csv)" if o.resumed else ""))
     if p.search is not None and p.search.excluded:
         console.print(f"  not buildable (not configurations): {sum(p.search.excluded.values())}: " + "; ".join(

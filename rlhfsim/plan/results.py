@@ -62,7 +62,8 @@ def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "",
     row["reason"] = "" if ok else (cfg.reason or reason)
     if plan.search is not None:
         # pruned: by the search's memory estimate; refused: by the scenario checks or the simulator
-        row["method"] = method if ok else "pruned" if cfg.reason.startswith("memory:") else "refused"
+        # screened: left out by search.parallelism.refine (not simulated)
+        row["method"] = method if ok or method == "screened" else "pruned" if cfg.reason.startswith("memory:") else "refused"
         row["base"] = cfg.base
     row["gpus"], row["gpu_type"] = cfg.gpus, cfg.gpu_type
     for c in (*NUMERIC, *PHASE_COLUMNS, *util_columns(plan)):

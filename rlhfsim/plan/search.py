@@ -85,6 +85,7 @@ class ParallelismSearch(Frozen):
     rollout: Optional[RolloutSearch] = None
     pools: list[Union[Literal["colocated"], SplitPools, SharedPool]] = Field([], description="Placements to try: `colocated`, or {generation_gpus: N, schedule: ..., weight_sync: nccl}; default: the base scenario's.")
     memory: MemoryCheck = MemoryCheck()
+    refine: Optional[PositiveInt] = Field(None, description="Configurations the fast path cannot price (an async or OPPO schedule, ...): simulate in full only this many, the best by a screen (their synchronous twin priced on the fast path); the rest are listed as screened out. Default: simulate them all.")
 
 
 class Search(Frozen):

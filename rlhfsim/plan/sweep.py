@@ -78,8 +78,10 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
         total, finished = len(todo), 0
         shared = 0
         if plan.search is not None:   # the fast path first; what it cannot take is simulated below
-            todo, shared = run_shared(plan, todo, rows, results, uncertainty, workers)
-            finished = shared
+            from rlhfsim.plan.shared import run_shared
+
+            todo, shared, screened = run_shared(plan, todo, rows, results, uncertainty, workers)
+            finished = shared + screened
         groups: dict[str, list] = {}
         for cfg in todo:
             if cfg.doc is None:
@@ -124,100 +126,6 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
         outcome.compare = compare_with_base(plan, ordered, best)
     write_plan_json(outcome, backend, workers)
     return outcome
-
-
-def run_shared(plan: Plan, todo: list, rows: dict, results, uncertainty: bool, workers: int = 1) -> tuple[list, int]:
-    """A parallelism search's configurations on the fast path (``rlhfsim.plan.fastpath``): grouped by generation, each
-    group's generation simulated once, each configuration's steps rebuilt; their rows written here. Groups go to
-    ``workers`` forked processes. Returns the configurations left to simulate in full (with their scenario mappings)
-    and how many rows were written."""
-    import dataclasses
-
-    from rlhfsim.costs.model import CostModel
-    from rlhfsim.hardware.catalog import get_gpu
-    from rlhfsim.plan import fastpath as fp
-    from rlhfsim.scenario.checks import build_setup
-
-    costs = {g: CostModel(get_gpu(g), p) for g, p in plan.profiles.items()}
-    rest, groups = [], {}
-    for cfg in todo:
-        if cfg.scenario is None:
-            rest.append(cfg)
-            continue
-        setup, cost = build_setup(cfg.scenario), costs[cfg.gpu_type]
-        if fp.eligible(setup, cost) is not None:
-            rest.append(dataclasses.replace(cfg, doc=cfg.scenario.model_dump(mode="json")))
-            continue
-        groups.setdefault(fp.generation_key(setup), []).append((cfg, setup))
-    work = _SharedWork(list(groups.values()), costs, model_errors(plan.profiles) if uncertainty else {})
-    done = 0
-    for group in _shared_results(work, workers):
-        for index, metrics, reason in group:
-            cfg = plan.configs[index]
-            rows[index] = make_row(plan, cfg, metrics, reason, method=fp.FAST)
-            results.append(rows[index])
-            done += 1
-    return rest, done
-
-
-class _SharedWork:
-    """The fast path's groups and what prices them, held by each worker (inherited at fork, never pickled)."""
-
-    def __init__(self, groups: list, costs: dict, errors: dict):
-        self.groups, self.costs, self.errors = groups, costs, errors
-        self.memos: dict = {}   # phase prices by the rows trained, across this process's generations
-
-    def run(self, g: int) -> list[tuple[int, Optional[dict], str]]:
-        from rlhfsim.plan import fastpath as fp
-        from rlhfsim.sim.simulation import collector_paused
-
-        members = self.groups[g]
-        gpu = members[0][0].gpu_type
-        cost = self.costs[gpu]
-        try:
-            with collector_paused():
-                gen = fp.simulate_generation(members[0][1], cost, self.memos)
-        except RlhfsimError as e:
-            return [(cfg.index, None, str(e)) for cfg, _ in members]
-        err = self.errors.get(gpu)
-        out = []
-        for cfg, setup in members:
-            m = fp.metrics(gen, setup, cost)
-            if err is not None:
-                from rlhfsim.sim.uncertainty import point_interval
-
-                m["step_time_interval_s"] = point_interval(m, err)["step_time_s_interval"]
-            out.append((cfg.index, m, ""))
-        return out
-
-
-_WORK: Optional[_SharedWork] = None   # a forked worker's share of the fast path (set once per worker process)
-
-
-def _worker_init(work: _SharedWork) -> None:
-    global _WORK
-    _WORK = work
-
-
-def _worker_run(g: int):
-    return _WORK.run(g)
-
-
-def _shared_results(work: _SharedWork, workers: int):
-    """Each group's rows, in this process (one worker, or no fork) or in forked worker processes."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    n = len(work.groups)
-    if workers <= 1 or n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        for g in range(n):
-            yield work.run(g)
-        return
-    # fork: the workers inherit the groups (scenarios, setups, cost models) instead of receiving them pickled
-    with ProcessPoolExecutor(max_workers=min(workers, n), mp_context=multiprocessing.get_context("fork"),
-                             initializer=_worker_init, initargs=(work,)) as pool:
-        for f in as_completed([pool.submit(_worker_run, g) for g in range(n)]):
-            yield f.result()
 
 
 def model_errors(profiles: dict[str, dict]) -> dict:

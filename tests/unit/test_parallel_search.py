@@ -222,3 +222,19 @@ def test_fast_path_with_a_reward_model_or_fsdp_equals_the_full_simulation(tmp_pa
     assert len(priced) >= 4
     for c, r in priced[:3]:
         assert r["step_time_s"] == pytest.approx(simulate(c.scenario, cost=cost).summary["step_time_s"], rel=1e-9)
+
+
+def test_refine_simulates_only_the_best_screened(tmp_path):
+    """refine K: of the configurations the fast path cannot price (an async split), the K best by the screen are
+    simulated in full and the rest listed as screened out, with no step time."""
+    search = {"actor": {"tp": [1, 2], "ep": [4, 8]}, "rollout": {"tp": [1, 2]}, "refine": 2,
+              "pools": [{"generation_gpus": 8, "schedule": {"kind": "async", "max_staleness": 1}}]}
+    plan = load_plan(write(tmp_path, search))
+    o = run_plan(plan, out=tmp_path / "out", workers=1, uncertainty=False)
+    split = [r for r in o.rows if r["pools"] == "split 8 gen" and r["method"] != "pruned"]
+    methods = [r["method"] for r in split]
+    assert methods.count("simulated") == 2 and methods.count("screened") == len(split) - 2 > 0
+    for r in split:
+        if r["method"] == "screened":
+            assert not r["feasible"] and r["step_time_s"] is None and "screened out by refine 2" in r["reason"]
+    assert error(tmp_path, {**search, "refine": 0}).path == "search.parallelism.refine"
