@@ -12,6 +12,7 @@ A plan file::
         pools:                    # default: the base scenario's placement only
           - colocated
           - {generation_gpus: 16, schedule: {kind: async, max_staleness: 1}, weight_sync: nccl}
+        refine: 10                # optional: of what the fast path cannot price, simulate the 10 best by a screen
 
 A role left out keeps the base scenario's layout. Candidates are the product of the lists, less the layouts Megatron
 cannot build, counted by reason and never simulated: tp x pp x cp dividing the role's pool; TP within one NVLink
