@@ -44,6 +44,8 @@ read it).
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlhfsim.models.catalog import ACTIVATION_BYTES, ModelShape
 
 FP32 = 4            # transformers' RMSNorm computes in float32
@@ -83,6 +85,6 @@ def elementwise_s(m: ModelShape, dtype: str, n_tokens: float, mem_bw: float, mem
                   sp: int = 1) -> float:
     """Seconds of one forward call's element-wise kernels on one GPU (``n_tokens`` the call's tokens; ``sp``: one GPU
     of a Ulysses group, its share of them). 0 for an encoder (its reward-model passes are not a framework's decoder)."""
-    if m.arch != "decoder" or n_tokens <= 0:
+    if m.arch != "decoder" or (not isinstance(n_tokens, np.ndarray) and n_tokens <= 0):
         return 0.0
     return bytes_per_token(m, dtype, tp) * (n_tokens / sp) / (mem_bw * memory_eff)

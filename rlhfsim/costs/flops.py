@@ -155,7 +155,7 @@ class ShapeCoeffs:
         ``attn_pairs``: the (query, key) pairs attention visits when rows of different lengths are
         packed without padding (``rlhfsim.costs.stepcosts.packed_attn_pairs``); F_attn = 4 L h x pairs
         instead of the even spread of ``n_tokens`` over ``n_seqs`` (no cached tokens)."""
-        n_seqs = max(n_seqs, 1.0)
+        n_seqs = np.maximum(n_seqs, 1.0) if isinstance(n_seqs, np.ndarray) else max(n_seqs, 1.0)
         per_seq = n_tokens / n_seqs
         pairs = None
         if attn_pairs is not None:

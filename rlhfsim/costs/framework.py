@@ -50,6 +50,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rlhfsim.costs.terms import FSDP_EXPOSED, HOST_LAUNCH_BOUND, LAYER_ELEMENTWISE, LOGPROB_HEAD, Price, split
 from rlhfsim.models.catalog import ModelShape
 
@@ -147,11 +149,16 @@ class CallParts:
             serial += sum(s for _, s in self.parallel)
         if self.comm_s <= 0:
             return serial
+        if isinstance(serial, np.ndarray):   # many pieces priced at once
+            return np.maximum(serial, self.comm_s) + self.comm_exposed_s
         return max(serial, self.comm_s) + self.comm_exposed_s
 
     @property
     def total_s(self) -> float:
-        return max(self.device_s, self.host_s)
+        device = self.device_s
+        if isinstance(device, np.ndarray):   # a call priced for many pieces at once (token counts as an array)
+            return np.maximum(device, self.host_s)
+        return max(device, self.host_s)
 
     @property
     def active_s(self) -> float:

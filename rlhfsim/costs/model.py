@@ -931,7 +931,7 @@ class CostModel:
         ``rlhfsim.costs.parallel`` prices).
         Terms: kernels and op_overhead and, on a CPU, the host effects inside them
         (``CpuHostEffects.train_effects``)."""
-        if n_tokens <= 0:
+        if not isinstance(n_tokens, np.ndarray) and n_tokens <= 0:
             return Price(0.0, 0.0)
         shape, rate = self._train_shape(m, dtype, head)
         total, active = self._train_roofline(shape, rate, dtype, n_tokens, n_seqs, tp, attn_pairs, sp)

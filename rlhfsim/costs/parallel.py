@@ -47,6 +47,8 @@ only the memory check would feel.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass, replace
 
 from rlhfsim.contracts import SEQUENCE_PARALLEL
@@ -215,5 +217,6 @@ def _stage_call(cost, training: bool, stage: ModelShape, dtype: str, n_tokens: f
                                 ulysses=False, **kwargs)
     extra = tuple((t, s) for t, s in ((PP_P2P, p2p_s(cost, stage, dtype, n_tokens, lay, training)),
                                       (CP_COMM, cp_s(cost, stage, dtype, n_tokens, lay, training)),
-                                      (EP_ALLTOALL, ep_alltoall_s(cost, stage, dtype, n_tokens, lay, training))) if s > 0)
+                                      (EP_ALLTOALL, ep_alltoall_s(cost, stage, dtype, n_tokens, lay, training)))
+                  if isinstance(s, np.ndarray) or s > 0)   # an array: many pieces priced at once
     return replace(parts, parallel=extra) if extra else parts

@@ -111,10 +111,16 @@ def print_outcome(o, console) -> None:
     from rich.table import Table
 
     p = o.plan
-    infeasible = [r for r in o.rows if not r["feasible"]]
+    screened = [r for r in o.rows if r.get("method") == "screened"]   # a search's refine: not simulated
+    infeasible = [r for r in o.rows if not r["feasible"] and r.get("method") != "screened"]
+    shared = f", {o.shared} priced on a shared generation" if p.search is not None else ""
     console.print(f"[bold]plan {p.name}[/bold]: {len(o.rows)} configurations, {o.feasible} feasible, "
-                  f"{len(infeasible)} infeasible; {o.simulated} simulated in {o.wall_s:.1f} s"
+                  f"{len(infeasible)} infeasible" + (f", {len(screened)} screened out (not simulated)" if screened else "")
+                  + f"; {o.simulated} simulated{shared} in {o.wall_s:.1f} s"
                   + (f" ({o.resumed} resumed from results.csv)" if o.resumed else ""))
+    if p.search is not None and p.search.excluded:
+        console.print(f"  not buildable (not configurations): {sum(p.search.excluded.values())}: " + "; ".join(
+            f"{why} x{n}" for why, n in p.search.excluded.most_common(4)))
     for reason, n in Counter(r["reason"] for r in infeasible).most_common(5):
         console.print(f"  infeasible x{n}: {reason}")
     shown = any(r.get("step_time_lo_s") is not None for r in o.pareto)
@@ -139,4 +145,30 @@ def print_outcome(o, console) -> None:
         console.print(f"[bold]best ({p.objective}{bound})[/bold]: {axes}: {b['step_time_s']:.2f} s/step{band}, "
                       f"${b['cost_per_1000_steps']:.2f} per 1,000 steps on {b['gpus']} x {b['gpu_type']}")
         console.print(f"  {b['why']}")
+    if p.search is not None:
+        print_search(o, console)
     console.print(f"wrote {o.out}/results.csv, {o.out}/plan.json (rlhfsim report {o.out} -o plan.html)")
+
+
+def _layout_text(values: dict) -> str:
+    """A search's row as Megatron's degrees per role, e.g. ``actor tp1 pp1 vpp1 cp1 ep8, rollout tp2, colocated``."""
+    roles: dict[str, list[str]] = {}
+    for k, v in values.items():
+        if k == "pools":
+            continue
+        role, deg = k.split(".")
+        roles.setdefault(role, []).append(f"{deg}{v}")
+    return ", ".join(f"{r} {' '.join(d)}" for r, d in roles.items()) + f", {values['pools']}"
+
+
+def print_search(o, console) -> None:
+    """The base scenario's parallelism (the published one, in the bundled plans) against the best found, and why."""
+    c = o.compare
+    if c is None:
+        return
+    console.print(f"[bold]base layout[/bold] ({_layout_text(c['base'])}): "
+                  + (f"infeasible: {c['base_reason']}" if "base_reason" in c else f"{c['base_step_s']:.2f} s/step"))
+    if "best" not in c:
+        return
+    console.print(f"[bold]best found[/bold] ({_layout_text(c['best'])}): {c['best_step_s']:.2f} s/step")
+    console.print(f"  why ({c['note']}): {c['why']}")

@@ -42,20 +42,29 @@ def util_columns(plan: Plan) -> list[str]:
 
 
 def columns(plan: Plan) -> list[str]:
-    return ["config", *plan.axes, "feasible", "reason", *METRICS, *PHASE_COLUMNS, *util_columns(plan)]
+    """A parallelism search's rows also say how each was priced (``method``: rlhfsim.plan.fastpath) and which is the
+    base scenario's own parallelism (``base``)."""
+    extra = ["method", "base"] if plan.search is not None else []
+    return ["config", *plan.axes, "feasible", "reason", *extra, *METRICS, *PHASE_COLUMNS, *util_columns(plan)]
 
 
 def price_of(plan: Plan, gpu_type: str) -> float:
     return plan.prices.get(gpu_type, GPUS[gpu_type].price_per_hour)
 
 
-def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "") -> dict:
+def make_row(plan: Plan, cfg: Config, metrics: Optional[dict], reason: str = "", method: Optional[str] = None) -> dict:
     """A typed row: axis values as written in the plan, metrics as floats (None where there are none).
-    ``metrics`` is what ``rlhfsim.plan.backends.run_one`` returns for a feasible configuration."""
+    ``metrics`` is what ``rlhfsim.plan.backends.run_one`` returns for a feasible configuration; ``method``: how a
+    parallelism search's row was priced."""
     row: dict[str, Any] = {"config": cfg.id, **cfg.values}
     ok = metrics is not None and not reason and not cfg.reason
     row["feasible"] = ok
     row["reason"] = "" if ok else (cfg.reason or reason)
+    if plan.search is not None:
+        # pruned: by the search's memory estimate; refused: by the scenario checks or the simulator
+        # screened: left out by search.parallelism.refine (not simulated)
+        row["method"] = method if ok or method == "screened" else "pruned" if cfg.reason.startswith("memory:") else "refused"
+        row["base"] = cfg.base
     row["gpus"], row["gpu_type"] = cfg.gpus, cfg.gpu_type
     for c in (*NUMERIC, *PHASE_COLUMNS, *util_columns(plan)):
         row[c] = None
@@ -94,6 +103,8 @@ def parse_row(plan: Plan, cfg: Config, cells: dict[str, str]) -> dict:
     row: dict[str, Any] = {"config": cfg.id, **cfg.values}
     row["feasible"] = cells["feasible"] == "true"
     row["reason"] = cells["reason"]
+    if plan.search is not None:
+        row["method"], row["base"] = cells["method"], cfg.base
     row["gpus"], row["gpu_type"] = int(cells["gpus"]), cells["gpu_type"]
     for c in (*NUMERIC, *PHASE_COLUMNS, *util_columns(plan)):
         text = cells.get(c, "")

@@ -43,6 +43,7 @@ from rlhfsim.scenario.loader import load_scenario, read_yaml, validate_model
 from rlhfsim.scenario.schema import Frozen, Scenario
 from rlhfsim.sim.run import VARIANTS, variant
 from rlhfsim.words import count
+from rlhfsim.plan.search import Expansion, Search
 
 OBJECTIVES = {"min_step_time": "step_time_s", "min_cost": "cost_per_1000_steps", "min_gpus": "gpus"}
 
@@ -59,7 +60,8 @@ class PlanFile(Frozen):
     description: str = Field("", description="Free text.")
     base: Union[str, dict] = Field(description="The base scenario: a YAML path relative to the plan file, or an inline mapping.")
     set: dict[str, Any] = Field({}, description="Dotted scenario path -> value, applied to the base before the axes.")
-    axes: dict[str, list[Any]] = Field(min_length=1, description="Dotted scenario path -> list of values; configurations are their Cartesian product.")
+    axes: dict[str, list[Any]] = Field({}, description="Dotted scenario path -> list of values; configurations are their Cartesian product (a plan has axes or a search, not both).")
+    search: Optional[Search] = Field(None, description="A search over parallelism (rlhfsim.plan.search): Megatron's TP/PP/VPP/CP/EP per role, the engine's TP and the split of GPUs between pools, memory-pruned; in place of axes.")
     objective: Literal["min_step_time", "min_cost", "min_gpus"] = Field(
         "min_step_time", description="What the best configuration minimizes (cost: dollars per 1,000 steps).")
     max_step_time_s: Optional[float] = Field(None, gt=0, description="Only configurations at or under this steady-state step time qualify as best (required for min_gpus).")
@@ -81,6 +83,8 @@ class Config:
     gpu_type: str
     gpus: int
     pools: tuple[str, ...]
+    scenario: Optional[Scenario] = None   # a search's configuration: the scenario itself (its doc is made on demand)
+    base: bool = False                    # a search's configuration with the base scenario's own parallelism
 
 
 @dataclass
@@ -97,6 +101,7 @@ class Plan:
     profiles: dict[str, dict]   # GPU type -> profile document the configurations on it use
     heatmap: Optional[dict]
     configs: list[Config] = field(default_factory=list)
+    search: Optional[Expansion] = None   # a parallelism search (rlhfsim.plan.search), its candidates in ``configs``
 
     @cached_property
     def pools(self) -> list[str]:
@@ -300,6 +305,12 @@ def load_plan(source: Union[str, Path], overrides: Optional[list[tuple[str, Any]
     applier.base_sc = base_sc
     base = base_sc.model_dump(mode="json")
 
+    if pf.search is not None and pf.axes:
+        raise ScenarioError("axes", f"expected axes or search, not both (search.parallelism searches its own), got axes {', '.join(pf.axes)}")
+    if pf.search is None and not pf.axes:
+        raise ScenarioError("axes", "expected axes (dotted scenario paths with lists of values) or search.parallelism, got neither")
+    if pf.search is not None:
+        return _search_plan(pf, path, base_sc, base_dir, plan_dir)
     axes, parsed = _axes(pf, base_dir)
     if pf.objective == "min_gpus" and pf.max_step_time_s is None:
         raise ScenarioError("max_step_time_s", "expected a step-time bound in seconds for objective min_gpus, got nothing")
@@ -349,3 +360,45 @@ def _config(index: int, values: dict, doc: dict, need: Optional[int], plan: Plan
                                 f"on {gpu.name} ({', '.join(have) or 'it has none'}), got {runtime!r}")
             raise _attribute(err, values, plan.axes)
     return Config(doc=sc.model_dump(mode="json"), pools=tuple(p.name for p in setup.pools), reason="", **common)
+
+
+def _search_plan(pf: PlanFile, path: Path, base_sc: Scenario, base_dir: Path, plan_dir: Path) -> Plan:
+    """A plan whose configurations are a parallelism search's candidates (``rlhfsim.plan.search``): the buildable ones,
+    each checked by the memory estimate and by ``build_setup`` (infeasible with the reason if either refuses it)."""
+    if pf.objective == "min_gpus":
+        raise ScenarioError("objective", "expected min_step_time or min_cost with search.parallelism (it searches one GPU count), got 'min_gpus'")
+    if pf.heatmap is not None:
+        raise ScenarioError("heatmap", "expected no heatmap with search.parallelism (its columns are the roles' degrees), got one")
+    try:
+        base_setup = build_setup(base_sc)
+    except ScenarioError as e:
+        raise ScenarioError(f"base.{e.path}" if e.path else "base", e.message) from None
+    gpu = base_setup.gpu
+    exp = Expansion(pf.search.parallelism, base_sc, base_setup.shapes, gpu.link_domain(base_sc.cluster.gpus_per_node))
+    cands = exp.candidates()
+    profile_of, profiles = _profiles(pf.profile, plan_dir)
+    try:
+        profile_of(gpu.name)
+    except RlhfsimError as e:
+        raise ScenarioError("profile", str(e)) from None
+    cols = exp.columns()
+    rows = [exp.values(c) for c in cands]
+    axes = {c: list(dict.fromkeys(r[c] for r in rows)) for c in cols}
+    plan = Plan(name=pf.name or path.stem.removeprefix("plan-"), path=path, base_dir=base_dir, axes=axes,
+                objective=pf.objective, max_step_time_s=pf.max_step_time_s, prices=_prices(pf), profiles=profiles,
+                heatmap=None, search=exp)
+    gpus = base_sc.cluster.nodes * base_sc.cluster.gpus_per_node
+    for index, (c, values) in enumerate(zip(cands, rows)):
+        sc = exp.scenario(c)
+        common = dict(index=index, id=config_id(values), values=values, gpu_type=gpu.name, gpus=gpus, base=c.base)
+        why = exp.memory(c, sc, gpu.mem_bytes)
+        if why is None:
+            try:
+                setup = build_setup(sc)
+            except ScenarioError as e:
+                why = str(e)
+        if why is not None:
+            plan.configs.append(Config(doc=None, pools=(), reason=why, **common))
+        else:
+            plan.configs.append(Config(doc=None, pools=tuple(p.name for p in setup.pools), reason="", scenario=sc, **common))
+    return plan

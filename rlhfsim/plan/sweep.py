@@ -32,6 +32,8 @@ class Outcome:
     wall_s: float
     simulated: int      # distinct scenarios simulated by this run
     resumed: int        # configurations skipped because results.csv had them
+    shared: int = 0     # a parallelism search's configurations priced on a shared generation (rlhfsim.plan.fastpath)
+    compare: Optional[dict] = None   # a parallelism search: the base scenario's parallelism against the best, by term
 
     @property
     def feasible(self) -> int:
@@ -41,7 +43,8 @@ class Outcome:
         """What ``rlhfsim plan --format json`` prints."""
         return {"configs": len(self.rows), "feasible": self.feasible, "best": self.best, "pareto": self.pareto,
                 "objective": self.plan.objective, "max_step_time_s": self.plan.max_step_time_s,
-                "out": str(self.out), "wall_s": self.wall_s, "simulated": self.simulated, "resumed": self.resumed}
+                "out": str(self.out), "wall_s": self.wall_s, "simulated": self.simulated, "resumed": self.resumed,
+                **({"shared_generation": self.shared, "compare": self.compare} if self.plan.search is not None else {})}
 
 
 def default_out(plan: Plan) -> Path:
@@ -73,6 +76,12 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
                 todo.append(cfg)
         resumed = len(rows)
         total, finished = len(todo), 0
+        shared = 0
+        if plan.search is not None:   # the fast path first; what it cannot take is simulated below
+            from rlhfsim.plan.shared import run_shared
+
+            todo, shared, screened = run_shared(plan, todo, rows, results, uncertainty, workers)
+            finished = shared + screened
         groups: dict[str, list] = {}
         for cfg in todo:
             if cfg.doc is None:
@@ -96,7 +105,7 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
                 for chunk in be.run(chunks, profiles, errors):
                     for key, metrics, reason in chunk:
                         for cfg in members[key]:
-                            rows[cfg.index] = make_row(plan, cfg, metrics, reason)
+                            rows[cfg.index] = make_row(plan, cfg, metrics, reason, method="simulated")
                             results.append(rows[cfg.index])
                             finished += 1
                     if progress:
@@ -110,7 +119,11 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
     if best is not None:
         best = {**best, "why": explain(best)}
     outcome = Outcome(plan=plan, out=out, rows=ordered, pareto=front, best=best,
-                      wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed)
+                      wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed, shared=shared)
+    if plan.search is not None:   # timed apart from the sweep: two more simulations, with their cost terms
+        from rlhfsim.plan.compare import compare_with_base
+
+        outcome.compare = compare_with_base(plan, ordered, best)
     write_plan_json(outcome, backend, workers)
     return outcome
 
@@ -147,4 +160,7 @@ def write_plan_json(o: Outcome, backend: str, workers: int) -> None:
     }
     if doc["heatmap"] is None:
         del doc["heatmap"]
+    if p.search is not None:
+        doc["search"] = {"excluded": dict(p.search.excluded), "shared_generation": o.shared, "simulated": o.simulated,
+                         "compare": o.compare}
     write_json_atomic(o.out / PLAN_FILE, doc, fsync=False)
