@@ -1028,15 +1028,27 @@ class CostModel:
         return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects, elementwise_s=ew_s)
 
     def optimizer(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
-                  inter_node: bool = False, grad_allreduce: bool = True) -> Price:
+                  inter_node: bool = False, grad_allreduce: bool = True, cp: int = 1, ep: int = 1,
+                  etp: int | None = None) -> Price:
         """The gradient all-reduce over ``dp`` replicas plus an AdamW step on this GPU's shard (term: optimizer);
         ``grad_allreduce=False``: the gradients were reduced with every call already (FSDP's reduce-scatter,
-        ``framework_call``), only the AdamW step is left."""
-        shards = tp * dp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
+        ``framework_call``), only the AdamW step is left. Megatron's ``cp``: its ranks hold the same weights, so the
+        state shards and the gradients reduce over dp x cp GPUs. ``ep`` > 1 on an MoE model: a rank holds 1/(ep x etp)
+        of the routed experts (``etp`` None: tp), whose gradients reduce over the expert-data-parallel group of
+        tp x dp x cp / (ep x etp) GPUs, the dense weights' over dp x cp (Megatron-core's expert and dense gradient
+        buffers); the distributed optimizer's state is 1/(tp x dp x cp) of the stage either way."""
+        shards = tp * dp * cp  # ZeRO-style: the optimizer state is sharded over all GPUs of the role
         w = fl.optimizer_work(m, shards, head)
-        grads = m.params(head) / tp * ACTIVATION_BYTES[dtype]   # bf16 gradients under float8 too
+        act = ACTIVATION_BYTES[dtype]   # bf16 gradients under float8 too
         total, active = roofline(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
-        comm = self.allreduce_s(grads, dp, inter_node) if grad_allreduce else 0.0
+        comm = 0.0
+        if grad_allreduce and ep > 1 and m.is_moe:
+            routed = m.moe_layers * m.num_experts * m.expert_params
+            ranks = ep * (tp if etp is None else etp)
+            comm = (self.allreduce_s((m.params(head) - routed) / tp * act, dp * cp, inter_node)
+                    + self.allreduce_s(routed / ranks * act, max(tp * dp * cp // ranks, 1), inter_node))
+        elif grad_allreduce:
+            comm = self.allreduce_s(m.params(head) / tp * act, dp * cp, inter_node)
         return Price(total + comm, active + comm, OPTIMIZER)
 
     def weight_sync_s(self, m: ModelShape, dtype: str, n_gpus: int, inter_node: bool = False,

@@ -36,6 +36,7 @@ from __future__ import annotations
 from functools import partial
 
 from rlhfsim.costs.framework import CallParts
+from rlhfsim.costs import parallel
 from rlhfsim.costs.parallel import stage_shape
 from rlhfsim.costs.terms import FRAMEWORK_PIECE, GEN_CALL_OVERHEAD, HANDOFF, LEFT_PADDING, OPTIMIZER, RETOKENIZE, Price, add_terms
 from rlhfsim.errors import RlhfsimError
@@ -77,12 +78,18 @@ def train_call(cost, setup, role: str, n_tokens: float, n_rows: float, *, tp: in
 
 
 def optimizer_step(cost, setup, role: str, tp: int = 1, dp: int = 1, inter_node: bool = False,
-                   fsdp_n: int = 0, pp: int = 1, stage: int | None = None) -> Price:
+                   fsdp_n: int = 0, layout: "parallel.Layout | None" = None) -> Price:
     """One minibatch's optimizer step of ``role``: the gradient all-reduce over ``dp`` replicas (none under FSDP)
-    and AdamW on this GPU's shard (``pp`` > 1: one pipeline stage's, ``parallel.stage_shape``; ``stage``: the
-    largest stage's decoder layers of an uneven pipeline, ``parallel.largest_stage``)."""
-    return cost.optimizer(stage_shape(setup.shapes[role], pp, stage), setup.dtypes[role], tp, dp, setup.head(role),
-                          inter_node, grad_allreduce=fsdp_n == 0)
+    and AdamW on this GPU's shard. Under Megatron's ``layout``: one pipeline stage's shard (``parallel.stage_shape``;
+    an uneven pipeline's largest stage, ``parallel.largest_stage``), the dense gradients all-reduced over the dp x cp
+    GPUs that hold the same weights and an expert-parallel rank's own experts' over its expert-data-parallel group
+    (``CostModel.optimizer``)."""
+    m = setup.shapes[role]
+    if layout is None:
+        return cost.optimizer(m, setup.dtypes[role], tp, dp, setup.head(role), inter_node, grad_allreduce=fsdp_n == 0)
+    return cost.optimizer(stage_shape(m, layout.pp, parallel.largest_stage(m, layout)), setup.dtypes[role], tp, dp,
+                          setup.head(role), inter_node, grad_allreduce=fsdp_n == 0, cp=layout.cp, ep=layout.ep,
+                          etp=layout.etp)
 
 
 def forward_piece(cost, setup, role: str, n_tokens: float, n_rows: float, runtime: str | None) -> Price:

@@ -60,6 +60,10 @@ def eligible(setup: Setup, cost) -> str | None:
         return "execution.offload"
     if setup.rule_reward is None and (setup.retokenize or setup.reward_max_tokens is not None):
         return "a reward model re-tokenizing or truncating its rows"
+    for r in ("actor", "critic", "reference"):   # an uneven pipeline's call is its slowest stage's, chosen per call
+        lay = parallel.layout_of(setup, r) if r in setup.shapes else None
+        if lay is not None and lay.uneven:
+            return f"execution.megatron.{r}: uneven pipeline stages"
     return None
 
 
@@ -211,7 +215,7 @@ def train_s(cost, s: Setup, role: str, rows: list, perms: list[np.ndarray], cach
     pad_len = None if packed else ex.pad_length(s)
     per_call_s = price.piece_s(cost, True)
     fsdp_n = ex.fsdp_shards(s, role)
-    opt = price.optimizer_step(cost, s, role, tp, dp, pool.spans_nodes, fsdp_n, 1 if lay is None else lay.pp).total_s
+    opt = price.optimizer_step(cost, s, role, tp, dp, pool.spans_nodes, fsdp_n, lay).total_s
     tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
     if tokens is not None and pad_len is not None:
         tokens = np.full(len(rows), pad_len, dtype=np.int64)

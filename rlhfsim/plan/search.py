@@ -111,8 +111,11 @@ def base_layout(sc: Scenario, role: str) -> tuple[int, int, int, int, int]:
     return (getattr(sc.placement.tp, role), r.pp, r.vpp, r.cp, r.ep)
 
 
-def layout_problem(m: ModelShape, lay: tuple, pool_gpus: int, domain: int) -> Optional[str]:
-    """Why Megatron cannot build this layout on a pool of ``pool_gpus`` (None: it can)."""
+def layout_problem(m: ModelShape, lay: tuple, pool_gpus: int, domain: int,
+                   base: Optional[RoleParallel] = None) -> Optional[str]:
+    """Why Megatron cannot build this layout on a pool of ``pool_gpus`` (None: it can). ``base``: the base scenario's
+    block of the role, whose expert tensor parallelism every candidate keeps and whose uneven stage split (first/last
+    stage layers) a candidate of the same pp and vpp keeps (``role_block``)."""
     tp, pp, vpp, cp, ep = lay
     g = tp * pp * cp
     if pool_gpus % g:
@@ -121,16 +124,31 @@ def layout_problem(m: ModelShape, lay: tuple, pool_gpus: int, domain: int) -> Op
         return "TP beyond one NVLink domain"
     if vpp > 1 and pp == 1:
         return "vpp > 1 without pipeline stages"
-    if m.layers % (pp * vpp):
+    uneven = base is not None and (base.pp, base.vpp) == (pp, vpp) and (
+        base.first_stage_layers is not None or base.last_stage_layers is not None)
+    if m.layers % (pp * vpp) and not uneven:
         return "pp x vpp does not divide the layers"
     if ep > 1:
         if not m.is_moe:
             return "ep > 1 for a dense model"
         if m.num_experts % ep:
             return "ep does not divide the experts"
-        if (pool_gpus // g * cp) % ep:
+        etp = base.etp if base is not None else None
+        if etp is None and (pool_gpus // g * cp) % ep:
             return "ep does not divide dp x cp"
+        if etp is not None and (pool_gpus // pp) % (ep * etp):
+            return "ep x etp does not divide a stage's GPUs"
     return None
+
+
+def role_block(base: RoleParallel, lay: tuple) -> RoleParallel:
+    """The base's ``execution.megatron.ROLE`` with a candidate's degrees: its etp kept, its first/last stage layers kept
+    where the candidate has the base's pp and vpp (another pipeline depth splits the layers evenly)."""
+    _, pp, vpp, cp, ep = lay
+    upd: dict = {"pp": pp, "vpp": vpp, "cp": cp, "ep": ep}
+    if (pp, vpp) != (base.pp, base.vpp):
+        upd.update(first_stage_layers=None, last_stage_layers=None)
+    return base.model_copy(update=upd)
 
 
 def _label(p) -> str:
@@ -210,7 +228,8 @@ class Expansion:
                     if lays[r] is None:
                         lays[r] = lays["actor"] if getattr(self.ps, r) == "actor" else base_layout(self.base, r)
                 bad = next((f"{r}: {why}" for r in self.roles
-                            if (why := layout_problem(self.shapes[r], lays[r], train_gpus, self.domain))), None)
+                            if (why := layout_problem(self.shapes[r], lays[r], train_gpus, self.domain,
+                                                      getattr(self.base.execution.megatron, r)))), None)
                 if bad:
                     self.excluded[bad] += len(rollout)
                     continue
@@ -257,7 +276,7 @@ class Expansion:
         tp = {r: getattr(b.placement.tp, r) for r in ("actor", "critic", "reference", "reward")}
         tp.update({r: lays[r][0] for r in lays})
         tpb = TensorParallel(**tp, rollout=c.rollout_tp)
-        meg = Megatron(**{r: RoleParallel(pp=lays[r][1], vpp=lays[r][2], cp=lays[r][3], ep=lays[r][4]) if r in lays
+        meg = Megatron(**{r: role_block(getattr(b.execution.megatron, r), lays[r]) if r in lays
                           else getattr(b.execution.megatron, r) for r in SEARCHED})
         ex_update: dict = {"megatron": meg}
         upd: dict = {}

@@ -249,8 +249,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
         start = env.now
         t = active = 0.0
         # under FSDP every call reduce-scatters its gradients (framework_call): the optimizer step has no all-reduce
-        opt, opt_active = price.optimizer_step(sim.cost, s, role, tp, dp, pool.spans_nodes, fsdp_n,
-                                               1 if lay is None else lay.pp, parallel.largest_stage(s.shapes[role], lay))
+        opt, opt_active = price.optimizer_step(sim.cost, s, role, tp, dp, pool.spans_nodes, fsdp_n, lay)
         tokens = _row_tokens(rows) if size is None and budget is None and not packed else None
         if tokens is not None and pad_len is not None:
             tokens = np.full(len(rows), pad_len, dtype=np.int64)

@@ -219,3 +219,29 @@ def test_megatrons_cpu_optimizer_maps_to_optimizer_offload_and_a_partial_fractio
     with pytest.raises(Exception) as e:
         _import_verl(base + "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=2", **kw)
     assert "optimizer_offload_fraction" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_expert_parallel_rank_reduces_its_own_experts_gradients_over_its_expert_data_parallel_group():
+    cost = CostModel.load(H100, "default")
+    m = load_model("qwen3-30b-a3b")
+    routed = m.moe_layers * m.num_experts * m.expert_params
+    dense = m.params("lm") - routed
+    act = 2   # bf16 gradients
+    # tp 1, dp 32, ep 8: dense gradients over all 32 GPUs, each rank's 1/8 of the experts over the 4 that hold them
+    got = cost.optimizer(m, "bfloat16", 1, 32, "lm", True, ep=8)
+    adam = cost.optimizer(m, "bfloat16", 1, 32, "lm", True, grad_allreduce=False).total_s
+    want = cost.allreduce_s(dense * act, 32, True) + cost.allreduce_s(routed / 8 * act, 4, True)
+    assert got.total_s - adam == pytest.approx(want, rel=1e-12)
+    # far less than every gradient over the 32 (the pricing before expert parallelism counted)
+    assert got.total_s < cost.optimizer(m, "bfloat16", 1, 32, "lm", True).total_s / 3
+    # etp 1 under tp 2: a rank holds 1/8 of the experts whole; ep x etp = 8 of 2 x 16 GPUs: an expert group of 4
+    two = cost.optimizer(m, "bfloat16", 2, 16, "lm", True, ep=8, etp=1)
+    adam2 = cost.optimizer(m, "bfloat16", 2, 16, "lm", True, grad_allreduce=False).total_s
+    assert two.total_s - adam2 == pytest.approx(cost.allreduce_s(dense / 2 * act, 16, True)
+                                                 + cost.allreduce_s(routed / 8 * act, 4, True), rel=1e-12)
+    # context parallelism: its ranks hold the same weights, so the state and the reduction span dp x cp
+    cp = cost.optimizer(m, "bfloat16", 1, 16, "lm", True, cp=2)
+    assert cp.total_s == pytest.approx(cost.optimizer(m, "bfloat16", 1, 32, "lm", True).total_s, rel=1e-12)
+    # a dense model ignores ep (the check refuses it; the price stays the plain one)
+    dense_m = load_model("qwen3-32b")
+    assert cost.optimizer(dense_m, "bfloat16", 1, 8, "lm", ep=4).total_s == cost.optimizer(dense_m, "bfloat16", 1, 8, "lm").total_s

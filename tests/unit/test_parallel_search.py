@@ -238,3 +238,28 @@ def test_refine_simulates_only_the_best_screened(tmp_path):
         if r["method"] == "screened":
             assert not r["feasible"] and r["step_time_s"] is None and "screened out by refine 2" in r["reason"]
     assert error(tmp_path, {**search, "refine": 0}).path == "search.parallelism.refine"
+
+
+def test_an_uneven_pipeline_with_expert_tensor_parallelism_keeps_its_split_and_is_fully_simulated(tmp_path):
+    """The base's uneven stages (first/last stage layers) and etp carried into the search's rows of the same pp (not
+    dropped), and such a row fully simulated (the fast path prices pieces at once; an uneven pipeline's call is its
+    slowest stage's, chosen per call): its step equals simulate()'s."""
+    lay = {"pp": 2, "first_stage_layers": 23, "last_stage_layers": 25, "ep": 4, "etp": 1}
+    base = copy.deepcopy(BASE)
+    base["placement"]["tp"].update(actor=2, reference=2)
+    base["execution"]["megatron"] = {"actor": lay, "reference": lay}
+    plan = load_plan(write(tmp_path, {"actor": {"tp": [2], "pp": [2, 4], "ep": [4]}, "rollout": {"tp": [1, 2]}}, base=base))
+    o = run_plan(plan, out=tmp_path / "out", workers=1, uncertainty=False)
+    rows = list(zip(plan.configs, o.rows))
+    same = [(c, r) for c, r in rows if c.scenario.execution.megatron.actor.pp == 2]
+    assert same and all(c.scenario.execution.megatron.actor.first_stage_layers == 23
+                        and c.scenario.execution.megatron.actor.etp == 1 for c, _ in same)
+    assert {r["method"] for _, r in same} == {"simulated"}
+    deeper = [(c, r) for c, r in rows if c.scenario.execution.megatron.actor.pp == 4]
+    assert deeper and all(c.scenario.execution.megatron.actor.first_stage_layers is None for c, _ in deeper)
+    assert {r["method"] for _, r in deeper} == {fp.FAST}
+    cost = CostModel(get_gpu("h100-sxm"), plan.profiles["h100-sxm"])
+    c, r = same[0]
+    assert r["step_time_s"] == pytest.approx(simulate(c.scenario, cost=cost).summary["step_time_s"], rel=1e-12)
+    c, r = deeper[0]
+    assert r["step_time_s"] == pytest.approx(simulate(c.scenario, cost=cost).summary["step_time_s"], rel=1e-9)
