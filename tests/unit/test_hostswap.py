@@ -10,6 +10,7 @@ import pytest
 
 from rlhfsim.costs import hostswap as H
 from rlhfsim.costs import terms as T
+from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import load_model
 from rlhfsim.scenario.loader import load_scenario, parse_set
@@ -75,3 +76,14 @@ def test_the_weight_update_phase_carries_the_swap_and_explain_names_it():
 
 def test_term_is_registered():
     assert T.term(T.HOST_SWAP.name) is T.HOST_SWAP and T.HOST_SWAP.module == "rlhfsim.costs.hostswap"
+
+
+def test_only_a_colocated_megatron_step_swaps():
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(MOE, overrides=[parse_set("execution.offload.megatron_swap=true")])   # MOE is FSDP
+    assert str(e.value) == "execution.offload.megatron_swap: expected execution.sharding none (a Megatron worker), got fsdp"
+    pools = ('placement={"kind": "pools", "tp": {"actor": 2, "reference": 2, "rollout": 4}, "pools": [{"name": "t", '
+             '"gpus": 4, "roles": ["actor", "reference"]}, {"name": "g", "gpus": 4, "roles": ["rollout"]}]}')
+    with pytest.raises(ScenarioError) as e:
+        _load(pools, "execution.weight_sync.kind=nccl", "execution.offload.megatron_swap=true")
+    assert str(e.value).startswith("execution.offload.megatron_swap: expected generation on the actor's pool")
