@@ -149,6 +149,15 @@ OFFLOAD = _row(
     "offload", "parameters, gradients and optimizer state crossing the host link",
     "execution.offload; step.host_copy_eff; hardware host_link_bw", "any", "calibrate.measuring.stepbench (host_copy_eff)",
     "rlhfsim.sim.execution.offload_s")
+HOST_SWAP = _row(
+    "host_swap", "NeMo RL's colocated step with a Megatron policy worker: the distributed optimizer's state to host "
+    "memory and back (2 x 12 P / n), the actor's parameters to host memory after the weight update and back before the "
+    "log-prob passes (2 W_r) and the reference pass's weight swap through the policy's model (3 W_r), W_r the actor's "
+    "weight bytes on one GPU under its Megatron layout; recorded in the weight update's phase for the whole step",
+    "execution.offload.megatron_swap; step.host_copy_eff; hardware host_link_bw", "any",
+    "bytes counted from NeMo RL's megatron_policy_worker (offload_before_refit, offload_after_refit, "
+    "use_reference_model, prepare_for_training); datasheet host link x calibrate.measuring.stepbench (host_copy_eff)",
+    "rlhfsim.costs.hostswap")
 OPTIMIZER = _row(
     "optimizer", "the AdamW step on a GPU's shard and the gradient all-reduce (none under FSDP)",
     "operations.optimizer", "any", "derived defaults", "rlhfsim.costs.model.CostModel.optimizer")

@@ -356,6 +356,13 @@ def build_setup(sc: Scenario) -> Setup:
     if sc.execution.weight_sync.kind == "nccl" and role_pool["rollout"] == role_pool["actor"]:
         raise ScenarioError("execution.weight_sync.kind", "expected copy or reshard where generation shares the actor's "
                             "pool (nccl broadcasts to a generation pool of its own), got nccl")
+    if sc.execution.offload.megatron_swap:   # NeMo RL's colocated step with a Megatron worker (rlhfsim.costs.hostswap)
+        if role_pool["rollout"] != role_pool["actor"]:
+            raise ScenarioError("execution.offload.megatron_swap", "expected generation on the actor's pool (NeMo RL "
+                                "swaps the Megatron worker's state out for a colocated engine only), got a pool of its own")
+        if sc.execution.sharding != "none":
+            raise ScenarioError("execution.offload.megatron_swap", f"expected execution.sharding none (a Megatron "
+                                f"worker), got {sc.execution.sharding}")
 
     tp = {r: getattr(sc.placement.tp, r) for r in ("actor", "critic", "reference", "reward")}
     tp["rollout"] = sc.placement.tp.rollout or tp["actor"]

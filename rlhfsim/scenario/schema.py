@@ -286,6 +286,8 @@ class Offload(Frozen):
     actor: TrainedOffload = TrainedOffload()
     critic: TrainedOffload = TrainedOffload()
     reference: ReferenceOffload = ReferenceOffload()
+    megatron_swap: bool = Field(
+        False, description="NeMo RL's colocated step with a Megatron policy worker (cost term host_swap): every step the distributed optimizer's state goes to host memory before the weight update and back before training, the actor's parameters to host memory after the update and back before the log-prob passes, and the reference pass swaps the reference's weights (kept in host memory) in through the policy's model and the policy's back (three copies); the gradients are freed, not copied. Per GPU over the host link, the actor's Megatron layout (execution.megatron.actor) setting its weights a GPU. vLLM's own sleep and wake: execution.weight_sync.engine_sleep.")
 
 
 class WeightSync(Frozen):

@@ -120,7 +120,8 @@ def step_scalars_used(s, measured: tuple[str, ...] = ()) -> tuple[str, ...]:
     if ex.gradient_checkpointing:
         used.append("checkpoint_extra_frac")
     off = ex.offload
-    if any(getattr(getattr(off, r), f) for r in ("actor", "critic") for f in ("param", "grad", "optimizer")) or off.reference.param:
+    if (any(getattr(getattr(off, r), f) for r in ("actor", "critic") for f in ("param", "grad", "optimizer"))
+            or off.reference.param or off.megatron_swap):
         used.append("host_copy_eff")
     if ex.weight_sync.kind in ("reshard", "nccl"):
         used.append("reshard_eff")

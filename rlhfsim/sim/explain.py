@@ -98,7 +98,7 @@ def render(doc: dict) -> list[str]:
             if ph == "weight_sync" and doc.get("weight_sync_parts_s"):
                 what += " [weight_sync's parts: " + ", ".join(
                     f"{k.removesuffix('_s')} {v:.3f}" for k, v in doc["weight_sync_parts_s"].items()
-                    if v and k != "offload_s") + "]"
+                    if v and k not in ("offload_s", "host_swap_s")) + "]"
         else:
             what = "nothing to do" if e["span_s"] == 0 else ""
         out += f"{ph:<14} {e['span_s']:>9.3f}  {what}".split("\n")

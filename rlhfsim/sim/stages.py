@@ -30,7 +30,8 @@ from rlhfsim.contracts import CPU_POOL
 from rlhfsim.costs import parallel, price
 from rlhfsim.costs.driver import AdvantageCode
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
-from rlhfsim.costs.terms import (ADVANTAGE, FRAMEWORK_PIECE, OFFLOAD, OPTIMIZER, PIPELINE_BUBBLE, POOL_WEIGHT_TRANSFER, RETOKENIZE,
+from rlhfsim.costs.hostswap import host_swap_s
+from rlhfsim.costs.terms import (ADVANTAGE, FRAMEWORK_PIECE, HOST_SWAP, OFFLOAD, OPTIMIZER, PIPELINE_BUBBLE, POOL_WEIGHT_TRANSFER, RETOKENIZE,
                                  RULE_REWARD, WEIGHT_SYNC, add_terms)
 from rlhfsim.scenario.checks import pools_span_nodes
 from rlhfsim.sim import execution as ex
@@ -348,12 +349,14 @@ def weight_sync(env, sim, step: int):
         active = parts["gather_s"] + parts["load_s"] + cross
         t = sum(parts.values())
         off = parts["offload_s"]
+        swap = parts.get("host_swap_s", 0.0)
     else:
         t = sim.cost.weight_sync_s(model, dtype, s.tp["rollout"], a.spans_nodes or r.spans_nodes, same_pool=a is r,
                                    shares_weights=s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS)
         active = t  # a device-memory copy or a link transfer: the device works throughout
         cross = 0.0 if a is r else t
         off = ex.offload_s(sim, "actor", "sync")
+        swap = 0.0
         t += off
     with sim.locks[r.name].request() as req:
         yield req
@@ -361,8 +364,10 @@ def weight_sync(env, sim, step: int):
         yield env.timeout(t)
         sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
         if t > 0 and sim.rec.terms is not None:   # rlhfsim explain: the update's parts are weight_sync's
-            sim.rec.add_terms(step, "weight_sync", {WEIGHT_SYNC: t - off - cross, POOL_WEIGHT_TRANSFER: cross,
-                                                    OFFLOAD: off})
+            terms = {WEIGHT_SYNC: t - off - cross - swap, POOL_WEIGHT_TRANSFER: cross, OFFLOAD: off}
+            if swap:
+                terms[HOST_SWAP] = swap
+            sim.rec.add_terms(step, "weight_sync", terms)
 
 
 def weight_sync_parts(sim) -> dict[str, float]:
@@ -379,6 +384,8 @@ def weight_sync_parts(sim) -> dict[str, float]:
         parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,
                                        a.spans_nodes or r.spans_nodes, s.scenario.execution.weight_sync.engine_sleep)
     parts["offload_s"] = ex.offload_s(sim, "actor", "sync")
+    if s.scenario.execution.offload.megatron_swap:   # NeMo RL's whole-step host traffic (rlhfsim.costs.hostswap)
+        parts["host_swap_s"] = host_swap_s(sim)
     return parts
 
 

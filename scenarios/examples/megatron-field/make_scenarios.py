@@ -1,5 +1,5 @@
 """Write one scenario per row of runs.yaml (<id>.yaml beside it), from the row's published fields and the assumptions
-stated in runs.yaml's header (A1-A8); a row with a ``launch`` (sources V1-V3) is the published launch beside it,
+stated in runs.yaml's header (A1-A9); a row with a ``launch`` (sources V1-V3) is the published launch beside it,
 imported with ``rlhfsim import verl`` (assumptions B1-B7); Relax rows (R1) follow C1-C8, RLinf rows (I1) D1-D6 and AReaL
 rows (A1) E1-E9. Rerun after editing a row:
 
@@ -60,7 +60,9 @@ def scenario(row: dict, prompt_mean: int) -> dict:
     else:
         micro = {"ppo_micro_batch_size_per_gpu": row["mbs"], "log_prob_micro_batch_size_per_gpu": row["logprob_mbs"],
                  "use_remove_padding": False}
-    return {
+    from rlhfsim.importers.verl import kv_fraction
+
+    sc = {
         "name": f"megatron_field_{row['id'].lower().replace('-', '_')}",
         "description": f"{row['id']}: NeMo RL {row['source']} {row['recipe']} ({row['model']}, {row['gpus']} x {row['gpu']}, "
                        f"{row['policy']} GRPO); published step {row['measured_step_s']} s.",
@@ -86,6 +88,13 @@ def scenario(row: dict, prompt_mean: int) -> dict:
                       "megatron": {"actor": lay, "reference": lay},
                       "weight_sync": {"kind": "nccl" if off else "reshard"}},
     }
+    if not off:   # A9: NeMo RL's colocated step (vLLM sleep level 1 and wake; the Megatron worker's host swap)
+        sc["execution"]["weight_sync"]["engine_sleep"] = True
+        sc["execution"]["offload"] = {"megatron_swap": True}
+    # A3: vLLM's gpu_memory_utilization is its share of the whole card (NeMo RL offloads Megatron before vLLM wakes):
+    # the KV cache is u M less the engine's weights and its profile run's peak, as the verl importer reads vLLM >= 0.7.
+    sc["generation"]["kv_cache_fraction"] = kv_fraction(sc, row["gpu_mem_util"], [], runtime="vllm")
+    return sc
 
 
 def relax_scenario(row: dict) -> dict:
@@ -249,7 +258,7 @@ def main() -> None:
             continue
         sc = scenario(row, doc["prompt_mean"])
         head = (f"# {row['id']}: written by make_scenarios.py from runs.yaml (source, published fields and the "
-                f"assumptions A1-A8 in its header).\n# Recipe: examples/configs/recipes/llm/performance/{row['recipe']}"
+                f"assumptions A1-A9 in its header).\n# Recipe: examples/configs/recipes/llm/performance/{row['recipe']}"
                 f".yaml at the source's commit.\n# Published: {row['measured_step_s']} s a step; G-Average Seq "
                 f"len {row['avg_seq']}.\n")
         (HERE / f"{row['id']}.yaml").write_text(head + yaml.safe_dump(sc, sort_keys=False, width=120))

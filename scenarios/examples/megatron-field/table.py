@@ -1,7 +1,7 @@
 """Published Megatron step times (runs.yaml: NeMo RL's, verl's, Relax's, RLinf's and AReaL's) beside the simulator's prediction: the check of issue 55.
 
 Each row of runs.yaml has a scenario <id>.yaml beside it (written by make_scenarios.py from the row and the
-assumptions A1-A8 stated in runs.yaml's header; a row with a ``launch`` is imported from that launch here, as
+assumptions A1-A9 stated in runs.yaml's header; a row with a ``launch`` is imported from that launch here, as
 make_scenarios.py imports it, under B1-B7); this script simulates each with the GPU's bundled profile (the
 simulator's default, as scenarios/examples/async-pairs/pairs.py does) and prints measured | predicted | error per
 row, the median |error| over the rows the simulator can express (all, by source and by GPU), and the on-policy ->
