@@ -3,8 +3,8 @@
 
 * ``batch`` (AReaL style, the default): a generator process produces batch k as soon as training has finished
   batch k - 1 - max_staleness, one batch at a time, each generated whole (every row to its end) while it holds its
-  pool's lock; the weight sync takes that lock too, so it waits for the batch in progress. Roles that share a pool
-  take turns, so the overlap pays off when generation has GPUs of its own (placement ``pools`` with a ``rollout``
+  pool's lock; the weight sync takes that lock too, so it waits for the batch in progress (the generator goes on
+  past the last step, so the last sync waits as the others do). Roles that share a pool take turns, so the overlap pays off when generation has GPUs of its own (placement ``pools`` with a ``rollout``
   pool). With max_staleness 0 this is exactly the synchronous schedule.
 * ``groups`` (NeMo RL's async GRPO, ``rlhfsim.sim.feed``): prompt groups start one by one under a semaphore of
   max_staleness x prompts_per_step groups in flight, a freed slot refilled at once, so the next batch fills the tail
@@ -59,11 +59,14 @@ class Async(Schedule):
             self.trained[step].succeed()
 
     def _generator(self, steps: int):
+        """Process: batch after batch. It goes on past the last step (up to max_staleness batches, never trained),
+        as a real run goes on past the steps it reports: the last step's weight sync then waits for the batch in
+        progress as every earlier one does, instead of finding the pool free."""
         sim = self.sim
         env = sim.env
         B = sim.setup.rollouts_per_step
         pool = sim.setup.pool_of("rollout")
-        for step in range(steps):
+        for step in range(steps + self.cfg.max_staleness):
             wait_for = step - 1 - self.cfg.max_staleness
             if wait_for >= 0:
                 yield self.trained[wait_for]
