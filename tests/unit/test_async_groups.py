@@ -133,3 +133,20 @@ def test_bad_blocks_name_their_path(over, path):
     with pytest.raises(ScenarioError) as e:
         build_setup(load_scenario(d))
     assert e.value.path == path
+
+
+def test_same_seed_same_steps():
+    a = _run(_dict(k=2, gen_gpus=1, median=600))
+    b = _run(_dict(k=2, gen_gpus=1, median=600))
+    assert [(r.start_s, r.end_s, r.trained_ids, r.staleness) for r in a.rec.steps] == \
+           [(r.start_s, r.end_s, r.trained_ids, r.staleness) for r in b.rec.steps]
+
+
+@pytest.mark.parametrize("generator", ["batch", "groups"])
+def test_last_step_waits_as_the_others_do(generator):
+    """Generation-bound: the generator goes on past the last step, so the last step's weight update meets the
+    generation pool as every earlier one does (the batch generator used to stop, and its last step was a fifth of
+    the others)."""
+    steps = _run(_dict(k=1, generator=generator, gen_gpus=1, median=600, steps=8)).rec.steps
+    steady = [r.step_time_s for r in steps[2:-1]]
+    assert min(steady) * 0.8 < steps[-1].step_time_s < max(steady) * 1.2
