@@ -30,8 +30,13 @@ steps do not see an engine emptier than in steady state.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import simpy
+
+if TYPE_CHECKING:  # for the annotations only
+    from rlhfsim.sim.engines.clock import Clock
+    from rlhfsim.sim.engines.continuous import ContinuousEngine
 
 
 class GroupFeed:
@@ -57,8 +62,8 @@ class GroupFeed:
         self.rows: dict[int, list] = {}            # target step -> its finished rows
         self.started: dict[int, list[int]] = {}    # target step -> the weight version each of its groups began with
         self.ready: dict[int, simpy.Event] = {}    # target step -> its batch has ended
-        self.clocks: dict[int, object] = {}        # replica -> its clock (set by the engine)
-        self.engine = None                         # the engine running the open request (set by it)
+        self.clocks: dict[int, Clock] = {}         # replica -> its clock (set by the engine)
+        self.engine: ContinuousEngine | None = None  # the engine running the open request (set by it)
         self.waiting: dict[int, simpy.Event] = {}  # replica -> the event it waits on, run dry
         self.kicked: set[int] = set()              # replicas given rows while neither idle nor decoding
         self.drained: simpy.Event | None = None    # no group in flight (a weight update without in-flight updates)
