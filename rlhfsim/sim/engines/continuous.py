@@ -26,6 +26,12 @@ boundaries (every ``chunk`` generated tokens) and its last tokens when it ends. 
 at the same decode step share one pause of the actor, ``cost.handoff_s(runtime, rows)`` with ``rows`` the
 number of them; a row's end costs no pause.
 
+An open request (``GenRequest.feed``, the async schedule's ``groups`` generator: ``rlhfsim.sim.feed``) deals nothing
+up front: the feed puts each prompt group in one replica's queue when it starts, a decoding replica's segment is cut
+(the step in progress lost, as at a stop) so that it admits new rows at once, a replica run dry waits for rows, and
+decode waits while the feed holds the engine (a weight update in flight). Each replica records its busy time in
+pieces: up to each idle wait, and at the end of each step's batch (under that step).
+
 A detached replica (no streaming, no stop: ``Engine.detached``) runs ``_run_detached``: the same loop with
 the clock's bookkeeping written out in place, booking on a ``DeferredClock``. It is the hot path of a
 65,536-rollout step (one pass per admission); ``tests/unit/test_sim_detached.py`` holds it to the event
