@@ -106,6 +106,22 @@ class PartialSchedule(ScheduleConfig):
 class AsyncSchedule(ScheduleConfig):
     kind: Literal["async"] = "async"
     max_staleness: int = Field(1, ge=0, le=1000, description="Generation may run ahead of training by at most this many steps (AReaL); 0 is synchronous.")
+    generator: Literal["batch", "groups"] = Field("batch", description="How the generation pool works: `batch`, one step's batch generated whole (every row to its end) before the next begins; `groups`, NeMo RL's AsyncTrajectoryCollector: prompt groups start one by one while fewer than max_staleness x prompts_per_step groups are in flight, each group's slot refilled as soon as the group's last row ends, a group for step t starting once training has finished step t - 1 - max_staleness (so the next batch fills the tail of the last, and up to max_staleness batches generate at once). `groups` needs the continuous engine on a pool of its own.")
+    in_flight_weight_updates: bool = Field(False, description="With generator `groups`: the weight update does not wait for the groups in flight (NeMo RL's grpo.async_grpo.in_flight_weight_updates with vLLM's async engine); decode pauses on the generation pool while the weights load, and no group starts. False: the update waits until every group in flight has ended (NeMo RL's wait_for_pending_generations).")
+
+
+    def check(self, sc) -> None:
+        if self.in_flight_weight_updates and self.generator != "groups":
+            raise ScenarioError("schedule.in_flight_weight_updates", f"expected generator: groups (a weight update into generation in flight), got generator: {self.generator}")
+        if self.generator != "groups":
+            return
+        if self.max_staleness < 1:
+            raise ScenarioError("schedule.max_staleness", "expected >= 1 with generator: groups (the groups in flight are max_staleness x prompts_per_step), got 0")
+        if sc.generation.engine != "continuous":
+            raise ScenarioError("generation.engine", f"expected continuous with schedule.generator: groups (groups join a running engine), got {sc.generation.engine}")
+        pools = sc.placement.pools if sc.placement.kind == "pools" else []
+        if not any(list(p.roles) == ["rollout"] for p in pools):
+            raise ScenarioError("placement", "expected a pool holding the rollout role alone with schedule.generator: groups (generation runs on its own GPUs throughout), got none")
 
 
 # --- tail batching (rlhfsim.sim.schedules.tail) ---------------------------------------------------

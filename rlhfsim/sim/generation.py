@@ -7,11 +7,15 @@ or ``continuous``, vLLM-like). The engines, their costs and the event clock they
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import simpy
 
 from rlhfsim.sim.engines import ENGINES
 from rlhfsim.sim.rollouts import Rollout
+
+if TYPE_CHECKING:  # for the annotation only
+    from rlhfsim.sim.feed import GroupFeed
 
 
 @dataclass
@@ -23,6 +27,8 @@ class GenRequest:
     stop_after: int | None = None  # stop all replicas once this many rollouts have finished
     token_budget: int | None = None  # max tokens a rollout may decode in this step (partial rollouts)
     stream: dict = field(default_factory=dict)  # role -> chunk tokens, for chunked scoring during decode
+    # an open request (rlhfsim.sim.feed.GroupFeed): rows arrive in its queues while the engine runs, until it closes
+    feed: GroupFeed | None = None
 
 
 @dataclass

@@ -162,7 +162,7 @@ class Simulation:
     # -- the shared step pipeline --------------------------------------------------------------------
     def generate(self, req: GenRequest):
         """Process: run one step's generation; returns a GenResult."""
-        if not req.rollouts:
+        if not req.rollouts and req.feed is None:
             from rlhfsim.sim.generation import GenResult
 
             return GenResult([], [], 0, self.env.now, self.env.now)

@@ -324,7 +324,7 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
                 sim.rec.add_terms(step, phase, phase_terms)
 
 
-def weight_sync(env, sim, step: int):
+def weight_sync(env, sim, step: int, feed=None, in_flight: bool = False):
     """Process: the trained actor's weights reach the generation engine. ``execution.weight_sync.kind``:
 
     * ``copy``: a copy through device memory when the engine shares the actor's pool (read + write:
@@ -339,7 +339,12 @@ def weight_sync(env, sim, step: int):
     Recorded as one interval holding the generation pool; the training pool waits for it too, since every schedule
     trains the next batch after the sync (neither verl recipe overlaps the transfer with generation or training).
     Its active share is the gather, load and broadcast (the KV allocator and host copies are not kernels). In
-    ``rlhfsim explain`` the crossing between pools is the term pool_weight_transfer, the rest weight_sync."""
+    ``rlhfsim explain`` the crossing between pools is the term pool_weight_transfer, the rest weight_sync.
+
+    ``feed`` (``rlhfsim.sim.feed.GroupFeed``, schedule async with generator ``groups``): no group starts during the
+    update, which then waits until no group is in flight, or with ``in_flight`` goes ahead at once while the groups
+    running pause their decode for its length (NeMo RL's prepare_for_refit / refit / resume_after_refit); then one
+    weight version more and groups start again."""
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
@@ -358,16 +363,32 @@ def weight_sync(env, sim, step: int):
         off = ex.offload_s(sim, "actor", "sync")
         swap = 0.0
         t += off
+    if feed is not None:
+        feed.pause()
+        if not in_flight:
+            yield feed.wait_drained()
+        start = env.now
+        feed.hold(t)
+        yield env.timeout(t)
+        _record_sync(sim, step, r, start, t, active, cross, off, swap)
+        feed.updated()
+        return
     with sim.locks[r.name].request() as req:
         yield req
         start = env.now
         yield env.timeout(t)
-        sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, env.now, active_s=active)
-        if t > 0 and sim.rec.terms is not None:   # rlhfsim explain: the update's parts are weight_sync's
-            terms = {WEIGHT_SYNC: t - off - cross - swap, POOL_WEIGHT_TRANSFER: cross, OFFLOAD: off}
-            if swap:
-                terms[HOST_SWAP] = swap
-            sim.rec.add_terms(step, "weight_sync", terms)
+        _record_sync(sim, step, r, start, t, active, cross, off, swap)
+
+
+def _record_sync(sim, step: int, r, start: float, t: float, active: float, cross: float, off: float,
+                 swap: float = 0.0) -> None:
+    """The weight update's busy interval on the generation pool, and in ``rlhfsim explain`` its terms."""
+    sim.rec.busy(step, r.name, 0, r.gpus, "rollout", "weight_sync", start, sim.env.now, active_s=active)
+    if t > 0 and sim.rec.terms is not None:   # rlhfsim explain: the update's parts are weight_sync's
+        terms = {WEIGHT_SYNC: t - off - cross - swap, POOL_WEIGHT_TRANSFER: cross, OFFLOAD: off}
+        if swap:
+            terms[HOST_SWAP] = swap
+        sim.rec.add_terms(step, "weight_sync", terms)
 
 
 def weight_sync_parts(sim) -> dict[str, float]:

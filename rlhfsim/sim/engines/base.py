@@ -60,7 +60,7 @@ class Engine:
         self.preemptions = 0
         self.stopped = False
         self.procs: list[simpy.Process] = []
-        self.detached = (self.DETACH and not req.stream and req.stop_after is None
+        self.detached = (self.DETACH and not req.stream and req.stop_after is None and req.feed is None
                          and all(sc.outstanding == 0 for sc in sim.scorers.values()))
         self._prefill_memo: dict[tuple, tuple[float, float]] = {}
         # seconds by cost term, kept only for ``rlhfsim explain`` (``rlhfsim.sim.engines.accounting``)
@@ -147,6 +147,8 @@ class Engine:
             return
         r.finished_at = self.env.now
         self.finished.append(r)
+        if self.req.feed is not None:
+            self.req.feed.finished(clock.gpu0 // self.tp, r)
         if emit:
             for role in self.req.stream:
                 self.sim.scorers[role].emit(self.req.step, r, final=True)
@@ -203,14 +205,17 @@ class Engine:
                                           tp_inter_node=self.tp_inter_node, par=self.par)
         return dict(zip(tokens, zip(total.tolist(), active.tolist())))
 
-    def record(self, clock: Clock, start: float) -> None:
-        """The replica's busy interval for this step, with the kernel seconds in it."""
+    def record(self, clock: Clock, start: float, step: int | None = None) -> None:
+        """The replica's busy interval for this step (an open request's: for ``step``, by default the oldest step
+        whose batch is still generating), with the kernel seconds in it."""
         end = self.env.now
+        if step is None:
+            step = self.req.step if self.req.feed is None else self.req.feed.current_step()
         if end > start:
-            self.sim.rec.busy(self.req.step, self.pool.name, clock.gpu0, self.tp, "rollout", "generate", start, end,
+            self.sim.rec.busy(step, self.pool.name, clock.gpu0, self.tp, "rollout", "generate", start, end,
                               active_s=clock.active_s)
             if self.terms is not None:
-                self.sim.rec.add_streamed(self.req.step, "generate", clock.gpu0, end, clock.acc)
+                self.sim.rec.add_streamed(step, "generate", clock.gpu0, end, clock.acc)
 
 
 def _merged(per_replica: list[tuple[DeferredClock, list[int], list[Rollout]]]) -> list[Rollout]:

@@ -26,6 +26,12 @@ boundaries (every ``chunk`` generated tokens) and its last tokens when it ends. 
 at the same decode step share one pause of the actor, ``cost.handoff_s(runtime, rows)`` with ``rows`` the
 number of them; a row's end costs no pause.
 
+An open request (``GenRequest.feed``, the async schedule's ``groups`` generator: ``rlhfsim.sim.feed``) deals nothing
+up front: the feed puts each prompt group in one replica's queue when it starts, a decoding replica's segment is cut
+(the step in progress lost, as at a stop) so that it admits new rows at once, a replica run dry waits for rows, and
+decode waits while the feed holds the engine (a weight update in flight). Each replica records its busy time in
+pieces: up to each idle wait, and at the end of each step's batch (under that step).
+
 A detached replica (no streaming, no stop: ``Engine.detached``) runs ``_run_detached``: the same loop with
 the clock's bookkeeping written out in place, booking on a ``DeferredClock``. It is the hot path of a
 65,536-rollout step (one pass per admission); ``tests/unit/test_sim_detached.py`` holds it to the event
@@ -59,7 +65,9 @@ class ContinuousEngine(Engine):
         super().__init__(sim, req)
         g = sim.setup.scenario.generation
         self.group = sim.setup.scenario.algorithm.group_size
-        if g.dispatch == "prompts":   # a prompt's samples on one replica (verl's synchronous rollout)
+        if req.feed is not None:   # an open request: the feed deals its groups as they start (rlhfsim.sim.feed)
+            self.queues = req.feed.queues
+        elif g.dispatch == "prompts":   # a prompt's samples on one replica (verl's synchronous rollout)
             self.queues = [deque(r for r in req.rollouts if (r.id // self.group) % self.n_rep == i) for i in range(self.n_rep)]
         else:
             self.queues = [deque(req.rollouts[i::self.n_rep]) for i in range(self.n_rep)]
@@ -68,6 +76,7 @@ class ContinuousEngine(Engine):
         self.budget_tokens = g.max_num_batched_tokens   # None: one prefill call per admitted row (the older model)
         self.chunked = g.chunked_prefill
         self._step_memo: dict[tuple[int, int], tuple[float, float]] = {}
+        self.piece_at: dict[int, float | None] = {}   # replica -> start of its busy time not recorded (None: idle)
 
     def _tokens(self, r: Rollout, seen: set | None) -> int:
         """The tokens ``r``'s prefill computes: its prompt and what it generated before, less the prompt blocks a
@@ -175,6 +184,10 @@ class ContinuousEngine(Engine):
         self.decoding(clock, +1)
         live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
         held: list[Rollout] = []       # admitted rows in their prefill: a stop carries them
+        self.piece_at[idx] = start     # an open request's replica records its busy time in pieces, between idle waits
+        if self.req.feed is not None:
+            self.req.feed.clocks[idx] = clock
+            self.req.feed.engine = self
         try:
             yield from self._run(clock, self.queues[idx], live, held)
         finally:
@@ -183,7 +196,39 @@ class ContinuousEngine(Engine):
             for r in list(live.values()) + held:
                 if r.generated < r.response_len:
                     self.leave(clock, r)
-            self.record(clock, start)
+            if self.piece_at[idx] is not None:
+                self.record(clock, self.piece_at[idx])
+
+    def split(self, step: int) -> None:
+        """An open request: step ``step``'s batch has ended; each replica's busy time since its last record is
+        recorded under that step (a replica waiting idle has none)."""
+        now = self.env.now
+        for idx, at in self.piece_at.items():
+            if at is None or now <= at:
+                continue
+            clock = self.req.feed.clocks[idx]
+            self.record(clock, at, step)
+            clock.active_s = 0.0
+            if self.terms is not None:
+                clock.acc = {}
+            self.piece_at[idx] = now
+
+    def _idle(self, clock: Clock, idx: int):
+        """Process: an open request's replica, run dry, records its busy time so far and waits for rows (or the feed's
+        end); False if the feed has closed."""
+        feed = self.req.feed
+        if feed.closed:
+            return False
+        self.decoding(clock, -1)
+        self.record(clock, self.piece_at[idx])
+        clock.active_s = 0.0
+        if self.terms is not None:
+            clock.acc = {}
+        self.piece_at[idx] = None
+        yield feed.idle(idx)
+        self.piece_at[idx] = self.env.now
+        self.decoding(clock, +1)
+        return not feed.closed or bool(self.queues[idx])
 
     def _run(self, clock: Clock, queue, live: dict, held: list):
         """Process: replica ``idx``'s loop (module docstring) on ``clock``: the event clock (``replica``), or a deferred
@@ -195,11 +240,15 @@ class ContinuousEngine(Engine):
         pending: list = []   # chunked prefill beside live rows: [row, tokens left to prefill], FIFO
         kv_live = 0  # cached tokens of the live rows at step T
         kv_pend = 0  # tokens the rows in ``pending`` hold (counted whole, as at their admission)
+        feed = self.req.feed   # an open request (rlhfsim.sim.feed): rows arrive while it runs
+        idx = clock.gpu0 // self.tp
         while not self.stopped:
             # Admission. One token of room per live row is counted, as the preemption test below
             # does; otherwise a preempted row is readmitted at once and preempted again (livelock).
             admitted = self._admit(queue, len(live) + len(pending), kv_live + kv_pend, limit, self.max_batch)
             if not live and not admitted and not pending:
+                if feed is not None and (yield from self._idle(clock, idx)):
+                    continue
                 break
             if chunked and live and admitted:
                 # their prefills run in chunks inside the next decode steps; rows whose KV survived join at once
@@ -266,6 +315,11 @@ class ContinuousEngine(Engine):
                 queue.appendleft(victim)
                 self.preemptions += 1
                 continue
+            if feed is not None:
+                if self.env.now < feed.hold_until:   # the engine loads new weights: decode waits
+                    yield self.env.timeout(feed.hold_until - self.env.now)
+                if feed.take_kick(idx) and queue:
+                    continue   # rows arrived during a prefill: admit them before the next segment
             room = int((cap - kv_live - kv_pend) // n_live)
             n = min(clock.heap[0][0] - clock.T, max(room, 1))
             chunk = 0

@@ -98,4 +98,8 @@ class Schedule:
             yield from stages.advantage(env, sim, step, rows)
         trains = [env.process(stages.train(env, sim, step, r, rows)) for r in ("actor", "critic") if r in s.shapes]
         yield simpy.AllOf(env, trains)
-        yield from stages.weight_sync(env, sim, step)
+        yield from self.sync_weights(step)
+
+    def sync_weights(self, step: int):
+        """Process: the trained weights reach the generation engine (``stages.weight_sync``)."""
+        yield from stages.weight_sync(self.sim.env, self.sim, step)

@@ -45,7 +45,9 @@ def scenario(row: dict, prompt_mean: int) -> dict:
         placement = {"kind": "pools", "tp": {"actor": tp, "reference": tp, "rollout": row["gen_tp"]}, "pools": [
             {"name": "train", "gpus": row["gpus"] - row["gen_gpus"], "roles": ["actor", "reference"]},
             {"name": "rollout", "gpus": row["gen_gpus"], "roles": ["rollout"]}]}
-        schedule = {"kind": "async", "max_staleness": int(row["policy"].split("-")[0])}
+        # A5: NeMo RL's collector (prompt groups under a semaphore) and the recipes' in-flight weight updates
+        schedule = {"kind": "async", "max_staleness": int(row["policy"].split("-")[0]), "generator": "groups",
+                    "in_flight_weight_updates": True}
     else:
         placement = {"kind": "colocated", "tp": {"actor": tp, "reference": tp, "rollout": row["gen_tp"]}}
         schedule = {"kind": "sync"}
