@@ -223,3 +223,14 @@ def explain(row: dict) -> str:
     if active:
         text += "; active: " + ", ".join(f"{p} {100 * u:.0f}%" for p, u in active.items())
     return text + "."
+
+
+def model_errors(profiles: dict[str, dict]) -> dict:
+    """GPU type -> the model error its rows' intervals carry (``rlhfsim.sim.uncertainty.model_error``; None on a
+    CPU), read once here and sent to the workers. The interval is the analytic part of ``simulate``'s: an overlay's
+    fitted terms are not drawn and re-simulated per configuration (its misfit is carried), which would multiply
+    the sweep's cost by the draws."""
+    from rlhfsim.hardware.catalog import get_gpu
+    from rlhfsim.sim.uncertainty import model_error
+
+    return {g: model_error(p, get_gpu(g)) for g, p in profiles.items()}

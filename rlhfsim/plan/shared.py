@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Optional
 
 from rlhfsim.errors import RlhfsimError
-from rlhfsim.plan.results import make_row
+from rlhfsim.plan.results import make_row, model_errors
 from rlhfsim.plan.spec import Plan
-from rlhfsim.plan.sweep import model_errors
 
 
 def run_shared(plan: Plan, todo: list, rows: dict, results, uncertainty: bool,

@@ -15,8 +15,8 @@ from rlhfsim.contracts import PLAN_FILE, RESULTS_FILE
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.files import write_json_atomic
 from rlhfsim.plan.backends import chunked, default_workers
-from rlhfsim.plan.results import (ResultsFile, columns, explain, make_row, pareto_front, parse_row, pick_best,
-                                  price_of)
+from rlhfsim.plan.results import (ResultsFile, columns, explain, make_row, model_errors, pareto_front, parse_row,
+                                  pick_best, price_of)
 from rlhfsim.plan.spec import OBJECTIVES, Plan
 
 
@@ -126,17 +126,6 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
         outcome.compare = compare_with_base(plan, ordered, best)
     write_plan_json(outcome, backend, workers)
     return outcome
-
-
-def model_errors(profiles: dict[str, dict]) -> dict:
-    """GPU type -> the model error its rows' intervals carry (``rlhfsim.sim.uncertainty.model_error``; None on a
-    CPU), read once here and sent to the workers. The interval is the analytic part of ``simulate``'s: an overlay's
-    fitted terms are not drawn and re-simulated per configuration (its misfit is carried), which would multiply
-    the sweep's cost by the draws."""
-    from rlhfsim.hardware.catalog import get_gpu
-    from rlhfsim.sim.uncertainty import model_error
-
-    return {g: model_error(p, get_gpu(g)) for g, p in profiles.items()}
 
 
 def write_plan_json(o: Outcome, backend: str, workers: int) -> None:
