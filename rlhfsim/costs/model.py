@@ -49,7 +49,7 @@ from rlhfsim.costs.hostscale import HOST_STEP_SCALARS, host_factor, scaled_profi
 from rlhfsim.costs.genruntimes import GEN_SCALARS, EngineHost, engine_host, kv_passes, op_key, pricing_names, sample_tail
 from rlhfsim.costs.profile import AUTO_PROFILE, BUNDLED_DIR, DEFAULT_PROFILE, default_profile_for, load_profile
 from rlhfsim.costs.stepcosts import GIB, STEP_DEFAULTS, STEP_SCALARS
-from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, GEN_EP_ALLTOALL, HOST_LAUNCH_BOUND, KERNELS,
+from rlhfsim.costs.terms import (DECODE_KERNELS, ENGINE_HOST, ENGINE_STEP, EXPERT_GEMM, GEN_EP_ALLTOALL, HOST_LAUNCH_BOUND, KERNELS,
                                  LEFT_PADDING, OPTIMIZER, SAMPLING_TAIL, TP_INTER_NODE, CostTerm, Price, moved, with_effects)
 from rlhfsim.errors import ProfileError
 from rlhfsim.hardware.catalog import (INTER_NODE_ALLREDUCE_S, GpuSpec, balance_ratio, carried_operations, stack_factor,
@@ -974,7 +974,7 @@ class CostModel:
                        head: str = "lm", attn_pairs: float | None = None, sp: int = 1, *, runtime: str | None = None,
                        logprob: bool = False, entropy: bool = False, checkpointing: bool = False, fsdp_n: int = 0,
                        inter_node: bool = False, ckpt_frac: float = 0.0, ulysses: bool = True,
-                       layout: parallel.Layout | None = None) -> fw.CallParts:
+                       layout: parallel.Layout | None = None, ep: int = 1, etp: int | None = None) -> fw.CallParts:
         """One framework call (a forward or a training micro-batch on one data-parallel rank): its price (``total_s``,
         ``active_s``, ``terms()``, ``price()``) and its parts (``rlhfsim.costs.framework.CallParts``): the roofline (``forward`` / ``train``; with
         ``checkpointing`` x (1 + ``ckpt_frac``)), a log-prob head's element-wise passes (``logprob``: every
@@ -982,7 +982,9 @@ class CostModel:
         host's dispatch (GPU profiles). A profile without a ``framework`` section (CPU) gets the roofline alone
         (and its own measured log-prob tail), as before. ``layout``: a call on one GPU of a pipeline stage under
         Megatron's pipeline, context and expert parallelism (``rlhfsim.costs.parallel.call``); ``ulysses`` False: ``sp``
-        is Megatron's context parallelism, its split without Ulysses' all-to-alls."""
+        is Megatron's context parallelism, its split without Ulysses' all-to-alls. On a GPU an MoE model's routed
+        experts add ``expert_gemm`` (``rlhfsim.costs.moe.expert_gemm_s``; ``ep``, ``etp``: the call's expert and expert
+        tensor parallelism, which ``parallel.call`` passes)."""
         if layout is not None:
             return parallel.call(self, training, m, dtype, n_tokens, n_seqs, head, attn_pairs, layout, runtime=runtime,
                                  logprob=logprob, entropy=entropy, checkpointing=checkpointing, fsdp_n=fsdp_n,
@@ -1025,7 +1027,28 @@ class CostModel:
         ew_s = 0.0   # a forward pass priced from GEMM-only kernel curves: its layers' element-wise kernels (rlhfsim.costs.eager)
         if host is not None and not training and self.by_shape is not None and self.by_shape.applies("prefill"):
             ew_s = eager.elementwise_s(m, dtype, n_tokens, self.gpu.mem_bw, self.by_shape.elementwise_eff, tp=tp, sp=sp)
-        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects, elementwise_s=ew_s)
+        extra = ()
+        if self.cpu is None and m.is_moe:   # the routed experts at their own shape (rlhfsim.costs.moe.expert_gemm_s)
+            extra = ((EXPERT_GEMM, self._expert_gemm_s(training, m, dtype, n_tokens, tp, sp, ep, etp, runtime)),)
+        return fw.CallParts(kernel, active, head_s, comm, exposed, host_s, effects, elementwise_s=ew_s, parallel=extra)
+
+    def _expert_gemm_s(self, training: bool, m: ModelShape, dtype: str, n_tokens, tp: int, sp: int, ep: int,
+                       etp: int | None, runtime: str | None):
+        """``moe.expert_gemm_s`` of a framework call with the efficiencies its roofline priced it at: a training call's
+        ``train`` operation; a forward's ``prefill`` (its kernel curve at the call's tokens where the profile's
+        kernels_by_shape prices prefill)."""
+        ks = self.by_shape
+        if training:
+            p = self.ops["train"]
+            eff, mem = p.compute_eff, p.memory_eff
+        elif ks is not None and ks.applies("prefill"):
+            eff, mem = ks.compute_eff(n_tokens / sp, m.layer_params / tp), ks.weight_memory_eff
+        else:
+            p = self.params("prefill", runtime)
+            eff, mem = p.compute_eff, p.memory_eff
+        return moe.expert_gemm_s(m, dtype, n_tokens, tp=tp, cp=sp, ep=ep, etp=etp, training=training,
+                                 peak=self.gpu.peak(dtype), bw=self.gpu.mem_bw, call_eff=eff, mem_eff=mem,
+                                 ew_eff=ks.elementwise_eff if ks is not None else mem, curve=ks)
 
     def optimizer(self, m: ModelShape, dtype: str, tp: int = 1, dp: int = 1, head: str = "lm",
                   inter_node: bool = False, grad_allreduce: bool = True, cp: int = 1, ep: int = 1,

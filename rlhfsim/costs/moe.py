@@ -29,6 +29,33 @@ D(B) an upper bound on the experts touched: the decode step's bytes are the most
 The router's top-k reads the E logits of each token: written in fp32 by the router GEMM, read and written by the
 softmax, read by the top-k, ``flops.LOGIT_BYTES`` per logit as the LM head's (a forward's activation bytes).
 
+The routed experts at their own shape (``expert_gemm``, a framework call's training or forward pass on a GPU). F_linear
+prices every GEMM of a call at the call's efficiency, as if the experts' FLOPs ran in GEMMs of the call's n tokens.
+Megatron-core runs them as a grouped GEMM (TEGroupedMLP) per layer: each GPU holds E / ep experts (ep the expert
+parallelism) and, balanced, each expert gets the rows of n k ep / E tokens (n the tokens of one GPU's micro-batch after
+context parallelism: the expert-parallel group's ep GPUs each send n k / E rows to each expert), in GEMMs of those rows by
+h x I / t (I moe_intermediate, t the expert tensor parallelism, tp where unset): fc1 (gate and up, 2 I / t wide) and
+fc2. Qwen3-30B-A3B's 4096-token micro-batch on one GPU gives 128 experts 256 rows each, where its attention GEMMs
+see 4096. One such grouped GEMM, per MoE layer and pass, is priced at the roofline of its shape:
+
+    F_e = 2 r (3 h w) E_l,   B_e = E_l (3 h w b_w + r (2 h + 3 w) b_a),   r = n k ep / E,  w = I / t,  E_l = E / ep
+    t_e = max( F_e / (peak x e_shape),  B_e / (bw x e_mem) )
+    e_shape = e_call x e_c(r, 3 h w) / e_c(n, S)      (the profile's kernel curve ``byshape``; e_call without it)
+
+e_call the efficiency the call's roofline priced every FLOP at (the training op's compute_eff, a forward's curve at n
+tokens and S = layer_params / tp), e_c the curve of ``kernels_by_shape`` (its rows and one expert's weights against
+the call's tokens and a layer's), b_w and b_a the weight and activation bytes. The term is what the shape adds
+beyond the call's charge for the same FLOPs, passes x M x max(t_e - F_e / (peak x e_call), 0) (3 passes in
+training: the forward, the input gradient and the weight gradient), plus the tokens' permute and unpermute
+(Megatron's ``permute`` / ``unpermute``: the GPU's n / t_s dispatched tokens, t_s = tp under sequence parallelism,
+each copied into k expert-ordered rows and summed back, and under expert parallelism the received rows sorted by
+local expert once more):
+
+    B_perm = b_a h (n / t_s) (2 (1 + k) + 2 k [ep > 1])    per MoE layer and pass (2 passes in training)
+
+at the element-wise memory efficiency (the curve's ``elementwise.memory_eff``, else the operation's memory_eff).
+Balanced rows are the floor of what routing gives: the busiest expert's surplus is ``expert_imbalance``.
+
 The terms. ``router`` and ``expert_imbalance`` are split out of an operation's kernels the way a CPU's host effects
 are (``rlhfsim.costs.terms``): the price with the term less the price without it, the shape without it being
 ``without_imbalance`` (u = 1) and then ``without_router`` (no router weights, FLOPs or logits).
@@ -41,7 +68,7 @@ from dataclasses import replace
 import numpy as np
 
 from rlhfsim.costs.terms import DECODE_KERNELS, EXPERT_IMBALANCE, ROUTER
-from rlhfsim.models.catalog import ModelShape
+from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 
 def touched_fraction(n_experts: int, top_k: int, rows):
@@ -128,3 +155,31 @@ def split_decode(out: dict, kern: float, kern_of, m: ModelShape) -> None:
     out[EXPERT_IMBALANCE] = kern - balanced
     out[ROUTER] = balanced - bare
     out[DECODE_KERNELS] -= kern - bare
+
+
+def expert_gemm_s(m: ModelShape, dtype: str, n_tokens, *, tp: int = 1, cp: int = 1, ep: int = 1, etp: int | None = None,
+                  training: bool, peak: float, bw: float, call_eff: float, mem_eff: float, ew_eff: float,
+                  curve=None):
+    """``expert_gemm`` of one framework call on one GPU of ``n_tokens`` tokens (a float or a numpy array; before
+    context parallelism's split by ``cp``), in seconds (module docstring); 0 for a dense model. ``call_eff``: the
+    compute efficiency the call's roofline priced its FLOPs at; ``curve``: the profile's ``byshape.ShapeKernels``
+    or None; ``mem_eff`` the GEMMs' streaming efficiency, ``ew_eff`` the element-wise kernels'."""
+    if not m.is_moe or m.moe_layers <= 0:
+        return 0.0
+    n = n_tokens / cp
+    k, experts, h = m.experts_per_token, m.num_experts, m.hidden
+    w = m.moe_intermediate / (etp or tp)
+    local = experts / ep
+    rows = n * k * ep / experts
+    shape_params = 3.0 * h * w
+    flops = 2.0 * rows * shape_params * local
+    nbytes = local * (shape_params * DTYPE_BYTES[dtype] + rows * (2.0 * h + 3.0 * w) * ACTIVATION_BYTES[dtype])
+    eff = call_eff
+    if curve is not None:
+        eff = call_eff * curve.compute_eff(rows, shape_params) / curve.compute_eff(n, m.layer_params / tp)
+    charged = flops / (peak * call_eff)
+    at_shape = np.maximum(flops / (peak * eff), nbytes / (bw * mem_eff))
+    gemm = np.maximum(at_shape - charged, 0.0)
+    copies = ACTIVATION_BYTES[dtype] * h * (n / tp) * (2.0 * (1 + k) + (2.0 * k if ep > 1 else 0.0))
+    out = m.moe_layers * ((3 if training else 1) * gemm + (2 if training else 1) * copies / (bw * ew_eff))
+    return out if isinstance(out, np.ndarray) else float(out)

@@ -214,9 +214,9 @@ def _stage_call(cost, training: bool, stage: ModelShape, dtype: str, n_tokens: f
     """``call`` on one stage of ``stage``'s layers (``head`` "value" for a stage without the LM head: a scalar
     head's 2h FLOPs a sequence, nothing)."""
     parts = cost.framework_call(training, stage, dtype, n_tokens, n_seqs, lay.tp, head, attn_pairs, lay.cp,
-                                ulysses=False, **kwargs)
+                                ulysses=False, ep=lay.ep, etp=lay.etp, **kwargs)
     extra = tuple((t, s) for t, s in ((PP_P2P, p2p_s(cost, stage, dtype, n_tokens, lay, training)),
                                       (CP_COMM, cp_s(cost, stage, dtype, n_tokens, lay, training)),
                                       (EP_ALLTOALL, ep_alltoall_s(cost, stage, dtype, n_tokens, lay, training)))
                   if isinstance(s, np.ndarray) or s > 0)   # an array: many pieces priced at once
-    return replace(parts, parallel=extra) if extra else parts
+    return replace(parts, parallel=parts.parallel + extra) if extra else parts

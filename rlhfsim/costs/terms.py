@@ -267,6 +267,18 @@ EXPERT_IMBALANCE = _row(
     "times (imbalance - 1) (out of kernels or decode_kernels: the price with it less the price without; nothing "
     "where the step is bound by its bytes)", "models.ROLE.expert_imbalance (default catalog.ASSUMED_EXPERT_IMBALANCE)",
     "any", "an assumption (no public measurement found); the scenario sets it", "rlhfsim.costs.moe")
+EXPERT_GEMM = _row(
+    "expert_gemm", "a mixture-of-experts layer's routed experts at their own shape (Megatron-core's grouped GEMM): each "
+    "GPU's E / ep experts run GEMMs of n k ep / E rows (balanced routing) by hidden x moe_intermediate / etp, priced at "
+    "the roofline of that shape, the kernel curve's efficiency at that many rows and one expert's weights where the "
+    "profile has kernels_by_shape, less what the call's roofline charged for the same FLOPs; plus the tokens' "
+    "permute and unpermute copies (k copies of each hidden state, and the sort by local expert under expert "
+    "parallelism) at the element-wise memory efficiency; forward and backward (3 GEMM passes, 2 copy passes) in a "
+    "training call", "the model's shape (experts, top-k, moe_intermediate); execution.megatron.ROLE.ep, etp; the "
+    "profile's kernels_by_shape (else operations.OP.compute_eff, memory_eff)", "gpu",
+    "counted from the shape and Megatron-core's MoE layer (TEGroupedMLP, MoEAlltoAllTokenDispatcher's permute and "
+    "unpermute); the profile's kernel curve fitted to Vidur's public GEMM timings; checked against Megatron-Bridge's "
+    "published MoE pre-training throughputs (scenarios/examples/megatron-field/pretrain.py)", "rlhfsim.costs.moe.expert_gemm_s")
 PIPELINE_BUBBLE = _row(
     "pipeline_bubble", "a pipeline's idle time under 1F1B (Megatron's pipeline parallelism): a training minibatch's (or a "
     "forward pass's) m micro-batches on p stages of v virtual stages each leave every GPU idle (p - 1) / (v m) of its "

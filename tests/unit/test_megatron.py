@@ -131,7 +131,9 @@ def test_a_training_call_carries_its_megatron_terms_and_sums_to_its_price():
     call = cost.framework_call(True, m, "bfloat16", 8192, 4, 2, layout=lay, logprob=True)
     t = call.terms()
     assert {T.PP_P2P, T.CP_COMM, T.EP_ALLTOALL} <= set(t) and sum(t.values()) == pytest.approx(call.total_s)
-    bare = cost.framework_call(True, P.stage_shape(m, 2), "bfloat16", 8192, 4, 2, sp=2, ulysses=False, logprob=True)
+    # the same stage's call without the layout, its experts at the layout's expert parallelism (expert_gemm)
+    bare = cost.framework_call(True, P.stage_shape(m, 2), "bfloat16", 8192, 4, 2, sp=2, ulysses=False, logprob=True,
+                               ep=2)
     assert call.device_s == pytest.approx(bare.device_s + t[T.PP_P2P] + t[T.CP_COMM] + t[T.EP_ALLTOALL])
 
 

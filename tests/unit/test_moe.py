@@ -1,6 +1,7 @@
 """Mixture-of-experts and multi-head latent attention shapes (rlhfsim.models.catalog) and their pricing
 (rlhfsim.costs.moe): config.json reading, total against active parameters, the experts a decode step touches, the
-latent KV cache, and the router and expert imbalance as cost terms. Expected values are composed by hand."""
+latent KV cache, the router and expert imbalance as cost terms, and the routed experts at their own GEMM shape
+(expert_gemm). Expected values are composed by hand."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from rlhfsim.costs import moe
 from rlhfsim.costs.flops import ShapeCoeffs
 from rlhfsim.costs.model import CostModel
-from rlhfsim.costs.terms import DECODE_KERNELS, EXPERT_IMBALANCE, KERNELS, ROUTER
+from rlhfsim.costs.terms import DECODE_KERNELS, EXPERT_GEMM, EXPERT_IMBALANCE, KERNELS, ROUTER
 from rlhfsim.errors import ScenarioError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import ASSUMED_EXPERT_IMBALANCE, CATALOG, shape_from_hf_config
@@ -195,3 +196,47 @@ def test_launch_model_names_map_to_the_moe_shapes():
     assert catalog_model("Qwen/Qwen3-30B-A3B")[0] == "qwen3-30b-a3b"
     assert catalog_model("Qwen/Qwen3-235B-A22B")[0] == "qwen3-235b-a22b"
     assert catalog_model("deepseek-ai/DeepSeek-V3")[0] == catalog_model("deepseek-ai/DeepSeek-R1")[0] == "deepseek-v3"
+
+
+def test_expert_gemm_by_hand_on_the_roofline_and_on_the_curve():
+    """Qwen3-30B-A3B, 4096 tokens on one GPU (ep 1): 128 experts of 4096 x 8 / 128 = 256 rows. Without a curve the
+    grouped GEMM is priced at the roofline of its shape (256 rows by 2048 x 768: bound by its bytes on these numbers),
+    less what the call charged for its FLOPs, plus the permute/unpermute copies; with the H100's curve its FLOPs run
+    at the curve's ratio; three GEMM passes and two copy passes in training."""
+    m = CATALOG["qwen3-30b-a3b"]
+    h, k, w = 2048, 8, 768
+    kw = dict(tp=1, peak=1e15, bw=3e12, call_eff=0.5, mem_eff=0.8, ew_eff=0.5)
+    copies = 2 * h * 4096 * 2 * (1 + k) / (3e12 * 0.5)          # bf16, forward: read and write around k copies
+    flops = 2 * 256.0 * 3 * h * w * 128
+    nbytes = 128 * (3 * h * w * 2 + 256 * (2 * h + 3 * w) * 2)   # each expert's weights; its rows in and out
+    assert nbytes / (3e12 * 0.8) > flops / (1e15 * 0.5)           # memory-bound at 256 rows
+    fwd = moe.expert_gemm_s(m, "bfloat16", 4096.0, training=False, **kw)
+    assert fwd == pytest.approx(48 * (nbytes / (3e12 * 0.8) - flops / (1e15 * 0.5) + copies))
+    big = dict(kw, bw=3e14)   # compute-bound: the GEMMs cost what the call charged; the copies are left
+    assert moe.expert_gemm_s(m, "bfloat16", 4096.0, training=False, **big) == pytest.approx(48 * copies / 100)
+    assert moe.expert_gemm_s(m, "bfloat16", 4096.0, training=True, **big) == pytest.approx(2 * 48 * copies / 100)
+    # expert parallelism: the received rows are sorted by local expert once more
+    assert moe.expert_gemm_s(m, "bfloat16", 4096.0, ep=8, training=False, **big) == pytest.approx(
+        48 * 2 * h * 4096 * (2 * (1 + k) + 2 * k) / (3e14 * 0.5))
+    ks = CostModel.load(get_gpu("h100-sxm")).by_shape
+    ratio = ks.compute_eff(256.0, 3 * h * w) / ks.compute_eff(4096.0, m.layer_params)
+    assert 0 < ratio < 0.7   # 256 rows of one expert's weights: well under the call's 4096 tokens of a layer
+    gemm = max(flops / (1e15 * 0.5 * ratio), nbytes / (3e12 * 0.8)) - flops / (1e15 * 0.5)
+    got = moe.expert_gemm_s(m, "bfloat16", 4096.0, training=True, curve=ks, **kw)
+    assert got == pytest.approx(48 * (3 * gemm + 2 * copies))
+    # more expert parallelism, more rows per expert: a cheaper grouped GEMM per token
+    assert moe.expert_gemm_s(m, "bfloat16", 4096.0, ep=8, training=True, curve=ks, **kw) < got
+    assert moe.expert_gemm_s(CATALOG["qwen2.5-7b"], "bfloat16", 4096.0, training=True, **kw) == 0.0
+
+
+def test_expert_gemm_is_a_term_of_a_gpu_call_that_sums_to_its_price():
+    cost = CostModel.load(get_gpu("h100-sxm"))
+    for training in (True, False):
+        call = cost.framework_call(training, CATALOG["qwen3-30b-a3b"], "bfloat16", 4096, 1, logprob=True)
+        t = call.terms()
+        assert t[EXPERT_GEMM] > 0 and sum(t.values()) == pytest.approx(call.total_s)
+        arr = cost.framework_call(training, CATALOG["qwen3-30b-a3b"], "bfloat16", np.array([4096.0, 8192.0]), 1)
+        assert arr.total_s[0] == pytest.approx(cost.framework_call(training, CATALOG["qwen3-30b-a3b"], "bfloat16",
+                                                                   4096.0, 1).total_s)
+    dense = cost.framework_call(True, CATALOG["qwen2.5-7b"], "bfloat16", 4096, 1).terms()
+    assert EXPERT_GEMM not in dense
