@@ -39,6 +39,13 @@ TINY_GRID = {
     "gen_decode": [[1, 16], [2, 32]], "gen_decode_steps": 3, "handoff": [[2, 8, 8, 4]], "gen_point_budget_s": 0.02,
     "step_iters": 1, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "", 2, 8, 4]],
     "gemm": [[1, 512, 128], [2, 512, 128]], "gemm_footprints_mib": [1, 2],
+    # the other CPU host terms at their smallest: two sampling points, two narrow widths at one MLP ratio on
+    # 64 tokens; page faults off (a fixed ladder of 8-128 MiB fills, about 15 s on two cores; none asserted here)
+    "sampling": [[1, 1024], [4, 1024]], "widths": [64, 128], "width_mlp_ratios": [], "width_tokens": 64,
+    "page_faults": False,
+    # re-encode scoring of the encoder (tiny-deberta) at three prefixes, and one for the runtimes compiled per
+    # input shape (aoti_cpp: one AOTInductor package each)
+    "reencode_lengths": [16, 32, 64], "reencode_static_lengths": [32],
 }
 # the module's shared calibration also measures generation beside an encoder scorer (tiny-deberta)
 TINY_GRID_ENCODER_SCORER = {**TINY_GRID, "handover": [["kv_decoder", "", "", 2, 8, 4], ["hf_generate", "", "tiny-deberta", 2, 8, 4]]}

@@ -117,7 +117,8 @@ def test_gpu_validate_calibrates_on_the_lease_and_runs_the_variant(tmp_path):
     small = {"sampling": [[4, 4096]], "prefill": [[1, 64], [4, 64]], "decode": [[1, 64], [4, 64]],
              "score": [[1, 64], [4, 64]], "train": [[1, 64], [2, 64]], "gen_prefill": [[2, 32]],
              "gen_decode": [[2, 32]], "gen_pad": [[2, 32]], "interference": [[2, 64, 2, 64]],
-             "strategies": [[4, 64]], "handoff": [[2, 32, 8, 4]], "chunk_batches": [2], "chunk_sizes": [16]}
+             "strategies": [[4, 64]], "handoff": [[2, 32, 8, 4]], "chunk_batches": [2], "chunk_sizes": [16],
+             "page_faults": False}   # a CPU-only term (a fixed 8-128 MiB ladder, ~15 s on two cores)
     rc = main(["--out", str(tmp_path), "--device", "cpu", "--scenarios", "sync-static", "--profile", "cpu",
                "--budget-s", "300", "--calibrate", "tiny-qwen2", "--calibrate-s", "150", "--grid-extra", json.dumps(small),
                "--variant", "onethread:OMP_NUM_THREADS=1", "--set", "cluster.gpu=cpu",

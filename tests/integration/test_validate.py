@@ -17,6 +17,10 @@ from calibrate.validation.run import validate  # noqa: E402
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "validate"
+# Grid fields over the quick CPU grid's host cost terms, as small as they still measure: two matrices, two
+# footprints, two narrow widths at one MLP ratio on 64 tokens; page faults off (a fixed ladder of 8-128 MiB
+# fills, about 15 s a calibration on two cores, with no smaller setting)
+TINY_HOST_TERMS = json.loads((FIX / "tiny-host-terms.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +142,8 @@ def test_default_calibration_alternates_passes_with_blocks_of_steps(tmp_path, mo
     monkeypatch.setattr(RoundRobin, "run", lambda self, until=None: (order.append(("steps", self.done, until)), real_run(self, until)))
     grid_extra = {"strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
                   "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05}
+    # the CPU host terms at their smallest (what is asserted is the order of passes and steps, not them)
+    grid_extra.update(TINY_HOST_TERMS)
     tiny.update(grid_extra)
     doc = validate([FIX / "tiny-sync.yaml"], "cpu", None, 4, threads=1, progress=False)
     # P = 2 passes between P + 1 blocks of the 4 steps: one block before the first pass, one after the last

@@ -16,6 +16,8 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.hw  # the hardware side (pyproject.toml markers); the fast loop skips it
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "validate" / "generate-tiny-ranges.json"
+# the quick CPU grid's host cost terms at their smallest, page faults off (tests/integration/test_validate.py)
+TINY_HOST_TERMS = json.loads((TINY.parent / "tiny-host-terms.json").read_text())
 
 
 def test_generate_one_writes_the_set_and_reports_errors_per_scenario_and_phase(tmp_path):
@@ -107,7 +109,8 @@ def test_a_role_restricted_calibration_measures_what_it_plans(tmp_path):
     grid = {"score": [[1, 16]], "strategies": [[2, 16]], "prefill": [[1, 16], [2, 16]], "decode": [[1, 16], [2, 16]],
             "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8], "train": [[1, 16]],
             "interference": [[1, 16, 1, 8]], "interference_s": 0.05, "point_budget_s": 0.01, "max_iters": 3,
-            "gen_runtimes": [], "step_iters": 0, "actor_models": ["tiny-qwen2"], "critic_models": ["tiny-qwen2"]}
+            "gen_runtimes": [], "step_iters": 0, "actor_models": ["tiny-qwen2"], "critic_models": ["tiny-qwen2"],
+            **TINY_HOST_TERMS}
     reward = CATALOG["small-qwen2"]
     out = tmp_path / "p.json"
     prof = run_calibration("cpu", models=[CATALOG["tiny-qwen2"], reward], runtimes=["eager"], out=out,
@@ -128,7 +131,8 @@ def test_new_shapes_are_calibrated_per_scenario_and_both_profiles_predict_the_sa
     tiny = {"score": [[1, 16], [2, 32]], "prefill": [[1, 16], [2, 32]], "decode": [[1, 16], [2, 32]],
             "train": [[1, 16], [2, 32]], "passes": 1, "point_budget_s": 0.01, "gen_runtimes": [],
             "strategies": [[2, 32]], "chunk_batches": [1], "chunk_prefixes": [0], "chunk_sizes": [8],
-            "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05, "step_iters": 0}
+            "interference": [[2, 16, 1, 8]], "runtime_score": [[1, 16]], "interference_s": 0.05, "step_iters": 0,
+            **TINY_HOST_TERMS}
     monkeypatch.setattr(C, "operating_points", lambda prepared, kind, lean=False: tiny)
     ranges = json.loads(TINY.read_text())
     paths = write_set(draw(2, 8, tmp_path / "gen", ranges), tmp_path / "gen", ranges)
