@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import yaml
 
 from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.costs.profile import load_profile
+from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
 
@@ -101,7 +103,11 @@ def main() -> None:
     ap.add_argument("--profile", default="h100-sxm", help="the profile to price with (default: h100-sxm)")
     ap.add_argument("--json", action="store_true", help="the rows as JSON")
     a = ap.parse_args()
-    rs = rows(a.profile)
+    try:
+        rs = rows(a.profile)
+    except RlhfsimError as e:   # a profile that does not load: one line, exit 2
+        print(f"check.py --profile: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     gs = growth(rs)
     if a.json:
         print(json.dumps({"points": [{k: v for k, v in r.items() if k != "group"} for r in rs], "growth": gs}, indent=1))
