@@ -257,7 +257,7 @@ class _Decode:
     (``ShapeCoeffs.decode``) over the roofline's denominators, looked up once."""
 
     __slots__ = ("cost", "m", "dtype", "tp", "shape", "peak", "bw", "kv_b", "over", "tail0", "tail_row", "wp", "ws", "ks", "shard", "floor",
-                 "cold", "hfloor", "cpu", "eh", "efloor", "inter_node", "par")
+                 "cold", "hfloor", "cpu", "eh", "efloor", "inter_node", "par", "attn_peak")
 
     def __init__(self, cost: "CostModel", m: ModelShape, dtype: str, tp: int, runtime: str | None,
                  logprobs: bool = False, inter_node: bool = False, par: genparallel.GenLayout | None = None):
@@ -273,6 +273,15 @@ class _Decode:
         self.shard, self.floor = m.layer_params / tp, (ks.floor_s(m.layers) if ks is not None else 0.0)
         if ks is not None:
             self.peak, self.bw = tp * cost.gpu.peak(dtype), tp * cost.gpu.mem_bw * ks.weight_memory_eff
+        # the attention's FLOPs under kernel terms by shape: at the GEMMs' sustained rate (e_max), not at the skinny
+        # efficiency of the step's ``batch`` rows, which prices the linear layers' GEMMs (M = batch). A decode
+        # attention kernel's matmuls run over the cached keys (thousands of rows a sequence), with the query heads of
+        # a group packed beside them, so its rate does not fall with the batch; at GQA's arithmetic intensity (the
+        # group size in FLOPs per KV byte, <= 8 in the catalog's GQA models) it is bound by reading the cache, as
+        # FlashInfer's and FlashAttention's decode kernels are. Priced at the batch's rows, one sequence at 32k
+        # tokens of Qwen2.5-0.5B took 0.86 ms more than at 128 tokens; vLLM with FA3 measured 0.19 ms (H100 PCIe,
+        # vllm-project/vllm#53060; scenarios/examples/engine-check). None: the constant compute_eff prices both.
+        self.attn_peak = tp * cost.gpu.peak(dtype) * ks.e_max if ks is not None else None
         # bytes per cached token per step: K and V read by attention, times the runtime's passes over
         # the cache (HF's DynamicCache re-concatenates it every step: rlhfsim.costs.genruntimes.KV_PASSES)
         self.kv_b = self.shape.kv_bytes * kv_passes(runtime, cost.generation)
@@ -353,10 +362,13 @@ class _Decode:
         ``plain``: the weights streamed once at the fitted bandwidth, as without a CPU's GEMM passes by footprint
         (``terms``); ``shape``: another shape's constants (an MoE model's without its router: ``moe.split_decode``)."""
         k, peak, bw, kv_b = self.shape if shape is None else shape, self.peak, self.bw, self.kv_b
-        if self.ks is not None:
-            peak = peak * self.ks.compute_eff(batch, self.shard)
-        c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
-        cs = k.f_attn * batch / peak
+        if self.ks is not None:   # the GEMMs at the batch's rows, the attention at its own rate (``attn_peak``)
+            peak, ap = peak * self.ks.compute_eff(batch, self.shard), self.attn_peak
+            c0 = (k.f_linear * batch + k.f_head * batch) / peak + k.f_attn * kv0 / ap + self.floor
+            cs = k.f_attn * batch / ap
+        else:
+            c0 = (k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / peak + self.floor
+            cs = k.f_attn * batch / peak
         weights = k.decode_weights_at(batch) if self.cpu is None or plain else \
             self.cpu.decode_weight_bytes(k, batch, self.wp, self.ws)
         u0 = (weights + k.logit_bytes * batch + kv_b * kv0) / bw + self.floor

@@ -189,11 +189,14 @@ def test_decode_sum_stays_closed_form_with_the_curve():
     c0, cs, u0, us, over = coeffs
     by_step = sum(max(c0 + cs * i, u0 + us * i) + over for i in range(steps))
     assert decode_sum(coeffs, steps)[0] == pytest.approx(by_step, rel=1e-12)
-    # the step's compute line is at the efficiency of its rows; the floor is on both lines
+    # the step's GEMMs are at the efficiency of its rows, its attention at the sustained e_max (the attention's matmuls
+    # run over the cached keys, not the batch's rows); the floor is on both lines
     k = fl.ShapeCoeffs.of(m, "bfloat16", "lm")
     e_c = 0.8 * batch / (batch + 100.0) * ((m.layer_params / tp) / (m.layer_params / tp + 1e6))
     floor = m.layers * (4 * 4e-6 + 10e-6)
-    assert c0 == pytest.approx((k.f_linear * batch + k.f_head * batch + k.f_attn * kv0) / (tp * gpu.peak("bfloat16") * e_c) + floor)
+    peak = tp * gpu.peak("bfloat16")
+    assert c0 == pytest.approx((k.f_linear * batch + k.f_head * batch) / (peak * e_c) + k.f_attn * kv0 / (peak * 0.8) + floor)
+    assert cs == pytest.approx(k.f_attn * batch / (peak * 0.8))
     many = cost.decoder(m, "bfloat16", tp).coeffs(np.array([batch, 3]), np.array([kv0, 10.0]))
     assert many[0][0] == c0 and many[2][0] == u0
 
