@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         methods = Counter(r["method"] for r in o.rows)
         print(f"configurations {len(o.rows):,} (not buildable, not counted: {sum(plan.search.excluded.values()):,}); "
               f"by method: {dict(methods)}")
+        print(f"generations simulated for the {o.shared:,} priced rows: {o.generations:,} (rlhfsim.plan.fastpath.share)")
         cpu -= compare
         print(f"load+expand+check {t_load:.1f} s; whole sweep {wall:.1f} s wall, {cpu:.1f} s CPU in all processes "
               f"(2 workers; the report's comparison, 2 full simulations: {compare:.1f} s more, not counted)")
