@@ -30,7 +30,7 @@ member it covers; the largest capacity left is simulated next, and so on (``shar
 capacity: one generation covers its group.
 
 It is exact where it applies (``tests/unit/test_parallel_search.py`` compares it with ``simulate`` on a sample, to
-1e-9 relative); a configuration outside it (``eligible`` says why) is simulated in full. Each row says which
+1e-9 relative, and ``tests/unit/test_kv_sharing.py`` across KV capacities); a configuration outside it (``eligible`` says why) is simulated in full. Each row says which
 (``results.csv``'s ``method``: ``simulated`` or ``shared-generation``).
 """
 
@@ -46,8 +46,8 @@ from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.scenario.checks import Setup
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
-from rlhfsim.sim.simulation import Simulation, forward_runtime
 from rlhfsim.sim.engines.continuous import ContinuousEngine
+from rlhfsim.sim.simulation import Simulation, forward_runtime
 from rlhfsim.sim.stages import _rank_longest, _row_tokens, weight_sync_parts
 
 FAST, FULL = "shared-generation", "simulated"

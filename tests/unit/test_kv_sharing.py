@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
-from collections import defaultdict
-from pathlib import Path
+from collections import defaultdict, deque
 
 import pytest
 import yaml
@@ -23,8 +21,7 @@ from rlhfsim.scenario.loader import load_scenario
 from rlhfsim.sim.engines.base import Engine
 from rlhfsim.sim.run import simulate
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_parallel_search import BASE, SEARCH  # noqa: E402
+from test_parallel_search import BASE, SEARCH
 
 SMALL = {
     "name": "kv-small",
@@ -143,7 +140,7 @@ def test_admission_records_the_last_demand_it_tests():
 
     def admit(n_live, kv_live, limit, prompts, max_batch=64):
         eng = NS(kv_need=0)
-        queue = __import__("collections").deque(NS(prompt_len=p, generated=0) for p in prompts)
+        queue = deque(NS(prompt_len=p, generated=0) for p in prompts)
         got = ContinuousEngine._admit(eng, queue, n_live, kv_live, limit, max_batch)
         return len(got), eng.kv_need
 
