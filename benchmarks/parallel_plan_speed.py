@@ -1,6 +1,6 @@
 """Benchmark: a parallelism search of about 10,000 configurations (issue 55 item 7: under 60 s on 2 cores).
 
-    python benchmarks/parallel_plan_speed.py                 # the 11,161-configuration search, timed
+    python benchmarks/parallel_plan_speed.py                 # the 12,193-configuration search, timed
     python benchmarks/parallel_plan_speed.py --check 20      # and 20 sampled rows simulated in full, compared
 
 The search: N6-H7 (NeMo RL's Qwen3-30B-A3B GRPO on 32 H100s, scenarios/examples/megatron-field/N6-H7.yaml) over the
@@ -9,8 +9,11 @@ and the engine's TP (1-8), colocated: 12,193 buildable configurations (the unbui
 runs NeMo RL's expert tensor parallelism of 1 (runs.yaml's A8), under which EP need only divide a stage's GPUs, so more
 layouts build than with etp = tp (11,161 with the reference's PP 1-2 too before; 21,337 with it now).
 Every configuration is counted in the time: expanding and checking the search, the memory estimate, the priced rows
-(``rlhfsim.plan.fastpath``: one generation simulated per generation setup, the training phases priced per layout)
-and results.csv; not the two full simulations of the report's comparison (``compare``), timed apart.
+(``rlhfsim.plan.fastpath``: one generation simulated per generation setup and KV capacity that setup's generation
+needed, ``fastpath.share``; the training phases priced per layout) and results.csv; not the two full simulations of
+the report's comparison (``compare``), timed apart. It prints how many generations were simulated: 166 for the
+12,193 configurations (4 generation setups, one per engine TP, with 192 KV capacities each; 768 generations when
+every capacity got its own).
 
 The generations go to 2 forked worker processes. On a shared machine the wall time includes waiting for the CPU, so
 the CPU seconds of every process (this one and its reaped workers) are printed beside it: on 2 idle cores the sweep
@@ -80,6 +83,7 @@ def main(argv=None) -> int:
         methods = Counter(r["method"] for r in o.rows)
         print(f"configurations {len(o.rows):,} (not buildable, not counted: {sum(plan.search.excluded.values()):,}); "
               f"by method: {dict(methods)}")
+        print(f"generations simulated for the {o.shared:,} priced rows: {o.generations:,} (rlhfsim.plan.fastpath.share)")
         cpu -= compare
         print(f"load+expand+check {t_load:.1f} s; whole sweep {wall:.1f} s wall, {cpu:.1f} s CPU in all processes "
               f"(2 workers; the report's comparison, 2 full simulations: {compare:.1f} s more, not counted)")

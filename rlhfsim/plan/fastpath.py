@@ -7,9 +7,9 @@ Under the synchronous schedule a step is its phases in a row (``rlhfsim.sim.sche
     step_k = generate_k + reward_k + old_log_prob_k + reference_k + critic_fwd_k + adv_k + train_k + weight_sync
 
 * ``generate_k``: a simulation of generation alone (the same ``Simulation``, its post-generation pipeline left out),
-  shared by every configuration with the same generation setup: the scenario less the trained roles' layouts, and
-  the KV capacity where it can bind (a continuous engine whose replica could hold fewer tokens than its rows' longest
-  possible total: ``kv_bound``). The rows each step trains come from the same run.
+  shared by every configuration with the same generation setup (``generation_key``: the scenario less the trained
+  roles' layouts) whose KV capacity the generation shows it did not need (below). The rows each step trains come from
+  the same run.
 * a forward pass: each replica's pieces (``rlhfsim.sim.microbatch``, the same cuts as ``stages.forward_pass``) priced
   with ``price.forward_call`` over numpy arrays (the same arithmetic elementwise, so each piece's price equals the
   scalar call's), summed per replica in the stage's order with the framework's per-piece time, the pipeline bubble
@@ -19,15 +19,24 @@ Under the synchronous schedule a step is its phases in a row (``rlhfsim.sim.sche
   side by side on two;
 * reward (a rule), advantage and the weight update: the cost model's own functions, as the stages call them.
 
+The KV capacity per replica depends on the layout (the weights resident beside the cache), so configurations of one
+generation setup differ in it. A continuous engine reads its capacity only at three decisions (admission under the
+watermark, preemption, a decode segment's length: ``rlhfsim.sim.engines.continuous``), each a demand compared with the
+capacity or with the limit under the watermark, and records the largest demands it met (``kv_need``, ``kv_room``).
+A generation simulated at capacity C whose demands C met (no refusal, no preemption, no segment cut short) is the
+same, bit for bit, at every capacity C' that meets them too (``Generation.covers``): each decision compares the same
+demand with a limit at least as large. So each group is simulated at its largest capacity first and shared by every
+member it covers; the largest capacity left is simulated next, and so on (``share``). A static engine reads no
+capacity: one generation covers its group.
+
 It is exact where it applies (``tests/unit/test_parallel_search.py`` compares it with ``simulate`` on a sample, to
-1e-9 relative); a configuration outside it (``eligible`` says why) is simulated in full. Each row says which
+1e-9 relative, and ``tests/unit/test_kv_sharing.py`` across KV capacities); a configuration outside it (``eligible`` says why) is simulated in full. Each row says which
 (``results.csv``'s ``method``: ``simulated`` or ``shared-generation``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +46,7 @@ from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.scenario.checks import Setup
 from rlhfsim.sim import execution as ex
 from rlhfsim.sim import microbatch as mb
+from rlhfsim.sim.engines.continuous import ContinuousEngine
 from rlhfsim.sim.simulation import Simulation, forward_runtime
 from rlhfsim.sim.stages import _rank_longest, _row_tokens, weight_sync_parts
 
@@ -67,21 +77,16 @@ def eligible(setup: Setup, cost) -> str | None:
     return None
 
 
-def kv_bound(setup: Setup) -> bool:
-    """Could the KV capacity limit a continuous engine's replica (admission, preemption, segment lengths)? Not when it
-    holds every row the replica can get at its longest possible length."""
-    sc = setup.scenario
-    if sc.generation.engine != "continuous":
-        return False
-    cap = max(setup.kv_capacity_tokens, 1)
-    limit = cap - int(0.01 * cap)   # ContinuousEngine.WATERMARK
-    per_replica = math.ceil(setup.rollouts_per_step / max(setup.replicas, 1))
-    return per_replica * (sc.workload.max_prompt_tokens + sc.workload.max_response_tokens + 1) > limit
+def kv_limits(capacity: int) -> tuple[int, int]:
+    """A continuous engine's capacity and admission limit (the capacity less its watermark) at ``capacity`` tokens per
+    replica, as ``ContinuousEngine`` computes them."""
+    cap = max(capacity, 1)
+    return cap, cap - int(ContinuousEngine.WATERMARK * cap)
 
 
 def generation_key(setup: Setup) -> str:
-    """What the generation of a configuration depends on: its scenario less the trained roles' parallelism (the engine's
-    TP resolved), and its KV capacity where that can bind."""
+    """What the generation of a configuration depends on, but for its KV capacity (``share``): its scenario less the
+    trained roles' parallelism (the engine's TP resolved)."""
     doc = setup.scenario.model_dump(mode="json")
     doc["execution"].pop("megatron", None)
     doc["execution"].pop("weight_sync", None)
@@ -90,8 +95,6 @@ def generation_key(setup: Setup) -> str:
         tp[r] = 0
     tp["rollout"] = setup.tp["rollout"]
     doc["name"] = doc["description"] = ""
-    if kv_bound(setup):
-        doc["_kv_capacity_tokens"] = setup.kv_capacity_tokens
     return json.dumps(doc, sort_keys=True)
 
 
@@ -101,6 +104,7 @@ class _GenerationOnly(Simulation):
     def __init__(self, setup, cost):
         super().__init__(setup, cost)
         self.trained: list[list] = []
+        self.kv_demands: list[tuple[int, int]] = []   # a continuous engine's (kv_need, kv_room) per step
 
     def after_generation(self, step, rows, streamed=()):
         self.trained.append(sorted(rows, key=lambda r: r.id))
@@ -121,6 +125,20 @@ class Generation:
     rows: list[list]                   # per step: the rows trained, in id order
     perms: list[list[np.ndarray]]      # per step: the shuffle permutations train draws (actor's epochs, then critic's)
     memo: dict = field(default_factory=dict)   # (phase key) -> per-step seconds; shared by generations of the same rows
+    capacity: int = 0                  # the KV capacity per replica it was simulated at
+    kv_need: int = 0                   # the largest demand met against the admission limit (0: none, or a static engine)
+    kv_room: int = 0                   # the largest demand met against the capacity
+
+    def covers(self, capacity: int) -> bool:
+        """Is this generation the one a configuration of the same ``generation_key`` at ``capacity`` tokens per replica
+        simulates (module docstring)? Its own capacity, or one meeting every demand its own capacity met."""
+        if capacity == self.capacity:
+            return True
+        cap, limit = kv_limits(self.capacity)
+        if self.kv_need > limit or self.kv_room > cap:   # the capacity bound a decision: it holds for this one only
+            return False
+        cap, limit = kv_limits(capacity)
+        return self.kv_need <= limit and self.kv_room <= cap
 
 
 def simulate_generation(setup: Setup, cost, memos: dict | None = None) -> Generation:
@@ -136,7 +154,31 @@ def simulate_generation(setup: Setup, cost, memos: dict | None = None) -> Genera
              for rs in rows]
     rows_key = tuple(tuple((r.id, r.prompt_len, r.response_len) for r in rs) for rs in rows)
     memo = {} if memos is None else memos.setdefault(hash(rows_key), {})
-    return Generation([r.step_time_s for r in recs], [r.generated_tokens for r in recs], rows, perms, memo)
+    need = max((d[0] for d in sim.kv_demands), default=0)
+    room = max((d[1] for d in sim.kv_demands), default=0)
+    return Generation([r.step_time_s for r in recs], [r.generated_tokens for r in recs], rows, perms, memo,
+                      setup.kv_capacity_tokens, need, room)
+
+
+def share(members: list, cost, memos: dict | None = None):
+    """The generations of ``members`` ((configuration, Setup) pairs of one ``generation_key``): yields (Generation, or
+    the RlhfsimError its simulation raised, and the members it covers). The largest capacity left is simulated each
+    time, so that one generation covers as many as the demands allow (module docstring)."""
+    from rlhfsim.errors import RlhfsimError
+
+    left = sorted(members, key=lambda m: -m[1].kv_capacity_tokens)
+    while left:
+        top = left[0][1]
+        try:
+            gen = simulate_generation(top, cost, memos)
+        except RlhfsimError as e:
+            mine = [m for m in left if m[1].kv_capacity_tokens == top.kv_capacity_tokens]
+            left = left[len(mine):]
+            yield e, mine
+            continue
+        mine = [m for m in left if gen.covers(m[1].kv_capacity_tokens)]
+        left = [m for m in left if not gen.covers(m[1].kv_capacity_tokens)]
+        yield gen, mine
 
 
 def _sum_forward(prices: list[float], per_call_s: float) -> float:

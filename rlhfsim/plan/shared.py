@@ -13,11 +13,12 @@ from rlhfsim.plan.spec import Plan
 
 
 def run_shared(plan: Plan, todo: list, rows: dict, results, uncertainty: bool,
-               workers: int = 1) -> tuple[list, int, int]:
+               workers: int = 1) -> tuple[list, int, int, int]:
     """A parallelism search's configurations on the fast path (``rlhfsim.plan.fastpath``): grouped by generation, each
     group's generation simulated once, each configuration's steps rebuilt; their rows written here. Groups go to
     ``workers`` forked processes. Returns the configurations left to simulate in full (with their scenario mappings),
-    how many rows were priced and how many screened out (``refine``); every such row is written here."""
+    how many rows were priced, how many screened out (``refine``) and how many generations were simulated (``fastpath.
+    share``); every such row is written here."""
     import dataclasses
 
     from rlhfsim.costs.model import CostModel
@@ -37,8 +38,9 @@ def run_shared(plan: Plan, todo: list, rows: dict, results, uncertainty: bool,
             continue
         groups.setdefault(fp.generation_key(setup), []).append((cfg, setup))
     work = _SharedWork(list(groups.values()), costs, model_errors(plan.profiles) if uncertainty else {})
-    done = 0
-    for group in _shared_results(work, workers):
+    done = generations = 0
+    for group, n in _shared_results(work, workers):
+        generations += n
         for index, metrics, reason in group:
             cfg = plan.configs[index]
             rows[index] = make_row(plan, cfg, metrics, reason, method=fp.FAST)
@@ -62,7 +64,7 @@ def run_shared(plan: Plan, todo: list, rows: dict, results, uncertainty: bool,
             else:
                 kept.append(cfg)
         rest = kept
-    return rest, done, written
+    return rest, done, written, generations
 
 
 def screen(cfgs: list, costs: dict, memos: dict) -> dict[int, float]:
@@ -88,20 +90,20 @@ def screen(cfgs: list, costs: dict, memos: dict) -> dict[int, float]:
         if fp.eligible(setup, cost) is None:
             groups.setdefault(fp.generation_key(setup), []).append((cfg, setup))
     out: dict[int, float] = {}
-    for members in groups.values():
-        cost = costs[members[0][0].gpu_type]
-        try:
-            with collector_paused():
-                gen = fp.simulate_generation(members[0][1], cost, memos)
-        except RlhfsimError:
-            continue
-        for cfg, setup in members:
-            times, _ = fp.steps(gen, setup, cost)
-            warm = min(setup.scenario.warmup_steps, len(times) - 1)
-            g = sum(gen.gen_s[warm:]) / len(times[warm:])
-            step = sum(times[warm:]) / len(times[warm:])
-            apart = setup.role_pool["rollout"] != setup.role_pool["actor"]
-            out[cfg.index] = max(g, step - g) if cfg.scenario.schedule.kind == "async" and apart else step
+    for group in groups.values():
+        cost = costs[group[0][0].gpu_type]
+        with collector_paused():
+            shared = list(fp.share(group, cost, memos))
+        for gen, members in shared:
+            if isinstance(gen, RlhfsimError):
+                continue
+            for cfg, setup in members:
+                times, _ = fp.steps(gen, setup, cost)
+                warm = min(setup.scenario.warmup_steps, len(times) - 1)
+                g = sum(gen.gen_s[warm:]) / len(times[warm:])
+                step = sum(times[warm:]) / len(times[warm:])
+                apart = setup.role_pool["rollout"] != setup.role_pool["actor"]
+                out[cfg.index] = max(g, step - g) if cfg.scenario.schedule.kind == "async" and apart else step
     return out
 
 
@@ -112,28 +114,31 @@ class _SharedWork:
         self.groups, self.costs, self.errors = groups, costs, errors
         self.memos: dict = {}   # phase prices by the rows trained, across this process's generations
 
-    def run(self, g: int) -> list[tuple[int, Optional[dict], str]]:
+    def run(self, g: int) -> tuple[list[tuple[int, Optional[dict], str]], int]:
+        """Group ``g``'s rows (index, metrics, why not) and how many generations were simulated for it."""
         from rlhfsim.plan import fastpath as fp
         from rlhfsim.sim.simulation import collector_paused
 
-        members = self.groups[g]
-        gpu = members[0][0].gpu_type
+        group = self.groups[g]
+        gpu = group[0][0].gpu_type
         cost = self.costs[gpu]
-        try:
-            with collector_paused():
-                gen = fp.simulate_generation(members[0][1], cost, self.memos)
-        except RlhfsimError as e:
-            return [(cfg.index, None, str(e)) for cfg, _ in members]
         err = self.errors.get(gpu)
-        out = []
-        for cfg, setup in members:
-            m = fp.metrics(gen, setup, cost)
-            if err is not None:
-                from rlhfsim.sim.uncertainty import point_interval
+        out, n = [], 0
+        with collector_paused():
+            shared = list(fp.share(group, cost, self.memos))
+        for gen, members in shared:
+            n += 1
+            if isinstance(gen, RlhfsimError):
+                out.extend((cfg.index, None, str(gen)) for cfg, _ in members)
+                continue
+            for cfg, setup in members:
+                m = fp.metrics(gen, setup, cost)
+                if err is not None:
+                    from rlhfsim.sim.uncertainty import point_interval
 
-                m["step_time_interval_s"] = point_interval(m, err)["step_time_s_interval"]
-            out.append((cfg.index, m, ""))
-        return out
+                    m["step_time_interval_s"] = point_interval(m, err)["step_time_s_interval"]
+                out.append((cfg.index, m, ""))
+        return out, n
 
 
 _WORK: Optional[_SharedWork] = None   # a forked worker's share of the fast path (set once per worker process)

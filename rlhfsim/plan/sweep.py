@@ -33,6 +33,7 @@ class Outcome:
     simulated: int      # distinct scenarios simulated by this run
     resumed: int        # configurations skipped because results.csv had them
     shared: int = 0     # a parallelism search's configurations priced on a shared generation (rlhfsim.plan.fastpath)
+    generations: int = 0   # the generations simulated for them (fastpath.share)
     compare: Optional[dict] = None   # a parallelism search: the base scenario's parallelism against the best, by term
 
     @property
@@ -76,11 +77,11 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
                 todo.append(cfg)
         resumed = len(rows)
         total, finished = len(todo), 0
-        shared = 0
+        shared = generations = 0
         if plan.search is not None:   # the fast path first; what it cannot take is simulated below
             from rlhfsim.plan.shared import run_shared
 
-            todo, shared, screened = run_shared(plan, todo, rows, results, uncertainty, workers)
+            todo, shared, screened, generations = run_shared(plan, todo, rows, results, uncertainty, workers)
             finished = shared + screened
         groups: dict[str, list] = {}
         for cfg in todo:
@@ -119,7 +120,8 @@ def run_plan(plan: Plan, *, backend: str = "local", workers: Optional[int] = Non
     if best is not None:
         best = {**best, "why": explain(best)}
     outcome = Outcome(plan=plan, out=out, rows=ordered, pareto=front, best=best,
-                      wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed, shared=shared)
+                      wall_s=time.perf_counter() - t0, simulated=len(tasks), resumed=resumed, shared=shared,
+                      generations=generations)
     if plan.search is not None:   # timed apart from the sweep: two more simulations, with their cost terms
         from rlhfsim.plan.compare import compare_with_base
 

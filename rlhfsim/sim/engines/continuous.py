@@ -36,6 +36,28 @@ A detached replica (no streaming, no stop: ``Engine.detached``) runs ``_run_deta
 the clock's bookkeeping written out in place, booking on a ``DeferredClock``. It is the hot path of a
 65,536-rollout step (one pass per admission); ``tests/unit/test_sim_detached.py`` holds it to the event
 loop, bit for bit.
+
+The KV capacity C enters a replica's generation at three decisions and nowhere else (``kv_cap`` and the ``limit``
+derived from it, C - floor(0.01 x C), are read only there), each the comparison of a demand with C or with the limit:
+
+1. admission (``_admit``, and ``plan``'s own first test of the head of the queue): a row is admitted into a non-empty
+   batch iff ``kv + need <= limit``; the demand is ``kv + need`` (the cache after admitting it, one token of room
+   per row); a refusal is a demand above the limit.
+2. preemption: with more than one live row, the newest is preempted iff ``kv_live + kv_pend + n_live > C``.
+3. the segment's length: ``n = min(n_next, max(room, 1))`` with ``room = (C - kv_live - kv_pend) // n_live`` and
+   ``n_next`` the decode steps to the next row's end; n is ``n_next`` whenever ``C >= kv_live + kv_pend + n_live x
+   n_next``, a demand that also covers decision 2 (``n_next >= 1``).
+
+Each engine records, over its replicas, the largest demand it met under the limit (``kv_need``: decision 1) and
+under C (``kv_room``: decisions 2 and 3), and a demand beyond them when the capacity decided anything (a refusal: a
+demand above the limit, at least the first one refused; a preemption: its demand above C; a segment cut by room: its
+demand above C). So ``kv_need <= limit(C)`` and ``kv_room <= C`` hold at the run's own capacity C exactly when no
+decision went the capacity's way: no refusal, no preemption, no segment cut short. Then at any capacity C' with
+``kv_need <= limit(C')`` and ``kv_room <= C'`` each decision, met in the same state, compares the same demand with a
+bound at least as large and comes out the same; by induction over the loop every state is the same, and so is the
+generation, bit for bit (``rlhfsim.plan.fastpath`` shares it across such capacities; the capacity's value enters
+nothing else: the decode and prefill prices read the tokens cached, not the room). The record costs one comparison
+per decision.
 """
 
 from __future__ import annotations
@@ -77,6 +99,16 @@ class ContinuousEngine(Engine):
         self.chunked = g.chunked_prefill
         self._step_memo: dict[tuple[int, int], tuple[float, float]] = {}
         self.piece_at: dict[int, float | None] = {}   # replica -> start of its busy time not recorded (None: idle)
+        # the largest demands compared with the limit and with the capacity, over every replica (module docstring)
+        self.kv_need = self.kv_room = 0
+
+    def run(self):
+        """Process: ``Engine.run``; then this step's capacity demands (``kv_need``, ``kv_room``) go to the simulation's
+        ``kv_demands`` list where it keeps one (``rlhfsim.plan.fastpath``; a plain simulation keeps none)."""
+        yield from super().run()
+        demands = getattr(self.sim, "kv_demands", None)
+        if demands is not None:
+            demands.append((self.kv_need, self.kv_room))
 
     def _tokens(self, r: Rollout, seen: set | None) -> int:
         """The tokens ``r``'s prefill computes: its prompt and what it generated before, less the prompt blocks a
@@ -160,22 +192,30 @@ class ContinuousEngine(Engine):
             r.kv_resident = True
         return [r for r in need if r.generated == 0]
 
-    @staticmethod
-    def _admit(queue, n_live: int, kv_live: int, limit: float, max_batch: int) -> list[Rollout]:
+    def _admit(self, queue, n_live: int, kv_live: int, limit: float, max_batch: int) -> list[Rollout]:
         """Pop the rows at the head of ``queue`` that fit: at most ``max_batch`` rows in all, and (unless
         the batch is empty) the cache after admission, counting one token of room per row, within
-        ``limit`` (the capacity less vLLM's watermark). Both clocks admit through this one rule."""
+        ``limit`` (the capacity less vLLM's watermark). Both clocks admit through this one rule. The demands it
+        tests rise row by row: the last one tested (a refusal, or the cache after the last row) goes to
+        ``kv_need``."""
         admitted: list[Rollout] = []
         kv = kv_live + n_live
+        tested = n_live > 0
         while queue and n_live + len(admitted) < max_batch:
             r = queue[0]
             need = r.prompt_len + r.generated + 1
-            if (n_live or admitted) and kv + need > limit:
-                break
+            if n_live or admitted:
+                tested = True
+                if kv + need > limit:
+                    if kv + need > self.kv_need:
+                        self.kv_need = kv + need
+                    return admitted
             queue.popleft()
             r.paused, r.step_budget_used = False, 0
             admitted.append(r)
             kv += need
+        if tested and admitted and kv > self.kv_need:
+            self.kv_need = kv
         return admitted
 
     def replica(self, idx: int):
@@ -308,6 +348,8 @@ class ContinuousEngine(Engine):
             n_live = len(live)
             if kv_live + kv_pend + n_live > cap and n_live > 1:
                 # Recompute preemption: the newest sequence gives up its cache and requeues.
+                if kv_live + kv_pend + n_live > self.kv_room:
+                    self.kv_room = kv_live + kv_pend + n_live
                 victim = live.pop(next(reversed(live)))
                 clock.release((victim,))
                 kv_live -= victim.prompt_len + victim.generated
@@ -321,7 +363,11 @@ class ContinuousEngine(Engine):
                 if feed.take_kick(idx) and queue:
                     continue   # rows arrived during a prefill: admit them before the next segment
             room = int((cap - kv_live - kv_pend) // n_live)
-            n = min(clock.heap[0][0] - clock.T, max(room, 1))
+            n = clock.heap[0][0] - clock.T
+            demand = kv_live + kv_pend + n_live * max(n, 1)   # room >= n, and no preemption (module docstring)
+            if demand > self.kv_room:
+                self.kv_room = demand
+            n = min(n, max(room, 1))
             chunk = 0
             if pending:   # a mixed segment: each step carries up to the budget less its decode tokens of prefill
                 per = max(self.budget_tokens - n_live, 1)
@@ -385,6 +431,7 @@ class ContinuousEngine(Engine):
         live: dict[int, Rollout] = {}  # admission order: preemption takes the newest
         heap: list = []
         T = kv_live = generated = 0
+        need_top = room_top = 0   # the largest demands met against the limit and the capacity (module docstring)
         while True:
             n_live = len(live)
             # _admit's own first test, asked here first: under KV pressure (65,536 rollouts) two passes in
@@ -395,10 +442,14 @@ class ContinuousEngine(Engine):
                     r = queue.popleft()
                     r.paused, r.step_budget_used = False, 0
                     admitted = [r]
+                    if kv_live + n_live + r.prompt_len + r.generated + 1 > need_top:
+                        need_top = kv_live + n_live + r.prompt_len + r.generated + 1
                 else:
                     admitted = self._admit(queue, n_live, kv_live, limit, max_batch)
             else:
                 admitted = ()
+                if need_top <= limit and queue and n_live and n_live < max_batch:   # the first refusal: the head does not fit
+                    need_top = kv_live + n_live + queue[0].prompt_len + queue[0].generated + 1
             if not n_live and not admitted:
                 break
             if admitted:
@@ -455,6 +506,8 @@ class ContinuousEngine(Engine):
                 n_live = len(live)
             if kv_live + n_live > cap and n_live > 1:
                 # Recompute preemption: the newest sequence gives up its cache and requeues.
+                if kv_live + n_live > room_top:
+                    room_top = kv_live + n_live
                 r = live.pop(next(reversed(live)))
                 d = T - r.clock_offset - r.generated
                 if d:
@@ -469,7 +522,9 @@ class ContinuousEngine(Engine):
                 self.preemptions += 1
                 continue
             room = (cap - kv_live) // n_live
-            n = heap[0][0] - T
+            n = heap[0][0] - T   # >= 1: every row in the heap ends or pauses after T
+            if kv_live + n * n_live > room_top:   # room >= n and no preemption (module docstring)
+                room_top = kv_live + n * n_live
             if room < n:
                 n = room if room > 1 else 1
             dur.append(SEGMENT)
@@ -501,6 +556,10 @@ class ContinuousEngine(Engine):
                     left.append(r)
         clock.T = T
         self.generated += generated
+        if need_top > self.kv_need:
+            self.kv_need = need_top
+        if room_top > self.kv_room:
+            self.kv_room = room_top
 
 
 def _touched(pending: list, tokens: int) -> int:
