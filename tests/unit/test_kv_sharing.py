@@ -85,7 +85,9 @@ def test_a_generation_covers_exactly_the_capacities_its_demands_allow(path, monk
         changed += not _same(gen, top)
         # a run the capacity constrained covers its own capacity only
         assert gen.covers(c) and not gen.covers(c + 1) and not gen.covers(10**7)
-    assert changed >= 2
+    # the bound is sufficient, not necessary: one token below it a refused admission can still land on the same step
+    # (the watermark case under today's prices), so only half the cache is sure to change the generation
+    assert changed >= 1
 
 
 def test_a_static_engine_records_no_demand():

@@ -23,6 +23,7 @@ import yaml
 
 from rlhfsim.costs.model import CostModel, with_stack_rate
 from rlhfsim.costs.profile import load_profile
+from rlhfsim.costs.terms import ENGINE_HOST, ENGINE_STEP, HOST_LAUNCH_BOUND, SAMPLING_TAIL
 from rlhfsim.errors import RlhfsimError
 from rlhfsim.hardware.catalog import get_gpu
 from rlhfsim.models.catalog import CATALOG
@@ -34,7 +35,7 @@ def load_points() -> list[dict]:
     return yaml.safe_load((HERE / "points.yaml").read_text())["points"]
 
 
-HOST_TERMS = ("engine_host", "engine_step", "sampling_tail", "host_launch_bound")   # the host's share of a decode step
+HOST_TERMS = (ENGINE_HOST, ENGINE_STEP, SAMPLING_TAIL, HOST_LAUNCH_BOUND)   # the host's share of a decode step
 
 
 def price(cost: CostModel, p: dict) -> tuple[float, float, dict[str, float]]:
