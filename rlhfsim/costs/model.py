@@ -58,6 +58,10 @@ from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 LINK_EFF = 0.7  # fraction of link bandwidth a ring all-reduce achieves
 LINK_LATENCY_S = 10e-6  # per all-reduce call
+# NeMo RL's refit buckets (nemo_rl/utils/packed_tensor.py get_target_packed_tensor_size): a share of the GPU's memory
+# (NRL_REFIT_BUFFER_MEMORY_RATIO's default), at most 5 GiB.
+REFIT_BUCKET_MEM_FRAC = 0.02
+REFIT_BUCKET_MAX_BYTES = 5 * 1024 ** 3
 # The most of a scorer call's time an actor can lose beside it (CostModel.corun_overlap): the measured
 # actors lost 0.56-0.95 of it (calibrate.fitting.assemble.handover_overlap); a line taken past the smallest of them
 # could reach 1, an actor that never moves while a call runs.
@@ -1125,6 +1129,47 @@ class CostModel:
         gather = (w * (n - 1) / n / self.link_bw(train_inter_node) + LINK_LATENCY_S) if n > 1 else 0.0
         load = 2 * w / max(engine_tp, 1) / (self.gpu.mem_bw * self.step["reshard_eff"])
         return {"gather_s": gather, "broadcast_s": self.pool_transfer_s(m, dtype, pools_inter_node), "load_s": load}
+
+    def packed_sync_parts(self, m: ModelShape, dtype: str, lay: "parallel.Layout | None", train_gpus: int,
+                          train_inter_node: bool, engine_tp: int, pools_inter_node: bool) -> dict[str, float]:
+        """Named parts (seconds) of NeMo RL's separate-pool refit (``execution.weight_sync.kind: nccl`` with
+        ``packed``; nemo_rl/algorithms/grpo.py refit_policy_generation, non-colocated branch). Every training rank runs
+        the Megatron-Bridge export, which makes each tensor whole on every training rank, and packs the tensors into
+        buckets (nemo_rl/utils/packed_tensor.py packed_broadcast_producer) broadcast by NCCL from global rank 0 over one
+        group of every training and generation rank; each vLLM rank unpacks a bucket and loads it
+        (packed_broadcast_consumer). Two buffers on two CUDA streams on each side: bucket i's broadcast runs while
+        bucket i + 1 is gathered and bucket i - 1 loaded, so the three stages form a pipeline of B buckets, and the
+        whole takes (B - 1) x the slowest stage's bucket + one bucket of each stage. The parts are each stage's share
+        of that critical path: the slowest stage whole, the other two one bucket (1 / B) of theirs.
+
+        * ``gather_s`` (per training GPU, the hops Megatron-Bridge's mappings run for each tensor, one after the
+          other): the owning pipeline stage broadcasts its shard to the other stages, (W_d / tp + W_e / (ep etp))
+          (pp - 1) / pp over the pool's link; the tensor-parallel all-gather, W_d (tp - 1) / tp, and the expert
+          tensor-parallel one, W_e / ep (etp - 1) / etp; the expert-parallel all-gather, W_e (ep - 1) / ep; each
+          over NVLink where its group sits in one NVLink domain, else the inter-node link. W_e: the routed experts'
+          bytes, W_d the rest. Without a Megatron layout, the FSDP gather of ``nccl_sync_parts``.
+        * ``broadcast_s``: one sender (rank 0) and a pipelined ring, every byte once over each link of the ring
+          (``pool_transfer_s``; the training ranks are in the group and receive it too, at no extra time).
+        * ``load_s``: as ``nccl_sync_parts``.
+        B = ceil(W / bucket), bucket = min(REFIT_BUCKET_MEM_FRAC x the GPU's memory, REFIT_BUCKET_MAX_BYTES)
+        (get_target_packed_tensor_size's defaults). The gather's and the broadcast's inter-node traffic are taken
+        not to slow each other (NCCL spreads the ring's channels over the node's NICs)."""
+        b = DTYPE_BYTES[dtype]
+        w = m.params("lm") * b
+        parts = self.nccl_sync_parts(m, dtype, train_gpus, train_inter_node, engine_tp, pools_inter_node)
+        if lay is not None:
+            w_e = m.moe_layers * m.num_experts * m.expert_params * b if m.is_moe else 0
+            w_d = w - w_e
+            etp = lay.etp or lay.tp
+            hops = (((w_d / lay.tp + w_e / (lay.ep * etp)) * (lay.pp - 1) / lay.pp, lay.spans_nodes),
+                    (w_d * (lay.tp - 1) / lay.tp, lay.inter_node(lay.tp)),
+                    (w_e / lay.ep * (etp - 1) / etp, lay.inter_node(etp)),
+                    (w_e * (lay.ep - 1) / lay.ep, lay.inter_node(lay.ep * etp)))
+            parts["gather_s"] = sum(n / self.link_bw(inter) + LINK_LATENCY_S for n, inter in hops if n > 0)
+        bucket = min(REFIT_BUCKET_MEM_FRAC * self.gpu.mem_bytes, REFIT_BUCKET_MAX_BYTES)
+        buckets = max(math.ceil(w / bucket), 1)
+        slowest = max(parts, key=parts.get)
+        return {k: v if k == slowest else v / buckets for k, v in parts.items()}
 
     @staticmethod
     def rule_reward_s(n_rows: int, cpu_s_per_sample: float, workers: int) -> float:

@@ -220,7 +220,8 @@ POOL_WEIGHT_TRANSFER = _row(
     "`copy`, each engine rank's tensor-parallel shard over the link; `nccl` (verl's one_step_off and fully_async "
     "recipes), every tensor whole, broadcast from the actor's rank 0 to every rank of both pools over NVLink where "
     "the two pools sit in one node, else over the inter-node link; serial with both pools (neither recipe overlaps "
-    "it with generation)", "execution.weight_sync.kind; placement pools; the GPU's intra_node_bw / inter_node_bw",
+    "it with generation); `nccl` with `packed` (NeMo RL's refit), the same broadcast in buckets, pipelined with the "
+    "gather and the load (CostModel.packed_sync_parts)", "execution.weight_sync.kind; placement pools; the GPU's intra_node_bw / inter_node_bw",
     "any", "hardware catalog link bandwidths (bytes = parameters x dtype bytes, counted from the shape)",
     "rlhfsim.costs.model.CostModel.pool_transfer_s")
 ADVANTAGE = _row(

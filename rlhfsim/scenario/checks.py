@@ -356,6 +356,9 @@ def build_setup(sc: Scenario) -> Setup:
     if sc.execution.weight_sync.kind == "nccl" and role_pool["rollout"] == role_pool["actor"]:
         raise ScenarioError("execution.weight_sync.kind", "expected copy or reshard where generation shares the actor's "
                             "pool (nccl broadcasts to a generation pool of its own), got nccl")
+    if sc.execution.weight_sync.packed and sc.execution.weight_sync.kind != "nccl":
+        raise ScenarioError("execution.weight_sync.packed", "expected kind nccl with packed (the bucketed broadcast to "
+                            f"a generation pool of its own), got kind {sc.execution.weight_sync.kind}")
     if sc.execution.offload.megatron_swap:   # NeMo RL's colocated step with a Megatron worker (rlhfsim.costs.hostswap)
         if role_pool["rollout"] != role_pool["actor"]:
             raise ScenarioError("execution.offload.megatron_swap", "expected generation on the actor's pool (NeMo RL "

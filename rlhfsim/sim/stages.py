@@ -397,9 +397,14 @@ def weight_sync_parts(sim) -> dict[str, float]:
     s = sim.setup
     a, r = s.pool_of("actor"), s.pool_of("rollout")
     model, dtype = s.shapes["actor"], s.dtypes["actor"]
-    if s.scenario.execution.weight_sync.kind == "nccl":
-        parts = sim.cost.nccl_sync_parts(model, dtype, a.gpus, a.spans_nodes, s.tp["rollout"],
-                                         pools_span_nodes(a, r, s.gpu.link_domain(s.scenario.cluster.gpus_per_node)))
+    ws = s.scenario.execution.weight_sync
+    if ws.kind == "nccl":
+        across = pools_span_nodes(a, r, s.gpu.link_domain(s.scenario.cluster.gpus_per_node))
+        if ws.packed:
+            parts = sim.cost.packed_sync_parts(model, dtype, parallel.layout_of(s, "actor"), a.gpus, a.spans_nodes,
+                                               s.tp["rollout"], across)
+        else:
+            parts = sim.cost.nccl_sync_parts(model, dtype, a.gpus, a.spans_nodes, s.tp["rollout"], across)
     else:
         kv_bytes = s.kv_capacity_tokens * model.kv_bytes_per_token(dtype) / s.tp["rollout"]
         parts = sim.cost.reshard_parts(model, dtype, a.gpus, s.tp["rollout"], kv_bytes, a is r,

@@ -88,7 +88,7 @@ def scenario(row: dict, prompt_mean: int) -> dict:
         "execution": {"sharding": "none", "old_log_prob": True, "micro_batch": micro,
                       "gradient_checkpointing": bool(row["act_ckpt"]),
                       "megatron": {"actor": lay, "reference": lay},
-                      "weight_sync": {"kind": "nccl" if off else "reshard"}},
+                      "weight_sync": {"kind": "nccl", "packed": True} if off else {"kind": "reshard"}},
     }
     if not off:   # A9: NeMo RL's colocated step (vLLM sleep level 1 and wake; the Megatron worker's host swap)
         sc["execution"]["weight_sync"]["engine_sleep"] = True
