@@ -287,7 +287,7 @@ class Expansion:
             upd["placement"] = Colocated(tp=tpb)
             ws = p.weight_sync if isinstance(p, SharedPool) else None
             kind = ws or ("reshard" if b.execution.weight_sync.kind == "nccl" else b.execution.weight_sync.kind)
-            ex_update["weight_sync"] = b.execution.weight_sync.model_copy(update={"kind": kind})
+            ex_update["weight_sync"] = b.execution.weight_sync.model_copy(update={"kind": kind, "packed": False})
             sched = p.schedule if isinstance(p, SharedPool) else None
             if sched is not None:
                 upd["schedule"] = sched
@@ -298,7 +298,9 @@ class Expansion:
                            (r == "reward" and b.models.reward.kind == "model")]
             upd["placement"] = CustomPlacement(pools=[Pool(name="train", gpus=self.total - p.generation_gpus, roles=train_roles),
                                                       Pool(name="rollout", gpus=p.generation_gpus, roles=["rollout"])], tp=tpb)
-            ex_update["weight_sync"] = b.execution.weight_sync.model_copy(update={"kind": p.weight_sync})
+            # packed is the bucketed form of nccl only (scenario check); a searched copy drops it
+            ex_update["weight_sync"] = b.execution.weight_sync.model_copy(
+                update={"kind": p.weight_sync, "packed": b.execution.weight_sync.packed and p.weight_sync == "nccl"})
             if p.schedule is not None:
                 upd["schedule"] = p.schedule
         upd["execution"] = b.execution.model_copy(update=ex_update)

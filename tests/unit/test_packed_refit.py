@@ -92,3 +92,28 @@ def test_packed_needs_nccl():
     with pytest.raises(ScenarioError) as e:
         build_setup(load_scenario(_pools(True, kind="copy")))
     assert e.value.path == "execution.weight_sync.packed"
+
+
+def test_a_plan_searching_shared_pools_drops_packed(tmp_path):
+    """The search's colocated and copy placements leave nccl, so they leave its bucketed form too (a scenario with
+    packed and another kind is refused)."""
+    import yaml
+
+    from rlhfsim.plan import load_plan
+    from test_parallel_search import BASE
+
+    base = {**BASE, "placement": {"kind": "pools", "tp": {"actor": 1, "reference": 1, "rollout": 2}, "pools": [
+        {"name": "train", "gpus": 8, "roles": ["actor", "reference"]}, {"name": "gen", "gpus": 8, "roles": ["rollout"]}]},
+        "execution": {**BASE["execution"], "weight_sync": {"kind": "nccl", "packed": True}}}
+    p = tmp_path / "plan.yaml"
+    p.write_text(yaml.safe_dump({"base": base, "search": {"parallelism": {
+        "actor": {"ep": [8]}, "pools": ["colocated", {"generation_gpus": 8, "weight_sync": "copy"},
+                                         {"generation_gpus": 8, "weight_sync": "nccl"}]}}}, sort_keys=False))
+    plan = load_plan(p)
+    seen = []
+    for c in plan.configs:
+        ws = c.scenario.execution.weight_sync
+        build_setup(c.scenario)
+        seen.append((c.values["pools"], ws.kind, ws.packed))
+    assert sorted(seen) == [("base", "nccl", True), ("colocated", "reshard", False), ("split 8 gen", "copy", False),
+                            ("split 8 gen", "nccl", True)], seen
