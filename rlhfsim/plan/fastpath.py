@@ -203,13 +203,7 @@ def forward_s(cost, s: Setup, role: str, rows: list, cache: dict | None = None, 
     if not rows:
         return 0.0
     pool = s.pool_of(role)
-    tp = s.tp[role]
-    n_rep = max(pool.gpus // tp, 1)
-    sp = ex.sp_of(s, role)
-    n_rep = max(n_rep // sp, 1)
-    lay = parallel.layout_of(s, role)
-    if lay is not None:
-        n_rep = lay.dp
+    tp, _, sp, n_rep, lay = ex.data_ranks(s, role)
     size, budget, packed = ex.forward_cuts(s, sp if lay is None else lay.cp, role)
     pad_len = None if packed else ex.pad_length(s)
     per_call_s = price.piece_s(cost, False)
@@ -246,13 +240,7 @@ def train_s(cost, s: Setup, role: str, rows: list, perms: list[np.ndarray], cach
     cache = {} if cache is None else cache
     alg = s.scenario.algorithm
     pool = s.pool_of(role)
-    tp = s.tp[role]
-    dp = max(pool.gpus // tp, 1)
-    sp = ex.sp_of(s, role)
-    ranks = max(dp // sp, 1)
-    lay = parallel.layout_of(s, role)
-    if lay is not None:
-        dp = ranks = lay.dp
+    tp, dp, sp, ranks, lay = ex.data_ranks(s, role)
     size, budget, packed = ex.train_cuts(s, sp if lay is None else lay.cp, role)
     pad_len = None if packed else ex.pad_length(s)
     per_call_s = price.piece_s(cost, True)
@@ -315,9 +303,11 @@ def weight_sync_s(cost, s: Setup) -> float:
 
 
 def _layout_key(s: Setup, role: str) -> tuple:
+    """What a role's phase price depends on beyond its rows: its TP, pool and the whole Megatron block (every degree,
+    etp and the stage split, so that no two layouts share a price by accident)."""
     pool = s.pool_of(role)
     meg = getattr(s.scenario.execution.megatron, role) if role in ("actor", "critic", "reference") else None
-    return (role, s.tp[role], pool.gpus, pool.spans_nodes, None if meg is None else (meg.pp, meg.vpp, meg.cp, meg.ep))
+    return (role, s.tp[role], pool.gpus, pool.spans_nodes, None if meg is None else tuple(meg.model_dump().items()))
 
 
 def steps(gen: Generation, s: Setup, cost) -> tuple[list[float], dict[str, list[float]]]:

@@ -6,6 +6,7 @@ Equations: docs/cost-model.md, "A step as verl and OpenRLHF run it"."""
 from __future__ import annotations
 
 from rlhfsim.contracts import SEQUENCE_PARALLEL
+from rlhfsim.costs import parallel
 from rlhfsim.costs.stepcosts import OPTIMIZER_STATE_BYTES
 from rlhfsim.models.catalog import DTYPE_BYTES
 
@@ -13,6 +14,20 @@ from rlhfsim.models.catalog import DTYPE_BYTES
 def sp_of(s, role: str) -> int:
     """Ulysses group size of ``role`` (1 for the reward model and the generation engine)."""
     return s.scenario.execution.ulysses_sequence_parallel_size if role in SEQUENCE_PARALLEL else 1
+
+
+def data_ranks(s, role: str) -> tuple:
+    """(tp, dp, sp, ranks, lay) of ``role`` on its pool: its TP degree, its data-parallel replicas (pool GPUs / tp), its
+    Ulysses group, the ranks that take different rows (a Ulysses group shares them) and its Megatron layout (None:
+    none); under Megatron's layout a pipeline of tp x pp x cp GPUs is one rank and one replica (``Layout.dp``). One
+    rule for the simulator's passes (``stages``) and the planner's fast path (``rlhfsim.plan.fastpath``)."""
+    tp = s.tp[role]
+    sp = sp_of(s, role)
+    lay = parallel.layout_of(s, role)
+    if lay is not None:
+        return tp, lay.dp, sp, lay.dp, lay
+    dp = max(s.pool_of(role).gpus // tp, 1)
+    return tp, dp, sp, max(dp // sp, 1), None
 
 
 def framework_calls(s) -> bool:

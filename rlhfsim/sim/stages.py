@@ -102,12 +102,9 @@ def forward_pass(env, sim, step: int, role: str, rows: list[Rollout], phase: str
     s = sim.setup
     if role == "reward" and s.reward_max_tokens is not None:  # the framework truncates to the encoder's positions
         rows = truncated(rows, s.reward_max_tokens)
-    n_rep, tp = _replicas(sim, role)
-    sp = ex.sp_of(s, role)
-    n_rep, width = max(n_rep // sp, 1), tp * sp  # a Ulysses group of sp x TP GPUs per replica
-    lay = parallel.layout_of(s, role)   # Megatron's pp, cp, ep (None: none; rlhfsim.costs.parallel)
-    if lay is not None:   # a pipeline of tp x pp x cp GPUs per replica; token budgets cover a cp group
-        n_rep, width = lay.dp, tp * lay.pp * lay.cp
+    tp, _, sp, n_rep, lay = ex.data_ranks(s, role)   # lay: Megatron's pp, cp, ep (None: none; rlhfsim.costs.parallel)
+    # a Ulysses group of sp x TP GPUs per replica, or a pipeline of tp x pp x cp GPUs; token budgets cover a cp group
+    width = tp * sp if lay is None else tp * lay.pp * lay.cp
     pool = s.pool_of(role)
     size, budget, packed = ex.forward_cuts(s, sp if lay is None else lay.cp, role)
     pad_len = None if packed else ex.pad_length(s)
@@ -232,13 +229,9 @@ def train(env, sim, step: int, role: str, rows: list[Rollout]):
     s = sim.setup
     alg = s.scenario.algorithm
     pool = s.pool_of(role)
-    tp = s.tp[role]
-    dp = max(pool.gpus // tp, 1)
-    sp = ex.sp_of(s, role)
-    ranks = max(dp // sp, 1)  # data-parallel ranks that take different rows (a Ulysses group shares them)
-    lay = parallel.layout_of(s, role)   # Megatron's pp, cp, ep (None: none; rlhfsim.costs.parallel)
-    if lay is not None:   # a pipeline of pp stages (and its cp group) is one rank; token budgets cover a cp group
-        dp = ranks = lay.dp
+    # ranks: data-parallel ranks that take different rows (a Ulysses group shares them; a Megatron pipeline of pp
+    # stages and its cp group is one rank, its token budgets cover the cp group)
+    tp, dp, sp, ranks, lay = ex.data_ranks(s, role)
     phase = "actor_train" if role == "actor" else "critic_train"
     size, budget, packed = ex.train_cuts(s, sp if lay is None else lay.cp, role)
     pad_len = None if packed else ex.pad_length(s)
