@@ -767,7 +767,7 @@ class CostModel:
                 op: str = "prefill", runtime: str | None = None, head: str = "value", all_logits: bool = False,
                 gen_runtime: str | None = None, attn_pairs: float | None = None, sp: int = 1,
                 gen_logprobs: bool = False, head_s_per_logit: float | None = None, ulysses: bool = True,
-                tp_inter_node: bool = False, par: genparallel.GenLayout | None = None) -> Price:
+                tp_inter_node: bool = False, par: genparallel.GenLayout | None = None, a2a: bool = True) -> Price:
         """A forward pass over ``n_tokens`` new tokens in ``n_seqs`` sequences (generation prefill,
         scoring, reference/critic passes), attending also to ``cached_tokens`` cached tokens. With an LM
         head, the logits of each sequence's last token (a generation prefill) or, with ``all_logits``, of
@@ -779,7 +779,9 @@ class CostModel:
         ``head_s_per_logit``: a log-prob pass's head priced after the roofline at this many seconds per logit
         instead of the profile's measured tail (``framework_call``); ``ulysses`` False: ``sp`` is Megatron's context
         parallelism (no all-to-alls); ``tp_inter_node``: the TP group spans NVLink domains (a generation engine's prefill
-        beyond a node), its all-reduces the term tp_inter_node, out of kernels.
+        beyond a node), its all-reduces the term tp_inter_node, out of kernels; ``par``: one GPU of an expert-parallel
+        engine, its tokens' all-to-alls the term gen_ep_alltoall (``a2a`` False: the price without them, as the MoE
+        effects' split of the rest prices it).
 
         The active share is the roofline's kernels (``roofline``); the terms are kernels and op_overhead
         and, on a CPU, the host effects priced inside them (``CpuHostEffects.forward_effects``). ``n_tokens`` may
@@ -801,16 +803,18 @@ class CostModel:
         if self.cpu is None:
             price = Price(total, active)
             if moe.priced(m):   # the router and expert imbalance split out of kernels (rlhfsim.costs.moe)
-                price = Price(total, active, partial(with_effects, total, active, moe.effects, self.forward, m, dtype,
+                # (the router and imbalance of the forward less its all-to-alls, which are a term of their own below)
+                price = Price(total, active, partial(with_effects, total, active, moe.effects,
+                                                     partial(self.forward, a2a=False), m, dtype,
                                                      n_tokens, n_seqs, tp, cached_tokens, op, runtime, head, all_logits,
                                                      gen_runtime, attn_pairs, sp, gen_logprobs, head_s_per_logit,
                                                      ulysses, tp_inter_node, par))
             if tp_inter_node and tp > 1:   # the all-reduces across nodes out of kernels, a term of their own
                 comm = self._tp_comm_s(m, dtype, n_tokens / sp, tp, inter_node=True, calls=k.allreduces)
                 price = Price(total, active, partial(moved, price, KERNELS, TP_INTER_NODE, comm))
-            if par is not None:   # an expert-parallel engine's prefill: its tokens' all-to-alls (genparallel)
-                a2a = genparallel.alltoall_s(self, m, dtype, n_tokens, par)
-                return price.add(GEN_EP_ALLTOALL, a2a, a2a)
+            if par is not None and a2a:   # an expert-parallel engine's prefill: its tokens' all-to-alls (genparallel)
+                sent = genparallel.alltoall_s(self, m, dtype, n_tokens, par)
+                return price.add(GEN_EP_ALLTOALL, sent, sent)
             return price
         if logprob and self.cpu.page_faults:
             # a log-prob pass's logits-sized tensors, faulted in when above the allocator's threshold

@@ -611,9 +611,11 @@ def _rollout_parallel(cfg: dict, tp: int, name: str, a: list[str]) -> dict:
         v = cfg.get(f"{AR}.{key}", default)
         return None if v is None or str(v).lower() in ("null", "none", "~") else v
 
-    ep, dp = int(opt("rollout.expert_parallel_size", 1)), int(opt("rollout.data_parallel_size", 1))
-    if ep < 1 or dp < 1:
-        raise ImportError_(f"{AR}.rollout.expert_parallel_size: expected EP and DP >= 1, got ep {ep}, dp {dp}")
+    def whole(key, default: int, lo: int = 1) -> int:   # a whole number >= lo, else the launch's one-line error
+        v = opt(key)
+        return default if v is None else _int({f"{AR}.{key}": v}, f"{AR}.{key}", lo)
+
+    ep, dp = whole("rollout.expert_parallel_size", 1), whole("rollout.data_parallel_size", 1)
     if ep <= 1:
         if dp > 1:
             a.append(f"rollout.data_parallel_size={dp} without expert parallelism: each DP rank a replica of its own "
@@ -635,10 +637,10 @@ def _rollout_parallel(cfg: dict, tp: int, name: str, a: list[str]) -> dict:
                      "taken as on (the experts span the DP ranks only with it)")
         a.append(f"rollout EP {ep} = TP {tp} x DP {dp}: {dp} data-parallel attention ranks per engine, each a replica "
                  "with its own batch and KV cache, stepping together through the expert all-to-alls")
-    redundant = opt("rollout.engine_kwargs.sglang.ep_num_redundant_experts") if name.startswith("sglang") else \
-        opt("rollout.engine_kwargs.vllm.num_redundant_experts")
-    if redundant is not None and int(redundant) > 0:
-        out["redundant_experts"] = int(redundant)
+    redundant = whole("rollout.engine_kwargs.sglang.ep_num_redundant_experts" if name.startswith("sglang") else
+                      "rollout.engine_kwargs.vllm.num_redundant_experts", 0, lo=0)
+    if redundant > 0:
+        out["redundant_experts"] = redundant
     tbo = opt("rollout.engine_kwargs.sglang.enable_two_batch_overlap") if name.startswith("sglang") else \
         opt("rollout.engine_kwargs.vllm.enable_dbo")
     if tbo is not None and str(tbo).lower() == "true":

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlhfsim.costs import parallel, price
+from rlhfsim.costs.hostswap import host_swap_s
 from rlhfsim.costs.genruntimes import SHARES_TRAINING_WEIGHTS
 from rlhfsim.scenario.checks import Setup
 from rlhfsim.sim import execution as ex
@@ -153,7 +154,7 @@ def simulate_generation(setup: Setup, cost, memos: dict | None = None) -> Genera
     perms = [[rng.permutation(len(rs)) for _ in trained for _ in range(sc.algorithm.ppo_epochs)] if rs else []
              for rs in rows]
     rows_key = tuple(tuple((r.id, r.prompt_len, r.response_len) for r in rs) for rs in rows)
-    memo = {} if memos is None else memos.setdefault(hash(rows_key), {})
+    memo = {} if memos is None else memos.setdefault(rows_key, {})
     need = max((d[0] for d in sim.kv_demands), default=0)
     room = max((d[1] for d in sim.kv_demands), default=0)
     return Generation([r.step_time_s for r in recs], [r.generated_tokens for r in recs], rows, perms, memo,
@@ -299,7 +300,8 @@ def weight_sync_s(cost, s: Setup) -> float:
     if s.scenario.execution.weight_sync.kind in ("reshard", "nccl"):
         return sum(weight_sync_parts(_Ctx(s, cost)).values())
     return cost.weight_sync_s(s.shapes["actor"], s.dtypes["actor"], s.tp["rollout"], a.spans_nodes or r.spans_nodes,
-                              same_pool=a is r, shares_weights=s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS)
+                              same_pool=a is r, shares_weights=s.scenario.generation.resolved_runtime in SHARES_TRAINING_WEIGHTS
+                              ) + host_swap_s(_Ctx(s, cost))
 
 
 def _layout_key(s: Setup, role: str) -> tuple:

@@ -354,8 +354,8 @@ def weight_sync(env, sim, step: int, feed=None, in_flight: bool = False):
         active = t  # a device-memory copy or a link transfer: the device works throughout
         cross = 0.0 if a is r else t
         off = ex.offload_s(sim, "actor", "sync")
-        swap = 0.0
-        t += off
+        swap = host_swap_s(sim)   # NeMo RL's host swap whatever the update's kind (0 unless offload.megatron_swap)
+        t += off + swap
     if feed is not None:
         feed.pause()
         if not in_flight:

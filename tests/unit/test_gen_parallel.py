@@ -247,3 +247,36 @@ def test_verls_ep_must_equal_tp_times_dp():
         _import_verl(LAUNCH + "actor_rollout_ref.rollout.expert_parallel_size=8")
     assert str(e.value).startswith("actor_rollout_ref.rollout.expert_parallel_size: expected tensor_model_parallel_size"
                                    " x data_parallel_size (2 x 1 = 2")
+
+
+@pytest.mark.parametrize("setting", ["actor_rollout_ref.rollout.expert_parallel_size=abc",
+                                     "actor_rollout_ref.rollout.data_parallel_size=0",
+                                     "+actor_rollout_ref.rollout.engine_kwargs.vllm.num_redundant_experts=x"])
+def test_a_rollout_degree_that_is_not_a_whole_number_is_a_one_line_error(setting):
+    from rlhfsim.importers.common import ImportError_
+    extra = "actor_rollout_ref.rollout.expert_parallel_size=2 " if "redundant" in setting else ""
+    with pytest.raises(ImportError_) as e:
+        _import_verl(LAUNCH + extra + setting)
+    key = setting.lstrip("+").split("=")[0]
+    assert str(e.value).startswith(f"{key}: expected a whole number") and "\n" not in str(e.value)
+
+
+def test_an_expert_parallel_prefills_imbalance_holds_none_of_its_all_to_all():
+    """The all-to-alls are gen_ep_alltoall's alone: the router and expert_imbalance of an expert-parallel prefill are
+    those of the same forward without them (its own experts' bytes), and kernels keeps the rest."""
+    cost = CostModel.load(H100, "default")
+    lay = _lay(tp=2, ep=8)
+    ep = cost.forward(QWEN, "bfloat16", 4096, 8, 2, op="prefill", head="lm", gen_runtime="vllm", par=lay).terms()
+    bare = cost.forward(QWEN, "bfloat16", 4096, 8, 2, op="prefill", head="lm", gen_runtime="vllm", par=lay,
+                        a2a=False).terms()
+    from rlhfsim.costs.moe import without_imbalance
+
+    def total(m):   # the forward's price without its all-to-alls
+        return cost.forward(m, "bfloat16", 4096, 8, 2, op="prefill", head="lm", gen_runtime="vllm", par=lay,
+                            a2a=False).total_s
+    # the imbalance is the forward's own (the busiest GPU's all-to-all bytes are gen_ep_alltoall's, not counted twice)
+    assert ep[T.EXPERT_IMBALANCE] == pytest.approx(total(QWEN) - total(without_imbalance(QWEN)), rel=1e-9)
+    assert ep[T.EXPERT_IMBALANCE] == pytest.approx(bare[T.EXPERT_IMBALANCE], rel=1e-12)
+    assert ep[T.ROUTER] == pytest.approx(bare[T.ROUTER], rel=1e-12)
+    assert ep[T.KERNELS] == pytest.approx(bare[T.KERNELS], rel=1e-12)
+    assert ep[T.GEN_EP_ALLTOALL] == pytest.approx(G.alltoall_s(cost, QWEN, "bfloat16", 4096, lay), rel=1e-12)

@@ -87,3 +87,16 @@ def test_only_a_colocated_megatron_step_swaps():
     with pytest.raises(ScenarioError) as e:
         _load(pools, "execution.weight_sync.kind=nccl", "execution.offload.megatron_swap=true")
     assert str(e.value).startswith("execution.offload.megatron_swap: expected generation on the actor's pool")
+
+
+@pytest.mark.parametrize("kind", ["copy", "reshard"])
+def test_the_swap_is_paid_whatever_the_updates_kind(kind):
+    """The host swap is the Megatron worker's, not the update's: a plain device copy (kind copy) pays it as reshard does."""
+    on = explain(_load(f"execution.weight_sync.kind={kind}", "execution.offload.megatron_swap=true"), steps=2)
+    off = explain(_load(f"execution.weight_sync.kind={kind}"), steps=2)
+    swap = on["phases"]["weight_sync"]["terms_s"][T.HOST_SWAP]
+    assert swap > 0
+    grow = on["phases"]["weight_sync"]["span_s"] - off["phases"]["weight_sync"]["span_s"]
+    assert grow == pytest.approx(swap, rel=1e-9)
+    assert sum(on["phases"]["weight_sync"]["terms_s"].values()) == pytest.approx(on["phases"]["weight_sync"]["span_s"],
+                                                                                rel=1e-9)
