@@ -24,6 +24,7 @@ REPORTS = [
     {"id": "verl#2935", "url": "https://github.com/verl-project/verl/issues/2935",
      "model": "qwen3-30b-a3b", "gpu": "a100-80gb", "gpus": 32, "layout": (4, 1, 1, 1, 32), "tokens": 32_000,
      "checkpointing": False,
+     "etp": 1,
      "given": "Qwen3-30B-A3B GRPO, 4 x 8 A100 80 GB, TP 4, EP 32 (expert TP 1), PP 1, CP 1, 'sequence length 32,000', "
               "param/grad/optimizer offload on",
      "guessed": "one micro-batch of 32,000 tokens (dynamic batch size at the sequence length); activation "
@@ -53,7 +54,7 @@ def published() -> tuple[int, list[str]]:
         train = sc.cluster.nodes * sc.cluster.gpus_per_node
         if pl.kind == "pools":
             train = next(p.gpus for p in pl.pools if "actor" in p.roles)
-        lay = mem.RankLayout(pl.tp.actor, a.pp, a.vpp, a.cp, a.ep, train)
+        lay = mem.RankLayout(pl.tp.actor, a.pp, a.vpp, a.cp, a.ep, train, a.etp, a.first_stage_layers, a.last_stage_layers)
         tokens = (mb.ppo_max_token_len_per_gpu * a.cp if mb.use_dynamic_bsz else
                   (mb.ppo_micro_batch_size_per_gpu or 1) * (sc.workload.max_prompt_tokens + sc.workload.max_response_tokens))
         est = mem.training_rank(m, sc.models.actor.dtype, lay, tokens, sc.execution.gradient_checkpointing)
@@ -70,7 +71,7 @@ def main() -> int:
         m = load_model(r["model"], "model", None)
         gpu = get_gpu(r["gpu"])
         tp, pp, vpp, cp, ep = r["layout"]
-        lay = mem.RankLayout(tp, pp, vpp, cp, ep, r["gpus"])
+        lay = mem.RankLayout(tp, pp, vpp, cp, ep, r["gpus"], r.get("etp"))
         est = mem.training_rank(m, "bfloat16", lay, r["tokens"], r["checkpointing"])
         verdict = "would prune it (agrees: OOM)" if est.total > gpu.mem_bytes else "would keep it (MISS: it ran out)"
         print(f"{r['id']} ({r['url']})\n  given: {r['given']}\n  guessed: {r['guessed']}\n"

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlhfsim.costs.parallel import stage_layers
 from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
 GIB = 2**30
@@ -67,6 +68,9 @@ class RankLayout:
     cp: int
     ep: int
     pool_gpus: int
+    etp: int | None = None     # expert tensor parallelism (None: tp, Megatron's default)
+    first: int | None = None   # an uneven pipeline's first and last stages' decoder layers (None: an even split)
+    last: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,15 @@ class RankMemory:
 
 
 def shard_params(m: ModelShape, lay: RankLayout) -> float:
-    """Parameters one GPU holds: the dense part over tp x pp, the routed experts over tp x ep x pp."""
+    """Parameters one GPU holds: the dense part over tp, the routed experts over etp x ep (etp None: tp), and of them
+    the largest pipeline stage's share (1/pp of the layers, or an uneven pipeline's largest stage:
+    ``parallel.stage_layers``)."""
     total = m.params("lm")
     routed = m.moe_layers * m.num_experts * m.expert_params if m.is_moe else 0
-    return ((total - routed) / lay.tp + routed / (lay.tp * lay.ep)) / lay.pp
+    per_gpu = (total - routed) / lay.tp + routed / ((lay.tp if lay.etp is None else lay.etp) * lay.ep)
+    if lay.pp > 1 and (lay.first is not None or lay.last is not None):
+        return per_gpu * max(stage_layers(m.layers, lay.pp, lay.first, lay.last)) / m.layers
+    return per_gpu / lay.pp
 
 
 def tokens_per_token_mlp(m: ModelShape) -> float:

@@ -330,7 +330,8 @@ class Expansion:
             if role not in lays:
                 continue
             tp, pp, vpp, cp, ep = lays[role]
-            lay = mem.RankLayout(tp, pp, vpp, cp, ep, train_gpus)
+            blk = getattr(sc.execution.megatron, role)   # the candidate's block: the base's etp and stage split kept
+            lay = mem.RankLayout(tp, pp, vpp, cp, ep, train_gpus, blk.etp, blk.first_stage_layers, blk.last_stage_layers)
             if mb.use_dynamic_bsz:
                 tokens = (mb.critic_ppo_max_token_len_per_gpu if role == "critic" and mb.critic_ppo_max_token_len_per_gpu
                           else mb.ppo_max_token_len_per_gpu) * cp

@@ -263,3 +263,16 @@ def test_an_uneven_pipeline_with_expert_tensor_parallelism_keeps_its_split_and_i
     assert r["step_time_s"] == pytest.approx(simulate(c.scenario, cost=cost).summary["step_time_s"], rel=1e-12)
     c, r = deeper[0]
     assert r["step_time_s"] == pytest.approx(simulate(c.scenario, cost=cost).summary["step_time_s"], rel=1e-9)
+
+
+def test_memory_shards_the_experts_over_etp_and_holds_an_uneven_pipelines_largest_stage():
+    m = load_model("qwen3-30b-a3b", "m", None)
+    routed = m.moe_layers * m.num_experts * m.expert_params
+    dense = m.params("lm") - routed
+    # etp 1 under tp 4: a GPU holds 1/8 of the experts whole, not 1/32 (Megatron's MoE parallel folding)
+    assert mem.shard_params(m, mem.RankLayout(4, 1, 1, 1, 8, 32, etp=1)) == pytest.approx(dense / 4 + routed / 8, rel=1e-12)
+    assert mem.shard_params(m, mem.RankLayout(4, 1, 1, 1, 8, 32)) == pytest.approx(dense / 4 + routed / 32, rel=1e-12)
+    # 48 layers over pp 2 as 20 + 28: the largest stage's 28/48 of the GPU's share, not half
+    even = mem.shard_params(m, mem.RankLayout(1, 1, 1, 1, 8, 32))
+    assert mem.shard_params(m, mem.RankLayout(1, 2, 1, 1, 8, 32, first=20, last=28)) == pytest.approx(even * 28 / 48,
+                                                                                                      rel=1e-12)
