@@ -165,6 +165,6 @@ def call_s(cost, tokens, top_k: int, hidden: int, elem_bytes: float, lay: GenLay
 
 def engine_weight_bytes(m: ModelShape, bytes_per_weight: int, lay: GenLayout) -> float:
     """The engine's weights on one GPU: 1/t of the dense weights and (E + R) / ep whole routed experts."""
-    routed = m.moe_layers * m.num_experts * m.expert_params if m.is_moe else 0
+    routed = m.routed_params
     return (m.params("lm") - routed) * bytes_per_weight / lay.tp + \
         routed * bytes_per_weight * ((m.num_experts + lay.redundant) / (m.num_experts * lay.ep) if routed else 0.0)

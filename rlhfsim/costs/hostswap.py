@@ -49,7 +49,7 @@ def rank_weight_bytes(shape, dtype: str, tp: int, lay, head: str = "lm") -> floa
     bpp = DTYPE_BYTES[dtype]
     b = shape.params(head) * bpp / tp
     if lay.ep > 1 and shape.is_moe:
-        routed = shape.moe_layers * shape.num_experts * shape.expert_params
+        routed = shape.routed_params
         b -= routed * bpp / tp * (1 - 1 / lay.ep)
         if lay.etp is not None:
             b += routed * bpp / lay.ep * (1 / lay.etp - 1 / tp)

@@ -1086,7 +1086,7 @@ class CostModel:
         total, active = roofline(w, self.ops["optimizer"], self.gpu.peak("float32"), self.gpu.mem_bw)
         comm = 0.0
         if grad_allreduce and ep > 1 and m.is_moe:
-            routed = m.moe_layers * m.num_experts * m.expert_params
+            routed = m.routed_params
             ranks = ep * (tp if etp is None else etp)
             comm = (self.allreduce_s((m.params(head) - routed) / tp * act, dp * cp, inter_node)
                     + self.allreduce_s(routed / ranks * act, max(tp * dp * cp // ranks, 1), inter_node))
@@ -1162,7 +1162,7 @@ class CostModel:
         w = m.params("lm") * b
         parts = self.nccl_sync_parts(m, dtype, train_gpus, train_inter_node, engine_tp, pools_inter_node)
         if lay is not None:
-            w_e = m.moe_layers * m.num_experts * m.expert_params * b if m.is_moe else 0
+            w_e = m.routed_params * b
             w_d = w - w_e
             etp = lay.etp or lay.tp
             hops = (((w_d / lay.tp + w_e / (lay.ep * etp)) * (lay.pp - 1) / lay.pp, lay.spans_nodes),

@@ -110,7 +110,7 @@ def shape_fields(m: ModelShape, b: int) -> dict:
     if not m.is_moe:
         return {}
     return {"n_experts": m.num_experts, "top_k": m.experts_per_token,
-            "routed_bytes": m.moe_layers * m.num_experts * m.expert_params * b,
+            "routed_bytes": m.routed_params * b,
             "f_router": 2.0 * m.router_params, "f_imbalance": imbalance_flops(m)}
 
 

@@ -134,6 +134,11 @@ class ModelShape:
         return 3 * self.hidden * self.moe_intermediate
 
     @property
+    def routed_params(self) -> int:
+        """Every routed expert's weights over the MoE layers (0 for a dense model): what expert parallelism shards."""
+        return self.moe_layers * self.num_experts * self.expert_params
+
+    @property
     def router_params(self) -> int:
         """The routers' weights over all MoE layers (hidden x num_experts each)."""
         return self.moe_layers * self.hidden * self.num_experts if self.router_priced else 0

@@ -46,12 +46,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlhfsim.costs.parallel import stage_layers
+from rlhfsim.costs.stepcosts import GIB, OPTIMIZER_STATE_BYTES  # fp32 master weight + Adam m, v: 12 bytes
 from rlhfsim.models.catalog import ACTIVATION_BYTES, DTYPE_BYTES, ModelShape
 
-GIB = 2**30
 RESERVE_BYTES = 4 * GIB        # CUDA context (~0.5 GiB), NCCL buffers, allocator fragmentation
 GRAD_BYTES = 2                 # bf16 gradients (Megatron's grad buffer; grad_reduce_in_fp32 off)
-OPTIMIZER_BYTES = 12           # fp32 master weight + Adam m, v
 ACT_PER_TOKEN_LAYER_H = 34     # Korthikanti et al. 2022, table 2: 34 s b h per layer (with sequence parallelism)
 MLP_4H_SHARE_H = 19            # of which the 4h MLP's (input 2, fc1 8, GeLU 8, dropout mask 1)
 CKPT_INPUT_H = 2               # full recompute keeps each layer's input (2 bytes x h per token)
@@ -102,7 +101,7 @@ def shard_params(m: ModelShape, lay: RankLayout) -> float:
     the largest pipeline stage's share (1/pp of the layers, or an uneven pipeline's largest stage:
     ``parallel.stage_layers``)."""
     total = m.params("lm")
-    routed = m.moe_layers * m.num_experts * m.expert_params if m.is_moe else 0
+    routed = m.routed_params
     per_gpu = (total - routed) / lay.tp + routed / ((lay.tp if lay.etp is None else lay.etp) * lay.ep)
     if lay.pp > 1 and (lay.first is not None or lay.last is not None):
         return per_gpu * max(stage_layers(m.layers, lay.pp, lay.first, lay.last)) / m.layers
@@ -137,12 +136,7 @@ def training_rank(m: ModelShape, dtype: str, lay: RankLayout, tokens: float, che
     context-parallel group; ``resident``: other models' weights on the same GPU."""
     p = shard_params(m, lay)
     return RankMemory(weights=p * DTYPE_BYTES[dtype], grads=p * GRAD_BYTES,
-                      optimizer=OPTIMIZER_BYTES * m.params("lm") / lay.pool_gpus,
+                      optimizer=OPTIMIZER_STATE_BYTES * m.params("lm") / lay.pool_gpus,
                       activations=activation_bytes(m, dtype, tokens, lay, checkpointing),
                       logits=LOGIT_BYTES * tokens / lay.cp * m.vocab / lay.tp,
                       resident=resident, reserve=RESERVE_BYTES)
-
-
-def forward_weights(m: ModelShape, dtype: str, lay: RankLayout) -> float:
-    """A forward-only model's weights on one GPU (the reference beside the actor)."""
-    return shard_params(m, lay) * DTYPE_BYTES[dtype]

@@ -415,7 +415,7 @@ def build_setup(sc: Scenario) -> Setup:
             if r in SEQUENCE_PARALLEL:   # Megatron: a GPU holds 1/ep of the routed experts, a stage 1/pp of the layers
                 lay = getattr(sc.execution.megatron, r)
                 if lay.ep > 1 and shape.is_moe:
-                    routed = shape.moe_layers * shape.num_experts * shape.expert_params
+                    routed = shape.routed_params
                     b -= routed * DTYPE_BYTES[dtypes[r]] / tp[r] * (1 - 1 / lay.ep)
                     if lay.etp is not None:   # the routed experts split over etp GPUs, not tp
                         b += routed * DTYPE_BYTES[dtypes[r]] / lay.ep * (1 / lay.etp - 1 / tp[r])
